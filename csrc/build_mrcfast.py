@@ -1,0 +1,37 @@
+"""cffi build script for mrcnic._mrcfast (API, out-of-line mode).
+
+Convention: every csrc/<name>.c has a csrc/<name>.h that holds only declarations
+cffi can parse (no preprocessor lines besides include guards, which are stripped).
+The headers together are the cdef; the .c files together are the module's sources.
+Adding C code means adding a .c/.h pair: nothing here needs editing.
+"""
+
+from pathlib import Path
+
+from cffi import FFI
+
+HERE = Path(__file__).resolve().parent
+
+
+def _cdef_text(header: Path) -> str:
+    # cffi's cdef parser does not run the preprocessor: drop '#' lines (guards, includes).
+    return "\n".join(
+        line for line in header.read_text().splitlines() if not line.lstrip().startswith("#")
+    )
+
+
+headers = sorted(HERE.glob("*.h"))
+sources = sorted(HERE.glob("*.c"))
+
+ffibuilder = FFI()
+ffibuilder.cdef("\n".join(_cdef_text(h) for h in headers))
+ffibuilder.set_source(
+    "mrcnic._mrcfast",
+    "\n".join(f'#include "{h.name}"' for h in headers),
+    sources=[str(s.relative_to(HERE.parent)) for s in sources],
+    include_dirs=[str(HERE)],
+    extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

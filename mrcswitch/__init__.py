@@ -1,0 +1,1 @@
+"""mrcswitch: the software SRv6 uSID switch (static table, paced egress, ECN, trimming)."""
