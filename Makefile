@@ -14,7 +14,7 @@ demo:
 	@echo 'Run make test for what exists today.' >&2
 	@exit 2
 
-.PHONY: demo setup test test-unit test-lab lint bench-core bench-transport bench-switch clean help
+.PHONY: demo setup test test-unit test-lab lint bench-core bench-transport bench-switch lab-up lab-down lab-status clean help
 
 help:
 	@echo "make demo        the main job (arrives with the end-to-end issue; not yet available)"
@@ -22,6 +22,9 @@ help:
 	@echo "make setup       create .venv, install mrc with its test extras, build the C module"
 	@echo "make lint        ruff"
 	@echo "make bench-core  C core vs pure-Python twin, ns per operation -> results/bench-core.json"
+	@echo "make bench-transport  transport core pps and mrc-sim goodput -> results/bench-transport.json"
+	@echo "make bench-switch     mrc-switch vs kernel seg6local forwarding -> results/bench-switch.json"
+	@echo "make lab-up / lab-down / lab-status   the namespace lab (root); flags via LAB_ARGS=..."
 
 setup: $(STAMP)
 
@@ -53,6 +56,17 @@ bench-transport: setup
 
 bench-switch: setup
 	$(PY) bench/bench_switch.py --out results/bench-switch.json
+
+# Lab: pass topology flags through LAB_ARGS, e.g. make lab-up LAB_ARGS="--planes 2 --switch kernel"
+LAB_ARGS ?=
+lab-up: setup
+	$(VENV)/bin/mrc-lab up $(LAB_ARGS)
+
+lab-down: setup
+	$(VENV)/bin/mrc-lab down $(LAB_ARGS)
+
+lab-status: setup
+	$(VENV)/bin/mrc-lab status $(LAB_ARGS)
 
 clean:
 	rm -rf build *.egg-info mrcnic/_mrcfast*.so mrcnic/_mrcfast.c

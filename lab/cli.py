@@ -1,0 +1,428 @@
+"""mrc-lab: a multi-plane two-tier Clos of network namespaces, its tables and its faults."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from . import lifecycle
+from .faults import Faults
+from .netns import LabError, ns_argv
+from .params import DEFAULT_NAME, ParamError, resolve
+from .progress import Progress
+from .state import list_labs, load
+from .status import format_stats, format_status, status, switch_stats
+from .topology import Plan
+
+MAIN_EPILOG = """\
+examples:
+  mrc-lab plan --summary                      what the default lab holds (no root needed)
+  mrc-lab plan --planes 8 --t0 512 --t1 256 --hosts-per-t0 256 --summary --json
+                                              the production shape: tables stay at 512 entries
+  mrc-lab up                                  default lab "mrc": 8 planes, 4 hosts, 32 switches
+  mrc-lab up --switch kernel --planes 2       the Linux kernel as the switches
+  mrc-lab status                              what is up and down, as the kernel sees it
+  mrc-lab exec h0 -- ip -br link              a command inside host h0's namespace
+  mrc-lab link down p0-t0-0 p0-t1-1           take a fabric link down (and `link up` again)
+  mrc-lab loss h0 p3-t0-0 --percent 1         1% loss both ways on h0's plane-3 link
+  mrc-lab reboot p0-t1-0 --down-ms 2000       a switch reboot
+  mrc-lab down                                remove everything the lab made
+
+Every fault prints the exact ip/tc/nft command it runs. Names: hosts h0.., switches
+p<plane>-t0-<i> and p<plane>-t1-<j>; namespaces <lab>-<node> (e.g. mrc-h0, mrc-p0-t1-1).
+See docs/lab.md for the whole manual.
+"""
+
+
+def _topology_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("topology (defaults in brackets; a --topology file sets any of them)")
+    g.add_argument("--topology", metavar="FILE", help="YAML, TOML or JSON file with these keys")
+    g.add_argument("--planes", type=int, help="network planes = NIC ports per host [8]")
+    g.add_argument("--t0", type=int, help="T0 (leaf) switches per plane [2]")
+    g.add_argument("--t1", type=int, help="T1 (spine) switches per plane [2]")
+    g.add_argument("--hosts-per-t0", type=int, dest="hosts_per_t0", help="hosts under each T0 [2]")
+    g.add_argument("--rate-mbit", type=float, dest="rate_mbit", help="link rate, Mbit/s [100]")
+    g.add_argument("--buffer-kb", type=int, dest="buffer_kb", help="switch port buffer, KiB [64]")
+    g.add_argument("--mtu", type=int, help="MTU of fabric links (>= 4192) [4200]")
+    g.add_argument("--block", help="SRv6 locator block [fcbb:bb00::/32]")
+    g.add_argument(
+        "--switch", choices=("python", "kernel"), help="mrc-switch processes or the kernel [python]"
+    )
+
+
+def _name_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--name",
+        default=os.environ.get("MRC_LAB_NAME", DEFAULT_NAME),
+        help="lab name: 'mrc' + up to 6 [a-z0-9] [$MRC_LAB_NAME or mrc]",
+    )
+
+
+def _params(args: argparse.Namespace):
+    return resolve(
+        args.topology,
+        name=args.name,
+        planes=args.planes,
+        t0=args.t0,
+        t1=args.t1,
+        hosts_per_t0=args.hosts_per_t0,
+        rate_mbit=args.rate_mbit,
+        buffer_kb=args.buffer_kb,
+        mtu=args.mtu,
+        block=args.block,
+        switch=args.switch,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="mrc-lab",
+        description="A multi-plane two-tier Clos of Linux network namespaces for MRC: "
+        "static SRv6 uSID tables, one command up, one command down, scriptable faults.",
+        epilog=MAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
+    raw = argparse.RawDescriptionHelpFormatter
+
+    def cmd(name: str, help_: str, epilog: str = "") -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name, help=help_, description=help_, epilog=epilog, formatter_class=raw
+        )
+
+    p = cmd(
+        "plan",
+        "print the plan of a lab (names, uSIDs, MACs, tables, templates); no root needed",
+        "examples:\n  mrc-lab plan --summary\n  mrc-lab plan --json > plan.json\n"
+        "  mrc-lab plan --planes 8 --t0 512 --t1 256 --hosts-per-t0 256 --summary --json\n"
+        "\n--summary --json prints switch_count, host_count, max_table_entries,\n"
+        "total_table_entries, paths_between_t0s (EV paths between hosts under different\n"
+        "T0s = planes x t1) and build_s, among others.",
+    )
+    _name_flag(p)
+    _topology_flags(p)
+    p.add_argument("--summary", action="store_true", help="counts only (any size, in seconds)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = cmd(
+        "up",
+        "create the lab: namespaces, veths, tables, switches; wait until ready",
+        "examples:\n  mrc-lab up\n  mrc-lab up --name mrc2 --planes 2 --switch kernel\n"
+        "  mrc-lab up --topology examples/topologies/small.yaml\n",
+    )
+    _name_flag(p)
+    _topology_flags(p)
+    p.add_argument("--keep-on-error", action="store_true", help="leave a half-built lab to debug")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+
+    p = cmd(
+        "down",
+        "remove exactly what the lab created (state file driven; safe to repeat)",
+        "examples:\n  mrc-lab down\n  mrc-lab down --name mrc2\n",
+    )
+    _name_flag(p)
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+
+    p = cmd(
+        "status",
+        "nodes and links as the kernel sees them now (faults included)",
+        "examples:\n  mrc-lab status\n  mrc-lab status -v\n  mrc-lab status --json | jq .links\n",
+    )
+    _name_flag(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("-v", "--verbose", action="store_true", help="show healthy nodes and links too")
+
+    p = cmd("list", "names of labs that have a state file")
+
+    p = cmd(
+        "exec",
+        "run a command in a node's namespace",
+        "examples:\n  mrc-lab exec h0 -- ip -br link\n  mrc-lab exec p0-t0-0 -- ip -6 route\n"
+        "  mrc-lab exec mgmt -- bridge link\n",
+    )
+    _name_flag(p)
+    p.add_argument("node", help="h<N>, p<P>-t0-<I>, p<P>-t1-<J> or mgmt")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+
+    p = cmd(
+        "stats",
+        "switch counters (mrc-switch stats file, or the kernel's in kernel mode)",
+        "examples:\n  mrc-lab stats p0-t1-0\n  mrc-lab stats --json\n",
+    )
+    _name_flag(p)
+    p.add_argument("node", nargs="?", help="a switch (default: every switch)")
+    p.add_argument("--json", action="store_true")
+
+    p = cmd(
+        "link",
+        "take a link down or up (acts on the switch end; hosts are never touched)",
+        "examples:\n  mrc-lab link down p0-t0-0 p0-t1-1\n  mrc-lab link up p0-t0-0 p0-t1-1\n"
+        "  mrc-lab link down h0 p2-t0-0\n",
+    )
+    _name_flag(p)
+    p.add_argument("action", choices=("down", "up"))
+    p.add_argument("a")
+    p.add_argument("b")
+
+    p = cmd(
+        "flap",
+        "take a link down and up repeatedly",
+        "example:\n  mrc-lab flap p0-t0-0 p0-t1-0 --period-ms 400 --count 5\n"
+        "  (down 200 ms, up 200 ms, five times)\n",
+    )
+    _name_flag(p)
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--period-ms", type=float, required=True, help="one down+up cycle, ms")
+    p.add_argument("--count", type=int, default=1, help="cycles [1]")
+
+    p = cmd(
+        "loss",
+        "random loss on a link, both directions (nft numgen in a netdev egress chain)",
+        "examples:\n  mrc-lab loss p0-t0-0 p0-t1-0 --percent 1\n"
+        "  mrc-lab loss p0-t0-0 p0-t1-0 --percent 0.1\n  mrc-lab loss p0-t0-0 p0-t1-0 --clear\n",
+    )
+    _name_flag(p)
+    p.add_argument("a")
+    p.add_argument("b")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--percent", type=float, help="loss in percent, (0, 100]")
+    g.add_argument("--clear", action="store_true", help="remove the loss rule")
+
+    p = cmd(
+        "shape",
+        "limit a link's rate, both directions (tc tbf)",
+        "examples:\n  mrc-lab shape p0-t0-0 p0-t1-0 --rate 10mbit\n"
+        "  mrc-lab shape p0-t0-0 p0-t1-0 --clear\n",
+    )
+    _name_flag(p)
+    p.add_argument("a")
+    p.add_argument("b")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--rate", help="tc rate: 10mbit, 500kbit, 1gbit")
+    g.add_argument("--clear", action="store_true", help="back to the lab's link rate")
+
+    p = cmd(
+        "reboot",
+        "stop a switch, wait, start it again with its unchanged static config",
+        "example:\n  mrc-lab reboot p0-t1-0 --down-ms 2000\n",
+    )
+    _name_flag(p)
+    p.add_argument("switch")
+    p.add_argument("--down-ms", type=float, default=1000.0, help="time it stays down [1000]")
+
+    p = cmd(
+        "port",
+        "a NIC port failure: take host HOST's port on PLANE down or up",
+        "examples:\n  mrc-lab port down h0 3\n  mrc-lab port up h0 3\n",
+    )
+    _name_flag(p)
+    p.add_argument("action", choices=("down", "up"))
+    p.add_argument("host")
+    p.add_argument("plane", type=int)
+    return ap
+
+
+def _print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    plan = Plan(_params(args))
+    if args.summary:
+        summary = plan.summary()
+        summary["build_s"] = time.perf_counter() - t0  # whole build, parameters included
+        if args.json:
+            _print_json(summary)
+        else:
+            width = max(len(k) for k in summary)
+            for k, v in summary.items():
+                print(f"{k:<{width}}  {v}")
+        return 0
+    if plan.host_count * plan.params.planes > 100_000:
+        raise LabError(
+            f"the full plan of {plan.host_count} hosts is too large to print; use --summary"
+        )
+    data = plan.to_dict(templates=plan.host_count <= 64)
+    if args.json:
+        _print_json(data)
+        return 0
+    s = data["summary"]
+    print(
+        f"lab {s['name']}: {s['planes']} planes x ({s['t0_per_plane']} T0 + {s['t1_per_plane']} T1), "
+        f"{s['host_count']} hosts, {s['switch_count']} switches, block {s['block']}"
+    )
+    print("\nhosts (port per plane -> T0 downlink; source address on that plane):")
+    for h in data["hosts"]:
+        print(f"  {h['name']:<6} ns {h['namespace']:<14} mgmt {h['mgmt_address']}")
+        for port in h["ports"]:
+            print(
+                f"    {port['ifname']:<12} {port['mac']}  -> {port['peer']:<10} "
+                f"{port['peer_ifname']:<10} {port['peer_mac']}  src {port['address']}"
+            )
+    print("\nswitches (own SID; table uSID -> port -> peer):")
+    for sw in data["switches"]:
+        print(f"  {sw['name']:<10} ns {sw['namespace']:<16} SID {sw['sid']}")
+        for r in sw["table"]:
+            print(f"    {r['prefix']:<22} -> {r['ifname']:<10} {r['peer']}")
+    print("\n(--json prints all of it, with per-destination templates)")
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    params = _params(args)
+    plan = Plan(params)
+    progress = Progress(quiet=args.quiet)
+    if not args.quiet:
+        print(
+            f"mrc-lab up {params.name}: {params.planes} planes, {plan.host_count} hosts, "
+            f"{plan.switch_count} switches ({params.switch} mode), {plan.namespace_count} "
+            "namespaces",
+            file=sys.stderr,
+        )
+    state = lifecycle.up(params, progress, keep_on_error=args.keep_on_error)
+    st = status(state, with_faults=False)
+    c = st["counts"]
+    print(
+        f"lab {params.name} is up in {state.up_s:.2f} s: {c['nodes_up']}/{c['nodes']} nodes, "
+        f"{c['links_up']}/{c['links']} links up; {params.switch} switches; "
+        f"links {params.rate_mbit:g} Mbit/s, MTU {params.mtu}, buffer {params.buffer_kb} KiB"
+    )
+    print(f"  hosts      {', '.join(h.name for h in plan.hosts())}  (namespaces {params.name}-hN)")
+    print(f"  mgmt       {plan.mgmt_prefix} on bridge {plan.ifname('br')} in {params.name}-mgmt")
+    print(f"  state file {state.path}")
+    print(f"  next       mrc-lab status --name {params.name}; mrc-lab down --name {params.name}")
+    return 0 if c["nodes_up"] == c["nodes"] else 1
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    report = lifecycle.down(args.name, Progress(quiet=args.quiet))
+    if not report.found:
+        print(f"lab {args.name}: no state file, nothing to remove")
+        return 0
+    stopped = sum(1 for v in report.processes.values() if v in ("stopped", "killed"))
+    print(
+        f"lab {args.name} is down in {report.seconds:.2f} s: {len(report.namespaces_deleted)} "
+        f"namespaces deleted, {stopped} switch processes stopped"
+    )
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    st = status(load(args.name))
+    if args.json:
+        _print_json(st)
+    else:
+        print(format_status(st, verbose=args.verbose))
+    return 0
+
+
+def cmd_list(_args: argparse.Namespace) -> int:
+    for name in list_labs():
+        print(name)
+    return 0
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    state = load(args.name)
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise LabError("give a command after --, e.g. mrc-lab exec h0 -- ip -br link")
+    argv = ns_argv(state.namespace(args.node), command)
+    sys.stdout.flush()
+    os.execvp(argv[0], argv)
+    return 127  # not reached
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    state = load(args.name)
+    nodes = [args.node] if args.node else [n.name for n in state.plan.switches()]
+    data = [switch_stats(state, n) for n in nodes]
+    if args.json:
+        _print_json(data if not args.node else data[0])
+    else:
+        print("\n\n".join(format_stats(d) for d in data))
+    return 0
+
+
+def cmd_link(args: argparse.Namespace) -> int:
+    f = Faults(load(args.name))
+    (f.link_down if args.action == "down" else f.link_up)(args.a, args.b)
+    return 0
+
+
+def cmd_flap(args: argparse.Namespace) -> int:
+    Faults(load(args.name)).flap(args.a, args.b, args.period_ms, args.count)
+    return 0
+
+
+def cmd_loss(args: argparse.Namespace) -> int:
+    f = Faults(load(args.name))
+    if args.clear:
+        f.loss_clear(args.a, args.b)
+    else:
+        f.loss(args.a, args.b, args.percent)
+    return 0
+
+
+def cmd_shape(args: argparse.Namespace) -> int:
+    f = Faults(load(args.name))
+    if args.clear:
+        f.shape_clear(args.a, args.b)
+    else:
+        f.shape(args.a, args.b, args.rate)
+    return 0
+
+
+def cmd_reboot(args: argparse.Namespace) -> int:
+    Faults(load(args.name)).reboot(args.switch, args.down_ms)
+    return 0
+
+
+def cmd_port(args: argparse.Namespace) -> int:
+    Faults(load(args.name)).port(args.host, args.plane, args.action == "up")
+    return 0
+
+
+COMMANDS = {
+    "plan": cmd_plan,
+    "up": cmd_up,
+    "down": cmd_down,
+    "status": cmd_status,
+    "list": cmd_list,
+    "exec": cmd_exec,
+    "stats": cmd_stats,
+    "link": cmd_link,
+    "flap": cmd_flap,
+    "loss": cmd_loss,
+    "shape": cmd_shape,
+    "reboot": cmd_reboot,
+    "port": cmd_port,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.cmd](args)
+    except (LabError, ParamError) as e:
+        print(f"mrc-lab {args.cmd}: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # e.g. `mrc-lab plan | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        print(f"mrc-lab {args.cmd}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

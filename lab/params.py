@@ -1,0 +1,176 @@
+"""The parameters of a lab: flags, defaults, and the YAML/TOML topology file.
+
+The flag names and defaults are a contract (scripts rely on them): ``--planes 8 --t0 2
+--t1 2 --hosts-per-t0 2 --rate-mbit 100 --buffer-kb 64 --mtu 4200 --block fcbb:bb00::/32``.
+A topology file holds the same keys (dashes or underscores both accepted), e.g.::
+
+    # examples/topologies/default.yaml
+    planes: 8
+    t0: 2
+    t1: 2
+    hosts_per_t0: 2
+    rate_mbit: 100
+
+Command-line flags given explicitly win over the file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mrcnic.usid import MAX_INDEX, MAX_PLANES, UsidError, UsidFormat
+
+# Every namespace of a lab is "<name>-<node>"; every interface "<name>-<suffix>" (<= 15
+# characters), every nft table "<name>-...". A name is "mrc" + up to 6 lowercase letters or
+# digits and never holds a dash, so "<name>-" can never be the prefix of another lab's names.
+NAME_RE = re.compile(r"^mrc[a-z0-9]{0,6}$")
+DEFAULT_NAME = "mrc"
+
+# IPv6 40 + UDP 8 + BTH 12 + METH 4 + TS 8 + RETH 16 + ImmDt 4 + 4096 payload + ICRC 4 = 4192.
+MIN_MTU = 4192
+SWITCH_MODES = ("python", "kernel")
+
+
+class ParamError(ValueError):
+    """A lab parameter that cannot be used; the message names the parameter."""
+
+
+@dataclass(frozen=True, slots=True)
+class LabParams:
+    name: str = DEFAULT_NAME
+    planes: int = 8
+    t0: int = 2
+    t1: int = 2
+    hosts_per_t0: int = 2
+    rate_mbit: float = 100.0
+    buffer_kb: int = 64
+    mtu: int = 4200
+    block: str = "fcbb:bb00::/32"
+    switch: str = "python"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not NAME_RE.match(self.name):
+            raise ParamError(
+                f"name {self.name!r}: a lab name is 'mrc' followed by at most 6 lowercase "
+                "letters or digits (e.g. mrc, mrc2, mrcdemo); it prefixes every namespace, "
+                "interface and nft table of the lab"
+            )
+        if not 1 <= _as_int("planes", self.planes) <= MAX_PLANES:
+            raise ParamError(f"planes must be 1..{MAX_PLANES}, not {self.planes}")
+        for key in ("t0", "t1", "hosts_per_t0"):
+            value = _as_int(key, getattr(self, key))
+            if not 1 <= value <= MAX_INDEX + 1:
+                raise ParamError(f"{key} must be 1..{MAX_INDEX + 1}, not {value}")
+        if isinstance(self.rate_mbit, bool) or not isinstance(self.rate_mbit, int | float):
+            raise ParamError(f"rate_mbit must be a number, not {self.rate_mbit!r}")
+        if not 0 < self.rate_mbit <= 100_000:
+            raise ParamError(f"rate_mbit must be in (0, 100000], not {self.rate_mbit}")
+        if _as_int("mtu", self.mtu) < MIN_MTU or self.mtu > 65535:
+            raise ParamError(
+                f"mtu {self.mtu}: must be {MIN_MTU}..65535 (a 4096-byte payload plus "
+                "IPv6/UDP/BTH/METH/TS/RETH/ImmDt/ICRC needs 4192)"
+            )
+        # A buffer must hold at least one full frame (MTU + Ethernet header).
+        if _as_int("buffer_kb", self.buffer_kb) * 1024 < self.mtu + 14:
+            raise ParamError(
+                f"buffer_kb {self.buffer_kb}: must hold one frame of {self.mtu + 14} bytes"
+            )
+        try:
+            fmt = UsidFormat.from_prefix(self.block)
+        except UsidError as e:
+            raise ParamError(f"block: {e}") from None
+        if fmt.max_usids < 4:
+            raise ParamError(f"block {self.block}: leaves room for fewer than 4 uSIDs")
+        if self.switch not in SWITCH_MODES:
+            raise ParamError(
+                f"switch must be one of {', '.join(SWITCH_MODES)}, not {self.switch!r}"
+            )
+
+    @property
+    def rate_bps(self) -> int:
+        return round(self.rate_mbit * 1_000_000)
+
+    @property
+    def buffer_bytes(self) -> int:
+        return self.buffer_kb * 1024
+
+    @property
+    def host_count(self) -> int:
+        return self.t0 * self.hosts_per_t0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LabParams:
+        return cls(**_normalise(data, "parameters"))
+
+    def with_overrides(self, **changes: Any) -> LabParams:
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def _as_int(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ParamError(f"{key} must be an integer, not {value!r}")
+    return value
+
+
+_KEYS = {f.name for f in fields(LabParams)}
+
+
+def _normalise(data: Any, where: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ParamError(f"{where}: must be a mapping of parameter -> value")
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        k = str(key).replace("-", "_")
+        if k not in _KEYS:
+            raise ParamError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(_KEYS))})")
+        out[k] = value
+    return out
+
+
+def load_topology_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML (.yaml/.yml), TOML (.toml) or JSON (.json) topology file -> overrides."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ParamError(f"topology file {p}: {e.strerror}") from None
+    suffix = p.suffix.lower()
+    try:
+        if suffix == ".toml":
+            data = tomllib.loads(text)
+        elif suffix == ".json":
+            data = json.loads(text)
+        elif suffix in (".yaml", ".yml"):
+            data = yaml.safe_load(text)
+        else:
+            raise ParamError(f"topology file {p}: use a .yaml, .yml, .toml or .json name")
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError, yaml.YAMLError) as e:
+        raise ParamError(f"topology file {p} does not parse: {e}") from None
+    if data is None:
+        return {}
+    # Allow the keys at the top level or under a "topology" table.
+    if isinstance(data, dict) and set(data) == {"topology"}:
+        data = data["topology"]
+    return _normalise(data, f"topology file {p}")
+
+
+def resolve(topology_file: str | None = None, **flags: Any) -> LabParams:
+    """Defaults, then the file, then the flags given explicitly (None = not given)."""
+    base: dict[str, Any] = {}
+    if topology_file:
+        base.update(load_topology_file(topology_file))
+    base.update({k: v for k, v in flags.items() if v is not None})
+    try:
+        return LabParams(**base)
+    except TypeError as e:  # an unknown keyword reached the constructor
+        raise ParamError(str(e)) from None

@@ -1,0 +1,220 @@
+"""Python-switch mode: one ``mrc-switch --config FILE`` process per switch namespace.
+
+The lab writes each switch's static config (the format of ``mrcswitch/config.py``, see
+docs/switch.md) to ``/run/mrc-lab/<lab>/switches/<node>.json``, starts the process inside
+the switch's namespace with ``ip netns exec``, records its PID and command line in the state
+file at once, and waits until the switch says it is ready. Stopping signals only a recorded
+PID whose ``/proc/PID/cmdline`` still is that command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .netns import LabError
+from .state import LabState, ProcessRecord
+from .topology import KIND_T0, Node, Plan, mac_text
+
+READY_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 3.0
+
+
+def switch_config(plan: Plan, node: Node, stats_path: str) -> dict[str, Any]:
+    """The mrc-switch config of one switch: ports, static table, stats file."""
+    p = plan.params
+    ports = []
+    for port in plan.switch_ports(node):
+        last_hop = node.kind == KIND_T0 and port.role == "down"
+        ports.append(
+            {
+                "name": port.ifname.removeprefix(plan.prefix),
+                "interface": port.ifname,
+                "peer": port.peer,
+                "peer_mac": mac_text(port.peer_mac),
+                "mac": mac_text(port.mac),
+                "rate_bps": p.rate_bps,
+                "buffer_bytes": p.buffer_bytes,
+                "last_hop": last_hop,
+            }
+        )
+    table = {
+        f"{route.usid:04x}": route.ifname.removeprefix(plan.prefix) for route in plan.table(node)
+    }
+    return {
+        "name": node.name,
+        "block": plan.fmt.prefix_text(),
+        "own_usids": [f"{plan.own_usid(node):04x}"],
+        "ports": ports,
+        "table": table,
+        "stats_path": stats_path,
+        "stats_interval_s": 0.5,
+        "max_frame_bytes": max(p.mtu + 14, 1518),
+    }
+
+
+def switch_command() -> list[str]:
+    """How to run mrc-switch: the installed entry point next to this Python, else -m."""
+    exe = Path(sys.executable).with_name("mrc-switch")
+    if exe.exists():
+        return [str(exe)]
+    found = shutil.which("mrc-switch")
+    if found:
+        return [found]
+    return [sys.executable, "-m", "mrcswitch.switch"]
+
+
+def write_configs(state: LabState) -> dict[str, tuple[Path, Path, Path]]:
+    """Write every switch's config; -> node -> (config, stats, log) paths."""
+    plan = state.plan
+    conf_dir = state.run_dir / "switches"
+    stats_dir = state.run_dir / "stats"
+    log_dir = state.run_dir / "logs"
+    for d in (conf_dir, stats_dir, log_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for node in plan.switches():
+        conf = conf_dir / f"{node.name}.json"
+        stats = stats_dir / f"{node.name}.json"
+        log = log_dir / f"{node.name}.log"
+        conf.write_text(json.dumps(switch_config(plan, node, str(stats)), indent=1))
+        out[node.name] = (conf, stats, log)
+    return out
+
+
+def start_switch(state: LabState, node: str, conf: Path, stats: Path, log: Path) -> ProcessRecord:
+    """Start one switch in its namespace; the record is saved by the caller at once."""
+    ns = state.plan.namespace(node)
+    with contextlib.suppress(FileNotFoundError):
+        stats.unlink()
+    argv = [*switch_command(), "--config", str(conf)]
+    full = ["ip", "netns", "exec", ns, *argv]
+    with open(log, "ab") as logf:
+        proc = subprocess.Popen(
+            full,
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a Ctrl-C at the terminal must not kill the fabric
+        )
+    # `ip netns exec` execs the command in the same process: the PID is the switch's.
+    return ProcessRecord(
+        node=node,
+        pid=proc.pid,
+        argv=argv,
+        config=str(conf),
+        stats=str(stats),
+        log=str(log),
+        started_at=time.time(),
+    )
+
+
+def is_ready(rec: ProcessRecord) -> bool:
+    """Ready = this process's stats file says ``"ready": true`` (docs/switch.md): written
+    once every port is open. The file is replaced atomically, so it is never half-read."""
+    if rec.stats is None:
+        return False
+    try:
+        with open(rec.stats) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return bool(data.get("ready")) and data.get("pid") == rec.pid
+
+
+def exited(rec: ProcessRecord) -> int | None:
+    """The exit status if the process has ended (reaps it when it is our child)."""
+    try:
+        pid, status = os.waitpid(rec.pid, os.WNOHANG)
+    except ChildProcessError:
+        return None if rec.is_alive() else -1
+    if pid == 0:
+        return None
+    return os.waitstatus_to_exitcode(status)
+
+
+def wait_ready(
+    recs: list[ProcessRecord], timeout_s: float = READY_TIMEOUT_S, on_ready=None
+) -> None:
+    """Wait until every switch is ready; LabError naming the ones that died or hung."""
+    deadline = time.monotonic() + timeout_s
+    waiting = list(recs)
+    while waiting:
+        still = []
+        for rec in waiting:
+            if is_ready(rec):
+                if on_ready:
+                    on_ready(rec)
+                continue
+            code = exited(rec)
+            if code is not None:
+                raise LabError(
+                    f"switch {rec.node} exited ({code}) before it was ready:\n{_tail(rec.log)}"
+                )
+            still.append(rec)
+        waiting = still
+        if waiting and time.monotonic() > deadline:
+            names = ", ".join(r.node for r in waiting[:8])
+            raise LabError(
+                f"switches not ready after {timeout_s:.0f} s: {names} (logs in {waiting[0].log})"
+            )
+        if waiting:
+            time.sleep(0.05)
+
+
+def _tail(path: str | None, lines: int = 15) -> str:
+    if not path:
+        return ""
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def stop_processes(recs: list[ProcessRecord], timeout_s: float = STOP_TIMEOUT_S) -> dict[str, str]:
+    """SIGTERM every recorded switch whose cmdline still matches, wait for all of them at
+    once, SIGKILL the ones that hang. -> node -> "stopped" | "killed" | "not running"."""
+    result: dict[str, str] = {}
+    signalled: list[ProcessRecord] = []
+    for rec in recs:
+        if not rec.is_alive():
+            exited(rec)
+            result[rec.node] = "not running"
+            continue
+        try:
+            os.kill(rec.pid, signal.SIGTERM)
+            signalled.append(rec)
+        except ProcessLookupError:
+            result[rec.node] = "not running"
+    deadline = time.monotonic() + timeout_s
+    while signalled and time.monotonic() < deadline:
+        still = []
+        for rec in signalled:
+            exited(rec)
+            if rec.is_alive():
+                still.append(rec)
+            else:
+                result[rec.node] = "stopped"
+        signalled = still
+        if signalled:
+            time.sleep(0.02)
+    for rec in signalled:
+        if rec.is_alive():  # checked again right before the signal: never a reused PID
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(rec.pid, signal.SIGKILL)
+            result[rec.node] = "killed"
+        exited(rec)
+    return result
+
+
+def stop_process(rec: ProcessRecord, timeout_s: float = STOP_TIMEOUT_S) -> str:
+    return stop_processes([rec], timeout_s)[rec.node]
