@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""Transport benchmarks -> results/bench-transport.json.
+
+1. Packets per second per core through the QP's send path (build data frames) and receive
+   path (check, place, track, build SACKs), CPU time measured with process_time, median of
+   several rounds, with the C core and with its pure-Python twin as the in-script baseline.
+2. mrc-sim goodput_fraction on 8 planes x 4 paths (100 Mb/s ports, the lab's 1/1000 scale):
+   lossless, 0.1% and 1% random loss, one whole plane failed mid-transfer; the same four for
+   the go-back-N single-path baseline (one QP per plane, each pinned to one path).  Median
+   over seeds.
+
+    .venv/bin/python bench/bench_transport.py --out results/bench-transport.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from mrcnic import fast, sim, usid  # noqa: E402
+from mrcnic.ev import EvConfig  # noqa: E402
+from mrcnic.memory import MemoryTable  # noqa: E402
+from mrcnic.qp import NetConfig, PortAddr, QpConfig, QueuePair  # noqa: E402
+
+SCENARIOS = {
+    "lossless": [],
+    "loss_0.1pct": ["--loss", "0.001"],
+    "loss_1pct": ["--loss", "0.01"],
+    "plane_failed": ["--fail", "plane:3@50ms"],
+}
+TARGETS = {"lossless": 0.95, "loss_0.1pct": 0.9, "loss_1pct": 0.8, "plane_failed": 0.95 * 7 / 8}
+
+
+def _pair(mtu: int) -> tuple[QueuePair, QueuePair]:
+    shape = usid.ClosShape(planes=8, t0=2, t1=4, hosts_per_t0=1)
+
+    def net(h: int) -> NetConfig:
+        return NetConfig(
+            shape,
+            h,
+            tuple(PortAddr(bytes((2, 0, 0, h, p, 1)), bytes((2, 0, 0, h, p, 2))) for p in range(8)),
+        )
+
+    cfg = QpConfig(mtu_bytes=mtu, ev=EvConfig(), cc="fixed", cc_options=(("window_bytes", 1e12),))
+    a = QueuePair(0x10, net(0), MemoryTable(1), 800e6, cfg)
+    b = QueuePair(0x20, net(1), MemoryTable(2), 800e6, replace(cfg, seed=2))
+    a.connect(b.local_attributes())
+    b.connect(a.local_attributes())
+    return a, b
+
+
+def pps_round(packets: int, mtu: int) -> tuple[float, float]:
+    """(send pps, receive pps) per CPU second for one round."""
+    a, b = _pair(mtu)
+    dst = bytearray(packets * mtu)
+    mr = b.memory.register(dst)
+    src = os.urandom(packets * mtu)
+    a.post_write(1, src, mr.base_va, mr.rkey)
+    c0 = time.process_time()
+    frames = a.frames_to_send(0.0)
+    c1 = time.process_time()
+    assert len(frames) == packets
+    c2 = time.process_time()
+    for _, f in frames:
+        b.receive_frame(f, 1e-3)
+    b.frames_to_send(1e-3)  # the SACKs it built
+    c3 = time.process_time()
+    assert bytes(dst) == src
+    return packets / (c1 - c0), packets / (c3 - c2)
+
+
+def pps(rounds: int, packets: int, mtu: int) -> dict:
+    send, recv = [], []
+    for _ in range(rounds):
+        s, r = pps_round(packets, mtu)
+        send.append(s)
+        recv.append(r)
+    return {
+        "mtu_bytes": mtu,
+        "packets_per_round": packets,
+        "rounds": rounds,
+        "send_pps_per_core": round(statistics.median(send)),
+        "receive_pps_per_core": round(statistics.median(recv)),
+        "send_gbps_per_core": round(statistics.median(send) * mtu * 8 / 1e9, 3),
+        "receive_gbps_per_core": round(statistics.median(recv) * mtu * 8 / 1e9, 3),
+    }
+
+
+def pps_python_twin(rounds: int, packets: int, mtu: int) -> dict:
+    """The same measurement with MRC_PURE_PYTHON=1 (the C core's twin), in a subprocess."""
+    env = dict(os.environ, MRC_PURE_PYTHON="1")
+    code = (
+        "import json,sys; sys.path.insert(0, 'bench'); import bench_transport as b; "
+        f"print(json.dumps(b.pps({rounds}, {packets}, {mtu})))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def goodput(size: str, seeds: list[int]) -> dict:
+    out: dict = {}
+    for transport in ("mrc", "gbn"):
+        per = {}
+        for name, extra in SCENARIOS.items():
+            runs = []
+            for seed in seeds:
+                args = [
+                    "--planes",
+                    "8",
+                    "--paths-per-plane",
+                    "4",
+                    "--size",
+                    size,
+                    "--seed",
+                    str(seed),
+                    "--transport",
+                    transport,
+                    *extra,
+                ]
+                a = sim.build_parser().parse_args(args)
+                runs.append(sim.run(sim.config_from_args(a)))
+            gf = [r["goodput_fraction"] for r in runs]
+            rec = [r["recovery_s"] for r in runs if r["recovery_s"] is not None]
+            per[name] = {
+                "command": "mrc-sim --planes 8 --paths-per-plane 4 --size "
+                + f"{size} --transport {transport} {' '.join(extra)} --seed {{{','.join(map(str, seeds))}}} --json",
+                "goodput_fraction": statistics.median(gf),
+                "goodput_fraction_runs": gf,
+                "target": round(TARGETS[name], 4) if transport == "mrc" else None,
+                "verified_all": all(r["verified"] for r in runs),
+                "qp_errors": sum(r["qp_errors"] for r in runs),
+                "retransmissions_median": statistics.median(r["retransmissions"] for r in runs),
+                "recovery_s_median": statistics.median(rec) if rec else None,
+                "recovery_rtts_median": round(statistics.median(rec) / runs[0]["base_rtt_s"], 2)
+                if rec
+                else None,
+                "base_rtt_s": runs[0]["base_rtt_s"],
+                "sim_cpu_s_median": statistics.median(r["cpu_s"] for r in runs),
+                "sim_pps_median": statistics.median(r["sim_pps"] for r in runs),
+            }
+        out[transport] = per
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--out", default="results/bench-transport.json")
+    p.add_argument("--size", default="64M", help="bytes per mrc-sim run (default 64M)")
+    p.add_argument("--seeds", default="1,2,3", help="mrc-sim seeds, median reported")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--packets", type=int, default=4096)
+    a = p.parse_args()
+    t0 = time.perf_counter()
+    result = {
+        "benchmark": "transport",
+        "host": {
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+        },
+        "fast_backend": fast.BACKEND,
+        "pps": {
+            "c_core": pps(a.rounds, a.packets, 4096),
+            "python_twin": pps_python_twin(a.rounds, a.packets, 4096),
+        },
+        "pps_small_packets": pps(a.rounds, a.packets, 256),
+        "sim": {
+            "fabric": "8 planes x 4 paths, 100 Mb/s NIC ports and paths, 20 us propagation, 64 KiB queues, ECN at 16 KiB",
+            "size": a.size,
+            "seeds": [int(s) for s in a.seeds.split(",")],
+            "results": goodput(a.size, [int(s) for s in a.seeds.split(",")]),
+        },
+    }
+    c = result["pps"]["c_core"]
+    tw = result["pps"]["python_twin"]
+    result["pps"]["send_ratio_c_vs_twin"] = round(
+        c["send_pps_per_core"] / tw["send_pps_per_core"], 3
+    )
+    result["pps"]["receive_ratio_c_vs_twin"] = round(
+        c["receive_pps_per_core"] / tw["receive_pps_per_core"], 3
+    )
+    result["wall_s"] = round(time.perf_counter() - t0, 1)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(
+        f"send {c['send_pps_per_core']} pps/core, receive {c['receive_pps_per_core']} pps/core "
+        f"(4 KiB; python twin {tw['send_pps_per_core']} / {tw['receive_pps_per_core']})"
+    )
+    for transport, per in result["sim"]["results"].items():
+        for name, r in per.items():
+            print(
+                f"{transport:4} {name:13} goodput_fraction {r['goodput_fraction']:.3f} "
+                f"verified {r['verified_all']} qp_errors {r['qp_errors']} recovery {r['recovery_rtts_median']} RTTs"
+            )
+    print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""Congestion control: a small plug-in interface, NSCC (Ultra Ethernet's window rule) and a
+fixed window, and a registry so a user can plug an algorithm in by name.
+
+An algorithm owns ``cwnd_bytes``; the QP sends while ``inflight < cwnd_bytes`` and feeds the
+algorithm one :class:`AckSample` per acknowledgment, plus trims (NACK TRIMMED /
+TRIMMED_LASTHOP), timeouts and the receiver's window penalty.
+
+NSCC (see docs/transport.md for the constants and why): with ``qdelay = rtt - base_rtt``,
+
+=====  ===================  ==========================================================
+ECN    qdelay vs target      action
+=====  ===================  ==========================================================
+no     below                 proportional increase: ``+ pi_gain * (1 - qdelay/target) * acked``
+no     above                 fair increase: ``+ fi_mtus * mtu * acked / cwnd`` (~fi_mtus MTU/RTT)
+yes    above                 multiplicative decrease: ``* (1 - min(md_max, md_gain*(q-t)/q))``,
+                             at most once per base RTT
+yes    below                 no change
+=====  ===================  ==========================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class CcParams:
+    """What every algorithm is told about its QP at creation."""
+
+    mtu_bytes: int  # payload bytes per packet
+    line_rate_bps: float  # sum of the QP's port rates
+    base_rtt_s: float  # unloaded fabric RTT (configured estimate; refined by measurement)
+
+
+@dataclass(frozen=True, slots=True)
+class AckSample:
+    acked_bytes: int  # newly acknowledged payload bytes
+    rtt_s: float | None  # RTT of the packet that triggered the ACK (None if unknown)
+    ecn: bool  # the ACK echoes a CE mark
+    now_s: float
+
+
+class CongestionControl(Protocol):
+    name: str
+    cwnd_bytes: float
+
+    def on_ack(self, s: AckSample) -> None: ...
+    def on_trim(self, last_hop: bool, now_s: float) -> None: ...
+    def on_timeout(self, now_s: float) -> None: ...
+    def on_rcv_penalty(self, penalty: int, now_s: float) -> None: ...
+
+
+class FixedWindow:
+    """A constant window (default: 1.5 x BDP).  The baseline and a debugging aid."""
+
+    name = "fixed"
+
+    def __init__(self, p: CcParams, window_bytes: float | None = None) -> None:
+        bdp = p.line_rate_bps / 8 * p.base_rtt_s
+        self.cwnd_bytes = float(
+            window_bytes if window_bytes is not None else max(1.5 * bdp, p.mtu_bytes)
+        )
+
+    def on_ack(self, s: AckSample) -> None:
+        pass
+
+    def on_trim(self, last_hop: bool, now_s: float) -> None:
+        pass
+
+    def on_timeout(self, now_s: float) -> None:
+        pass
+
+    def on_rcv_penalty(self, penalty: int, now_s: float) -> None:
+        pass
+
+
+class Nscc:
+    """NSCC's four-quadrant window rule (Ultra Ethernet network-signal congestion control)."""
+
+    name = "nscc"
+
+    def __init__(
+        self,
+        p: CcParams,
+        *,
+        target_qdelay_s: float | None = None,
+        pi_gain: float = 0.5,
+        fi_mtus: float = 1.0,
+        md_gain: float = 1.0,
+        md_max: float = 0.5,
+        trim_md: float = 0.2,
+        init_bdp: float = 1.0,
+        max_bdp: float = 1.5,
+        min_mtus: float = 1.0,
+    ) -> None:
+        self.mtu = p.mtu_bytes
+        self.base_rtt_s = p.base_rtt_s
+        self.line_rate_bps = p.line_rate_bps
+        bdp = p.line_rate_bps / 8 * p.base_rtt_s
+        self.target_qdelay_s = target_qdelay_s if target_qdelay_s is not None else p.base_rtt_s / 2
+        self.pi_gain = pi_gain
+        self.fi_mtus = fi_mtus
+        self.md_gain = md_gain
+        self.md_max = md_max
+        self.trim_md = trim_md
+        self.max_cwnd = max(max_bdp * bdp, 2 * p.mtu_bytes)
+        self.min_cwnd = min_mtus * p.mtu_bytes
+        self.cwnd_bytes = min(max(init_bdp * bdp, self.min_cwnd), self.max_cwnd)
+        self._last_md_s = -1e30
+        self.min_rtt_s = p.base_rtt_s
+        self.decreases = 0
+
+    def _clamp(self) -> None:
+        c = self.cwnd_bytes
+        if c > self.max_cwnd:
+            self.cwnd_bytes = self.max_cwnd
+        elif c < self.min_cwnd:
+            self.cwnd_bytes = self.min_cwnd
+
+    def on_ack(self, s: AckSample) -> None:
+        rtt = s.rtt_s
+        if rtt is None:
+            return
+        if rtt < self.min_rtt_s:
+            self.min_rtt_s = rtt
+        qdelay = rtt - self.min_rtt_s
+        target = self.target_qdelay_s
+        if not s.ecn:
+            if qdelay < target:  # proportional increase: faster the emptier the queue
+                self.cwnd_bytes += self.pi_gain * (1.0 - qdelay / target) * s.acked_bytes
+            else:  # fair increase: about fi_mtus MTU per RTT
+                self.cwnd_bytes += self.fi_mtus * self.mtu * s.acked_bytes / self.cwnd_bytes
+        elif qdelay >= target and s.now_s - self._last_md_s >= self.min_rtt_s:
+            # multiplicative decrease, at most once per base RTT
+            cut = min(self.md_max, self.md_gain * (qdelay - target) / max(qdelay, 1e-12))
+            self.cwnd_bytes *= 1.0 - cut
+            self._last_md_s = s.now_s
+            self.decreases += 1
+        # ECN with a short queue: transient, no change
+        self._clamp()
+
+    def on_trim(self, last_hop: bool, now_s: float) -> None:
+        # A trim is a queue overflow: a firmer signal than ECN; decrease once per base RTT.
+        if now_s - self._last_md_s >= self.min_rtt_s:
+            self.cwnd_bytes *= 1.0 - self.trim_md
+            self._last_md_s = now_s
+            self.decreases += 1
+            self._clamp()
+
+    def on_timeout(self, now_s: float) -> None:
+        # In MRC a timeout means a dead path (congestion trims, it does not drop): the EV
+        # state machine handles it; the window is left alone.
+        pass
+
+    def on_rcv_penalty(self, penalty: int, now_s: float) -> None:
+        # rcv_cwnd_pen (0-127) from the receiver: cap the window at (1 - pen/128) of its max.
+        if penalty > 0:
+            cap = self.max_cwnd * (1.0 - penalty / 128.0)
+            if self.cwnd_bytes > cap:
+                self.cwnd_bytes = cap
+                self._clamp()
+
+
+CcFactory = Callable[..., CongestionControl]
+_REGISTRY: dict[str, CcFactory] = {}
+
+
+def register_cc(name: str, factory: CcFactory) -> None:
+    """Make an algorithm available by name: ``factory(params, **options) -> CongestionControl``."""
+    if not name or not name.replace("_", "").replace("-", "").isalnum():
+        raise ValueError(f"bad congestion control name {name!r}")
+    _REGISTRY[name] = factory
+
+
+def make_cc(name: str, params: CcParams, **options: object) -> CongestionControl:
+    try:
+        factory = _REGISTRY[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown congestion control {name!r}; available: {', '.join(sorted(_REGISTRY))}"
+        ) from None
+    return factory(params, **options)
+
+
+def available() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+register_cc("nscc", Nscc)
+register_cc("fixed", FixedWindow)

@@ -1,0 +1,437 @@
+"""Entropy values (EVs): the per-QP path set and the EV state machine.
+
+Each EV names one end-to-end path (docs/architecture.md: ``plane = ev % planes``,
+``t1 = (ev // planes) % t1``).  A QP owns a pool of EVs per plane: the first
+``active_per_plane`` usable ones are sprayed over, the rest are the plane's backup set, so a
+retired EV is replaced from the *same* plane and every plane stays equally loaded.
+
+The state machine is the table :data:`TRANSITIONS` (h11 style): every (state, input) pair is
+listed, either moving to a new state or explicitly ignored; a pair that is not listed is a bug
+and raises :class:`EvTransitionError`.  Every real transition produces an
+:class:`EvStateChanged` event.  ``python -m mrcnic.ev`` prints the table as a Mermaid diagram.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections import deque
+from dataclasses import dataclass
+
+#: unanswered probes double the probe interval, up to 2**PROBE_BACKOFF_MAX times
+PROBE_BACKOFF_MAX = 3
+
+
+class EvState(enum.Enum):
+    GOOD = "GOOD"  # sprayed on
+    SKIP = "SKIP"  # not sent on for one rotation (ECN echo or trim: congestion, path alive)
+    ASSUMED_BAD = "ASSUMED_BAD"  # not sent on; probed; restored only when probes are answered
+    DENIED = "DENIED"  # not sent on until the controller (API) allows it
+
+
+class EvInput(enum.Enum):
+    ECN_ECHO = "ECN_ECHO"  # SACK with mark SKIP_ONCE (CE seen mid-fabric on this EV)
+    TRIMMED = "TRIMMED"  # NACK TRIMMED (not TRIMMED_LASTHOP: that is the receiver's port)
+    ROTATION = "ROTATION"  # one rotation since entering SKIP
+    TIMEOUT = "TIMEOUT"  # RTO fired with neither a SACK nor a trim seen on this EV since
+    ALWAYS_SKIP = "ALWAYS_SKIP"  # SACK with mark ALWAYS_SKIP
+    PROBE_OK = "PROBE_OK"  # enough probes answered with mark NONE
+    PROBE_OK_ECN = "PROBE_OK_ECN"  # a probe answered with mark SKIP_ONCE
+    PORT_DOWN = "PORT_DOWN"  # the local port of this EV's plane went down, or the peer's did
+    DENY = "DENY"  # API / controller
+    ALLOW = "ALLOW"  # API / controller: force GOOD
+
+
+G, S, B, D = EvState.GOOD, EvState.SKIP, EvState.ASSUMED_BAD, EvState.DENIED
+I = EvInput  # noqa: E741 - short alias keeps the table readable
+
+#: (state, input) -> next state.  Entries mapping a state to itself are "ignored" inputs (late
+#: feedback about an EV already out of use); SKIP -> SKIP on new congestion restarts the rotation.
+TRANSITIONS: dict[tuple[EvState, EvInput], EvState] = {
+    # GOOD: downgrades are automatic
+    (G, I.ECN_ECHO): S,
+    (G, I.TRIMMED): S,
+    (G, I.ROTATION): G,
+    (G, I.TIMEOUT): B,
+    (G, I.ALWAYS_SKIP): B,
+    (G, I.PROBE_OK): G,
+    (G, I.PROBE_OK_ECN): G,
+    (G, I.PORT_DOWN): B,
+    (G, I.DENY): D,
+    (G, I.ALLOW): G,
+    # SKIP: back after one rotation
+    (S, I.ECN_ECHO): S,
+    (S, I.TRIMMED): S,
+    (S, I.ROTATION): G,
+    (S, I.TIMEOUT): B,
+    (S, I.ALWAYS_SKIP): B,
+    (S, I.PROBE_OK): S,
+    (S, I.PROBE_OK_ECN): S,
+    (S, I.PORT_DOWN): B,
+    (S, I.DENY): D,
+    (S, I.ALLOW): G,
+    # ASSUMED_BAD: upgrades need a probe
+    (B, I.ECN_ECHO): B,
+    (B, I.TRIMMED): B,
+    (B, I.ROTATION): B,
+    (B, I.TIMEOUT): B,
+    (B, I.ALWAYS_SKIP): B,
+    (B, I.PROBE_OK): G,
+    (B, I.PROBE_OK_ECN): S,
+    (B, I.PORT_DOWN): B,
+    (B, I.DENY): D,
+    (B, I.ALLOW): G,
+    # DENIED: only the controller moves it
+    (D, I.ECN_ECHO): D,
+    (D, I.TRIMMED): D,
+    (D, I.ROTATION): D,
+    (D, I.TIMEOUT): D,
+    (D, I.ALWAYS_SKIP): D,
+    (D, I.PROBE_OK): D,
+    (D, I.PROBE_OK_ECN): D,
+    (D, I.PORT_DOWN): D,
+    (D, I.DENY): D,
+    (D, I.ALLOW): G,
+}
+del G, S, B, D, I
+
+
+class EvTransitionError(RuntimeError):
+    """A (state, input) pair missing from :data:`TRANSITIONS` (a bug, never peer input)."""
+
+
+def next_state(state: EvState, inp: EvInput) -> EvState:
+    try:
+        return TRANSITIONS[(state, inp)]
+    except KeyError:
+        raise EvTransitionError(f"no transition from {state.name} on {inp.name}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class EvStateChanged:
+    """An EV changed state (emitted for every real transition)."""
+
+    ev: int
+    plane: int
+    old: EvState
+    new: EvState
+    cause: EvInput
+    time_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class EvConfig:
+    """How many EVs a QP uses.  ``ev_count`` is split equally across the planes."""
+
+    ev_count: int = 128
+    backup_per_plane: int = 8
+    reverse_per_plane: int = 2
+    probe_successes: int = 2  # consecutive answered probes that restore an ASSUMED_BAD EV
+
+
+@dataclass(slots=True)
+class EvStats:
+    ev: int
+    plane: int
+    state: EvState
+    tx_packets: int
+    acked_packets: int
+    timeouts: int
+    trims: int
+    ecn_echoes: int
+    probes_sent: int
+    probes_answered: int
+
+
+class EvTable:
+    """The EV pool of one QP: states, spraying choice, backups, SKIP rotation, probing.
+
+    Slots index the pool (``0 .. pool_size-1``); the hot path (:meth:`pick`) works on slots.
+    """
+
+    def __init__(self, planes: int, t1_count: int, config: EvConfig, seed: int) -> None:
+        if planes < 1 or t1_count < 1:
+            raise ValueError("planes and t1_count must be >= 1")
+        if config.ev_count < planes:
+            raise ValueError(f"ev_count {config.ev_count} < planes {planes}: need one per plane")
+        if config.reverse_per_plane < 1:
+            raise ValueError("reverse_per_plane must be >= 1 (one reverse EV per plane at least)")
+        self.planes = planes
+        self.config = config
+        self.active_per_plane = config.ev_count // planes
+        per_plane = self.active_per_plane + config.backup_per_plane
+        self._rng = random.Random(seed)
+        self._random = self._rng.random
+        # EV = (base + k) * planes + plane: plane from ev % planes, and consecutive k walk over
+        # every T1 (t1 = (base + k) % t1_count), so each plane's EVs cover its paths evenly.
+        # A random base per QP keeps QPs from sharing EVs (and fills the UDP source port).
+        span = per_plane + config.reverse_per_plane
+        base = self._rng.randrange(0, ((1 << 32) // planes) - span - 1)
+        base -= base % t1_count
+        self.ev_values: list[int] = []
+        self.plane_of: list[int] = []
+        self.pool: list[list[int]] = [[] for _ in range(planes)]
+        for plane in range(planes):
+            for k in range(per_plane):
+                slot = len(self.ev_values)
+                self.ev_values.append((base + k) * planes + plane)
+                self.plane_of.append(plane)
+                self.pool[plane].append(slot)
+        self.reverse: list[int] = []  # reverse EV values, interleaved over planes
+        for k in range(config.reverse_per_plane):
+            for plane in range(planes):
+                self.reverse.append((base + per_plane + k) * planes + plane)
+        self.slot_of = {ev: s for s, ev in enumerate(self.ev_values)}
+        n = len(self.ev_values)
+        self.state: list[EvState] = [EvState.GOOD] * n
+        self.evidence_s: list[float] = [-1.0] * n  # send time of the newest packet known delivered
+        self.tx_packets = [0] * n
+        self.acked_packets = [0] * n
+        self.timeouts = [0] * n
+        self.trims = [0] * n
+        self.ecn_echoes = [0] * n
+        self.probes_sent = [0] * n
+        self.probes_answered = [0] * n
+        self.probe_ok = [0] * n  # consecutive answered probes
+        self.probe_misses = [0] * n  # consecutive unanswered probes (interval backoff)
+        self.probe_due: dict[int, float] = {}  # ASSUMED_BAD slot -> next probe time
+        self.probe_pending: dict[int, int] = {}  # slot -> tx_ts_ns of the outstanding probe
+        self.plane_down = [False] * planes  # local port down or peer reported its port down
+        self.skip_until = [0] * n
+        self.tx_count = 0
+        self.now_s = 0.0  # updated by the owner before feeding inputs (event timestamps)
+        self._skip_release: deque[tuple[int, int]] = deque()  # (tx_count to release at, slot)
+        self._reverse_next = 0
+        self._reverse_k = [0] * planes
+        self.events: deque[EvStateChanged] = deque()
+        self.active: list[int] = []
+        self._groups: list[list[int]] = []
+        self._rr = 0
+        self._rebuild()
+
+    # -- the hot path ------------------------------------------------------------------------
+
+    def pick(self, avoid: int = -1) -> int:
+        """Choose the slot for the next packet.
+
+        Planes take turns (a rotation over the planes that have active EVs), so every NIC port
+        carries the same share; within the plane the EV is pseudo-random over its active EVs.
+        ``avoid`` is the slot that lost the packet being retransmitted: the retransmission goes
+        to another plane when there is one, and never to that slot when another is usable.  Returns -1 when no EV at all can be sent on.
+        """
+        self.tx_count += 1
+        rel = self._skip_release
+        if rel and rel[0][0] <= self.tx_count:
+            self._release_skips()
+        groups = self._groups
+        n = len(groups)
+        if n == 0:
+            return -1
+        i = self._rr
+        if i >= n:
+            i = 0
+        if avoid >= 0 and n > 1 and self.plane_of[groups[i][0]] == self.plane_of[avoid]:
+            i = i + 1 if i + 1 < n else 0  # a retransmission leaves the plane that lost it
+        self._rr = i + 1
+        group = groups[i]
+        slot = group[int(self._random() * len(group))]
+        if slot == avoid and len(group) > 1:
+            j = group.index(slot)
+            slot = group[(j + 1 + int(self._random() * (len(group) - 1))) % len(group)]
+        return slot
+
+    # -- state machine -----------------------------------------------------------------------
+
+    def apply(self, slot: int, inp: EvInput, now_s: float) -> bool:
+        """Feed one input to one EV; returns True when the state changed."""
+        old = self.state[slot]
+        new = next_state(old, inp)
+        if new is EvState.SKIP and inp in (EvInput.ECN_ECHO, EvInput.TRIMMED, EvInput.PROBE_OK_ECN):
+            until = self.tx_count + max(1, len(self.active))  # (re)start the rotation
+            self.skip_until[slot] = until
+            self._skip_release.append((until, slot))
+        if new is old:
+            return False
+        self.state[slot] = new
+        if new is EvState.ASSUMED_BAD:
+            self.probe_ok[slot] = 0
+            self.probe_misses[slot] = 0
+            self.probe_pending.pop(slot, None)
+            self.probe_due[slot] = now_s  # first probe at the next timer, then every interval
+        elif old is EvState.ASSUMED_BAD:
+            self.probe_due.pop(slot, None)
+            self.probe_pending.pop(slot, None)
+        self.events.append(
+            EvStateChanged(self.ev_values[slot], self.plane_of[slot], old, new, inp, now_s)
+        )
+        self._rebuild()
+        return True
+
+    def _release_skips(self) -> None:
+        rel = self._skip_release
+        while rel and rel[0][0] <= self.tx_count:
+            _, slot = rel.popleft()
+            if self.state[slot] is EvState.SKIP and self.skip_until[slot] <= self.tx_count:
+                self.apply(slot, EvInput.ROTATION, self.now_s)
+
+    def _rebuild(self) -> None:
+        """Recompute the sprayed set: per plane, the first usable EVs of the pool."""
+        want = self.active_per_plane
+        active: list[int] = []
+        for plane in range(self.planes):
+            if self.plane_down[plane]:
+                continue
+            n = 0
+            for slot in self.pool[plane]:
+                if self.state[slot] is EvState.GOOD:
+                    active.append(slot)
+                    n += 1
+                    if n == want:
+                        break
+        if not active:
+            # Nothing GOOD: send on SKIP EVs, then on ASSUMED_BAD ones, so the QP keeps trying
+            # (and its retry limit can end a truly dead connection) rather than stalling silently.
+            for fallback in (EvState.SKIP, EvState.ASSUMED_BAD):
+                active = [
+                    s
+                    for s, st in enumerate(self.state)
+                    if st is fallback and not self.plane_down[self.plane_of[s]]
+                ]
+                if active:
+                    break
+        self.active = active
+        groups: dict[int, list[int]] = {}
+        for slot in active:
+            groups.setdefault(self.plane_of[slot], []).append(slot)
+        self._groups = [groups[p] for p in sorted(groups)]
+
+    # -- feedback helpers used by the QP ------------------------------------------------------
+
+    def note_delivered(self, slot: int, sent_s: float) -> None:
+        """A packet sent on ``slot`` at ``sent_s`` was acknowledged: the path is alive."""
+        self.acked_packets[slot] += 1
+        if sent_s > self.evidence_s[slot]:
+            self.evidence_s[slot] = sent_s
+
+    def on_timeout(self, slot: int, sent_s: float, now_s: float) -> bool:
+        """RTO of a packet sent on ``slot`` at ``sent_s``: ASSUMED_BAD unless the path showed
+        life (a later packet on it was acknowledged or trimmed).  Returns True if downgraded."""
+        self.timeouts[slot] += 1
+        if self.evidence_s[slot] >= sent_s:
+            return False  # random loss on a live path: retransmit only
+        return self.apply(slot, EvInput.TIMEOUT, now_s)
+
+    def set_plane_down(self, plane: int, down: bool, now_s: float) -> None:
+        if self.plane_down[plane] == down:
+            return
+        self.plane_down[plane] = down
+        if down:
+            for slot in self.pool[plane]:
+                self.apply(slot, EvInput.PORT_DOWN, now_s)
+        else:
+            for slot in self.pool[plane]:
+                if self.state[slot] is EvState.ASSUMED_BAD:
+                    self.probe_due[slot] = now_s
+        self._rebuild()
+
+    def next_reverse_ev(self) -> int:
+        """EV for a control packet (ACK/SACK/NACK): round robin over the reverse set, skipping
+        planes that are down, so acknowledgments are sprayed too and one dead path only loses
+        the (cumulative, hence redundant) SACKs that happened to take it."""
+        rev = self.reverse
+        for _ in range(len(rev)):
+            ev = rev[self._reverse_next]
+            self._reverse_next = (self._reverse_next + 1) % len(rev)
+            if not self.plane_down[ev % self.planes]:
+                return ev
+        return rev[0]
+
+    def reverse_ev_on(self, plane: int) -> int:
+        """EV for a control packet answering something that arrived on ``plane``: the answer
+        takes the same plane back (a plane that just delivered is very likely alive both ways),
+        alternating over that plane's reverse EVs.  Falls back to the round robin when the
+        plane is down."""
+        if self.plane_down[plane]:
+            return self.next_reverse_ev()
+        k = self._reverse_k[plane]
+        self._reverse_k[plane] = (k + 1) % self.config.reverse_per_plane
+        return self.reverse[k * self.planes + plane]
+
+    # -- probing ---------------------------------------------------------------------------
+
+    def next_probe_s(self) -> float | None:
+        due = self.probe_due
+        if not due:
+            return None
+        best = None
+        for slot, t in due.items():
+            if not self.plane_down[self.plane_of[slot]] and (best is None or t < best):
+                best = t
+        return best
+
+    def due_probes(self, now_s: float, interval_s: float, ts_ns: int) -> list[int]:
+        """Slots to probe now; schedules the next probe of each and counts unanswered ones."""
+        out = []
+        for slot, t in list(self.probe_due.items()):
+            if t <= now_s and not self.plane_down[self.plane_of[slot]]:
+                misses = self.probe_misses
+                if slot in self.probe_pending:
+                    self.probe_ok[slot] = 0  # previous probe unanswered: start counting again
+                    misses[slot] = min(misses[slot] + 1, PROBE_BACKOFF_MAX)
+                self.probe_pending[slot] = ts_ns
+                self.probe_due[slot] = now_s + interval_s * (1 << misses[slot])
+                self.probes_sent[slot] += 1
+                out.append(slot)
+        return out
+
+    def on_probe_answer(self, slot: int, ts_ns: int, ecn: bool, now_s: float) -> None:
+        if self.probe_pending.get(slot) != ts_ns:
+            return  # stale answer
+        del self.probe_pending[slot]
+        self.probes_answered[slot] += 1
+        self.probe_misses[slot] = 0
+        self.probe_due[slot] = min(self.probe_due.get(slot, now_s), now_s)  # next one right away
+        if ecn:
+            self.apply(slot, EvInput.PROBE_OK_ECN, now_s)
+            return
+        self.probe_ok[slot] += 1
+        if self.probe_ok[slot] >= self.config.probe_successes:
+            self.apply(slot, EvInput.PROBE_OK, now_s)
+
+    # -- introspection ----------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        out = {s.name: 0 for s in EvState}
+        for st in self.state:
+            out[st.name] += 1
+        return out
+
+    def stats(self) -> list[EvStats]:
+        return [
+            EvStats(
+                ev=self.ev_values[s],
+                plane=self.plane_of[s],
+                state=self.state[s],
+                tx_packets=self.tx_packets[s],
+                acked_packets=self.acked_packets[s],
+                timeouts=self.timeouts[s],
+                trims=self.trims[s],
+                ecn_echoes=self.ecn_echoes[s],
+                probes_sent=self.probes_sent[s],
+                probes_answered=self.probes_answered[s],
+            )
+            for s in range(len(self.ev_values))
+        ]
+
+
+def mermaid() -> str:
+    """The transition table as a Mermaid state diagram (self-loops omitted)."""
+    lines = ["stateDiagram-v2", "    [*] --> GOOD"]
+    for (src, inp), dst in TRANSITIONS.items():
+        if src is not dst:
+            lines.append(f"    {src.name} --> {dst.name}: {inp.name}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(mermaid())

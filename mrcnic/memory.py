@@ -1,0 +1,142 @@
+"""Registered memory: regions, random 32-bit R_Keys, bounds and permission checks.
+
+A :class:`MemoryRegion` is a caller's writable buffer exposed to the peer at a virtual
+address range ``[base_va, base_va + length)`` under an R_Key.  The responder never trusts a
+length or an address from the wire: every placement goes through :meth:`MemoryTable.place`,
+which checks the key, the permission and the bounds, and writes nothing when any check fails
+(the bounds check itself is done again by the C placement code, ``mrcnic.fast.place``).
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import secrets
+from dataclasses import dataclass, field
+
+from mrcnic import fast
+
+
+class Access(enum.IntFlag):
+    """Access flags of a region (ibverbs names; MRC has RDMA Write only, no Read/Atomics)."""
+
+    LOCAL_WRITE = 1
+    REMOTE_WRITE = 2
+
+
+class PlaceStatus(enum.IntEnum):
+    """Why a remote write was refused (OK = placed).  Every non-OK becomes a remote access NACK."""
+
+    OK = 0
+    BAD_RKEY = 1  # no region with that key (never registered, or deregistered)
+    NO_PERMISSION = 2  # region lacks REMOTE_WRITE
+    OUT_OF_BOUNDS = 3  # any byte outside the region
+
+
+class MemoryRegionError(ValueError):
+    """Invalid registration request (empty or read-only buffer, bad address)."""
+
+
+# Synthetic virtual addresses: regions get page-aligned VAs in a user-space-looking range, so a
+# peer sees realistic 64-bit addresses and two regions never overlap.
+_VA_BASE = 0x7F00_0000_0000
+_PAGE = 4096
+
+
+@dataclass(slots=True, eq=False)
+class MemoryRegion:
+    """One registered region.  ``buffer`` is the caller's memory, written in place."""
+
+    rkey: int
+    base_va: int
+    buffer: memoryview
+    access: Access
+    valid: bool = True
+    bytes_placed: int = field(default=0)
+
+    @property
+    def length(self) -> int:
+        return len(self.buffer)
+
+    @property
+    def end_va(self) -> int:
+        return self.base_va + len(self.buffer)
+
+    def contains(self, va: int, length: int) -> bool:
+        return self.base_va <= va and va + length <= self.end_va
+
+
+class MemoryTable:
+    """The R_Key registry of one device (or one QP's protection domain).
+
+    ``seed`` makes R_Keys reproducible (the simulator and tests); without it keys come from
+    ``secrets`` so a peer cannot guess them.
+    """
+
+    def __init__(self, seed: int | None = None) -> None:
+        self._rng = random.Random(seed) if seed is not None else None
+        self._by_rkey: dict[int, MemoryRegion] = {}
+        self._next_va = _VA_BASE + (self._rand32() & 0xFFFF) * _PAGE
+
+    def _rand32(self) -> int:
+        return self._rng.getrandbits(32) if self._rng is not None else secrets.randbits(32)
+
+    def register(
+        self,
+        buffer: bytearray | memoryview,
+        access: Access = Access.LOCAL_WRITE | Access.REMOTE_WRITE,
+        base_va: int | None = None,
+    ) -> MemoryRegion:
+        """Register ``buffer``; returns the region with a fresh random R_Key (never 0)."""
+        view = memoryview(buffer)
+        if view.readonly:
+            raise MemoryRegionError("buffer is read-only: register a bytearray or writable view")
+        view = view.cast("B") if view.format != "B" or view.ndim != 1 else view
+        if len(view) == 0:
+            raise MemoryRegionError("cannot register an empty buffer")
+        if base_va is None:
+            base_va = self._next_va
+            self._next_va += (len(view) + 2 * _PAGE - 1) // _PAGE * _PAGE  # plus a guard page
+        if base_va < 0 or base_va + len(view) > 1 << 64:
+            raise MemoryRegionError(f"base_va {base_va:#x} + length does not fit in 64 bits")
+        rkey = 0
+        while rkey == 0 or rkey in self._by_rkey:
+            rkey = self._rand32()
+        mr = MemoryRegion(rkey=rkey, base_va=base_va, buffer=view, access=Access(access))
+        self._by_rkey[rkey] = mr
+        return mr
+
+    def deregister(self, mr: MemoryRegion) -> None:
+        """Withdraw a region: later writes under its key are refused (BAD_RKEY)."""
+        if self._by_rkey.get(mr.rkey) is mr:
+            del self._by_rkey[mr.rkey]
+        mr.valid = False
+
+    def lookup(self, rkey: int) -> MemoryRegion | None:
+        return self._by_rkey.get(rkey)
+
+    def check(self, rkey: int, va: int, length: int) -> PlaceStatus:
+        """Would a remote write of ``length`` bytes at ``va`` under ``rkey`` be accepted?"""
+        mr = self._by_rkey.get(rkey)
+        if mr is None:
+            return PlaceStatus.BAD_RKEY
+        if not mr.access & Access.REMOTE_WRITE:
+            return PlaceStatus.NO_PERMISSION
+        if length < 0 or not mr.contains(va, length):
+            return PlaceStatus.OUT_OF_BOUNDS
+        return PlaceStatus.OK
+
+    def place(self, rkey: int, va: int, payload: bytes | memoryview) -> PlaceStatus:
+        """Write a remote payload after checking key, permission and bounds; all or nothing."""
+        mr = self._by_rkey.get(rkey)
+        if mr is None:
+            return PlaceStatus.BAD_RKEY
+        if not mr.access & Access.REMOTE_WRITE:
+            return PlaceStatus.NO_PERMISSION
+        if fast.place(mr.buffer, mr.base_va, va, payload) != fast.PLACE_OK:
+            return PlaceStatus.OUT_OF_BOUNDS
+        mr.bytes_placed += len(payload)
+        return PlaceStatus.OK
+
+    def __len__(self) -> int:
+        return len(self._by_rkey)

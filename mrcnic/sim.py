@@ -1,0 +1,575 @@
+"""mrc-sim: the real MRC queue pairs over a deterministic, virtual-time simulated fabric.
+
+No root, no sockets: ``mrcnic.sim_fabric`` models the planes, paths and queues; this module
+sets up two hosts, their queue pairs (MRC, or the go-back-N baseline of ``mrcnic.gbn_sim``),
+runs one transfer with the scheduled failures, verifies the destination bytes and reports.
+The manual (every flag, the JSON keys) is docs/sim.md.
+
+    mrc-sim --planes 8 --paths-per-plane 4 --size 256M --loss 0.001 \\
+            --fail 3@10ms --heal 3@200ms --seed 7 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import random
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from mrcnic import gbn_sim
+from mrcnic.ev import EvConfig, EvStateChanged
+from mrcnic.memory import MemoryTable
+from mrcnic.qp import (
+    ImmReceived,
+    NetConfig,
+    PortAddr,
+    QpConfig,
+    QpErrorEvent,
+    QueuePair,
+    WcStatus,
+    WriteCompleted,
+    peek_dest_qp,
+)
+from mrcnic.sim_fabric import Fabric, FabricSpec
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "": 1.0}
+_RATE_UNITS = {
+    "": 1.0,
+    "bit": 1.0,
+    "k": 1e3,
+    "kbit": 1e3,
+    "m": 1e6,
+    "mbit": 1e6,
+    "g": 1e9,
+    "gbit": 1e9,
+}
+
+
+def parse_size(text: str) -> int:
+    """``4096``, ``64K``, ``256M``, ``1G`` (binary multiples)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(i?B)?\s*", text, re.IGNORECASE)
+    if not m:
+        raise ValueError(f"bad size {text!r} (examples: 4096, 64K, 256M, 1G)")
+    return int(m.group(1)) * _UNITS[m.group(2).upper()]
+
+
+def parse_time(text: str) -> float:
+    """``10ms``, ``200us``, ``1.5s`` or plain seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(s|ms|us|ns)?\s*", text)
+    if not m:
+        raise ValueError(f"bad time {text!r} (examples: 10ms, 200us, 1.5s)")
+    return float(m.group(1)) * _TIME_UNITS[m.group(2) or ""]
+
+
+def parse_rate(text: str) -> float:
+    """``100Mbit``, ``1Gbit``, ``800M``, or plain bits per second."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([a-zA-Z]*)\s*", text)
+    unit = m.group(2).lower().removesuffix("/s").removesuffix("ps") if m else None
+    if not m or unit not in _RATE_UNITS:
+        raise ValueError(f"bad rate {text!r} (examples: 100Mbit, 1Gbit)")
+    return float(m.group(1)) * _RATE_UNITS[unit]
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """``kind`` path|plane|port, ``index`` (path = plane * paths_per_plane + t1), ``time_s``."""
+
+    kind: str
+    index: int
+    time_s: float
+    up: bool
+
+    @classmethod
+    def parse(cls, text: str, up: bool) -> Fault:
+        m = re.fullmatch(r"\s*(?:(path|plane|port):)?(\d+)@(.+)", text)
+        if not m:
+            raise ValueError(f"bad fault {text!r} (examples: 3@10ms, plane:3@10ms, port:3@10ms)")
+        return cls(m.group(1) or "path", int(m.group(2)), parse_time(m.group(3)), up)
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    fabric: FabricSpec = field(default_factory=FabricSpec)
+    size: int = 16 << 20
+    msg_size: int = 1 << 20
+    transport: str = "mrc"  # mrc | gbn
+    qps: int | None = None  # default: 1 for mrc, one per plane for gbn
+    mtu: int = 4096
+    cc: str = "nscc"
+    evs: int = 128
+    faults: tuple[Fault, ...] = ()
+    max_time_s: float = 60.0
+    timeline_s: float | None = None  # bin width of the goodput timeline in the result
+    seed: int = 1
+
+
+def base_rtt_s(spec: FabricSpec, mtu: int) -> float:
+    """Unloaded RTT of a full data packet and its ACK (three store-and-forward links)."""
+    data = (mtu + 110) * 8
+    ctrl = 120 * 8
+    return (
+        2 * (data / spec.port_rate_bps)
+        + data / spec.path_rate
+        + 2 * (ctrl / spec.port_rate_bps)
+        + ctrl / spec.path_rate
+        + 2 * spec.prop_s
+    )
+
+
+class Simulation:
+    """One transfer from h0 to h1 over the simulated fabric."""
+
+    def __init__(self, cfg: SimConfig) -> None:
+        self.cfg = cfg
+        spec = cfg.fabric
+        self.fabric = Fabric(spec, self._deliver)
+        shape = spec.shape
+        self.base_rtt_s = base_rtt_s(spec, cfg.mtu)
+        self.memories = [MemoryTable(cfg.seed * 2 + 1), MemoryTable(cfg.seed * 2 + 2)]
+        self.endpoints: list[dict[int, object]] = [{}, {}]
+        self._timers: dict[tuple[int, int], float] = {}
+        nets = [
+            NetConfig(
+                shape,
+                h,
+                tuple(
+                    PortAddr(bytes((2, 0, 0, h, p, 1)), bytes((2, 0, 0, h, p, 2)))
+                    for p in range(spec.planes)
+                ),
+            )
+            for h in range(2)
+        ]
+        line = spec.capacity_bps()
+        qps = cfg.qps or (1 if cfg.transport == "mrc" else spec.planes)
+        pairs = []
+        for i in range(qps):
+            qa, qb = 0x100 + i, 0x200 + i
+            if cfg.transport == "mrc":
+                qcfg = QpConfig(
+                    mtu_bytes=cfg.mtu,
+                    ev=EvConfig(ev_count=max(cfg.evs, spec.planes)),
+                    cc=cfg.cc,
+                    base_rtt_s=self.base_rtt_s,
+                    seed=cfg.seed + i,
+                )
+                a = QueuePair(qa, nets[0], self.memories[0], line / qps, qcfg)
+                b = QueuePair(qb, nets[1], self.memories[1], line / qps, qcfg)
+            elif cfg.transport == "gbn":
+                gcfg = gbn_sim.GbnConfig(
+                    mtu_bytes=cfg.mtu, base_rtt_s=self.base_rtt_s, seed=cfg.seed + i
+                )
+                plane = i % spec.planes
+                rate = min(spec.port_rate_bps, spec.path_rate)
+                a = gbn_sim.GbnQueuePair(qa, nets[0], self.memories[0], rate, gcfg, plane=plane)
+                b = gbn_sim.GbnQueuePair(qb, nets[1], self.memories[1], rate, gcfg, plane=plane)
+            else:
+                raise ValueError(f"unknown transport {cfg.transport!r} (mrc or gbn)")
+            a.connect(b.local_attributes())
+            b.connect(a.local_attributes())
+            self.endpoints[0][qa] = a
+            self.endpoints[1][qb] = b
+            pairs.append((a, b))
+        self.pairs = pairs
+        # workload: random source, split into messages round-robin over the QPs
+        rng = random.Random(cfg.seed)
+        chunk = 1 << 20
+        self.src = b"".join(
+            rng.randbytes(min(chunk, cfg.size - o)) for o in range(0, cfg.size, chunk)
+        )
+        self.dst = bytearray(cfg.size)
+        self.mr = self.memories[1].register(self.dst)
+        self.messages = 0
+        view = memoryview(self.src)
+        for k, off in enumerate(range(0, cfg.size, cfg.msg_size)):
+            n = min(cfg.msg_size, cfg.size - off)
+            a, _ = pairs[k % qps]
+            last = off + n >= cfg.size
+            a.post_write(
+                k, view[off : off + n], self.mr.base_va + off, self.mr.rkey, imm=k if last else None
+            )
+            self.messages += 1
+        self.completed: dict[int, WcStatus] = {}
+        self.completion_s: float | None = None
+        self.qp_errors: list[str] = []
+        self.imm_received: list[int] = []
+        self.ev_transitions = 0
+        self.placed: list[tuple[float, int]] = [(0.0, 0)]
+        self.capacity: list[tuple[float, float]] = [(0.0, self.fabric.surviving_capacity_bps())]
+        self._done = False
+        for f in cfg.faults:
+            self.fabric.at(f.time_s, self._fault_fn(f))
+
+    # -- driving -------------------------------------------------------------------------------
+
+    def _fault_fn(self, f: Fault) -> Callable[[], None]:
+        def apply() -> None:
+            fab = self.fabric
+            P = self.cfg.fabric.paths_per_plane
+            if f.kind == "path":
+                fab.set_path(f.index // P, f.index % P, f.up)
+            elif f.kind == "plane":
+                fab.set_plane(f.index, f.up)
+            else:  # port of h0: the NIC sees its link go down/up at once
+                fab.set_port(0, f.index, f.up)
+                for ep in self.endpoints[0].values():
+                    ep.port_status(f.index, f.up, fab.now)
+                self._pump(0, fab.now)
+            self.capacity.append((fab.now, fab.surviving_capacity_bps()))
+
+        return apply
+
+    def _deliver(self, host: int, port: int, frame: bytes, t: float) -> None:
+        qpn = peek_dest_qp(frame)
+        ep = self.endpoints[host].get(qpn)
+        if ep is None:
+            return
+        ep.receive_frame(frame, t)
+        if host == 1:
+            total = sum(e.stats.rx_placed_bytes for e in self.endpoints[1].values())
+            if total != self.placed[-1][1]:
+                self.placed.append((t, total))
+        self._pump_one(host, qpn, ep, t)
+
+    def _pump(self, host: int, t: float) -> None:
+        for qpn, ep in self.endpoints[host].items():
+            self._pump_one(host, qpn, ep, t)
+
+    def _pump_one(self, host: int, qpn: int, ep, t: float) -> None:  # noqa: ANN001
+        fab = self.fabric
+        for port, frame in ep.frames_to_send(t):
+            fab.send(host, port, frame, t)
+        while (e := ep.next_event()) is not None:
+            self._on_event(e, t)
+        nt = ep.get_timer()
+        key = (host, qpn)
+        if nt is not None and self._timers.get(key) != nt:
+            self._timers[key] = nt
+
+            def fire(key=key, nt=nt, ep=ep) -> None:  # noqa: ANN001
+                if self._timers.get(key) != nt:
+                    return
+                del self._timers[key]
+                ep.handle_timer(fab.now)
+                self._pump_one(key[0], key[1], ep, fab.now)
+
+            fab.at(nt if nt > t else t, fire)
+
+    def _on_event(self, e: object, t: float) -> None:
+        if isinstance(e, WriteCompleted):
+            self.completed[e.wr_id] = e.status
+            if len(self.completed) == self.messages:
+                self.completion_s = t
+                self._done = True
+        elif isinstance(e, QpErrorEvent):
+            self.qp_errors.append(f"QP {e.qpn:#x}: {e.status.value}: {e.reason}")
+            self._done = True
+        elif isinstance(e, ImmReceived):
+            self.imm_received.append(e.imm)
+        elif isinstance(e, EvStateChanged):
+            self.ev_transitions += 1
+
+    def run(self) -> dict:
+        t0 = time.perf_counter()
+        c0 = time.process_time()
+        for h in range(2):
+            self._pump(h, 0.0)
+        self.fabric.run(self.cfg.max_time_s, lambda: self._done)
+        wall = time.perf_counter() - t0
+        cpu = time.process_time() - c0
+        return self._result(wall, cpu)
+
+    # -- results -------------------------------------------------------------------------------
+
+    def _placed_at(self, t: float) -> float:
+        times = [p[0] for p in self.placed] if not hasattr(self, "_ptimes") else self._ptimes
+        self._ptimes = times
+        i = bisect.bisect_right(times, t) - 1
+        return self.placed[max(i, 0)][1]
+
+    def _capacity_at(self, t: float) -> float:
+        cap = self.capacity[0][1]
+        for tc, c in self.capacity:
+            if tc <= t:
+                cap = c
+        return cap
+
+    def recovery_s(self, end_s: float) -> float | None:
+        """Time from the first failure until goodput, over a window of 4 base RTTs (at least 10
+        packet times), is back to >= 90% of the capacity that survives at that moment."""
+        downs = [f.time_s for f in self.cfg.faults if not f.up and f.time_s < end_s]
+        if not downs:
+            return None
+        t_fail = min(downs)
+        spec = self.cfg.fabric
+        pkt_s = (self.cfg.mtu + 110) * 8 / spec.capacity_bps()
+        win = max(4 * self.base_rtt_s, 10 * pkt_s)
+        step = win / 8
+        t = t_fail
+        while t + win <= end_s:
+            cap = self._capacity_at(t)
+            got = (self._placed_at(t + win) - self._placed_at(t)) * 8 / win
+            if cap > 0 and got >= 0.9 * cap:
+                return t - t_fail
+            t += step
+        return end_s - t_fail
+
+    def _result(self, wall_s: float, cpu_s: float) -> dict:
+        cfg = self.cfg
+        spec = cfg.fabric
+        end = self.completion_s if self.completion_s is not None else self.fabric.now
+        capacity = spec.capacity_bps()
+        ok = self.completion_s is not None and all(
+            s is WcStatus.SUCCESS for s in self.completed.values()
+        )
+        goodput = cfg.size * 8 / self.completion_s if ok and self.completion_s else 0.0
+        ev_states: dict[str, int] = {}
+        retrans = timeouts = packets = 0
+        for a, _ in self.pairs:
+            for k, v in a.ev_states().items():
+                ev_states[k] = ev_states.get(k, 0) + v
+            retrans += a.stats.retransmissions
+            timeouts += a.stats.timeouts
+            packets += a.stats.tx_data_packets
+        links = self.fabric.links()
+        result = {
+            "transport": cfg.transport,
+            "goodput_fraction": round(goodput / capacity, 4),
+            "completion_s": round(self.completion_s, 6) if self.completion_s is not None else None,
+            "verified": bytes(self.dst) == self.src,
+            "qp_errors": len(self.qp_errors),
+            "qp_error_reasons": self.qp_errors,
+            "retransmissions": retrans,
+            "ev_states": ev_states,
+            "recovery_s": (round(r, 6) if (r := self.recovery_s(end)) is not None else None),
+            "goodput_bps": round(goodput),
+            "capacity_bps": capacity,
+            "bytes": cfg.size,
+            "messages": self.messages,
+            "qps": len(self.pairs),
+            "planes": spec.planes,
+            "paths_per_plane": spec.paths_per_plane,
+            "port_rate_bps": spec.port_rate_bps,
+            "loss": spec.loss,
+            "seed": cfg.seed,
+            "base_rtt_s": self.base_rtt_s,
+            "timeouts": timeouts,
+            "data_packets": packets,
+            "trims": sum(link.trims for link in links),
+            "ecn_marks": sum(link.marks for link in links),
+            "drops": sum(link.drops for link in links),
+            "random_losses": sum(link.losses for link in links),
+            "ev_transitions": self.ev_transitions,
+            "faults": [
+                f"{'heal' if f.up else 'fail'} {f.kind}:{f.index}@{f.time_s}s" for f in cfg.faults
+            ],
+            "wall_s": round(wall_s, 3),
+            "cpu_s": round(cpu_s, 3),
+            "sim_pps": round((packets + retrans) / cpu_s) if cpu_s > 0 else None,
+        }
+        if cfg.timeline_s:
+            step = cfg.timeline_s
+            tl = []
+            t = 0.0
+            while t < end:
+                got = (self._placed_at(t + step) - self._placed_at(t)) * 8 / step
+                tl.append([round(t, 6), round(got)])
+                t += step
+            result["timeline"] = tl
+        return result
+
+
+def run(cfg: SimConfig) -> dict:
+    """Run one simulation; returns the JSON-able result (keys in docs/sim.md)."""
+    return Simulation(cfg).run()
+
+
+def summary(r: dict) -> str:
+    gp = r["goodput_bps"] / 1e6
+    cap = r["capacity_bps"] / 1e6
+    rec = "n/a (no failure)" if r["recovery_s"] is None else f"{r['recovery_s'] * 1e3:.2f} ms"
+    comp = "did not complete" if r["completion_s"] is None else f"{r['completion_s'] * 1e3:.2f} ms"
+    lines = [
+        f"mrc-sim: {r['transport']} over {r['planes']} planes x {r['paths_per_plane']} paths, "
+        f"{r['qps']} QP(s), {r['bytes']} bytes, loss {r['loss']}, seed {r['seed']}",
+        f"  completion       {comp} (virtual)",
+        f"  goodput          {gp:.1f} Mb/s of {cap:.1f} Mb/s capacity = {r['goodput_fraction']:.3f}",
+        f"  verified         {'yes' if r['verified'] else 'NO'}",
+        f"  qp errors        {r['qp_errors']}"
+        + "".join(f"\n    {e}" for e in r["qp_error_reasons"]),
+        f"  retransmissions  {r['retransmissions']} (timeouts {r['timeouts']}, trims {r['trims']}, "
+        f"ECN marks {r['ecn_marks']}, random losses {r['random_losses']}, drops {r['drops']})",
+        "  EV states        " + ", ".join(f"{k} {v}" for k, v in r["ev_states"].items()),
+        f"  recovery         {rec}",
+        f"  simulator        {r['wall_s']} s wall, {r['sim_pps']} data packets per CPU second",
+    ]
+    for f in r["faults"]:
+        lines.append(f"  fault            {f}")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="mrc-sim",
+        description="Run MRC queue pairs over a deterministic simulated multi-plane fabric.",
+        epilog="Manual: docs/sim.md.  Example: mrc-sim --planes 8 --paths-per-plane 4 --size 256M "
+        "--loss 0.001 --fail 3@10ms --heal 3@200ms --seed 7 --json",
+    )
+    d = FabricSpec()
+    p.add_argument(
+        "--planes", type=int, default=d.planes, help="network planes = NIC ports (default 8)"
+    )
+    p.add_argument(
+        "--paths-per-plane",
+        type=int,
+        default=d.paths_per_plane,
+        help="T1 switches per plane (default 4)",
+    )
+    p.add_argument(
+        "--size", type=parse_size, default=16 << 20, help="bytes to write (e.g. 256M; default 16M)"
+    )
+    p.add_argument(
+        "--msg-size", type=parse_size, default=1 << 20, help="bytes per RDMA write (default 1M)"
+    )
+    p.add_argument("--mtu", type=int, default=4096, help="payload bytes per packet (default 4096)")
+    p.add_argument(
+        "--port-rate",
+        type=parse_rate,
+        default=d.port_rate_bps,
+        help="NIC port rate (default 100Mbit)",
+    )
+    p.add_argument(
+        "--path-rate",
+        type=parse_rate,
+        default=None,
+        help="fabric path rate (default: the port rate)",
+    )
+    p.add_argument(
+        "--delay",
+        type=parse_time,
+        default=d.prop_s,
+        help="one-way propagation delay per path (default 20us)",
+    )
+    p.add_argument(
+        "--queue",
+        type=parse_size,
+        default=d.queue_bytes,
+        help="switch queue per port in bytes (default 64K)",
+    )
+    p.add_argument(
+        "--ecn",
+        type=parse_size,
+        default=d.ecn_bytes,
+        help="ECN marking threshold in bytes (default 16K)",
+    )
+    p.add_argument("--no-ecn", action="store_true", help="disable ECN marking")
+    p.add_argument("--no-trim", action="store_true", help="drop instead of trimming on overflow")
+    p.add_argument(
+        "--loss", type=float, default=0.0, help="random loss probability per packet per fabric path"
+    )
+    p.add_argument(
+        "--fail",
+        action="append",
+        default=[],
+        metavar="[path:|plane:|port:]N@TIME",
+        help="take a path (plane*paths_per_plane+t1), a plane or h0's port N down at TIME",
+    )
+    p.add_argument(
+        "--heal",
+        action="append",
+        default=[],
+        metavar="[path:|plane:|port:]N@TIME",
+        help="bring it back",
+    )
+    p.add_argument(
+        "--transport", choices=("mrc", "gbn"), default="mrc", help="mrc, or the go-back-N baseline"
+    )
+    p.add_argument(
+        "--qps",
+        type=int,
+        default=None,
+        help="queue pairs (default 1 for mrc, one per plane for gbn)",
+    )
+    p.add_argument("--cc", default="nscc", help="congestion control by name (nscc, fixed)")
+    p.add_argument(
+        "--evs", type=int, default=128, help="EVs per QP, split across planes (default 128)"
+    )
+    p.add_argument("--seed", type=int, default=1, help="seed for everything random (default 1)")
+    p.add_argument(
+        "--max-time",
+        type=parse_time,
+        default=60.0,
+        help="stop after this much virtual time (default 60s)",
+    )
+    p.add_argument(
+        "--timeline",
+        type=parse_time,
+        default=None,
+        metavar="BIN",
+        help="add a goodput timeline with this bin width",
+    )
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    return p
+
+
+def config_from_args(a: argparse.Namespace) -> SimConfig:
+    fabric = FabricSpec(
+        planes=a.planes,
+        paths_per_plane=a.paths_per_plane,
+        port_rate_bps=a.port_rate,
+        path_rate_bps=a.path_rate,
+        prop_s=a.delay,
+        queue_bytes=a.queue,
+        ecn_bytes=None if a.no_ecn else a.ecn,
+        trim=not a.no_trim,
+        loss=a.loss,
+        seed=a.seed,
+    )
+    if a.size < 1 or a.msg_size < 1 or a.mtu < 1 or a.planes < 1 or a.paths_per_plane < 1:
+        raise ValueError("size, msg-size, mtu, planes and paths-per-plane must be >= 1")
+    faults = [Fault.parse(s, up=False) for s in a.fail] + [Fault.parse(s, up=True) for s in a.heal]
+    for f in faults:
+        limit = {"path": a.planes * a.paths_per_plane, "plane": a.planes, "port": a.planes}[f.kind]
+        if not 0 <= f.index < limit:
+            raise ValueError(f"{f.kind} {f.index} does not exist (0..{limit - 1})")
+    return SimConfig(
+        fabric=fabric,
+        size=a.size,
+        msg_size=a.msg_size,
+        transport=a.transport,
+        qps=a.qps,
+        mtu=a.mtu,
+        cc=a.cc,
+        evs=a.evs,
+        faults=tuple(sorted(faults, key=lambda f: f.time_s)),
+        max_time_s=a.max_time,
+        timeline_s=a.timeline,
+        seed=a.seed,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    try:
+        cfg = config_from_args(a)
+    except ValueError as e:
+        parser.error(str(e))
+    try:
+        result = run(cfg)
+    except ValueError as e:
+        parser.error(str(e))
+    if a.json:
+        print(json.dumps(result))
+    else:
+        print(summary(result))
+    return 0 if result["verified"] and not result["qp_errors"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

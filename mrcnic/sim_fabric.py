@@ -1,0 +1,292 @@
+"""The deterministic virtual-time fabric under ``mrc-sim``: links, paths, planes, failures.
+
+Two hosts (h0 under T0 0, h1 under T0 1 of every plane) joined by ``planes`` planes of
+``paths_per_plane`` T1 switches each.  Per direction, a packet crosses three links:
+
+1. the NIC port of its plane (the NIC paces at the port rate; its queue never drops),
+2. the fabric path T0 -> T1 -> T0 (rate, propagation delay, queue, ECN threshold, trimming,
+   random loss, failures), chosen by routing the packet's real SRv6 destination address,
+3. the last hop T0 -> destination port (queue and trimming to TRIMMED_LASTHOP; no ECN,
+   as MRC deployments disable marking on last-hop ports).
+
+A link is a FIFO with two classes: high priority (control DSCP, trimmed headers) goes first
+and never trims.  Queues are computed analytically (``busy_until``), so each packet costs one
+heap event per link.  Everything random comes from one seeded generator: same arguments, same
+run, bit for bit.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mrcnic import fast, usid
+
+_DSCP_TRIMMABLE = (4, 8)  # TRIMMABLE, TRIMMABLE_RETX
+_DSCP_HIGH = (12, 16, 46)  # TRIMMED, TRIMMED_LASTHOP, CONTROL
+_TRIM_KEEP = 62 + 40  # Ethernet+IPv6+UDP + BTH METH TS RETH (ImmDt added for imm opcodes)
+
+
+@dataclass(frozen=True, slots=True)
+class LinkSpec:
+    rate_bps: float
+    prop_s: float = 0.0
+    queue_bytes: int | None = None  # None: unbounded (a NIC's own transmit queue)
+    ecn_bytes: int | None = None  # mark CE above this data backlog; None: never
+    trim: bool = True  # trim trimmable data on overflow (otherwise drop)
+    last_hop: bool = False  # trims become TRIMMED_LASTHOP
+    loss: float = 0.0  # random loss probability per packet
+
+
+class Link:
+    __slots__ = (
+        "name",
+        "spec",
+        "bytes_per_s",
+        "busy_until",
+        "up",
+        "tx_packets",
+        "drops",
+        "trims",
+        "marks",
+        "losses",
+        "max_backlog",
+    )
+
+    def __init__(self, name: str, spec: LinkSpec) -> None:
+        self.name = name
+        self.spec = spec
+        self.bytes_per_s = spec.rate_bps / 8.0
+        self.busy_until = 0.0
+        self.up = True
+        self.tx_packets = 0
+        self.drops = 0  # overflow of non-trimmable data, or down
+        self.trims = 0
+        self.marks = 0
+        self.losses = 0  # random loss
+        self.max_backlog = 0
+
+    def transmit(self, t: float, frame: bytes, rng: random.Random) -> tuple[float, bytes] | None:
+        """The packet enters at ``t``; returns (arrival time at the far end, frame) or None."""
+        spec = self.spec
+        if not self.up:
+            self.drops += 1
+            return None
+        if spec.loss and rng.random() < spec.loss:
+            self.losses += 1
+            return None
+        n = len(frame)
+        dscp = (frame[14] & 0x0F) << 2 | frame[15] >> 6
+        busy = self.busy_until
+        backlog = (busy - t) * self.bytes_per_s if busy > t else 0.0
+        if dscp not in _DSCP_HIGH:
+            cap = spec.queue_bytes
+            if cap is not None and backlog + n > cap:
+                if spec.trim and dscp in _DSCP_TRIMMABLE:
+                    frame = trim_frame(frame, spec.last_hop)
+                    n = len(frame)
+                    self.trims += 1
+                else:
+                    self.drops += 1
+                    return None
+            elif spec.ecn_bytes is not None and backlog > spec.ecn_bytes and frame[15] & 0x30:
+                self.marks += 1
+                b = bytearray(frame)
+                b[15] |= 0x30  # CE
+                frame = bytes(b)
+        if backlog > self.max_backlog:
+            self.max_backlog = int(backlog)
+        start = busy if busy > t else t
+        done = start + n / self.bytes_per_s
+        self.busy_until = done
+        self.tx_packets += 1
+        # high priority: served ahead of queued data (approximation: it waits only for the
+        # packet in service, but still consumes link time, pushing the data queue back)
+        if dscp in _DSCP_HIGH and busy > t:
+            done = t + n / self.bytes_per_s
+        return done + spec.prop_s, frame
+
+
+def trim_frame(frame: bytes, last_hop: bool) -> bytes:
+    """Cut a data packet to its headers, as a switch does: DSCP TRIMMED(_LASTHOP), IPv6 payload
+    length and UDP length and checksum fixed."""
+    op = frame[62]
+    keep = _TRIM_KEEP + (4 if op in (0xC9, 0xCB) else 0)
+    b = bytearray(frame[:keep])
+    dscp = 16 if last_hop else 12
+    tc = dscp << 2 | (b[15] >> 4) & 3
+    b[14] = 0x60 | tc >> 4
+    b[15] = (tc & 0x0F) << 4 | (b[15] & 0x0F)
+    plen = keep - 54
+    b[18:20] = plen.to_bytes(2, "big")
+    b[58:60] = plen.to_bytes(2, "big")
+    b[60:62] = b"\x00\x00"
+    try:
+        final = usid.final_of(bytes(b[38:54]))
+        b[60:62] = fast.udp6_checksum(bytes(b[22:38]), final, memoryview(b)[54:]).to_bytes(2, "big")
+    except usid.UsidError:
+        pass
+    return bytes(b)
+
+
+@dataclass(frozen=True, slots=True)
+class FabricSpec:
+    planes: int = 8
+    paths_per_plane: int = 4
+    port_rate_bps: float = 100e6
+    path_rate_bps: float | None = None  # default: the port rate (a non-blocking Clos)
+    prop_s: float = 20e-6  # one-way propagation, whole path
+    queue_bytes: int = 64 * 1024
+    ecn_bytes: int | None = 16 * 1024
+    trim: bool = True
+    loss: float = 0.0
+    seed: int = 1
+
+    @property
+    def shape(self) -> usid.ClosShape:
+        return usid.ClosShape(planes=self.planes, t0=2, t1=self.paths_per_plane, hosts_per_t0=1)
+
+    @property
+    def path_rate(self) -> float:
+        return self.path_rate_bps if self.path_rate_bps is not None else self.port_rate_bps
+
+    def capacity_bps(
+        self, plane_up: list[bool] | None = None, path_up: list[list[bool]] | None = None
+    ) -> float:
+        """What the fabric carries one way: per plane min(port, sum of live paths)."""
+        total = 0.0
+        for p in range(self.planes):
+            if plane_up is not None and not plane_up[p]:
+                continue
+            paths = self.paths_per_plane
+            if path_up is not None:
+                paths = sum(path_up[p])
+            total += min(self.port_rate_bps, paths * self.path_rate)
+        return total
+
+
+Deliver = Callable[[int, int, bytes, float], None]  # (host, port, frame, t)
+
+
+class Fabric:
+    """Links plus an event queue.  ``send(host, port, frame, t)`` injects; arrivals call
+    ``deliver``; :meth:`at` schedules arbitrary callbacks (timers, failures)."""
+
+    def __init__(self, spec: FabricSpec, deliver: Deliver) -> None:
+        self.spec = spec
+        self.shape = spec.shape
+        self.deliver = deliver
+        self.rng = random.Random(spec.seed)
+        self.now = 0.0
+        self._heap: list[tuple[float, int, object, object, object]] = []
+        self._seq = 0
+        P, T = spec.planes, spec.paths_per_plane
+        nic = LinkSpec(spec.port_rate_bps)
+        fab = LinkSpec(
+            spec.path_rate,
+            spec.prop_s,
+            spec.queue_bytes,
+            spec.ecn_bytes,
+            spec.trim,
+            False,
+            spec.loss,
+        )
+        last = LinkSpec(spec.port_rate_bps, 0.0, spec.queue_bytes, None, spec.trim, True)
+        # [direction][plane] / [direction][plane][t1]; direction 0 = h0 -> h1
+        self.nic = [[Link(f"h{d}-p{p}-nic", nic) for p in range(P)] for d in range(2)]
+        self.path = [
+            [[Link(f"d{d}-p{p}-t1-{t}", fab) for t in range(T)] for p in range(P)] for d in range(2)
+        ]
+        self.last = [[Link(f"h{1 - d}-p{p}-lasthop", last) for p in range(P)] for d in range(2)]
+        self._route: dict[bytes, int] = {}
+        self.misrouted = 0
+
+    # -- scheduling --------------------------------------------------------------------------
+
+    def at(self, t: float, fn: Callable[[], None]) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, fn, None, None))
+
+    def send(self, host: int, port: int, frame: bytes, t: float) -> None:
+        """Host ``host`` hands ``frame`` to its port ``port`` at time ``t``."""
+        t1 = self._route.get(frame[38:54])
+        if t1 is None:
+            try:
+                info = usid.decode_path(self.shape, bytes(frame[38:54]))
+            except usid.UsidError:
+                self.misrouted += 1
+                return
+            if info.plane != port or info.dst_host != 1 - host or info.t1 is None:
+                self.misrouted += 1
+                return
+            t1 = info.t1
+            self._route[bytes(frame[38:54])] = t1
+        d = host
+        stages = (self.nic[d][port], self.path[d][port][t1], self.last[d][port])
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, stages, 0, (1 - host, port, frame)))
+
+    def run(self, until: float, stop: Callable[[], bool] | None = None) -> None:
+        heap = self._heap
+        rng = self.rng
+        pop = heapq.heappop
+        push = heapq.heappush
+        while heap:
+            t, _, a, b, c = heap[0]
+            if t > until:
+                break
+            pop(heap)
+            self.now = t
+            if b is None:
+                a()
+                if stop is not None and stop():
+                    return
+                continue
+            stages, i, (dst, port, frame) = a, b, c
+            if i == len(stages):
+                self.deliver(dst, port, frame, t)
+                if stop is not None and stop():
+                    return
+                continue
+            r = stages[i].transmit(t, frame, rng)
+            if r is not None:
+                self._seq += 1
+                push(heap, (r[0], self._seq, stages, i + 1, (dst, port, r[1])))
+
+    @property
+    def pending(self) -> int:
+        return len(self._heap)
+
+    # -- faults --------------------------------------------------------------------------------
+
+    def set_path(self, plane: int, t1: int, up: bool) -> None:
+        for d in range(2):
+            self.path[d][plane][t1].up = up
+
+    def set_plane(self, plane: int, up: bool) -> None:
+        for t in range(self.spec.paths_per_plane):
+            self.set_path(plane, t, up)
+
+    def set_port(self, host: int, plane: int, up: bool) -> None:
+        """A host's NIC port: its transmit link and the last hop into it."""
+        self.nic[host][plane].up = up
+        self.last[1 - host][plane].up = up
+
+    def links(self) -> list[Link]:
+        out = [*self.nic[0], *self.nic[1], *self.last[0], *self.last[1]]
+        for d in range(2):
+            for row in self.path[d]:
+                out.extend(row)
+        return out
+
+    def surviving_capacity_bps(self) -> float:
+        cap = 0.0
+        s = self.spec
+        for p in range(s.planes):
+            if not (self.nic[0][p].up and self.last[0][p].up):
+                continue
+            live = sum(1 for link in self.path[0][p] if link.up)
+            cap += min(s.port_rate_bps, live * s.path_rate)
+        return cap

@@ -1,0 +1,318 @@
+"""The user API: a device on a set of ports, registered memory, queue pairs, writes and
+completions (ibverbs in spirit, MRC in substance).  Walkthrough: docs/api.md.
+
+A :class:`Device` owns the host's ports and demultiplexes frames to its QPs; it is itself
+sans-I/O (``receive_frame`` / ``frames_to_send`` / ``get_timer`` / ``handle_timer``), so the
+same object runs over real AF_PACKET ports (``mrcnic.aio``, the end-to-end issue) or over the
+simulated fabric (:class:`SimNetwork`, no root needed).
+
+    dev = Device(net, port_rate_bps=100e6)
+    mr = dev.register(bytearray(1 << 20))
+    qp = dev.create_qp()
+    blob = qp.export()                        # send to the peer out of band
+    qp.connect(QpAttributes.from_json(peer_blob))
+    qp.post_write(1, data, remote_buffer, imm=7)
+    for wc in qp.poll_cq(): ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+from mrcnic import usid
+from mrcnic.ev import EvStateChanged, EvStats
+from mrcnic.memory import Access, MemoryRegion, MemoryTable
+from mrcnic.qp import (
+    Event,
+    ImmReceived,
+    NetConfig,
+    PortAddr,
+    QpAttributes,
+    QpConfig,
+    QpErrorEvent,
+    QpState,
+    QpStats,
+    QueuePair,
+    WcStatus,
+    WriteCompleted,
+    peek_dest_qp,
+)
+from mrcnic.sim_fabric import Fabric, FabricSpec
+
+__all__ = [
+    "Access",
+    "Device",
+    "EvStateChanged",
+    "ImmReceived",
+    "MemoryRegion",
+    "QP",
+    "QpAttributes",
+    "QpConfig",
+    "QpErrorEvent",
+    "RemoteBuffer",
+    "SimNetwork",
+    "WcStatus",
+    "WriteCompleted",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteBuffer:
+    """What a peer needs to write into a region: exchanged out of band like QP attributes."""
+
+    va: int
+    rkey: int
+    length: int
+
+    @classmethod
+    def of(cls, mr: MemoryRegion) -> RemoteBuffer:
+        return cls(mr.base_va, mr.rkey, mr.length)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> RemoteBuffer:
+        try:
+            d = json.loads(text)
+            rb = cls(int(d["va"]), int(d["rkey"]), int(d["length"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"bad remote buffer record: {e}") from None
+        if not (0 <= rb.va < 1 << 64 and 0 <= rb.rkey < 1 << 32 and rb.length >= 0):
+            raise ValueError("bad remote buffer record: field out of range")
+        return rb
+
+
+class QP:
+    """A queue pair as the user sees it: post writes, poll or await completions, stats."""
+
+    def __init__(self, device: Device, core: QueuePair) -> None:
+        self.device = device
+        self.core = core
+        self._cq: deque[WriteCompleted] = deque()
+        self._rq: deque[ImmReceived] = deque()
+        self._other: deque[Event] = deque()
+        self._waiters: dict[int, asyncio.Future[WriteCompleted]] = {}
+
+    @property
+    def qpn(self) -> int:
+        return self.core.qpn
+
+    @property
+    def state(self) -> QpState:
+        return self.core.state
+
+    def attributes(self) -> QpAttributes:
+        return self.core.local_attributes()
+
+    def export(self) -> str:
+        """This QP's attributes as a small JSON record for the out-of-band exchange."""
+        return self.core.local_attributes().to_json()
+
+    def connect(self, remote: QpAttributes | str | bytes) -> None:
+        if not isinstance(remote, QpAttributes):
+            remote = QpAttributes.from_json(remote)
+        self.core.connect(remote)
+
+    def post_write(
+        self,
+        wr_id: int,
+        data: bytes | bytearray | memoryview,
+        remote: RemoteBuffer,
+        offset: int = 0,
+        imm: int | None = None,
+    ) -> None:
+        """RDMA Write ``data`` to ``remote.va + offset`` (with immediate if ``imm`` is set)."""
+        if offset < 0 or offset + len(data) > remote.length:
+            raise ValueError(
+                f"write of {len(data)} bytes at offset {offset} overflows the {remote.length}-byte "
+                "remote buffer"
+            )
+        self.core.post_write(wr_id, data, remote.va + offset, remote.rkey, imm)
+
+    def _dispatch(self) -> None:
+        core = self.core
+        while (e := core.next_event()) is not None:
+            if isinstance(e, WriteCompleted):
+                fut = self._waiters.pop(e.wr_id, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(e)
+                else:
+                    self._cq.append(e)
+            elif isinstance(e, ImmReceived):
+                self._rq.append(e)
+            else:
+                self._other.append(e)
+
+    def poll_cq(self, max_entries: int = 64) -> list[WriteCompleted]:
+        """Requester completions (in posting order), at most ``max_entries``."""
+        self._dispatch()
+        return [self._cq.popleft() for _ in range(min(max_entries, len(self._cq)))]
+
+    def poll_recv(self, max_entries: int = 64) -> list[ImmReceived]:
+        """Write-with-immediate completions at this (responder) side, in the sender's order."""
+        self._dispatch()
+        return [self._rq.popleft() for _ in range(min(max_entries, len(self._rq)))]
+
+    def poll_events(self) -> list[Event]:
+        """Everything else: EV state changes, peer port status, QP errors."""
+        self._dispatch()
+        out = list(self._other)
+        self._other.clear()
+        return out
+
+    def completion(self, wr_id: int) -> asyncio.Future[WriteCompleted]:
+        """A future resolved with the completion of ``wr_id`` (for the asyncio shell):
+        ``wc = await qp.completion(wr_id)``.  Call it before the completion can happen."""
+        fut: asyncio.Future[WriteCompleted] = asyncio.get_running_loop().create_future()
+        self._waiters[wr_id] = fut
+        return fut
+
+    def stats(self) -> QpStats:
+        return self.core.get_stats()
+
+    def ev_stats(self) -> list[EvStats]:
+        return self.core.evs.stats()
+
+    def ev_states(self) -> dict[str, int]:
+        return self.core.ev_states()
+
+    def deny_ev(self, ev: int) -> None:
+        self.core.deny_ev(ev, self.device.clock())
+
+    def allow_ev(self, ev: int) -> None:
+        self.core.allow_ev(ev, self.device.clock())
+
+
+class Device:
+    """A NIC: one port per plane, a memory registry, QPs; sans-I/O like the QPs it holds."""
+
+    def __init__(
+        self,
+        net: NetConfig,
+        port_rate_bps: float | Sequence[float] = 100e6,
+        clock: Callable[[], float] = time.monotonic,
+        seed: int | None = None,
+    ) -> None:
+        self.net = net
+        rates = (
+            [port_rate_bps] * len(net.ports)
+            if isinstance(port_rate_bps, int | float)
+            else list(port_rate_bps)
+        )
+        if len(rates) != len(net.ports):
+            raise ValueError("one port rate per port")
+        self.port_rates_bps = rates
+        self.clock = clock
+        self.memory = MemoryTable(seed)
+        self.qps: dict[int, QP] = {}
+        self._next_qpn = 0x10 + (seed or 0) % 0x1000
+        self._seed = seed if seed is not None else int(time.time_ns() & 0xFFFF)
+
+    def register(
+        self,
+        buffer: bytearray | memoryview,
+        access: Access = Access.LOCAL_WRITE | Access.REMOTE_WRITE,
+    ) -> MemoryRegion:
+        return self.memory.register(buffer, access)
+
+    def deregister(self, mr: MemoryRegion) -> None:
+        self.memory.deregister(mr)
+
+    def create_qp(self, config: QpConfig | None = None) -> QP:
+        qpn = self._next_qpn
+        self._next_qpn += 1
+        cfg = config or QpConfig(seed=self._seed + qpn)
+        core = QueuePair(qpn, self.net, self.memory, sum(self.port_rates_bps), cfg)
+        qp = QP(self, core)
+        self.qps[qpn] = qp
+        return qp
+
+    def destroy_qp(self, qp: QP) -> None:
+        self.qps.pop(qp.qpn, None)
+
+    # -- sans-I/O surface for the shell ------------------------------------------------------
+
+    def receive_frame(self, data: bytes | memoryview, now_s: float) -> None:
+        qpn = peek_dest_qp(data)
+        qp = self.qps.get(qpn) if qpn is not None else None
+        if qp is not None:
+            qp.core.receive_frame(data, now_s)
+
+    def frames_to_send(self, now_s: float) -> list[tuple[int, bytes]]:
+        out: list[tuple[int, bytes]] = []
+        for qp in self.qps.values():
+            out += qp.core.frames_to_send(now_s)
+        return out
+
+    def get_timer(self) -> float | None:
+        times = [t for qp in self.qps.values() if (t := qp.core.get_timer()) is not None]
+        return min(times) if times else None
+
+    def handle_timer(self, now_s: float) -> None:
+        for qp in self.qps.values():
+            t = qp.core.get_timer()
+            if t is not None and t <= now_s:
+                qp.core.handle_timer(now_s)
+
+    def port_status(self, port: int, up: bool, now_s: float) -> None:
+        for qp in self.qps.values():
+            qp.core.port_status(port, up, now_s)
+
+
+class SimNetwork:
+    """Two devices (h0, h1) over the simulated fabric of ``mrcnic.sim_fabric``, in virtual
+    time: the API without root, for examples, tests and experiments."""
+
+    def __init__(self, spec: FabricSpec | None = None, seed: int = 1) -> None:
+        self.spec = spec or FabricSpec(planes=2, paths_per_plane=2, seed=seed)
+        self.fabric = Fabric(self.spec, self._deliver)
+        shape: usid.ClosShape = self.spec.shape
+        self.devices: list[Device] = []
+        for h in range(2):
+            ports = tuple(
+                PortAddr(bytes((2, 0, 0, h, p, 1)), bytes((2, 0, 0, h, p, 2)))
+                for p in range(shape.planes)
+            )
+            dev = Device(
+                NetConfig(shape, h, ports),
+                self.spec.port_rate_bps,
+                clock=lambda: self.fabric.now,
+                seed=seed + h,
+            )
+            self.devices.append(dev)
+        self._timer: list[float | None] = [None, None]
+
+    def _deliver(self, host: int, port: int, frame: bytes, t: float) -> None:
+        self.devices[host].receive_frame(frame, t)
+        self._pump(host)
+
+    def _pump(self, host: int) -> None:
+        dev = self.devices[host]
+        now = self.fabric.now
+        for port, frame in dev.frames_to_send(now):
+            self.fabric.send(host, port, frame, now)
+        t = dev.get_timer()
+        if t is not None and t != self._timer[host]:
+            self._timer[host] = t
+
+            def fire(host=host, t=t) -> None:  # noqa: ANN001
+                if self._timer[host] != t:
+                    return
+                self._timer[host] = None
+                self.devices[host].handle_timer(self.fabric.now)
+                self._pump(host)
+
+            self.fabric.at(max(t, now), fire)
+
+    def run_until(self, done: Callable[[], bool], max_s: float = 10.0) -> float:
+        """Advance virtual time until ``done()`` or ``max_s`` more seconds; returns the time."""
+        for h in range(2):
+            self._pump(h)
+        self.fabric.run(self.fabric.now + max_s, done)
+        return self.fabric.now

@@ -1,0 +1,174 @@
+"""The EV state machine: the table is total, each transition, backups, rotation, probes."""
+
+from __future__ import annotations
+
+import pytest
+
+from mrcnic.ev import TRANSITIONS, EvConfig, EvInput, EvState, EvTable, mermaid, next_state
+
+G, S, B, D = EvState.GOOD, EvState.SKIP, EvState.ASSUMED_BAD, EvState.DENIED
+
+
+def table(**kw) -> EvTable:
+    cfg = EvConfig(**{"ev_count": 8, "backup_per_plane": 2, **kw})
+    return EvTable(planes=2, t1_count=2, config=cfg, seed=5)
+
+
+def test_table_is_total():
+    assert set(TRANSITIONS) == {(s, i) for s in EvState for i in EvInput}
+
+
+@pytest.mark.parametrize(
+    ("state", "inp", "new"),
+    [
+        (G, EvInput.ECN_ECHO, S),
+        (G, EvInput.TRIMMED, S),
+        (S, EvInput.ROTATION, G),
+        (G, EvInput.TIMEOUT, B),
+        (S, EvInput.TIMEOUT, B),
+        (G, EvInput.ALWAYS_SKIP, B),
+        (B, EvInput.PROBE_OK, G),
+        (B, EvInput.PROBE_OK_ECN, S),
+        (B, EvInput.ECN_ECHO, B),  # upgrades need a probe
+        (B, EvInput.TRIMMED, B),
+        (G, EvInput.DENY, D),
+        (B, EvInput.DENY, D),
+        (D, EvInput.PROBE_OK, D),
+        (D, EvInput.TIMEOUT, D),
+        (D, EvInput.ALLOW, G),
+        (B, EvInput.ALLOW, G),
+        (G, EvInput.PORT_DOWN, B),
+    ],
+)
+def test_transition(state, inp, new):
+    assert next_state(state, inp) is new
+
+
+def test_evs_split_equally_and_map_to_their_plane():
+    t = EvTable(planes=8, t1_count=4, config=EvConfig(), seed=1)
+    assert len(t.active) == 128
+    per_plane = [sum(1 for s in t.active if t.plane_of[s] == p) for p in range(8)]
+    assert per_plane == [16] * 8
+    assert all(ev % 8 == t.plane_of[s] for s, ev in enumerate(t.ev_values))
+    t1s = {(ev // 8) % 4 for ev in t.ev_values}
+    assert t1s == {0, 1, 2, 3}
+    assert len(t.reverse) == 16 and {ev % 8 for ev in t.reverse} == set(range(8))
+    other = EvTable(planes=8, t1_count=4, config=EvConfig(), seed=2)
+    assert not set(other.ev_values) & set(t.ev_values)
+
+
+def test_configurable_to_256_evs():
+    t = EvTable(planes=8, t1_count=4, config=EvConfig(ev_count=256), seed=1)
+    assert len(t.active) == 256
+
+
+def test_retired_ev_is_replaced_from_the_same_plane():
+    t = table()
+    slot = t.active[0]
+    plane = t.plane_of[slot]
+    before = sorted(t.active)
+    assert t.apply(slot, EvInput.TIMEOUT, 1.0)
+    assert slot not in t.active and len(t.active) == len(before)
+    assert sum(1 for s in t.active if t.plane_of[s] == plane) == 4
+    ev = t.events.popleft()
+    assert (ev.old, ev.new, ev.cause, ev.time_s) == (G, B, EvInput.TIMEOUT, 1.0)
+
+
+def test_timeout_on_a_path_that_showed_life_is_not_a_downgrade():
+    t = table()
+    slot = t.active[0]
+    t.note_delivered(slot, sent_s=2.0)
+    assert not t.on_timeout(slot, sent_s=1.5, now_s=3.0)  # a later packet got through
+    assert t.state[slot] is G
+    assert t.on_timeout(slot, sent_s=2.5, now_s=3.0)
+    assert t.state[slot] is B
+
+
+def test_skip_lasts_one_rotation():
+    t = table()
+    slot = t.active[0]
+    t.apply(slot, EvInput.ECN_ECHO, 0.0)
+    assert t.state[slot] is S
+    picks = [t.pick() for _ in range(len(t.active) - 1)]
+    assert slot not in picks and t.state[slot] is S
+    t.pick()
+    assert t.state[slot] is G
+
+
+def test_pick_spreads_over_planes_and_avoids_the_losing_plane():
+    t = table()
+    picks = [t.pick() for _ in range(400)]
+    assert sum(1 for s in picks if t.plane_of[s] == 0) == 200
+    assert set(picks) == set(t.active)
+    for _ in range(50):
+        lost = t.active[0]
+        s = t.pick(avoid=lost)
+        assert s != lost and t.plane_of[s] != t.plane_of[lost]
+
+
+def test_probes_restore_only_when_answered_enough_times():
+    t = table(probe_successes=2)
+    slot = t.active[0]
+    t.apply(slot, EvInput.TIMEOUT, 0.0)
+    assert t.next_probe_s() == 0.0
+    assert t.due_probes(0.0, 1e-3, ts_ns=10) == [slot]
+    assert t.due_probes(0.5e-3, 1e-3, ts_ns=20) == []  # not due yet
+    t.on_probe_answer(slot, ts_ns=999, ecn=False, now_s=0.1e-3)  # stale answer: ignored
+    assert t.state[slot] is B
+    t.on_probe_answer(slot, ts_ns=10, ecn=False, now_s=0.2e-3)
+    assert t.state[slot] is B  # one success of two
+    assert t.due_probes(0.3e-3, 1e-3, ts_ns=30) == [slot]
+    t.on_probe_answer(slot, ts_ns=30, ecn=False, now_s=0.4e-3)
+    assert t.state[slot] is G and slot not in t.probe_due
+
+
+def test_unanswered_probes_back_off():
+    t = table()
+    slot = t.active[0]
+    t.apply(slot, EvInput.TIMEOUT, 0.0)
+    t.due_probes(0.0, 1.0, 1)
+    t.due_probes(1.0, 1.0, 2)  # first one unanswered
+    assert t.probe_due[slot] == pytest.approx(3.0)
+
+
+def test_probe_answered_with_ecn_goes_to_skip():
+    t = table()
+    slot = t.active[0]
+    t.apply(slot, EvInput.TIMEOUT, 0.0)
+    t.due_probes(0.0, 1e-3, 7)
+    t.on_probe_answer(slot, 7, ecn=True, now_s=1e-4)
+    assert t.state[slot] is S
+
+
+def test_port_down_takes_the_plane_out_at_once_and_back_needs_probes():
+    t = table()
+    t.set_plane_down(1, True, 1.0)
+    assert all(t.plane_of[s] == 0 for s in t.active)
+    assert all(t.state[s] is B for s in t.pool[1])
+    assert t.next_probe_s() is None  # no probing into a dead port
+    assert all(ev % 2 == 0 for ev in (t.next_reverse_ev() for _ in range(10)))
+    t.set_plane_down(1, False, 2.0)
+    assert t.next_probe_s() == 2.0
+    assert all(t.plane_of[s] == 0 for s in t.active)
+
+
+def test_deny_and_allow_through_the_table():
+    t = table()
+    slot = t.active[0]
+    t.apply(slot, EvInput.DENY, 0.0)
+    t.apply(slot, EvInput.PROBE_OK, 0.0)
+    assert t.state[slot] is D and slot not in t.active
+    t.apply(slot, EvInput.ALLOW, 0.0)
+    assert t.state[slot] is G
+
+
+def test_nothing_good_falls_back_to_bad_evs_so_the_qp_keeps_trying():
+    t = table()
+    for s in range(len(t.ev_values)):
+        t.apply(s, EvInput.TIMEOUT, 0.0)
+    assert t.active and t.pick() >= 0
+
+
+def test_mermaid_lists_every_real_transition():
+    text = mermaid()
+    assert "GOOD --> SKIP: ECN_ECHO" in text and "ASSUMED_BAD --> GOOD: PROBE_OK" in text

@@ -1,0 +1,594 @@
+"""Two real QueuePairs over a programmable wire: every NACK reason, the EV transitions seen
+from the QP, errors, and property-based schedules of loss, reordering, duplication, trimming,
+ECN marks and path failures."""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mrcnic import usid, wire
+from mrcnic.ev import EvConfig, EvState, EvStateChanged
+from mrcnic.memory import MemoryTable
+from mrcnic.qp import (
+    ImmReceived,
+    NetConfig,
+    PeerPortStatus,
+    PortAddr,
+    QpAttributes,
+    QpConfig,
+    QpErrorEvent,
+    QpState,
+    QpStateError,
+    QueuePair,
+    WcStatus,
+    WriteCompleted,
+)
+from mrcnic.sim_fabric import trim_frame
+
+MASK = 0xFFFFFF
+# chaos(t, src_host, port, frame) -> list of (delay_s, frame) to deliver (empty = dropped)
+Chaos = Callable[[float, int, int, bytes], list[tuple[float, bytes]]]
+DELAY = 50e-6
+
+
+def net(shape: usid.ClosShape, host: int) -> NetConfig:
+    ports = tuple(
+        PortAddr(bytes((2, 0, 0, host, p, 1)), bytes((2, 0, 0, host, p, 2)))
+        for p in range(shape.planes)
+    )
+    return NetConfig(shape, host, ports)
+
+
+class Wire:
+    """Two QPs (h0, h1) and an event queue; ``chaos`` decides each frame's fate."""
+
+    def __init__(
+        self,
+        chaos: Chaos | None = None,
+        planes: int = 2,
+        t1: int = 2,
+        cfg_a: QpConfig | None = None,
+        cfg_b: QpConfig | None = None,
+        attrs_b_for_a: Callable[[QpAttributes], QpAttributes] | None = None,
+    ) -> None:
+        self.shape = usid.ClosShape(planes=planes, t0=2, t1=t1, hosts_per_t0=1)
+        base = QpConfig(mtu_bytes=256, ev=EvConfig(ev_count=8, backup_per_plane=2), base_rtt_s=2e-4)
+        self.mem = [MemoryTable(seed=11), MemoryTable(seed=12)]
+        rate = planes * 100e6
+        self.qa = QueuePair(0x11, net(self.shape, 0), self.mem[0], rate, cfg_a or base)
+        self.qb = QueuePair(
+            0x22, net(self.shape, 1), self.mem[1], rate, cfg_b or replace(base, seed=2)
+        )
+        attrs_b = self.qb.local_attributes()
+        self.qa.connect(attrs_b_for_a(attrs_b) if attrs_b_for_a else attrs_b)
+        self.qb.connect(self.qa.local_attributes())
+        self.qps = (self.qa, self.qb)
+        self.chaos = chaos or (lambda t, h, p, f: [(DELAY, f)])
+        self.now = 0.0
+        self._heap: list = []
+        self._seq = 0
+        self._timer: list[float | None] = [None, None]
+        self.events: list[list] = [[], []]
+        self.sent: list[list[tuple[float, int, bytes]]] = [[], []]
+
+    def _push(self, t: float, item: tuple) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, item))
+
+    def pump(self, h: int) -> None:
+        q = self.qps[h]
+        for port, frame in q.frames_to_send(self.now):
+            assert port == wire.udp_flow_to_ev(*_sport_flow(frame)) % self.shape.planes
+            self.sent[h].append((self.now, port, frame))
+            for delay, f in self.chaos(self.now, h, port, frame):
+                self._push(self.now + delay, ("rx", 1 - h, f))
+        while (e := q.next_event()) is not None:
+            self.events[h].append(e)
+        t = q.get_timer()
+        if t is not None and t != self._timer[h]:
+            self._timer[h] = t
+            self._push(max(t, self.now), ("timer", h, t))
+
+    def run(self, until: float, stop: Callable[[], bool] | None = None) -> None:
+        self.pump(0)
+        self.pump(1)
+        while self._heap and self._heap[0][0] <= until:
+            t, _, (kind, h, x) = heapq.heappop(self._heap)
+            self.now = t
+            if kind == "rx":
+                self.qps[h].receive_frame(x, t)
+            else:
+                if self._timer[h] != x:
+                    continue
+                self._timer[h] = None
+                self.qps[h].handle_timer(t)
+            self.pump(h)
+            if stop is not None and stop():
+                break
+
+    def of(self, h: int, kind: type) -> list:
+        return [e for e in self.events[h] if isinstance(e, kind)]
+
+
+def _sport_flow(frame: bytes) -> tuple[int, int]:
+    return int.from_bytes(frame[54:56], "big"), int.from_bytes(frame[15:18], "big") & 0xFFFF
+
+
+def _op(frame: bytes) -> int:
+    return frame[62]
+
+
+def _psn(frame: bytes) -> int:
+    return int.from_bytes(frame[71:74], "big")
+
+
+def is_data(frame: bytes) -> bool:
+    return 0xC6 <= frame[62] <= 0xCB
+
+
+def region(w: Wire, size: int) -> tuple[bytearray, object]:
+    outer = bytearray(b"\xa5" * (size + 64))
+    mr = w.mem[1].register(memoryview(outer)[32 : 32 + size])
+    return outer, mr
+
+
+def payload(n: int, seed: int = 0) -> bytes:
+    return random.Random(seed).randbytes(n)
+
+
+# -- basics ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [1, 255, 256, 257, 5000])
+def test_write_completes_once_and_places_bytes(size):
+    w = Wire()
+    outer, mr = region(w, size)
+    data = payload(size)
+    w.qa.post_write(7, data, mr.base_va, mr.rkey)
+    w.run(1.0)
+    done = w.of(0, WriteCompleted)
+    assert [(e.wr_id, e.status) for e in done] == [(7, WcStatus.SUCCESS)]
+    assert (
+        outer[32 : 32 + size] == data and outer[:32] == b"\xa5" * 32 and outer[-32:] == b"\xa5" * 32
+    )
+    assert w.qa.idle and w.qa.get_stats().retransmissions == 0
+
+
+def test_zero_length_write_with_immediate():
+    w = Wire()
+    _, mr = region(w, 16)
+    w.qa.post_write(1, b"", mr.base_va, mr.rkey, imm=0xDEADBEEF)
+    w.run(1.0)
+    assert [e.wr_id for e in w.of(0, WriteCompleted)] == [1]
+    assert [(e.imm, e.byte_len) for e in w.of(1, ImmReceived)] == [(0xDEADBEEF, 0)]
+
+
+def test_psn_wraps_around():
+    base = QpConfig(mtu_bytes=256, ev=EvConfig(ev_count=8, backup_per_plane=2), base_rtt_s=2e-4)
+    w = Wire(cfg_a=replace(base, start_psn=MASK - 5))
+    _, mr = region(w, 256 * 20)
+    data = payload(256 * 20)
+    w.qa.post_write(1, data, mr.base_va, mr.rkey, imm=1)
+    w.run(1.0)
+    assert [e.status for e in w.of(0, WriteCompleted)] == [WcStatus.SUCCESS]
+    assert bytes(mr.buffer) == data
+    assert w.qa.sb.snd_nxt == (MASK - 5 + 20) & MASK
+
+
+def test_every_data_packet_carries_the_full_reth():
+    w = Wire()
+    _, mr = region(w, 1000)
+    w.qa.post_write(1, payload(1000), mr.base_va, mr.rkey)
+    w.run(1.0)
+    data = [wire.parse_frame(f) for _, _, f in w.sent[0] if is_data(f)]
+    assert [d.mrc.bth.opcode for d in data] == [0xC6, 0xC7, 0xC7, 0xC8]
+    assert [d.mrc.reth.va - mr.base_va for d in data] == [0, 256, 512, 768]
+    assert {(d.mrc.reth.rkey, d.mrc.reth.length) for d in data} == {(mr.rkey, 1000)}
+    assert all(d.ip6.dscp == wire.Dscp.TRIMMABLE and d.mrc.ts is not None for d in data)
+    assert {d.ip6.dscp for _, _, f in w.sent[1] for d in [wire.parse_frame(f)]} == {
+        wire.Dscp.CONTROL
+    }
+
+
+def test_post_before_connect_and_bad_args():
+    q = QueuePair(
+        5, net(usid.ClosShape(planes=2, t0=2, t1=2, hosts_per_t0=1), 0), MemoryTable(1), 1e9
+    )
+    assert q.state is QpState.INIT
+    with pytest.raises(QpStateError):
+        q.post_write(1, b"x", 0, 1)
+    with pytest.raises(ValueError):
+        QueuePair(2, q.net, MemoryTable(1), 1e9)  # QP 2 is the EV probe QP
+
+
+def test_attributes_roundtrip_and_validation():
+    a = QpAttributes(
+        qpn=9, host=1, start_psn=77, window_psns=1024, max_wimm_inflight=4, mtu_bytes=4096
+    )
+    assert QpAttributes.from_json(a.to_json()) == a
+    for bad in (
+        '{"qpn": 1}',
+        "not json at all"[:0] + '{"qpn": 0, "host": 1, "start_psn": 0, '
+        '"window_psns": 64, "max_wimm_inflight": 1, "mtu_bytes": 1}',
+    ):
+        with pytest.raises(ValueError):
+            QpAttributes.from_json(bad)
+
+
+# -- write-with-immediate ordering ----------------------------------------------------------------
+
+
+def test_immediates_delivered_in_order_even_when_later_ones_finish_first():
+    first_psn = None
+
+    def chaos(t, h, port, f):
+        nonlocal first_psn
+        if h == 0 and is_data(f):
+            if first_psn is None:
+                first_psn = _psn(f)
+            if _psn(f) == first_psn and not f[66] & 0x20:  # hold message 0 back (first send)
+                return [(5e-3, f)]
+        return [(DELAY, f)]
+
+    w = Wire(chaos)
+    _, mr = region(w, 4 * 600)
+    for k in range(4):
+        w.qa.post_write(k, payload(600, k), mr.base_va + 600 * k, mr.rkey, imm=100 + k)
+    w.run(1.0)
+    assert [e.imm for e in w.of(1, ImmReceived)] == [100, 101, 102, 103]
+    assert [e.wr_id for e in w.of(0, WriteCompleted)] == [0, 1, 2, 3]
+
+
+def test_exceeding_max_wimm_inflight_is_fatal_on_both_sides():
+    base = QpConfig(mtu_bytes=256, ev=EvConfig(ev_count=8, backup_per_plane=2), base_rtt_s=2e-4)
+    first = []
+
+    def chaos(t, h, port, f):
+        if h == 0 and is_data(f) and not first:
+            first.append(f)
+            return []  # message 0 stays incomplete
+        return [(DELAY, f)]
+
+    w = Wire(
+        chaos,
+        cfg_b=replace(base, seed=2, max_wimm_inflight=2),
+        attrs_b_for_a=lambda a: replace(a, max_wimm_inflight=100),  # a requester that ignores it
+    )
+    _, mr = region(w, 4 * 100)
+    for k in range(4):
+        w.qa.post_write(k, payload(100, k), mr.base_va + 100 * k, mr.rkey, imm=k)
+    w.run(1.0)
+    (eb,) = w.of(1, QpErrorEvent)
+    assert eb.status is WcStatus.REMOTE_OP_ERROR and "max_wimm_inflight" in eb.reason
+    (ea,) = w.of(0, QpErrorEvent)
+    assert ea.status is WcStatus.REMOTE_OP_ERROR and "UNEXP_EVENT" in ea.reason
+    assert w.qa.state is QpState.ERROR and w.qb.state is QpState.ERROR
+    assert {e.status for e in w.of(0, WriteCompleted)} == {WcStatus.FLUSHED}
+
+
+def test_requester_respects_the_peers_max_wimm_inflight():
+    base = QpConfig(mtu_bytes=256, ev=EvConfig(ev_count=8, backup_per_plane=2), base_rtt_s=2e-4)
+    w = Wire(cfg_b=replace(base, seed=2, max_wimm_inflight=1))
+    _, mr = region(w, 10 * 300)
+    for k in range(10):
+        w.qa.post_write(k, payload(300, k), mr.base_va + 300 * k, mr.rkey, imm=k)
+    w.run(1.0)
+    assert [e.imm for e in w.of(1, ImmReceived)] == list(range(10))
+    assert not w.of(0, QpErrorEvent) and not w.of(1, QpErrorEvent)
+
+
+# -- remote access errors --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", ["bad_rkey", "out_of_bounds", "deregistered"])
+def test_remote_access_error_refuses_and_writes_nothing(case):
+    w = Wire()
+    outer, mr = region(w, 1000)
+    rkey, va = mr.rkey, mr.base_va
+    if case == "bad_rkey":
+        rkey ^= 0x5A5A
+    elif case == "out_of_bounds":
+        va += 900
+    else:
+        w.mem[1].deregister(mr)
+    w.qa.post_write(3, payload(600), va, rkey)
+    w.qa.post_write(4, payload(10), mr.base_va + 990, mr.rkey)  # may land: it was already sent
+    w.run(1.0)
+    assert outer[:1022] == bytearray(b"\xa5" * 1022) and outer[1032:] == b"\xa5" * 32
+    comps = {e.wr_id: e.status for e in w.of(0, WriteCompleted)}
+    assert comps == {3: WcStatus.REMOTE_ACCESS_ERROR, 4: WcStatus.FLUSHED}
+    (err,) = w.of(0, QpErrorEvent)
+    assert "remote access error" in err.reason and f"{rkey:#x}" in err.reason
+    assert w.qb.get_stats().tx_nacks >= 1 and w.qb.get_stats().rx_refused >= 1
+    nacks = [wire.parse_frame(f).mrc.nack for _, _, f in w.sent[1] if _op(f) == 0xDD]
+    assert nacks and all(n.reason == wire.NackReason.REMOTE_ACCESS_ERROR for n in nacks)
+
+
+# -- trims, ECN, out-of-window ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("last_hop", [False, True])
+def test_trimmed_header_is_nacked_and_repaired_on_another_ev(last_hop):
+    trimmed: list[bytes] = []
+
+    def chaos(t, h, port, f):
+        if h == 0 and is_data(f) and len(trimmed) < 3 and _psn(f) % 3 == 0:
+            trimmed.append(f)
+            return [(DELAY, trim_frame(f, last_hop))]
+        return [(DELAY, f)]
+
+    w = Wire(chaos)
+    _, mr = region(w, 256 * 40)  # long enough for a rotation after the trims
+    data = payload(256 * 40)
+    w.qa.post_write(1, data, mr.base_va, mr.rkey)
+    w.run(1.0)
+    assert bytes(mr.buffer) == data
+    assert [e.status for e in w.of(0, WriteCompleted)] == [WcStatus.SUCCESS]
+    reason = wire.NackReason.TRIMMED_LASTHOP if last_hop else wire.NackReason.TRIMMED
+    nacks = [wire.parse_frame(f).mrc.nack for _, _, f in w.sent[1] if _op(f) == 0xDD]
+    assert len(nacks) == 3 and {n.reason for n in nacks} == {reason}
+    evs = [wire.udp_flow_to_ev(*_sport_flow(f)) for f in trimmed]
+    for f, ev in zip(trimmed, evs, strict=True):
+        rtx = [g for _, _, g in w.sent[0] if is_data(g) and _psn(g) == _psn(f) and g[66] & 0x20]
+        assert len(rtx) == 1 and wire.udp_flow_to_ev(*_sport_flow(rtx[0])) != ev
+        assert wire.parse_frame(rtx[0]).ip6.dscp == wire.Dscp.TRIMMABLE_RETX
+    skips = [e for e in w.of(0, EvStateChanged) if e.new is EvState.SKIP]
+    if last_hop:
+        assert not skips  # the receiver's own port: not the path's fault
+    else:
+        assert {e.ev for e in skips} == set(evs)
+        assert {
+            e.ev for e in w.of(0, EvStateChanged) if e.old is EvState.SKIP and e.new is EvState.GOOD
+        } == set(evs)
+    assert w.qa.get_stats().timeouts == 0
+
+
+def test_ecn_echo_moves_the_ev_to_skip_for_one_rotation():
+    marked: list[int] = []
+
+    def chaos(t, h, port, f):
+        if h == 0 and is_data(f) and not marked:
+            b = bytearray(f)
+            b[15] |= 0x30
+            marked.append(wire.udp_flow_to_ev(*_sport_flow(f)))
+            return [(DELAY, bytes(b))]
+        return [(DELAY, f)]
+
+    w = Wire(chaos)
+    _, mr = region(w, 256 * 40)
+    w.qa.post_write(1, payload(256 * 40), mr.base_va, mr.rkey)
+    w.run(1.0)
+    sacks = [wire.parse_frame(f).mrc.sack for _, _, f in w.sent[1] if _op(f) == 0xDC]
+    assert any(s.mark == wire.SackMark.SKIP_ONCE and s.ev == marked[0] and s.ece for s in sacks)
+    changes = [(e.old, e.new) for e in w.of(0, EvStateChanged) if e.ev == marked[0]]
+    assert changes == [(EvState.GOOD, EvState.SKIP), (EvState.SKIP, EvState.GOOD)]
+
+
+def test_psn_outside_the_tracking_window_is_nacked_and_recovered():
+    base = QpConfig(mtu_bytes=256, ev=EvConfig(ev_count=8, backup_per_plane=2), base_rtt_s=2e-4)
+    held = []
+
+    def chaos(t, h, port, f):
+        if h == 0 and is_data(f) and not held:
+            held.append(f)
+            return [(1e-3, f)]  # the first packet is late: the window cannot advance
+        return [(DELAY, f)]
+
+    w = Wire(
+        chaos,
+        cfg_a=replace(base, cc="fixed", cc_options=(("window_bytes", 256 * 200),)),
+        cfg_b=replace(base, seed=2, window_psns=64),
+        attrs_b_for_a=lambda a: replace(a, window_psns=4096),  # the requester was told a lie
+    )
+    _, mr = region(w, 256 * 200)
+    data = payload(256 * 200)
+    w.qa.post_write(1, data, mr.base_va, mr.rkey)
+    w.run(2.0)
+    nacks = [wire.parse_frame(f).mrc.nack for _, _, f in w.sent[1] if _op(f) == 0xDD]
+    assert nacks and {n.reason for n in nacks} == {wire.NackReason.PSN_OOR_WINDOW}
+    assert bytes(mr.buffer) == data
+    assert [e.status for e in w.of(0, WriteCompleted)] == [WcStatus.SUCCESS]
+
+
+# -- paths: failures, probes, port status, API ---------------------------------------------------
+
+
+def test_dead_plane_goes_assumed_bad_and_probes_restore_it_after_repair():
+    heal_at = 0.05
+
+    def chaos(t, h, port, f):
+        if port == 1 and t < heal_at:
+            return []
+        return [(DELAY, f)]
+
+    w = Wire(chaos)
+    _, mr = region(w, 256 * 100)
+    data = payload(256 * 100)
+    w.qa.post_write(1, data, mr.base_va, mr.rkey)
+    w.run(0.5)
+    assert bytes(mr.buffer) == data and not w.of(0, QpErrorEvent)
+    bad = {e.ev for e in w.of(0, EvStateChanged) if e.new is EvState.ASSUMED_BAD}
+    assert bad and all(ev % 2 == 1 for ev in bad)
+    restored = {
+        e.ev
+        for e in w.of(0, EvStateChanged)
+        if e.old is EvState.ASSUMED_BAD and e.new is EvState.GOOD
+    }
+    assert restored == bad
+    assert all(
+        e.time_s >= heal_at
+        for e in w.of(0, EvStateChanged)
+        if e.new is EvState.GOOD and e.old is EvState.ASSUMED_BAD
+    )
+    probes = [f for _, _, f in w.sent[0] if _op(f) == 0xDE]
+    assert probes and w.qa.ev_states()["ASSUMED_BAD"] == 0
+
+
+def test_retry_limit_ends_a_dead_connection_clearly():
+    w = Wire(lambda t, h, p, f: [])
+    _, mr = region(w, 600)
+    w.qa.post_write(1, payload(600), mr.base_va, mr.rkey)
+    w.qa.post_write(2, payload(10), mr.base_va, mr.rkey)
+    w.run(60.0)
+    (err,) = w.of(0, QpErrorEvent)
+    assert err.status is WcStatus.RETRY_EXCEEDED and "retry_limit 7" in err.reason
+    assert {e.wr_id: e.status for e in w.of(0, WriteCompleted)} == {
+        1: WcStatus.RETRY_EXCEEDED,
+        2: WcStatus.FLUSHED,
+    }
+    assert w.qa.state is QpState.ERROR and w.qa.get_timer() is None or w.qa.state is QpState.ERROR
+
+
+def test_port_down_takes_the_plane_out_and_tells_the_peer():
+    w = Wire()
+    _, mr_b = region(w, 256 * 40)
+    mr_a = w.mem[0].register(bytearray(256 * 40))
+    w.run(0.001)
+    w.qa.port_status(1, False, w.now)
+    w.pump(0)
+    w.qa.post_write(1, payload(256 * 40), mr_b.base_va, mr_b.rkey)
+    w.qb.post_write(2, payload(256 * 40, 3), mr_a.base_va, mr_a.rkey)
+    t_down = w.now
+    w.run(1.0)
+    assert [e.port_mask for e in w.of(1, PeerPortStatus)] == [0b01, 0b01]
+    assert all(p == 0 for t, p, f in w.sent[0] if t > t_down)
+    assert all(p == 0 for t, p, f in w.sent[1] if t > t_down + 2 * DELAY)
+    assert [e.status for e in w.of(0, WriteCompleted)] == [WcStatus.SUCCESS]
+    assert [e.status for e in w.of(1, WriteCompleted)] == [WcStatus.SUCCESS]
+    w.qa.port_status(1, True, w.now)
+    w.run(2.0)
+    assert w.of(1, PeerPortStatus)[-1].port_mask == 0b11
+    assert w.qa.ev_states()["ASSUMED_BAD"] == 0 and w.qb.ev_states()["ASSUMED_BAD"] == 0
+
+
+def test_deny_and_allow_through_the_api():
+    w = Wire()
+    ev = w.qa.evs.ev_values[w.qa.evs.active[0]]
+    w.qa.deny_ev(ev, 0.0)
+    w.qa.allow_ev(ev, 0.0)
+    w.pump(0)
+    assert [(e.old, e.new) for e in w.of(0, EvStateChanged)] == [
+        (EvState.GOOD, EvState.DENIED),
+        (EvState.DENIED, EvState.GOOD),
+    ]
+    with pytest.raises(ValueError):
+        w.qa.deny_ev(12345, 0.0)
+    ev = w.qa.evs.ev_values[0]
+    w.qa.deny_ev(ev, 0.0)
+    _, mr = region(w, 256 * 30)
+    w.qa.post_write(1, payload(256 * 30), mr.base_va, mr.rkey)
+    w.run(1.0)
+    assert all(wire.udp_flow_to_ev(*_sport_flow(f)) != ev for _, _, f in w.sent[0] if is_data(f))
+
+
+def test_duplicated_frames_are_idempotent():
+    w = Wire(lambda t, h, p, f: [(DELAY, f), (DELAY * 3, f), (DELAY * 7, f)])
+    outer, mr = region(w, 256 * 10)
+    for k in range(5):
+        w.qa.post_write(k, payload(512, k), mr.base_va + 512 * k, mr.rkey, imm=k)
+    w.run(1.0)
+    assert [e.wr_id for e in w.of(0, WriteCompleted)] == [0, 1, 2, 3, 4]
+    assert [e.imm for e in w.of(1, ImmReceived)] == [0, 1, 2, 3, 4]
+    assert w.qb.get_stats().rx_duplicates >= 20
+
+
+@settings(max_examples=300, deadline=None)
+@given(junk=st.binary(max_size=200), cut=st.integers(0, 400), flip=st.integers(0, 399))
+def test_garbage_never_raises(junk, cut, flip):
+    w = Wire()
+    _, mr = region(w, 300)
+    w.qa.post_write(1, payload(300), mr.base_va, mr.rkey)
+    frames = [f for _, f in w.qa.frames_to_send(0.0)]
+    w.qb.receive_frame(junk, 0.0)
+    f = bytearray(frames[0])
+    w.qb.receive_frame(bytes(f[:cut]), 0.0)
+    f[flip % len(f)] ^= 0xFF
+    w.qb.receive_frame(bytes(f), 0.0)
+    w.qa.receive_frame(bytes(f), 0.0)
+    assert w.qb.state is QpState.READY
+
+
+# -- the property: whatever the network does, as long as a path lives each way -------------------
+
+
+@st.composite
+def schedules(draw):
+    return {
+        "seed": draw(st.integers(0, 2**32 - 1)),
+        "drop": draw(st.floats(0, 0.1)),
+        "dup": draw(st.floats(0, 0.1)),
+        "trim": draw(st.floats(0, 0.2)),
+        "ce": draw(st.floats(0, 0.2)),
+        "jitter": draw(st.floats(0, 2e-3)),
+        "fail": draw(
+            st.none() | st.tuples(st.integers(0, 1), st.floats(0, 5e-3), st.floats(1e-3, 0.2))
+        ),
+        "sizes": draw(st.lists(st.integers(0, 20000), min_size=1, max_size=6)),
+        "imm": draw(st.lists(st.booleans(), min_size=6, max_size=6)),
+        "back": draw(st.integers(0, 2000)),
+    }
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(s=schedules())
+def test_property_bytes_exact_completions_once_in_order_no_error(s):
+    rng = random.Random(s["seed"])
+
+    def chaos(t, h, port, f):
+        if s["fail"] is not None:
+            plane, start, dur = s["fail"]
+            if port == plane and start <= t < start + dur:
+                return []  # a dead plane, both directions; the other plane lives
+        if rng.random() < s["drop"]:
+            return []
+        d = DELAY + rng.random() * s["jitter"]
+        r = rng.random()
+        if is_data(f) and r < s["trim"]:
+            f = trim_frame(f, rng.random() < 0.3)
+        elif r < s["trim"] + s["ce"]:
+            b = bytearray(f)
+            b[15] |= 0x30
+            f = bytes(b)
+        out = [(d, f)]
+        if rng.random() < s["dup"]:
+            out.append((d + rng.random() * 1e-3, f))
+        return out
+
+    w = Wire(chaos)
+    total = sum(s["sizes"])
+    outer = bytearray(b"\x5a" * (max(total, 1) + 64))
+    mr = w.mem[1].register(memoryview(outer)[32 : 32 + max(total, 1)])
+    src = payload(total, s["seed"] & 0xFFFF)
+    off = 0
+    imms = []
+    for k, n in enumerate(s["sizes"]):
+        imm = k if s["imm"][k] else None
+        if imm is not None:
+            imms.append(k)
+        w.qa.post_write(k, src[off : off + n], mr.base_va + off, mr.rkey, imm=imm)
+        off += n
+    back = w.mem[0].register(bytearray(max(s["back"], 1)))
+    back_src = payload(s["back"], 99)
+    w.qb.post_write(100, back_src, back.base_va, back.rkey, imm=7)
+    w.run(
+        30.0,
+        stop=lambda: len(w.of(0, WriteCompleted)) == len(s["sizes"]) and w.of(1, WriteCompleted),
+    )
+    assert not w.of(0, QpErrorEvent) and not w.of(1, QpErrorEvent)
+    comps = w.of(0, WriteCompleted)
+    assert [e.wr_id for e in comps] == list(range(len(s["sizes"])))
+    assert all(e.status is WcStatus.SUCCESS for e in comps)
+    assert outer[32 : 32 + total] == src
+    assert outer[:32] == b"\x5a" * 32 and outer[32 + max(total, 1) :] == b"\x5a" * 32
+    assert bytes(back.buffer[: s["back"]]) == back_src
+    w.run(w.now + 0.05)  # let the last immediates land
+    assert [e.imm for e in w.of(1, ImmReceived)] == imms
+    assert [e.imm for e in w.of(0, ImmReceived)] == [7]
+    assert len(w.of(0, WriteCompleted)) == len(s["sizes"])  # and nothing completed twice

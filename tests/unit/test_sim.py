@@ -1,0 +1,113 @@
+"""mrc-sim: the JSON contract, determinism, failures and the go-back-N baseline."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mrcnic import sim
+from mrcnic.sim_fabric import FabricSpec, Link, LinkSpec, trim_frame
+
+CONTRACT = {
+    "goodput_fraction",
+    "completion_s",
+    "verified",
+    "qp_errors",
+    "retransmissions",
+    "ev_states",
+    "recovery_s",
+}
+SMALL = ["--planes", "4", "--paths-per-plane", "2", "--size", "2M", "--msg-size", "256K"]
+
+
+def run_cli(capsys, *args: str) -> tuple[int, dict]:
+    code = sim.main([*SMALL, *args, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_json_contract_and_lossless_run(capsys):
+    code, r = run_cli(capsys)
+    assert code == 0 and set(r) >= CONTRACT
+    assert r["verified"] is True and r["qp_errors"] == 0 and r["recovery_s"] is None
+    assert 0.5 < r["goodput_fraction"] <= 1.0 and r["completion_s"] > 0
+    assert r["ev_states"]["GOOD"] == sum(r["ev_states"].values())
+
+
+def test_same_seed_same_run(capsys):
+    _, r1 = run_cli(capsys, "--loss", "0.01", "--seed", "3")
+    _, r2 = run_cli(capsys, "--loss", "0.01", "--seed", "3")
+    _, r3 = run_cli(capsys, "--loss", "0.01", "--seed", "4")
+    keep = lambda r: {k: v for k, v in r.items() if k not in ("wall_s", "cpu_s", "sim_pps")}  # noqa: E731
+    assert keep(r1) == keep(r2) and keep(r1) != keep(r3)
+    assert r1["retransmissions"] > 0 and r1["verified"]
+
+
+def test_plane_failure_mid_transfer_recovers_without_error(capsys):
+    code, r = run_cli(capsys, "--fail", "plane:1@5ms", "--heal", "plane:1@60ms")
+    assert code == 0 and r["verified"] and r["qp_errors"] == 0
+    assert r["recovery_s"] is not None and r["recovery_s"] < 10 * r["base_rtt_s"]
+    assert r["timeouts"] > 0
+
+
+def test_port_failure_and_path_failure(capsys):
+    _, r = run_cli(capsys, "--fail", "port:2@3ms")
+    assert r["verified"] and r["qp_errors"] == 0
+    _, r = run_cli(capsys, "--fail", "3@3ms", "--timeline", "5ms")
+    assert r["verified"] and r["timeline"] and r["ev_states"]["ASSUMED_BAD"] > 0
+
+
+def test_congested_fabric_trims_and_marks(capsys):
+    _, r = run_cli(capsys, "--path-rate", "20Mbit", "--queue", "16K", "--ecn", "8K")
+    assert r["verified"] and r["qp_errors"] == 0 and r["trims"] > 0 and r["ecn_marks"] > 0
+
+
+def test_gbn_baseline_runs_in_the_same_fabric(capsys):
+    code, r = run_cli(capsys, "--transport", "gbn", "--loss", "0.01")
+    assert code == 0 and r["transport"] == "gbn" and r["qps"] == 4 and r["verified"]
+    assert r["retransmissions"] > r["random_losses"]  # go-back-N resends more than it lost
+
+
+def test_human_summary_and_bad_arguments(capsys):
+    assert sim.main([*SMALL]) == 0
+    out = capsys.readouterr().out
+    assert "goodput" in out and "verified         yes" in out
+    for bad in (["--fail", "99@1ms"], ["--size", "lots"], ["--fail", "plane:1"]):
+        with pytest.raises(SystemExit):
+            sim.main([*SMALL, *bad])
+
+
+def test_parsers():
+    assert sim.parse_size("256M") == 256 << 20 and sim.parse_size("4096") == 4096
+    assert sim.parse_time("10ms") == pytest.approx(0.01) and sim.parse_time(
+        "200us"
+    ) == pytest.approx(2e-4)
+    assert sim.parse_rate("100Mbit") == 100e6 and sim.parse_rate("1G") == 1e9
+    f = sim.Fault.parse("plane:3@10ms", up=False)
+    assert (f.kind, f.index, f.up) == ("plane", 3, False) and f.time_s == pytest.approx(0.01)
+
+
+def test_link_queue_ecn_trim_and_priority():
+    import random
+
+    link = Link("l", LinkSpec(rate_bps=8e6, queue_bytes=3000, ecn_bytes=1000))  # 1 byte per us
+    rng = random.Random(1)
+    frame = bytearray(1200)
+    frame[12:14] = b"\x86\xdd"
+    frame[14], frame[15] = 0x61, 0x20  # DSCP 4 (trimmable), ECT0
+    frame[62] = 0xCA
+    t1, f1 = link.transmit(0.0, bytes(frame), rng)
+    assert t1 == pytest.approx(1200e-6) and f1[15] & 0x30 == 0x20
+    _, f2 = link.transmit(0.0, bytes(frame), rng)  # 1200 B backlog > 1000: CE
+    assert f2[15] & 0x30 == 0x30
+    _, f3 = link.transmit(0.0, bytes(frame), rng)  # would exceed 3000 B: trimmed
+    assert len(f3) == 102 and ((f3[14] & 0xF) << 2 | f3[15] >> 6) == 12
+    assert link.trims == 1 and link.marks == 1
+    assert len(trim_frame(bytes(frame), last_hop=True)) == 102
+    t_hp, _ = link.transmit(0.0, f3, rng)  # high priority does not wait behind data
+    assert t_hp < 1e-3
+
+
+def test_fabric_capacity():
+    spec = FabricSpec(planes=8, paths_per_plane=4, port_rate_bps=100e6, path_rate_bps=20e6)
+    assert spec.capacity_bps() == 8 * 80e6
