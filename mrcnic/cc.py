@@ -5,7 +5,8 @@ An algorithm owns ``cwnd_bytes``; the QP sends while ``inflight < cwnd_bytes`` a
 algorithm one :class:`AckSample` per acknowledgment, plus trims (NACK TRIMMED /
 TRIMMED_LASTHOP), timeouts and the receiver's window penalty.
 
-NSCC (see docs/transport.md for the constants and why): with ``qdelay = rtt - base_rtt``,
+NSCC (see docs/transport.md for the constants and why): with ``qdelay = rtt - min_rtt``
+(``min_rtt``: the smallest RTT measured, starting from the configured base RTT),
 
 =====  ===================  ==========================================================
 ECN    qdelay vs target      action
@@ -16,6 +17,12 @@ yes    above                 multiplicative decrease: ``* (1 - min(md_max, md_ga
                              at most once per base RTT
 yes    below                 no change
 =====  ===================  ==========================================================
+
+The target queueing delay is ``max(target_rtt_frac * min_rtt, target_pkts * s_b)``, where
+``s_b`` is one packet's serialisation time at the path's bottleneck (``bottleneck_bps``, or
+bounded from the measured base RTT).  Under spraying every path holds its own queue, counted
+in whole packets: a target shorter than a few packet times at a slow path would call a
+queue of one packet "too long" and cut the window on every ECN mark.
 """
 
 from __future__ import annotations
@@ -23,6 +30,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
+
+#: wire bytes of a data packet besides its payload: Ethernet 14 + IPv6 40 + UDP 8 +
+#: BTH/METH/timestamp/RETH 40 + ICRC 4
+HEADER_BYTES = 106
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +43,7 @@ class CcParams:
     mtu_bytes: int  # payload bytes per packet
     line_rate_bps: float  # sum of the QP's port rates
     base_rtt_s: float  # unloaded fabric RTT (configured estimate; refined by measurement)
+    port_rate_bps: float | None = None  # one NIC port's rate (default: line_rate_bps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,20 +98,30 @@ class Nscc:
         p: CcParams,
         *,
         target_qdelay_s: float | None = None,
+        target_rtt_frac: float = 0.5,
+        target_pkts: float = 4.0,
+        bottleneck_bps: float | None = None,
         pi_gain: float = 0.5,
         fi_mtus: float = 1.0,
         md_gain: float = 1.0,
         md_max: float = 0.5,
         trim_md: float = 0.2,
         init_bdp: float = 1.0,
-        max_bdp: float = 1.5,
+        max_bdp: float = 2.0,
         min_mtus: float = 1.0,
     ) -> None:
         self.mtu = p.mtu_bytes
         self.base_rtt_s = p.base_rtt_s
         self.line_rate_bps = p.line_rate_bps
         bdp = p.line_rate_bps / 8 * p.base_rtt_s
-        self.target_qdelay_s = target_qdelay_s if target_qdelay_s is not None else p.base_rtt_s / 2
+        port = p.port_rate_bps if p.port_rate_bps else p.line_rate_bps
+        self.pkt_bits = (p.mtu_bytes + HEADER_BYTES) * 8
+        self.port_pkt_s = self.pkt_bits / port  # one packet's serialisation on a NIC port
+        self.bottleneck_bps = bottleneck_bps
+        self.target_rtt_frac = target_rtt_frac
+        self.target_pkts = target_pkts
+        self._fixed_target = target_qdelay_s  # None: derived, and refreshed as min_rtt falls
+        self.target_qdelay_s = 0.0
         self.pi_gain = pi_gain
         self.fi_mtus = fi_mtus
         self.md_gain = md_gain
@@ -111,6 +133,24 @@ class Nscc:
         self._last_md_s = -1e30
         self.min_rtt_s = p.base_rtt_s
         self.decreases = 0
+        self._retarget()
+
+    def bottleneck_pkt_s(self) -> float:
+        """One packet's serialisation time at the path's bottleneck: from ``bottleneck_bps``
+        when configured, else bounded from the base RTT (a store-and-forward path serialises a
+        data packet on the sending port, at the bottleneck and on the receiving port, so
+        ``min_rtt - 2 * port_pkt_s`` is an upper bound of the bottleneck's share)."""
+        if self.bottleneck_bps:
+            return max(self.pkt_bits / self.bottleneck_bps, self.port_pkt_s)
+        return max(self.port_pkt_s, self.min_rtt_s - 2 * self.port_pkt_s)
+
+    def _retarget(self) -> None:
+        if self._fixed_target is not None:
+            self.target_qdelay_s = self._fixed_target
+        else:
+            self.target_qdelay_s = max(
+                self.target_rtt_frac * self.min_rtt_s, self.target_pkts * self.bottleneck_pkt_s()
+            )
 
     def _clamp(self) -> None:
         c = self.cwnd_bytes
@@ -125,6 +165,7 @@ class Nscc:
             return
         if rtt < self.min_rtt_s:
             self.min_rtt_s = rtt
+            self._retarget()
         qdelay = rtt - self.min_rtt_s
         target = self.target_qdelay_s
         if not s.ecn:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 #: unanswered probes double the probe interval, up to 2**PROBE_BACKOFF_MAX times
 PROBE_BACKOFF_MAX = 3
+SPRAY_MODES = ("bag", "random")
 
 
 class EvState(enum.Enum):
@@ -127,6 +128,9 @@ class EvConfig:
     backup_per_plane: int = 8
     reverse_per_plane: int = 2
     probe_successes: int = 2  # consecutive answered probes that restore an ASSUMED_BAD EV
+    # "bag": each plane's active EVs are dealt in a fresh random order, each once per round
+    # (sampling without replacement); "random": an independent random EV per packet
+    spray: str = "bag"
 
 
 @dataclass(slots=True)
@@ -156,8 +160,12 @@ class EvTable:
             raise ValueError(f"ev_count {config.ev_count} < planes {planes}: need one per plane")
         if config.reverse_per_plane < 1:
             raise ValueError("reverse_per_plane must be >= 1 (one reverse EV per plane at least)")
+        if config.spray not in SPRAY_MODES:
+            raise ValueError(f"spray must be one of {', '.join(SPRAY_MODES)}, not {config.spray!r}")
         self.planes = planes
+        self.t1_count = t1_count
         self.config = config
+        self._bag_mode = config.spray == "bag"
         self.active_per_plane = config.ev_count // planes
         per_plane = self.active_per_plane + config.backup_per_plane
         self._rng = random.Random(seed)
@@ -183,6 +191,14 @@ class EvTable:
                 self.reverse.append((base + per_plane + k) * planes + plane)
         self.slot_of = {ev: s for s, ev in enumerate(self.ev_values)}
         n = len(self.ev_values)
+        # the fabric path of each slot (plane, T1): EVs that share it share its fate
+        self.path_of = [
+            self.plane_of[s] * t1_count + (ev // planes) % t1_count
+            for s, ev in enumerate(self.ev_values)
+        ]
+        npaths = planes * t1_count
+        self.path_evidence_s = [-1.0] * npaths  # send time of the newest packet delivered
+        self.path_ack_s = [-1.0] * npaths  # arrival time of the last acknowledgment
         self.state: list[EvState] = [EvState.GOOD] * n
         self.evidence_s: list[float] = [-1.0] * n  # send time of the newest packet known delivered
         self.tx_packets = [0] * n
@@ -206,6 +222,7 @@ class EvTable:
         self.events: deque[EvStateChanged] = deque()
         self.active: list[int] = []
         self._groups: list[list[int]] = []
+        self._bags: list[list[int]] = []  # per group: slots still to deal this round
         self._rr = 0
         self._rebuild()
 
@@ -215,9 +232,12 @@ class EvTable:
         """Choose the slot for the next packet.
 
         Planes take turns (a rotation over the planes that have active EVs), so every NIC port
-        carries the same share; within the plane the EV is pseudo-random over its active EVs.
-        ``avoid`` is the slot that lost the packet being retransmitted: the retransmission goes
-        to another plane when there is one, and never to that slot when another is usable.  Returns -1 when no EV at all can be sent on.
+        carries the same share; within the plane the EV is pseudo-random over its active EVs:
+        dealt from a shuffled bag (each active EV once per round, so the paths behind the EVs
+        get equal shares over every round, with no random-walk drift), or, with
+        ``spray="random"``, drawn independently.  ``avoid`` is the slot that lost the packet
+        being retransmitted: the retransmission goes to another plane when there is one, and
+        never to that slot when another is usable.  Returns -1 when no EV at all can be sent on.
         """
         self.tx_count += 1
         rel = self._skip_release
@@ -234,6 +254,20 @@ class EvTable:
             i = i + 1 if i + 1 < n else 0  # a retransmission leaves the plane that lost it
         self._rr = i + 1
         group = groups[i]
+        if self._bag_mode:
+            bag = self._bags[i]
+            if not bag:
+                bag.extend(group)
+                self._rng.shuffle(bag)
+            slot = bag.pop()
+            if slot == avoid and len(group) > 1:
+                if not bag:
+                    bag.extend(group)
+                    self._rng.shuffle(bag)
+                    bag.remove(avoid)
+                slot = bag.pop()
+                bag.append(avoid)  # the avoided EV keeps its turn for a later packet
+            return slot
         slot = group[int(self._random() * len(group))]
         if slot == avoid and len(group) > 1:
             j = group.index(slot)
@@ -303,22 +337,40 @@ class EvTable:
         groups: dict[int, list[int]] = {}
         for slot in active:
             groups.setdefault(self.plane_of[slot], []).append(slot)
+        old_bags = {self.plane_of[g[0]]: b for g, b in zip(self._groups, self._bags, strict=True)}
         self._groups = [groups[p] for p in sorted(groups)]
+        # keep each plane's current round, minus the EVs that left the active set
+        self._bags = []
+        for g in self._groups:
+            keep = set(g)
+            self._bags.append([x for x in old_bags.get(self.plane_of[g[0]], ()) if x in keep])
 
     # -- feedback helpers used by the QP ------------------------------------------------------
 
-    def note_delivered(self, slot: int, sent_s: float) -> None:
-        """A packet sent on ``slot`` at ``sent_s`` was acknowledged: the path is alive."""
+    def note_delivered(self, slot: int, sent_s: float, now_s: float | None = None) -> None:
+        """A packet sent on ``slot`` at ``sent_s`` was acknowledged (or trimmed) at ``now_s``
+        (default: :attr:`now_s`): the path is alive."""
         self.acked_packets[slot] += 1
         if sent_s > self.evidence_s[slot]:
             self.evidence_s[slot] = sent_s
+        path = self.path_of[slot]
+        if sent_s > self.path_evidence_s[path]:
+            self.path_evidence_s[path] = sent_s
+        self.path_ack_s[path] = self.now_s if now_s is None else now_s
 
-    def on_timeout(self, slot: int, sent_s: float, now_s: float) -> bool:
-        """RTO of a packet sent on ``slot`` at ``sent_s``: ASSUMED_BAD unless the path showed
-        life (a later packet on it was acknowledged or trimmed).  Returns True if downgraded."""
+    def on_timeout(self, slot: int, sent_s: float, now_s: float, quiet_s: float = 0.0) -> bool:
+        """RTO of a packet sent on ``slot`` at ``sent_s``: ASSUMED_BAD unless its path showed
+        life since: a packet sent on the same fabric path (this EV or another EV of the same
+        plane and T1) at or after ``sent_s`` was acknowledged or trimmed (the packet met
+        random loss on a live path), or (``quiet_s`` > 0) anything on that path was
+        acknowledged within the last ``quiet_s`` (the path is still draining a queue: its FIFO
+        holds our packet behind the ones being acknowledged).  Returns True if downgraded."""
         self.timeouts[slot] += 1
-        if self.evidence_s[slot] >= sent_s:
+        path = self.path_of[slot]
+        if self.evidence_s[slot] >= sent_s or self.path_evidence_s[path] >= sent_s:
             return False  # random loss on a live path: retransmit only
+        if quiet_s > 0 and now_s - self.path_ack_s[path] < quiet_s:
+            return False  # healthy but queued: retransmit only
         return self.apply(slot, EvInput.TIMEOUT, now_s)
 
     def set_plane_down(self, plane: int, down: bool, now_s: float) -> None:

@@ -28,6 +28,16 @@ from mrcnic.memory import MemoryTable, PlaceStatus
 from mrcnic.sack import MARK_DUP, MARK_NEW, MARK_OOR, ResponderWindow, Scoreboard, TxRecord
 
 PSN_MASK = 0xFFFFFF
+#: the RTT peak tracker follows a higher sample at once and decays towards lower ones by this
+#: fraction per sample (about 64 SACKs: a few RTTs), so it remembers the recent tail
+RTT_PEAK_RELEASE = 1 / 64
+#: the RTO is at least this multiple of the recent RTT peak
+RTO_PEAK_GAIN = 1.5
+#: RTO before the first RTT sample, in configured base RTTs (the first window is a whole BDP
+#: sent at once, and an incast multiplies the queue it meets)
+INITIAL_RTO_RTTS = 8
+#: an acknowledgment this soon (x min RTT) after a retransmission was caused by the original
+SPURIOUS_RTT_FRACTION = 0.5
 _HALF = 1 << 23
 
 # -- frame layout (offsets in a whole Ethernet frame) -----------------------------------------
@@ -227,6 +237,7 @@ class QpStats:
     rx_sacks: int = 0
     rx_nacks: int = 0
     timeouts: int = 0
+    spurious_timeouts: int = 0  # timed out, but the original transmission was acknowledged
     probes_sent: int = 0
     rx_malformed: int = 0
     rx_refused: int = 0
@@ -299,7 +310,9 @@ class QueuePair:
         self.mtu = cfg.mtu_bytes
         self.evs = EvTable(net.shape.planes, net.shape.t1, cfg.ev, seed=cfg.seed * 7919 + qpn)
         self.cc: CongestionControl = make_cc(
-            cfg.cc, CcParams(cfg.mtu_bytes, line_rate_bps, cfg.base_rtt_s), **dict(cfg.cc_options)
+            cfg.cc,
+            CcParams(cfg.mtu_bytes, line_rate_bps, cfg.base_rtt_s, line_rate_bps / self.planes),
+            **dict(cfg.cc_options),
         )
         start = cfg.start_psn
         if start is None:
@@ -319,7 +332,10 @@ class QueuePair:
         self._min_rto = cfg.min_rto_s if cfg.min_rto_s is not None else 2 * cfg.base_rtt_s
         self._srtt: float | None = None
         self._rttvar = 0.0
-        self._rto = max(self._min_rto, 3 * cfg.base_rtt_s)
+        self._rtt_peak = 0.0  # recent RTT tail (fast attack, slow release)
+        self._min_rtt = cfg.base_rtt_s  # smallest data RTT measured (configured until then)
+        self._rtt_measured = False
+        self._rto = max(self._min_rto, INITIAL_RTO_RTTS * cfg.base_rtt_s)
         self._ack_delay = cfg.ack_delay_s if cfg.ack_delay_s is not None else cfg.base_rtt_s / 8
         self._ack_deadline: float | None = None
         self._ack_trigger = (0, 0, 0, False)  # psn, ev, ts, ce of the last unacked packet
@@ -500,7 +516,15 @@ class QueuePair:
                 self._send_sack(psn, ev, ts, ce, ev % self.planes)
         if self.state is not QpState.READY:
             return
+        max_rto = self.config.max_rto_s
         for rec in self.sb.expired(now_s):
+            # the deadline was set with the RTO of its send time: if the RTO has grown since
+            # (the queues grew), the packet gets the current one
+            rto = self._rto * (1 << rec.retries)
+            deadline = rec.sent_s + (rto if rto < max_rto else max_rto)
+            if deadline > now_s:
+                self.sb.arm(rec, deadline)
+                continue
             if rec.retries >= self.config.retry_limit:
                 self._fatal(
                     WcStatus.RETRY_EXCEEDED,
@@ -511,7 +535,11 @@ class QueuePair:
                 )
                 return
             self.stats.timeouts += 1
-            self.evs.on_timeout(rec.slot, rec.sent_s, now_s)
+            # a path that acknowledged anything in the last half RTO is queued, not dead
+            self.evs.on_timeout(rec.slot, rec.sent_s, now_s, 0.5 * self._rto)
+            rec.to_sent_s = rec.sent_s
+            rec.to_slot = rec.slot
+            rec.to_ts_ns = rec.tx_ts_ns
             rec.retries += 1
             self.sb.mark_lost(rec)
             self._rtxq.append(rec)
@@ -598,7 +626,7 @@ class QueuePair:
         slot = evs.pick(rec.slot if rtx else -1)
         if slot < 0:
             return None
-        ts_ns = int(now_s * 1e9)
+        ts_ns = int(now_s * 1e9) or 1  # 0 means "no timestamp" in a SACK: a clock at 0 is 1 ns
         frame = self._data_frame(rec, slot, ts_ns, rtx)
         rec.slot = slot
         rec.sent_s = now_s
@@ -744,7 +772,7 @@ class QueuePair:
             return
         if d >= _HALF or win.test(psn):
             st.rx_duplicates += 1
-            self._send_sack(psn, ev, ts_ns, ce, -1)  # rule 2; sprayed: our ACKs may be lost
+            self._send_sack(psn, ev, ts_ns, ce, ev % self.planes, twice=True)  # rule 2
             return
         payload = memoryview(data)[hdr_end : end - 4]
         status = self.memory.place(rkey, va, payload)
@@ -779,7 +807,7 @@ class QueuePair:
             self._ce_run.pop(ev, None)
         rtx = bool(w1 & (_RTX_BIT << 24))
         if rxw.wants_ack(MARK_NEW, ce, bool(w2 & _ACKREQ), rtx):
-            self._send_sack(psn, ev, ts_ns, ce, -1 if rtx else ev % self.planes)
+            self._send_sack(psn, ev, ts_ns, ce, ev % self.planes, twice=rtx)
         else:
             self._ack_trigger = (psn, ev, ts_ns, ce)
             if self._ack_deadline is None:
@@ -809,8 +837,19 @@ class QueuePair:
             self._rx_rqmsn = (self._rx_rqmsn + 1) & 0xFFFF
 
     def _send_sack(
-        self, psn: int, ev: int, ts_ns: int, ce: bool, plane: int, op: int = _OP_SACK
+        self,
+        psn: int,
+        ev: int,
+        ts_ns: int,
+        ce: bool,
+        plane: int,
+        op: int = _OP_SACK,
+        twice: bool = False,
     ) -> None:
+        """Queue a SACK about ``psn`` on ``plane`` (-1: round robin).  ``twice`` (for
+        duplicates and retransmissions: the requester is repairing, maybe because our ACKs
+        are lost) sends a copy on another live plane too: the arrival plane is alive one
+        way, and the other copy survives a failure of its way back."""
         rxw = self.rxwin
         ece = ce or rxw.ece_pending
         f = rxw.sack_fields(psn)
@@ -827,6 +866,13 @@ class QueuePair:
         self._ack_deadline = None
         self.stats.tx_sacks += 1
         self._queue_ctrl(op, f.cack_psn, body, plane)
+        if twice and plane >= 0:
+            evs = self.evs
+            for _ in range(len(evs.reverse)):
+                other = evs.next_reverse_ev()
+                if other % self.planes != plane:
+                    self._ctrl.append(self._ctrl_frame(op, f.cack_psn, body, other))
+                    break
 
     def _send_nack(self, reason: int, psn: int, ev: int, ts_ns: int, plane: int) -> None:
         body = _NACK.pack(reason << 24 | psn, ev, self.rxwin.win.cack_psn, ts_ns)
@@ -871,10 +917,16 @@ class QueuePair:
         acked = self.sb.on_sack(s.cack_psn, s.sack_offset, s.bitmap)
         acked_bytes = 0
         for rec in acked:
-            evs.note_delivered(rec.slot, rec.sent_s)
+            if rec.to_sent_s >= 0 and self._spurious(rec, s, now_s):
+                # the timed-out original got through, not the retransmission: credit its path
+                evs.note_delivered(rec.to_slot, rec.to_sent_s)
+            else:
+                evs.note_delivered(rec.slot, rec.sent_s)
             acked_bytes += rec.length
         rtt = None
-        if s.reflected_ts_ns:
+        # A probe's answer times a small high-priority packet, not data: it would drag the
+        # base RTT (NSCC's queueing delay, the RTO) far below what data packets see.
+        if s.reflected_ts_ns and not is_probe_answer:
             rtt = now_s - s.reflected_ts_ns * 1e-9
             if rtt > 0:
                 self._rtt_sample(rtt)
@@ -906,8 +958,39 @@ class QueuePair:
         else:
             self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self._srtt - r)
             self._srtt = 0.875 * self._srtt + 0.125 * r
-        rto = self._srtt + 4 * self._rttvar
+        if r < self._min_rtt or not self._rtt_measured:
+            self._min_rtt = r
+            self._rtt_measured = True
+        peak = self._rtt_peak
+        self._rtt_peak = r if r > peak else peak + (r - peak) * RTT_PEAK_RELEASE
+        self._update_rto()
+
+    def _update_rto(self) -> None:
+        # Spraying makes RTTs heavy-tailed (each packet sees its own path's queue): srtt +
+        # 4 rttvar alone is overtaken by the tail; the recent peak keeps the RTO above it.
+        srtt = self._srtt if self._srtt is not None else 0.0
+        rto = max(srtt + 4 * self._rttvar, RTO_PEAK_GAIN * self._rtt_peak)
         self._rto = min(max(rto, self._min_rto), self.config.max_rto_s)
+
+    def _spurious(self, rec: TxRecord, s: wire.SACK, now_s: float) -> bool:
+        """A PSN that timed out is acknowledged: if the SACK was triggered by the very
+        transmission that timed out (its EV and timestamp), or the retransmission cannot have
+        caused it (not sent yet, or sent less than half a min RTT ago), the original made it
+        and the timeout was spurious.  Its delay is an RTT the estimator missed: feed it to
+        the peak so the RTO covers it next time (the Eifel idea, RFC 3522)."""
+        by_original = s.reflected_ts_ns == rec.to_ts_ns and s.ev == self.evs.ev_values[rec.to_slot]
+        if (
+            not by_original
+            and not rec.lost
+            and now_s - rec.sent_s >= SPURIOUS_RTT_FRACTION * self._min_rtt
+        ):
+            return False
+        self.stats.spurious_timeouts += 1
+        delay = now_s - rec.to_sent_s
+        if delay > self._rtt_peak:
+            self._rtt_peak = delay
+            self._update_rto()
+        return True
 
     def _complete_messages(self, now_s: float) -> None:
         msgs = self._inflight_msgs

@@ -9,10 +9,11 @@ SACK coalescing rule (docs/transport.md): the responder answers a data packet at
 3. it asks for one (BTH AckReq, set by the requester on the last packet of each message), or
 4. ``ack_every`` new packets have arrived since the last SACK;
 
-otherwise it waits at most ``ack_delay_s`` (a timer).  Each SACK's 64-bit bitmap is placed so
-that it covers the triggering PSN and, when possible, ends at the highest PSN received:
-``offset = max(0, min(d, h - 63))`` with ``d`` and ``h`` the distances of the trigger and of
-the highest PSN past the cumulative ack.
+otherwise it waits at most ``ack_delay_s`` (a timer).  Each SACK's 64-bit bitmap is placed
+so that it starts no later than the lowest PSN received since the previous SACK (the trigger
+and the packets coalesced into it) and, when possible, ends at the highest PSN received:
+``offset = max(0, min(lo, h - 63))`` with ``lo`` and ``h`` the distances of that lowest PSN
+and of the highest PSN past the cumulative ack.
 """
 
 from __future__ import annotations
@@ -40,17 +41,32 @@ class SackFields:
     received_bytes: int
 
 
+def _ahead(psn: int, expected: int) -> int:
+    """Distance of ``psn`` past ``expected``; 0 for one behind it (the cack covers it)."""
+    d = (psn - expected) & PSN_MASK
+    return 0 if d >= 1 << 23 else d
+
+
 class ResponderWindow:
     """The responder's PSN tracking window (``mrcnic.fast.PsnWindow``) plus the coalescing
     counters of the rule above."""
 
-    __slots__ = ("win", "pending", "ece_pending", "received_bytes", "ack_every", "size")
+    __slots__ = (
+        "win",
+        "pending",
+        "pending_lo",
+        "ece_pending",
+        "received_bytes",
+        "ack_every",
+        "size",
+    )
 
     def __init__(self, size: int = 65536, start_psn: int = 0, ack_every: int = 4) -> None:
         self.win = fast.PsnWindow(size, start_psn)
         self.size = size
         self.ack_every = ack_every
         self.pending = 0  # new packets not yet covered by a SACK we sent
+        self.pending_lo = -1  # the lowest PSN among them
         self.ece_pending = False
         self.received_bytes = 0
 
@@ -61,6 +77,8 @@ class ResponderWindow:
         if st == MARK_NEW:
             if psn == win.expected_psn:
                 win.advance()
+            if self.pending == 0 or (psn - self.pending_lo) & PSN_MASK >= 1 << 23:
+                self.pending_lo = psn
             self.pending += 1
         return st
 
@@ -78,12 +96,19 @@ class ResponderWindow:
         d = (trigger_psn - expected) & PSN_MASK
         if d >= 1 << 23:
             d = 0  # a duplicate behind the cumulative ack: the cack covers it
-        offset = max(0, min(d, h - (BITMAP_BITS - 1)))
+        lo = d
+        if self.pending:
+            # the packets coalesced into this SACK arrived before the trigger, maybe far below
+            # it (a slow path): the bitmap must start low enough to report them, or, stuck
+            # behind a hole and no longer among the newest 64, they would never be acked
+            lo = min(d, _ahead(self.pending_lo, expected))
+        offset = max(0, min(lo, h - (BITMAP_BITS - 1)))
         bitmap = win.sack_bitmap(offset) if h >= 0 else 0
         ooo = 0
         if h >= 0:
             ooo = min(0xFFFF, h + 1 - win.holes())
         self.pending = 0
+        self.pending_lo = -1
         self.ece_pending = False
         return SackFields(win.cack_psn, offset, bitmap, ooo, self.received_bytes)
 
@@ -116,6 +141,9 @@ class TxRecord:
         "timer_seq",
         "lost",
         "ever_rtx",
+        "to_sent_s",
+        "to_slot",
+        "to_ts_ns",
     )
 
     def __init__(self, psn: int, msg: object, offset: int, length: int, opcode: int) -> None:
@@ -131,6 +159,9 @@ class TxRecord:
         self.timer_seq = 0
         self.lost = False  # declared lost, waiting in the retransmit queue
         self.ever_rtx = False
+        self.to_sent_s = -1.0  # send time of the transmission that last timed out
+        self.to_slot = -1  # and its EV slot
+        self.to_ts_ns = 0  # and its timestamp
 
 
 class Scoreboard:

@@ -1,7 +1,7 @@
 """mrc-sim: the real MRC queue pairs over a deterministic, virtual-time simulated fabric.
 
 No root, no sockets: ``mrcnic.sim_fabric`` models the planes, paths and queues; this module
-sets up two hosts, their queue pairs (MRC, or the go-back-N baseline of ``mrcnic.gbn_sim``),
+sets up two hosts, their queue pairs (MRC, or the RoCEv2 baseline of ``mrcnic.rocev2``),
 runs one transfer with the scheduled failures, verifies the destination bytes and reports.
 The manual (every flag, the JSON keys) is docs/sim.md.
 
@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from mrcnic import gbn_sim
 from mrcnic.ev import EvConfig, EvStateChanged
 from mrcnic.memory import MemoryTable
 from mrcnic.qp import (
@@ -35,7 +34,12 @@ from mrcnic.qp import (
     WriteCompleted,
     peek_dest_qp,
 )
+from mrcnic.rocev2 import IB_TIMEOUT_UNIT_S, RoceConfig, RoceQueuePair
+from mrcnic.rocev2_dcqcn import REFERENCE_PORT_BPS
 from mrcnic.sim_fabric import Fabric, FabricSpec
+
+TRANSPORTS = ("mrc", "rocev2")
+ROCEV2_PORT_POLICIES = ("rail", "hash")
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "": 1.0}
@@ -98,8 +102,10 @@ class SimConfig:
     fabric: FabricSpec = field(default_factory=FabricSpec)
     size: int = 16 << 20
     msg_size: int = 1 << 20
-    transport: str = "mrc"  # mrc | gbn
-    qps: int | None = None  # default: 1 for mrc, one per plane for gbn
+    transport: str = "mrc"  # mrc | rocev2
+    qps: int | None = None  # default: 1 for mrc, one per plane for rocev2
+    rocev2_ports: str = "rail"  # rocev2: QP i on port i % planes (rail) or hashed (hash)
+    rocev2_timeout: int | None = None  # rocev2: IB local ACK timeout exponent; None: auto
     mtu: int = 4096
     cc: str = "nscc"
     evs: int = 128
@@ -107,6 +113,25 @@ class SimConfig:
     max_time_s: float = 60.0
     timeline_s: float | None = None  # bin width of the goodput timeline in the result
     seed: int = 1
+
+
+def worst_rtt_s(spec: FabricSpec, mtu: int) -> float:
+    """The RTT with every data queue on the way full (fabric path and last hop; ACKs travel
+    in the high-priority class and never queue behind data)."""
+    q = spec.queue_bytes * 8
+    return base_rtt_s(spec, mtu) + q / spec.path_rate + q / spec.port_rate_bps
+
+
+def rocev2_auto_timeout(spec: FabricSpec, mtu: int) -> int:
+    """The IB local ACK timeout exponent an operator would pick for this fabric at its most
+    aggressive: the smallest one whose lab-scaled value exceeds the worst-case RTT (a
+    shorter one fires spuriously whenever the buffers fill; docs/rocev2.md)."""
+    scale = REFERENCE_PORT_BPS / spec.port_rate_bps
+    worst = worst_rtt_s(spec, mtu)
+    n = 1
+    while n < 31 and IB_TIMEOUT_UNIT_S * (1 << n) * scale <= worst:
+        n += 1
+    return n
 
 
 def base_rtt_s(spec: FabricSpec, mtu: int) -> float:
@@ -146,7 +171,14 @@ class Simulation:
             for h in range(2)
         ]
         line = spec.capacity_bps()
+        if cfg.transport not in TRANSPORTS:
+            raise ValueError(
+                f"unknown transport {cfg.transport!r} (one of {', '.join(TRANSPORTS)})"
+            )
+        if cfg.rocev2_ports not in ROCEV2_PORT_POLICIES:
+            raise ValueError(f"unknown rocev2 port policy {cfg.rocev2_ports!r} (rail or hash)")
         qps = cfg.qps or (1 if cfg.transport == "mrc" else spec.planes)
+        self.rocev2_timeout = cfg.rocev2_timeout or rocev2_auto_timeout(spec, cfg.mtu)
         pairs = []
         for i in range(qps):
             qa, qb = 0x100 + i, 0x200 + i
@@ -160,16 +192,18 @@ class Simulation:
                 )
                 a = QueuePair(qa, nets[0], self.memories[0], line / qps, qcfg)
                 b = QueuePair(qb, nets[1], self.memories[1], line / qps, qcfg)
-            elif cfg.transport == "gbn":
-                gcfg = gbn_sim.GbnConfig(
-                    mtu_bytes=cfg.mtu, base_rtt_s=self.base_rtt_s, seed=cfg.seed + i
+            else:  # rocev2: one QP per rail as deployed, or ports by hash; T1 by ECMP hash
+                rcfg = RoceConfig(
+                    mtu_bytes=cfg.mtu,
+                    base_rtt_s=self.base_rtt_s,
+                    port=i % spec.planes if cfg.rocev2_ports == "rail" else None,
+                    ecmp_seed=cfg.seed,
+                    local_ack_timeout=self.rocev2_timeout,
+                    seed=cfg.seed + i,
                 )
-                plane = i % spec.planes
-                rate = min(spec.port_rate_bps, spec.path_rate)
-                a = gbn_sim.GbnQueuePair(qa, nets[0], self.memories[0], rate, gcfg, plane=plane)
-                b = gbn_sim.GbnQueuePair(qb, nets[1], self.memories[1], rate, gcfg, plane=plane)
-            else:
-                raise ValueError(f"unknown transport {cfg.transport!r} (mrc or gbn)")
+                port = spec.port_rate_bps  # a one-path QP's line rate: its port's
+                a = RoceQueuePair(qa, nets[0], self.memories[0], port, rcfg)
+                b = RoceQueuePair(qb, nets[1], self.memories[1], port, rcfg)
             a.connect(b.local_attributes())
             b.connect(a.local_attributes())
             self.endpoints[0][qa] = a
@@ -340,7 +374,8 @@ class Simulation:
         result = {
             "transport": cfg.transport,
             "goodput_fraction": round(goodput / capacity, 4),
-            "completion_s": round(self.completion_s, 6) if self.completion_s is not None else None,
+            # a write completed with an error is not a completed transfer
+            "completion_s": round(self.completion_s, 6) if ok else None,
             "verified": bytes(self.dst) == self.src,
             "qp_errors": len(self.qp_errors),
             "qp_error_reasons": self.qp_errors,
@@ -372,6 +407,8 @@ class Simulation:
             "cpu_s": round(cpu_s, 3),
             "sim_pps": round((packets + retrans) / cpu_s) if cpu_s > 0 else None,
         }
+        if cfg.transport == "rocev2":
+            result["rocev2"] = self._rocev2_summary()
         if cfg.timeline_s:
             step = cfg.timeline_s
             tl = []
@@ -382,6 +419,27 @@ class Simulation:
                 t += step
             result["timeline"] = tl
         return result
+
+    def _rocev2_summary(self) -> dict:
+        """What only the baseline has: its paths, go-back-N and DCQCN counters."""
+        req = [a.get_stats() for a, _ in self.pairs]
+        rsp = [b.get_stats() for _, b in self.pairs]
+        return {
+            "ports": self.cfg.rocev2_ports,
+            "paths": [[a.plane, a.t1] for a, _ in self.pairs],
+            "distinct_paths": len({(a.plane, a.t1) for a, _ in self.pairs}),
+            "gbn_rewinds": sum(s.gbn_rewinds for s in req),
+            "gbn_rewind_psns": sum(s.gbn_rewind_psns for s in req),
+            "timeout_rewind_psns": sum(s.timeout_rewind_psns for s in req),
+            "out_of_order_drops": sum(s.rx_out_of_order for s in rsp),
+            "naks": sum(s.tx_nacks for s in rsp),
+            "cnps": sum(s.tx_cnps for s in rsp),
+            "rate_cuts": sum(s.rate_cuts for s in req),
+            "min_rate_bps": min(s.min_rate_bps for s in req),
+            "local_ack_timeout": self.rocev2_timeout,
+            "ack_timeout_s": self.pairs[0][0].ack_timeout_s,
+            "window_psns": self.pairs[0][0].window_psns,
+        }
 
 
 def run(cfg: SimConfig) -> dict:
@@ -408,6 +466,15 @@ def summary(r: dict) -> str:
         f"  recovery         {rec}",
         f"  simulator        {r['wall_s']} s wall, {r['sim_pps']} data packets per CPU second",
     ]
+    rv = r.get("rocev2")
+    if rv:
+        lines.append(
+            f"  rocev2           {rv['distinct_paths']} distinct paths for {r['qps']} QPs "
+            f"({rv['ports']}), go-back-N rewinds {rv['gbn_rewinds']} "
+            f"({rv['gbn_rewind_psns']} PSNs), out-of-order drops {rv['out_of_order_drops']}, "
+            f"CNPs {rv['cnps']}, rate cuts {rv['rate_cuts']}, "
+            f"ACK timeout {rv['ack_timeout_s'] * 1e3:.3g} ms"
+        )
     for f in r["faults"]:
         lines.append(f"  fault            {f}")
     return "\n".join(lines)
@@ -487,13 +554,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="bring it back",
     )
     p.add_argument(
-        "--transport", choices=("mrc", "gbn"), default="mrc", help="mrc, or the go-back-N baseline"
+        "--transport",
+        default="mrc",
+        metavar="{mrc,rocev2}",
+        help="mrc, or the RoCEv2 baseline (docs/rocev2.md)",
     )
     p.add_argument(
         "--qps",
         type=int,
         default=None,
-        help="queue pairs (default 1 for mrc, one per plane for gbn)",
+        help="queue pairs (default 1 for mrc, one per plane for rocev2)",
+    )
+    p.add_argument(
+        "--rocev2-ports",
+        choices=ROCEV2_PORT_POLICIES,
+        default="rail",
+        help="rocev2: QP i bound to port i %% planes (rail, as deployed) or ports by hash",
+    )
+    p.add_argument(
+        "--rocev2-timeout",
+        default="auto",
+        metavar="N|auto",
+        help="rocev2: IB local ACK timeout 4.096us x 2^N of hardware time, scaled to the lab; "
+        "auto (default): the smallest N above the fabric's worst-case RTT (deployments: 14-20)",
     )
     p.add_argument("--cc", default="nscc", help="congestion control by name (nscc, fixed)")
     p.add_argument(
@@ -530,6 +613,23 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
         loss=a.loss,
         seed=a.seed,
     )
+    if a.transport == "gbn":
+        raise ValueError(
+            "--transport gbn was retired: use --transport rocev2, the full RoCEv2 baseline "
+            "(go-back-N, DCQCN, ECMP-hashed single path; docs/rocev2.md)"
+        )
+    if a.transport not in TRANSPORTS:
+        raise ValueError(f"unknown transport {a.transport!r} (one of {', '.join(TRANSPORTS)})")
+    timeout = None if a.rocev2_timeout == "auto" else a.rocev2_timeout
+    if timeout is not None:
+        try:
+            timeout = int(timeout)
+        except ValueError:
+            raise ValueError("--rocev2-timeout is auto or the IB exponent 1..31") from None
+        if not 1 <= timeout <= 31:
+            raise ValueError("--rocev2-timeout is auto or the IB exponent 1..31")
+    if a.qps is not None and a.qps < 1:
+        raise ValueError("--qps must be >= 1")
     if a.size < 1 or a.msg_size < 1 or a.mtu < 1 or a.planes < 1 or a.paths_per_plane < 1:
         raise ValueError("size, msg-size, mtu, planes and paths-per-plane must be >= 1")
     faults = [Fault.parse(s, up=False) for s in a.fail] + [Fault.parse(s, up=True) for s in a.heal]
@@ -543,6 +643,8 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
         msg_size=a.msg_size,
         transport=a.transport,
         qps=a.qps,
+        rocev2_ports=a.rocev2_ports,
+        rocev2_timeout=timeout,
         mtu=a.mtu,
         cc=a.cc,
         evs=a.evs,

@@ -172,3 +172,85 @@ def test_nothing_good_falls_back_to_bad_evs_so_the_qp_keeps_trying():
 def test_mermaid_lists_every_real_transition():
     text = mermaid()
     assert "GOOD --> SKIP: ECN_ECHO" in text and "ASSUMED_BAD --> GOOD: PROBE_OK" in text
+
+
+# -- spraying: the shuffled bag ---------------------------------------------------------------
+
+
+def test_bag_deals_every_active_ev_once_per_round_in_a_random_order():
+    t = EvTable(planes=2, t1_count=4, config=EvConfig(ev_count=16, backup_per_plane=2), seed=3)
+    per_plane = len(t.active) // 2
+    rounds = 5
+    picks = [t.pick() for _ in range(2 * per_plane * rounds)]
+    for plane in range(2):
+        mine = [s for s in picks if t.plane_of[s] == plane]
+        chunks = [mine[i : i + per_plane] for i in range(0, len(mine), per_plane)]
+        assert all(sorted(c) == sorted(chunks[0]) for c in chunks)  # each EV once per round
+        assert len({tuple(c) for c in chunks}) > 1  # the order is shuffled, not a fixed cycle
+        paths = [t.path_of[s] for s in mine]
+        assert len(set(paths)) == 4 and len({paths.count(p) for p in set(paths)}) == 1
+
+
+def test_random_spray_is_still_available_and_drifts():
+    t = EvTable(
+        planes=1,
+        t1_count=4,
+        config=EvConfig(ev_count=16, backup_per_plane=2, spray="random"),
+        seed=3,
+    )
+    counts = {}
+    for _ in range(160):
+        s = t.pick()
+        counts[s] = counts.get(s, 0) + 1
+    assert set(counts) == set(t.active) and len(set(counts.values())) > 1
+    with pytest.raises(ValueError, match="spray"):
+        EvTable(planes=1, t1_count=1, config=EvConfig(spray="sideways"), seed=1)
+
+
+def test_bag_avoids_the_losing_ev_even_within_a_single_plane():
+    t = EvTable(planes=1, t1_count=2, config=EvConfig(ev_count=4, backup_per_plane=1), seed=9)
+    for _ in range(200):
+        lost = t.pick()
+        assert t.pick(avoid=lost) != lost
+
+
+# -- timeouts: dead, lossy, or only queued ----------------------------------------------------
+
+
+def test_timeout_on_a_path_still_draining_its_queue_is_not_a_downgrade():
+    t = table()
+    slot = t.active[0]
+    # another EV on the same fabric path (same plane and T1) was acknowledged just now
+    twin = next(
+        s for s in t.pool[t.plane_of[slot]] if s != slot and t.path_of[s] == t.path_of[slot]
+    )
+    t.note_delivered(twin, sent_s=0.5, now_s=2.9)  # sent before ours: no proof by itself
+    assert not t.on_timeout(slot, sent_s=1.0, now_s=3.0, quiet_s=0.5)  # queued, not dead
+    assert t.state[slot] is G
+    assert t.on_timeout(slot, sent_s=1.0, now_s=3.6, quiet_s=0.5)  # silent for too long
+    assert t.state[slot] is B
+
+
+def test_a_later_packet_on_the_same_path_proves_random_loss():
+    def three(t: EvTable) -> tuple[int, int, int]:
+        slot = t.active[0]
+        same = [s for s in t.pool[t.plane_of[slot]] if s != slot]
+        twin = next(s for s in same if t.path_of[s] == t.path_of[slot])
+        other = next(s for s in same if t.path_of[s] != t.path_of[slot])
+        return slot, twin, other
+
+    t = table()
+    slot, twin, other = three(t)
+    t.note_delivered(other, sent_s=2.0, now_s=2.5)  # another path's success proves nothing
+    assert t.on_timeout(slot, sent_s=1.0, now_s=3.0)
+    t = table()
+    slot, twin, other = three(t)
+    t.note_delivered(twin, sent_s=2.0, now_s=2.5)  # sent later on the same path: it lives
+    assert not t.on_timeout(slot, sent_s=1.5, now_s=3.0)
+    assert t.state[slot] is G
+
+
+def test_paths_follow_the_address_plan():
+    t = EvTable(planes=8, t1_count=4, config=EvConfig(), seed=1)
+    for s, ev in enumerate(t.ev_values):
+        assert t.path_of[s] == (ev % 8) * 4 + (ev // 8) % 4

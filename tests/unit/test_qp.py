@@ -592,3 +592,201 @@ def test_property_bytes_exact_completions_once_in_order_no_error(s):
     assert [e.imm for e in w.of(1, ImmReceived)] == imms
     assert [e.imm for e in w.of(0, ImmReceived)] == [7]
     assert len(w.of(0, WriteCompleted)) == len(s["sizes"])  # and nothing completed twice
+
+
+# -- RTT, RTO and timeouts: robustness (docs/transport.md, "Retransmission timer") ------------
+
+BASE = QpConfig(mtu_bytes=256, ev=EvConfig(ev_count=8, backup_per_plane=2), base_rtt_s=2e-4)
+
+
+def _ev(frame: bytes) -> int:
+    return wire.udp_flow_to_ev(*_sport_flow(frame))
+
+
+def _is_rtx(frame: bytes) -> bool:
+    return bool(frame[66] & 0x20)
+
+
+def test_first_rto_covers_a_whole_first_window():
+    w = Wire()
+    assert w.qa.get_stats().rto_s == pytest.approx(8 * 2e-4)
+
+
+def test_probe_answers_do_not_feed_the_data_rtt():
+    """Probes and their answers are small high-priority packets: their RTT says nothing
+    about data.  Data takes 1 ms each way here, control 20 us."""
+
+    def chaos(t, h, port, f):
+        if port == 1 and t < 0.02:
+            return []  # plane 1 dead for 20 ms: its EVs go ASSUMED_BAD and get probed
+        return [(1e-3 if is_data(f) else 20e-6, f)]
+
+    w = Wire(chaos, cfg_a=replace(BASE, base_rtt_s=2e-3))
+    _, mr = region(w, 256 * 200)
+    w.qa.post_write(1, payload(256 * 200), mr.base_va, mr.rkey)
+    w.run(0.2)
+    assert [e.status for e in w.of(0, WriteCompleted)] == [WcStatus.SUCCESS]
+    assert any(w.qa.evs.probes_answered)  # fast answers did arrive
+    assert w.qa.cc.min_rtt_s > 1e-3 and w.qa.get_stats().srtt_s > 1e-3
+
+
+def test_timer_uses_the_rto_of_now_not_of_the_send_time():
+    """The RTO grows (queues build) while a packet is in flight: its timer follows."""
+    state = {"write2": False, "first": None}
+
+    def chaos(t, h, port, f):
+        if h == 0 and is_data(f) and state["write2"]:
+            if state["first"] is None:
+                state["first"] = _psn(f)
+            # the others' SACKs raise the RTO above 0.47 ms before the first one's old
+            # 0.4 ms deadline passes; the first one needs 0.47 ms
+            return [(0.42e-3 if _psn(f) == state["first"] else 0.3e-3, f)]
+        return [(DELAY, f)]
+
+    w = Wire(chaos)
+    _, mr = region(w, 256 * 20)
+    w.qa.post_write(1, payload(256 * 4), mr.base_va, mr.rkey)
+    w.run(0.01)
+    assert w.qa.get_stats().rto_s == pytest.approx(0.4e-3)  # min_rto: 2 base RTTs
+    state["write2"] = True
+    w.qa.post_write(2, payload(256 * 16, 2), mr.base_va, mr.rkey)
+    w.run(0.05)
+    assert [e.wr_id for e in w.of(0, WriteCompleted)] == [1, 2]
+    assert w.qa.get_stats().timeouts == 0 and w.qa.get_stats().retransmissions == 0
+
+
+def test_spurious_timeout_is_detected_and_the_rto_learns_from_it():
+    held: dict = {"on": False}
+
+    def chaos(t, h, port, f):
+        if h == 0 and is_data(f) and held["on"]:
+            if _is_rtx(f):
+                return []  # the retransmission is lost: only the original can be acked
+            held["ev"] = _ev(f)
+            return [(0.9e-3, f)]  # the original is slow, not lost
+        return [(DELAY, f)]
+
+    w = Wire(chaos)
+    _, mr = region(w, 256 * 5)
+    w.qa.post_write(1, payload(256 * 4), mr.base_va, mr.rkey)
+    w.run(5e-3)
+    assert w.qa.get_stats().rto_s == pytest.approx(0.4e-3)
+    held["on"] = True
+    w.qa.post_write(2, payload(100, 2), mr.base_va + 1024, mr.rkey)  # one packet, AckReq
+    w.run(0.1)
+    st = w.qa.get_stats()
+    assert [e.wr_id for e in w.of(0, WriteCompleted)] == [1, 2]
+    assert st.timeouts >= 1 and st.spurious_timeouts == 1
+    assert st.rto_s >= 1.5 * 0.95e-3  # the missed RTT is now covered
+    slot = w.qa.evs.slot_of[held["ev"]]
+    assert w.qa.evs.acked_packets[slot] >= 1  # the original's EV got the credit
+
+
+@pytest.mark.parametrize(("planes", "spray"), [(1, "bag"), (1, "random"), (2, "bag")])
+def test_retransmission_after_a_timeout_never_uses_the_ev_that_lost_it(planes, spray):
+    lost: dict[int, int] = {}  # psn -> EV of the transmission that was lost
+
+    def chaos(t, h, port, f):
+        if h == 0 and is_data(f) and not _is_rtx(f) and _psn(f) % 3 == 0:
+            lost[_psn(f)] = _ev(f)
+            return []
+        return [(DELAY, f)]
+
+    cfg = replace(BASE, ev=EvConfig(ev_count=4 * planes, backup_per_plane=2, spray=spray))
+    w = Wire(chaos, planes=planes, cfg_a=cfg)
+    _, mr = region(w, 256 * 30)
+    data = payload(256 * 30)
+    w.qa.post_write(1, data, mr.base_va, mr.rkey)
+    w.run(1.0)
+    assert bytes(mr.buffer) == data
+    rtx = [(_psn(f), _ev(f)) for _, _, f in w.sent[0] if is_data(f) and _is_rtx(f)]
+    assert {p for p, _ in rtx} == set(lost)
+    for psn, ev in rtx:
+        first = next(e for p, e in rtx if p == psn)
+        if ev == first:  # the first retransmission of this PSN
+            assert ev != lost[psn]
+            if planes > 1:
+                assert ev % planes != lost[psn] % planes
+
+
+def test_a_healthy_path_whose_ack_was_lost_is_answered_on_two_planes():
+    """SACKs for duplicates and retransmissions go out twice, on the arrival plane and on
+    another one: a retransmission answered only on a dead way back would time out again and
+    condemn the healthy EV that carried it."""
+    w = Wire()
+    _, mr = region(w, 256 * 4)
+    frames = [f for _, f in w.qa.frames_to_send(0.0)]
+    w.qa.post_write(1, payload(256), mr.base_va, mr.rkey)
+    frames = [f for _, f in w.qa.frames_to_send(0.0)]
+    w.qb.receive_frame(frames[0], 1e-4)
+    first = [(p, f) for p, f in w.qb.frames_to_send(1e-4)]
+    assert len(first) == 1  # a new packet: one SACK, on the plane it came in on
+    w.qb.receive_frame(frames[0], 2e-4)  # the same packet again: a duplicate
+    again = [(p, f) for p, f in w.qb.frames_to_send(2e-4)]
+    assert len(again) == 2 and {p for p, _ in again} == {0, 1}
+    assert all(f[62] == 0xDC for _, f in again)
+
+
+# -- hot paths: PSN wrap, duplicates ------------------------------------------------------------
+
+
+def test_long_transfer_across_the_psn_wrap_with_loss_reordering_and_duplicates():
+    rng = random.Random(4)
+
+    def chaos(t, h, port, f):
+        if rng.random() < 0.02:
+            return []
+        d = DELAY + rng.random() * 1e-3
+        out = [(d, trim_frame(f, False) if is_data(f) and rng.random() < 0.02 else f)]
+        if rng.random() < 0.05:
+            out.append((d + rng.random() * 2e-3, f))
+        return out
+
+    start = MASK - 700
+    w = Wire(chaos, cfg_a=replace(BASE, start_psn=start))
+    n = 2000  # packets: crosses 2^24 after 700
+    outer, mr = region(w, 256 * n)
+    data = payload(256 * n, 9)
+    for k in range(8):
+        part = 256 * n // 8
+        w.qa.post_write(k, data[k * part : (k + 1) * part], mr.base_va + k * part, mr.rkey, imm=k)
+    w.run(30.0, stop=lambda: len(w.of(0, WriteCompleted)) == 8)
+    w.run(w.now + 0.05)
+    assert not w.of(0, QpErrorEvent) and not w.of(1, QpErrorEvent)
+    assert [e.wr_id for e in w.of(0, WriteCompleted)] == list(range(8))
+    assert [e.imm for e in w.of(1, ImmReceived)] == list(range(8))
+    assert bytes(mr.buffer) == data and outer[:32] == b"\xa5" * 32
+    assert w.qa.sb.snd_nxt == (start + n) & MASK and w.qa.sb.snd_una == w.qa.sb.snd_nxt
+    st = w.qb.get_stats()
+    assert st.rx_duplicates > 0 and st.rx_trimmed > 0 and w.qa.get_stats().retransmissions > 0
+
+
+def test_replayed_and_stale_sacks_never_complete_anything_twice_or_early():
+    sacks: list[bytes] = []
+    hold = {"on": False}
+
+    def chaos(t, h, port, f):
+        if h == 1 and f[62] == 0xDC:
+            sacks.append(f)
+        if h == 0 and is_data(f) and hold["on"]:
+            return [(5e-3, f)]  # write 2's data is slow
+        return [(DELAY, f)]
+
+    w = Wire(chaos)
+    _, mr = region(w, 256 * 20)
+    w.qa.post_write(1, payload(256 * 10), mr.base_va, mr.rkey)
+    w.run(0.01)
+    assert [e.wr_id for e in w.of(0, WriteCompleted)] == [1]
+    hold["on"] = True
+    w.qa.post_write(2, payload(256 * 10, 2), mr.base_va + 2560, mr.rkey)
+    w.pump(0)
+    for f in sacks * 3:  # every old SACK, three times, while write 2 is in flight
+        w.qa.receive_frame(f, w.now)
+    w.pump(0)
+    assert [e.wr_id for e in w.of(0, WriteCompleted)] == [1]  # nothing early
+    w.run(0.1)
+    for f in sacks * 2:  # and again after everything completed
+        w.qa.receive_frame(f, w.now)
+    w.pump(0)
+    assert [e.wr_id for e in w.of(0, WriteCompleted)] == [1, 2]
+    assert w.qa.get_stats().completions == 2

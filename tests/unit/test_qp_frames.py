@@ -87,7 +87,8 @@ def test_control_frames_match_wire():
     assert f.ev in b.evs.reverse and port == f.ev % 4
     s = f.mrc.sack
     assert s.cack_psn == (a.start_psn - 1) & 0xFFFFFF and s.bitmap & 0b100
-    assert s.reflected_ts_ns == 0 and s.ev == wire.parse_frame(frames[-1][1]).ev
+    # a clock at 0 is sent as 1 ns: 0 would mean "no timestamp" (no RTT sample) in the SACK
+    assert s.reflected_ts_ns == 1 and s.ev == wire.parse_frame(frames[-1][1]).ev
     rebuilt = wire.build_frame(
         eth_src=f.eth.src,
         eth_dst=f.eth.dst,

@@ -1,4 +1,4 @@
-"""mrc-sim: the JSON contract, determinism, failures and the go-back-N baseline."""
+"""mrc-sim: the JSON contract, determinism, failures (the RoCEv2 baseline: test_sim_rocev2.py)."""
 
 from __future__ import annotations
 
@@ -60,12 +60,6 @@ def test_port_failure_and_path_failure(capsys):
 def test_congested_fabric_trims_and_marks(capsys):
     _, r = run_cli(capsys, "--path-rate", "20Mbit", "--queue", "16K", "--ecn", "8K")
     assert r["verified"] and r["qp_errors"] == 0 and r["trims"] > 0 and r["ecn_marks"] > 0
-
-
-def test_gbn_baseline_runs_in_the_same_fabric(capsys):
-    code, r = run_cli(capsys, "--transport", "gbn", "--loss", "0.01")
-    assert code == 0 and r["transport"] == "gbn" and r["qps"] == 4 and r["verified"]
-    assert r["retransmissions"] > r["random_losses"]  # go-back-N resends more than it lost
 
 
 def test_human_summary_and_bad_arguments(capsys):
