@@ -3,8 +3,11 @@ completions (ibverbs in spirit, MRC in substance).  Walkthrough: docs/api.md.
 
 A :class:`Device` owns the host's ports and demultiplexes frames to its QPs; it is itself
 sans-I/O (``receive_frame`` / ``frames_to_send`` / ``get_timer`` / ``handle_timer``), so the
-same object runs over real AF_PACKET ports (``mrcnic.aio``, the end-to-end issue) or over the
-simulated fabric (:class:`SimNetwork`, no root needed).
+same object runs over real AF_PACKET ports (``mrcnic.aio``) or over the simulated fabric
+(:class:`SimNetwork`, no root needed).  A device hosts QPs of more than one transport:
+``create_qp(transport="mrc")`` (this project's MRC, :class:`mrcnic.qp.QueuePair`) or
+``transport="rocev2"`` (the RoCEv2 baseline, ``mrcnic.rocev2.RoceQueuePair``: one path per QP,
+go-back-N), both driven through the same sans-I/O surface.
 
     dev = Device(net, port_rate_bps=100e6)
     mr = dev.register(bytearray(1 << 20))
@@ -98,6 +101,7 @@ class QP:
         self._rq: deque[ImmReceived] = deque()
         self._other: deque[Event] = deque()
         self._waiters: dict[int, asyncio.Future[WriteCompleted]] = {}
+        self.transport = "mrc"
 
     @property
     def qpn(self) -> int:
@@ -134,6 +138,9 @@ class QP:
                 "remote buffer"
             )
         self.core.post_write(wr_id, data, remote.va + offset, remote.rkey, imm)
+        wake = self.device.on_work
+        if wake is not None:
+            wake()  # an I/O shell sends at once instead of at its next timer
 
     def _dispatch(self) -> None:
         core = self.core
@@ -189,8 +196,31 @@ class QP:
         self.core.allow_ev(ev, self.device.clock())
 
 
+TRANSPORTS = ("mrc", "rocev2")
+
+
+def _core_class(transport: str) -> type:
+    """The sans-I/O QP class of a transport (both share QueuePair's constructor and surface)."""
+    if transport == "mrc":
+        return QueuePair
+    if transport == "rocev2":
+        try:
+            from mrcnic.rocev2 import RoceQueuePair  # lazy: the baseline is optional
+        except ImportError as e:
+            raise ValueError(
+                "transport 'rocev2' needs mrcnic.rocev2.RoceQueuePair, which this installation "
+                f"does not have ({e})"
+            ) from None
+        return RoceQueuePair
+    raise ValueError(f"unknown transport {transport!r}: choose one of {', '.join(TRANSPORTS)}")
+
+
 class Device:
-    """A NIC: one port per plane, a memory registry, QPs; sans-I/O like the QPs it holds."""
+    """A NIC: one port per plane, a memory registry, QPs; sans-I/O like the QPs it holds.
+
+    ``on_work`` (None by default) is called after every ``post_write``: an I/O shell sets it to
+    pump the device at once rather than at its next timer.
+    """
 
     def __init__(
         self,
@@ -211,6 +241,8 @@ class Device:
         self.clock = clock
         self.memory = MemoryTable(seed)
         self.qps: dict[int, QP] = {}
+        self._cores: list = []  # the sans-I/O QPs, for the per-frame loops
+        self.on_work: Callable[[], None] | None = None
         self._next_qpn = 0x10 + (seed or 0) % 0x1000
         self._seed = seed if seed is not None else int(time.time_ns() & 0xFFFF)
 
@@ -224,17 +256,26 @@ class Device:
     def deregister(self, mr: MemoryRegion) -> None:
         self.memory.deregister(mr)
 
-    def create_qp(self, config: QpConfig | None = None) -> QP:
+    def create_qp(self, config: QpConfig | None = None, transport: str = "mrc") -> QP:
+        """A new QP of ``transport`` ("mrc", or "rocev2" for the baseline).  An MRC QP sprays
+        over every port, so its line rate is the sum of the port rates; a RoCEv2 QP uses one
+        path, so its line rate is one port's."""
+        cls = _core_class(transport)
         qpn = self._next_qpn
         self._next_qpn += 1
-        cfg = config or QpConfig(seed=self._seed + qpn)
-        core = QueuePair(qpn, self.net, self.memory, sum(self.port_rates_bps), cfg)
+        if config is None:
+            config = QpConfig(seed=self._seed + qpn)
+        rate = sum(self.port_rates_bps) if transport == "mrc" else max(self.port_rates_bps)
+        core = cls(qpn, self.net, self.memory, rate, config)
         qp = QP(self, core)
+        qp.transport = transport
         self.qps[qpn] = qp
+        self._cores = [q.core for q in self.qps.values()]
         return qp
 
     def destroy_qp(self, qp: QP) -> None:
         self.qps.pop(qp.qpn, None)
+        self._cores = [q.core for q in self.qps.values()]
 
     # -- sans-I/O surface for the shell ------------------------------------------------------
 
@@ -245,24 +286,38 @@ class Device:
             qp.core.receive_frame(data, now_s)
 
     def frames_to_send(self, now_s: float) -> list[tuple[int, bytes]]:
+        cores = self._cores
+        if len(cores) == 1:
+            return cores[0].frames_to_send(now_s)
         out: list[tuple[int, bytes]] = []
-        for qp in self.qps.values():
-            out += qp.core.frames_to_send(now_s)
+        for core in cores:
+            out += core.frames_to_send(now_s)
         return out
 
     def get_timer(self) -> float | None:
-        times = [t for qp in self.qps.values() if (t := qp.core.get_timer()) is not None]
-        return min(times) if times else None
+        best = None
+        for core in self._cores:
+            t = core.get_timer()
+            if t is not None and (best is None or t < best):
+                best = t
+        return best
 
     def handle_timer(self, now_s: float) -> None:
-        for qp in self.qps.values():
-            t = qp.core.get_timer()
+        for core in self._cores:
+            t = core.get_timer()
             if t is not None and t <= now_s:
-                qp.core.handle_timer(now_s)
+                core.handle_timer(now_s)
 
     def port_status(self, port: int, up: bool, now_s: float) -> None:
+        for core in self._cores:
+            core.port_status(port, up, now_s)
+
+    def dispatch(self) -> None:
+        """Resolve the futures of ``QP.completion`` whose completions have arrived (the
+        asyncio shell calls this after each round of I/O)."""
         for qp in self.qps.values():
-            qp.core.port_status(port, up, now_s)
+            if qp._waiters:
+                qp._dispatch()
 
 
 class SimNetwork:
