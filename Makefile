@@ -14,7 +14,7 @@ demo:
 	@echo 'Run make test for what exists today.' >&2
 	@exit 2
 
-.PHONY: demo setup test test-unit test-lab lint bench-core bench-transport bench-switch lab-up lab-down lab-status clean help
+.PHONY: demo setup test test-unit test-lab lint bench-core bench-transport bench-nscc bench-switch lab-up lab-down lab-status clean help
 
 help:
 	@echo "make demo        the main job (arrives with the end-to-end issue; not yet available)"
@@ -23,6 +23,7 @@ help:
 	@echo "make lint        ruff"
 	@echo "make bench-core  C core vs pure-Python twin, ns per operation -> results/bench-core.json"
 	@echo "make bench-transport  transport core pps and mrc-sim goodput -> results/bench-transport.json"
+	@echo "make bench-nscc       NSCC on oversubscribed/lossy/incast sim fabrics -> results/bench-nscc.json"
 	@echo "make bench-switch     mrc-switch vs kernel seg6local forwarding -> results/bench-switch.json"
 	@echo "make lab-up / lab-down / lab-status   the namespace lab (root); flags via LAB_ARGS=..."
 
@@ -53,6 +54,11 @@ bench-core: setup
 
 bench-transport: setup
 	$(PY) bench/bench_transport.py --out results/bench-transport.json
+
+# NSCC scenarios (oversubscribed fabric, loss, incast); BASELINE_REV=<git rev> also runs an older transport
+BASELINE_REV ?=
+bench-nscc: setup
+	$(PY) bench/bench_nscc.py $(if $(BASELINE_REV),--baseline-rev $(BASELINE_REV)) --out results/bench-nscc.json
 
 bench-switch: setup
 	$(PY) bench/bench_switch.py --out results/bench-switch.json
