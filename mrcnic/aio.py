@@ -1,0 +1,822 @@
+"""The asyncio shell of the NIC: a sans-I/O :class:`mrcnic.verbs.Device` on real ports.
+
+This is the only asyncio code of the NIC.  :class:`AioNic` opens one AF_PACKET socket pair per
+port (one veth per plane, in the host's network namespace), and then only moves bytes:
+
+- **receive**: each port's socket is a loop reader; a wake-up reads every waiting frame with
+  ``recvmmsg`` (``mrcswitch.batch_io.RecvRing``, the C module) and hands each one, as a view
+  into the receive ring (no copy), to ``Device.receive_frame``;
+- **pump**: once per loop iteration with something new (frames in, a timer, a posted write):
+  ``Device.handle_timer`` when due, ``Device.frames_to_send`` *only when the ports' transmit
+  queues have room*, then every port sends what its pacer allows;
+- **pacing**: :class:`PortPacer`, a token bucket at the port's link rate over a small two-class
+  queue (control frames first), so the NIC never builds a deep local queue and the fabric,
+  not the veth, sees the link rate;
+- **one timer**: ``loop.call_later`` at min(device timer, earliest pacer wake-up);
+- **send**: ``sendmmsg`` per port and wake-up (``batch_io.Sender``); ``ENOBUFS`` (a tc/nft
+  fault dropped the frame) and other per-frame refusals count as losses, which the transport
+  repairs; ``ENETDOWN`` means the port is down;
+- **link state**: ``ENETDOWN`` on send or receive, netlink ``RTMGRP_LINK`` notifications and
+  a cheap once-a-second ``SIOCGIFFLAGS`` check become ``Device.port_status(port, up, now)``;
+  a port that comes back gets a fresh receive socket (libuv drops an fd from the loop after
+  the EPOLLERR a link-down leaves on it), and every socket is registered again once a second.
+
+Time is ``time.monotonic()`` seconds, read once per callback and passed into the core.  Event
+loop timers have millisecond resolution (libuv), so pacing is exact on average and bursts are
+bounded by the token bucket depth (``PacerConfig.burst_s``).
+
+    host = LabHost.load("mrc", "h0")          # Device + port names of h0 in lab "mrc"
+    async with host.nic() as nic:              # sockets opened in the host's namespace
+        qp = host.device.create_qp(host.qp_config())
+        ...
+        await nic.wait_for(lambda: done, timeout_s=10)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import os
+import socket
+import struct
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from mrcnic.qp import NetConfig, PortAddr, QpConfig
+from mrcnic.verbs import Device
+from mrcswitch import batch_io
+
+ETH_P_ALL = 0x0003
+SOL_PACKET = 263
+PACKET_IGNORE_OUTGOING = 23  # do not hand our own transmissions back to us
+SO_SNDBUFFORCE = 32
+SO_RCVBUFFORCE = 33
+SIOCGIFFLAGS = 0x8913
+IFF_UP = 0x1
+IFF_RUNNING = 0x40
+RTMGRP_LINK = 0x1
+RTM_NEWLINK = 16
+RTM_DELLINK = 17
+_NLMSG = struct.Struct("=IHHII")  # nlmsghdr: len, type, flags, seq, pid
+_IFINFO = struct.Struct("=BxHiII")  # ifinfomsg: family, type, index, flags, change
+_NETDOWN = (errno.ENETDOWN, errno.ENXIO, errno.ENODEV)
+_SOCK_BUF_BYTES = 4 << 20
+LINK_POLL_S = 1.0  # fallback link check (netlink is the fast path)
+RX_BATCHES_PER_WAKE = 8  # bound the time one busy port can hold the loop
+MIN_TIMER_S = 0.001  # libuv timers are in ms: a shorter delay would spin the loop
+
+
+def is_control_frame(frame: bytes | bytearray | memoryview) -> bool:
+    """DSCP CONTROL (46) or a trimmed header (12, 16): served before data.  The traffic class
+    is bits 4..11 of the IPv6 header; DSCP 44..47 is ``frame[14] & 0xF == 0xB``."""
+    return (frame[14] & 0x0F) == 0x0B
+
+
+# --- pacing (sans-I/O: unit-tested with a fake clock) -------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PacerConfig:
+    """Per-port pacing: ``burst_s`` of line rate is the token bucket depth (at least two
+    frames); the data queue holds ``queue_s`` of line rate (at least ``min_queue_frames``)
+    before the NIC stops pulling frames from the transport."""
+
+    burst_s: float = 0.002
+    queue_s: float = 0.002
+    min_queue_frames: int = 4
+    high_queue_frames: int = 512
+    frame_bytes: int = 4202  # a full 4096-byte MRC data frame, for sizing the above
+
+
+class PortPacer:
+    """A token bucket at the port's link rate over a two-class queue (control, then data).
+
+    ``push`` queues a frame; ``take(now)`` returns the frames that may leave now (tokens may go
+    one frame negative, so the average rate is exact); ``next_due(now)`` is when the next frame
+    may leave (None when empty); ``room()`` is how many more data frames the queue wants.
+    """
+
+    __slots__ = (
+        "rate_Bps",
+        "burst_bytes",
+        "tokens",
+        "last_s",
+        "high",
+        "data",
+        "data_limit",
+        "high_limit",
+        "high_drops",
+        "max_data_frames",
+    )
+
+    def __init__(self, rate_bps: float, config: PacerConfig = PacerConfig(), now_s: float = 0.0):
+        if rate_bps <= 0:
+            raise ValueError("a port rate must be > 0")
+        self.rate_Bps = rate_bps / 8.0
+        fb = config.frame_bytes
+        self.burst_bytes = max(2.0 * fb, config.burst_s * self.rate_Bps)
+        self.tokens = self.burst_bytes  # an idle port may send a burst at once
+        self.last_s = now_s
+        self.high: deque[bytes] = deque()
+        self.data: deque[bytes] = deque()
+        self.data_limit = max(config.min_queue_frames, int(config.queue_s * self.rate_Bps / fb))
+        self.high_limit = config.high_queue_frames
+        self.high_drops = 0
+        self.max_data_frames = 0
+
+    def __len__(self) -> int:
+        return len(self.high) + len(self.data)
+
+    def room(self) -> int:
+        return self.data_limit - len(self.data)
+
+    def push(self, frame: bytes) -> None:
+        if is_control_frame(frame):
+            if len(self.high) >= self.high_limit:
+                self.high_drops += 1  # never in practice: control frames are few and small
+                return
+            self.high.append(frame)
+        else:
+            data = self.data
+            data.append(frame)
+            if len(data) > self.max_data_frames:
+                self.max_data_frames = len(data)
+
+    def _refill(self, now_s: float) -> None:
+        dt = now_s - self.last_s
+        if dt > 0:
+            t = self.tokens + dt * self.rate_Bps
+            self.tokens = t if t < self.burst_bytes else self.burst_bytes
+            self.last_s = now_s
+
+    def take(self, now_s: float) -> list[bytes]:
+        """The frames that may leave now, control first."""
+        self._refill(now_s)
+        tokens = self.tokens
+        if tokens <= 0:
+            return []
+        out = []
+        high, data = self.high, self.data
+        while tokens > 0:
+            if high:
+                f = high.popleft()
+            elif data:
+                f = data.popleft()
+            else:
+                break
+            tokens -= len(f)
+            out.append(f)
+        self.tokens = tokens
+        return out
+
+    def next_due(self, now_s: float) -> float | None:
+        if not self.high and not self.data:
+            return None
+        self._refill(now_s)
+        if self.tokens > 0:
+            return now_s
+        return now_s + (1e-9 - self.tokens) / self.rate_Bps
+
+    def flush(self) -> int:
+        n = len(self.high) + len(self.data)
+        self.high.clear()
+        self.data.clear()
+        return n
+
+
+# --- link state -------------------------------------------------------------------------------
+
+
+def parse_link_messages(data: bytes) -> list[tuple[int, int | None]]:
+    """(ifindex, flags) per RTM_NEWLINK in a netlink datagram, flags None for RTM_DELLINK.
+    Malformed tails are ignored (the periodic check covers anything missed)."""
+    out: list[tuple[int, int | None]] = []
+    off = 0
+    n = len(data)
+    while off + _NLMSG.size <= n:
+        length, mtype, _flags, _seq, _pid = _NLMSG.unpack_from(data, off)
+        if length < _NLMSG.size or off + length > n:
+            break
+        if mtype in (RTM_NEWLINK, RTM_DELLINK) and length >= _NLMSG.size + _IFINFO.size:
+            _fam, _type, index, flags, _change = _IFINFO.unpack_from(data, off + _NLMSG.size)
+            out.append((index, flags if mtype == RTM_NEWLINK else None))
+        off += (length + 3) & ~3
+    return out
+
+
+def flags_up(flags: int | None) -> bool:
+    return flags is not None and bool(flags & IFF_UP) and bool(flags & IFF_RUNNING)
+
+
+def link_flags(sock: socket.socket, ifname: str) -> int | None:
+    """SIOCGIFFLAGS through ``sock`` (answered in the socket's namespace); None if absent."""
+    try:
+        res = fcntl.ioctl(sock.fileno(), SIOCGIFFLAGS, struct.pack("16sH14x", ifname.encode(), 0))
+    except OSError:
+        return None
+    return struct.unpack_from("16sH", res)[1]
+
+
+@contextlib.contextmanager
+def _maybe_netns(netns: str | None) -> Iterator[None]:
+    if netns is None:
+        yield
+        return
+    from lab.netns import in_netns  # only when opening sockets in another namespace
+
+    with in_netns(netns):
+        yield
+
+
+# --- the NIC ----------------------------------------------------------------------------------
+
+
+def open_rx_socket(ifname: str) -> socket.socket:
+    """A receive socket on ``ifname`` (in the current namespace): every frame but our own."""
+    # Created with protocol 0 and bound to ETH_P_ALL: binding a socket that already listens
+    # costs the kernel an RCU grace period (synchronize_net), ~10 ms per port.
+    rx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+    try:
+        rx.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+        _set_buf(rx, SO_RCVBUFFORCE, socket.SO_RCVBUF)
+        rx.bind((ifname, ETH_P_ALL))
+        rx.setblocking(False)
+    except OSError:
+        rx.close()
+        raise
+    return rx
+
+
+class NicPort:
+    """One port: its sockets, pacer and counters."""
+
+    __slots__ = (
+        "index",
+        "ifname",
+        "rate_bps",
+        "pacer",
+        "rx",
+        "tx",
+        "rx_fd",
+        "tx_fd",
+        "ifindex",
+        "up",
+        "link_changes",
+        "rx_frames",
+        "rx_bytes",
+        "rx_too_big",
+        "tx_frames",
+        "tx_bytes",
+        "tx_lost",
+        "tx_down_drops",
+        "last_errno",
+    )
+
+    def __init__(self, index: int, ifname: str, rate_bps: float, pacer: PortPacer) -> None:
+        self.index = index
+        self.ifname = ifname
+        self.rate_bps = rate_bps
+        self.pacer = pacer
+        self.rx: socket.socket | None = None
+        self.tx: socket.socket | None = None
+        self.rx_fd = self.tx_fd = -1
+        self.ifindex = 0
+        self.up = False
+        self.link_changes = 0
+        self.rx_frames = self.rx_bytes = self.rx_too_big = 0
+        self.tx_frames = self.tx_bytes = self.tx_lost = self.tx_down_drops = 0
+        self.last_errno = 0
+
+    def open(self) -> None:
+        tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+        try:
+            # Sends only: bound with protocol 0 it receives nothing, so no wake-ups.
+            _set_buf(tx, SO_SNDBUFFORCE, socket.SO_SNDBUF)
+            tx.bind((self.ifname, 0))
+            tx.setblocking(False)
+            self.rx = open_rx_socket(self.ifname)
+        except OSError:
+            tx.close()
+            raise
+        self.tx = tx
+        self.rx_fd, self.tx_fd = self.rx.fileno(), tx.fileno()
+        self.ifindex = socket.if_nametoindex(self.ifname)  # in the namespace we opened in
+        self.up = flags_up(link_flags(tx, self.ifname))
+
+    def close(self) -> None:
+        for s in (self.rx, self.tx):
+            if s is not None:
+                s.close()
+        self.rx = self.tx = None
+        self.rx_fd = self.tx_fd = -1
+
+    def stats(self) -> dict[str, Any]:
+        p = self.pacer
+        return {
+            "ifname": self.ifname,
+            "up": self.up,
+            "link_changes": self.link_changes,
+            "rate_bps": self.rate_bps,
+            "rx_frames": self.rx_frames,
+            "rx_bytes": self.rx_bytes,
+            "rx_too_big": self.rx_too_big,
+            "tx_frames": self.tx_frames,
+            "tx_bytes": self.tx_bytes,
+            "tx_lost": self.tx_lost,
+            "tx_down_drops": self.tx_down_drops,
+            "queue_frames": len(p),
+            "max_queue_data_frames": p.max_data_frames,
+            "queue_limit_frames": p.data_limit,
+        }
+
+
+def _set_buf(s: socket.socket, force_opt: int, opt: int) -> None:
+    try:
+        s.setsockopt(socket.SOL_SOCKET, force_opt, _SOCK_BUF_BYTES)
+    except OSError:
+        s.setsockopt(socket.SOL_SOCKET, opt, _SOCK_BUF_BYTES)
+
+
+class AioNic:
+    """A :class:`Device` bound to real ports: ``ifnames[p]`` is the port of plane ``p``.
+
+    Use ``async with AioNic(...)`` (or :meth:`open` / :meth:`close`) inside a running loop;
+    uvloop is recommended (:func:`run`).  ``netns`` opens the sockets in that namespace (by
+    name, as ``ip netns`` knows it), so one process can drive NICs of several hosts (tests);
+    a benchmark process normally runs inside its host's namespace and leaves it None.
+
+    ``on_progress(now_s)``, when set, is called after every pump: the place to poll
+    completions and post more work without an extra wake-up.
+    """
+
+    def __init__(
+        self,
+        device: Device,
+        ifnames: Sequence[str],
+        *,
+        netns: str | None = None,
+        pacer: PacerConfig | None = None,
+        frame_cap: int = 9216,
+        rx_batch: int = 64,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if len(ifnames) != len(device.port_rates_bps):
+            raise ValueError(
+                f"{len(ifnames)} interfaces for a device of {len(device.port_rates_bps)} ports"
+            )
+        self.device = device
+        self.netns = netns
+        self.clock = clock
+        cfg = pacer or PacerConfig()
+        now = clock()
+        self.ports = [
+            NicPort(i, name, rate, PortPacer(rate, cfg, now))
+            for i, (name, rate) in enumerate(zip(ifnames, device.port_rates_bps, strict=True))
+        ]
+        self._by_ifindex: dict[int, NicPort] = {}
+        self.ring = batch_io.RecvRing(frame_cap, rx_batch)
+        self.sender = batch_io.Sender()
+        self.on_progress: Callable[[float], None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._nl: socket.socket | None = None
+        self._pump_scheduled = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._link_poll_at = 0.0
+        self._waiters: list[tuple[Callable[[], bool], asyncio.Future[bool]]] = []
+        self._open = False
+        self.pumps = 0
+        self.rx_wakeups = 0
+
+    # -- life cycle ----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> AioNic:
+        self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def open(self) -> None:
+        """Open the sockets (in ``netns``) and start serving; needs a running loop."""
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        try:
+            with _maybe_netns(self.netns):
+                for p in self.ports:
+                    p.open()
+                self._nl = self._open_netlink()
+        except BaseException:
+            self._close_sockets()
+            raise
+        for p in self.ports:
+            self._by_ifindex[p.ifindex] = p
+            loop.add_reader(p.rx_fd, self._on_readable, p)
+        if self._nl is not None:
+            loop.add_reader(self._nl.fileno(), self._on_netlink)
+        self._open = True
+        self.device.on_work = self.kick
+        now = self.clock()
+        self._link_poll_at = now + LINK_POLL_S
+        for p in self.ports:  # tell the core about ports that are already down
+            if not p.up:
+                self.device.port_status(p.index, False, now)
+        self.kick()
+
+    @staticmethod
+    def _open_netlink() -> socket.socket | None:
+        try:
+            s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+        except OSError:
+            return None  # the periodic check still works
+        try:
+            s.bind((0, RTMGRP_LINK))
+            s.setblocking(False)
+        except OSError:
+            s.close()
+            return None
+        return s
+
+    def close(self) -> None:
+        if not self._open:
+            self._close_sockets()
+            return
+        self._open = False
+        loop = self._loop
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if loop is not None and not loop.is_closed():
+            for p in self.ports:
+                if p.rx_fd >= 0:
+                    loop.remove_reader(p.rx_fd)
+            if self._nl is not None:
+                loop.remove_reader(self._nl.fileno())
+        if self.device.on_work == self.kick:
+            self.device.on_work = None
+        self._close_sockets()
+        for _pred, fut in self._waiters:
+            if not fut.done():
+                fut.set_result(False)
+        self._waiters.clear()
+
+    def _close_sockets(self) -> None:
+        # Closing an AF_PACKET socket waits for an RCU grace period (~10 ms): close them all
+        # at once, from threads, rather than one after the other.
+        socks = [s for p in self.ports for s in (p.rx, p.tx) if s is not None]
+        for p in self.ports:
+            p.rx = p.tx = None
+            p.rx_fd = p.tx_fd = -1
+        if self._nl is not None:
+            socks.append(self._nl)
+            self._nl = None
+        if len(socks) > 2:
+            with ThreadPoolExecutor(max_workers=min(16, len(socks))) as ex:
+                list(ex.map(socket.socket.close, socks))
+        else:
+            for s in socks:
+                s.close()
+
+    # -- waking up -----------------------------------------------------------------------------
+
+    def kick(self) -> None:
+        """Pump soon (once per loop iteration however often it is called)."""
+        if not self._pump_scheduled and self._open:
+            self._pump_scheduled = True
+            assert self._loop is not None
+            self._loop.call_soon(self._pump)
+
+    def _on_readable(self, p: NicPort) -> None:
+        self.rx_wakeups += 1
+        ring = self.ring
+        dev_rx = self.device.receive_frame
+        cap = ring.cap
+        slots = ring.slots
+        fd = p.rx_fd
+        now = self.clock()
+        for _ in range(RX_BATCHES_PER_WAKE):
+            n = ring.recv(fd)
+            if n <= 0:
+                if n < 0 and -n in _NETDOWN:
+                    self._set_port(p, False, now)
+                break
+            lens = ring.lens
+            view = ring.view
+            nbytes = 0
+            for i in range(n):
+                ln = lens[i]
+                if ln > cap:
+                    p.rx_too_big += 1
+                    continue
+                off = i * cap
+                nbytes += ln
+                dev_rx(view[off : off + ln], now)
+            p.rx_frames += n
+            p.rx_bytes += nbytes
+            if n < slots:
+                break
+        if not self._pump_scheduled:
+            self._pump_scheduled = True
+            self._loop.call_soon(self._pump)  # type: ignore[union-attr]
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._pump()
+
+    def _on_netlink(self) -> None:
+        assert self._nl is not None
+        now = self.clock()
+        while True:
+            try:
+                data = self._nl.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as e:  # ENOBUFS: messages were lost; re-read every port's flags
+                if e.errno == errno.ENOBUFS:
+                    self._poll_links(now)
+                    continue
+                break
+            for ifindex, flags in parse_link_messages(data):
+                p = self._by_ifindex.get(ifindex)
+                if p is not None:
+                    self._set_port(p, flags_up(flags), now)
+        self.kick()
+
+    def _poll_links(self, now: float) -> None:
+        for p in self.ports:
+            if p.tx is not None:
+                self._set_port(p, flags_up(link_flags(p.tx, p.ifname)), now)
+
+    def _refresh_readers(self) -> None:
+        """Register every socket with the loop again.  libuv stops watching an fd for good
+        after an EPOLLERR (a link flap, a netlink overflow); a flap too quick for us to see
+        as down-then-up would otherwise leave a port deaf.  Cheap: once per LINK_POLL_S."""
+        loop = self._loop
+        if loop is None:
+            return
+        for p in self.ports:
+            if p.rx_fd >= 0:
+                loop.remove_reader(p.rx_fd)
+                loop.add_reader(p.rx_fd, self._on_readable, p)
+        if self._nl is not None:
+            fd = self._nl.fileno()
+            loop.remove_reader(fd)
+            loop.add_reader(fd, self._on_netlink)
+
+    def _set_port(self, p: NicPort, up: bool, now: float) -> None:
+        if p.up == up:
+            return
+        if up and not self._reopen_rx(p):
+            return  # not usable yet: the next link event or check tries again
+        p.up = up
+        p.link_changes += 1
+        if not up:
+            p.tx_down_drops += p.pacer.flush()
+        self.device.port_status(p.index, up, now)
+        self.kick()
+
+    def _reopen_rx(self, p: NicPort) -> bool:
+        """A fresh receive socket after the link came back.  When a port goes down the kernel
+        flags an error on its socket (ENETDOWN), and libuv answers the resulting EPOLLERR by
+        dropping the fd from the loop for good: the old socket would never be read again."""
+        loop = self._loop
+        if loop is None or not self._open:
+            return True
+        try:
+            with _maybe_netns(self.netns):
+                new = open_rx_socket(p.ifname)
+        except OSError:
+            return False
+        old = p.rx
+        if old is not None:
+            loop.remove_reader(p.rx_fd)
+            # closing waits for an RCU grace period: not on the loop's time
+            loop.run_in_executor(None, old.close)
+        p.rx, p.rx_fd = new, new.fileno()
+        loop.add_reader(p.rx_fd, self._on_readable, p)
+        return True
+
+    # -- the pump ------------------------------------------------------------------------------
+
+    def _pump(self) -> None:
+        if not self._open:
+            self._pump_scheduled = False
+            return
+        self.pumps += 1
+        now = self.clock()
+        dev = self.device
+        t = dev.get_timer()
+        if t is not None and t <= now:
+            dev.handle_timer(now)
+        if now >= self._link_poll_at:
+            self._link_poll_at = now + LINK_POLL_S
+            self._poll_links(now)
+            self._refresh_readers()
+        # The application first (completions, new work), while kicks are no-ops: what it
+        # posts leaves in this same pump.
+        if dev.qps:
+            dev.dispatch()
+        cb = self.on_progress
+        if cb is not None:
+            cb(now)
+        if self._waiters:
+            self._check_waiters()
+        self._pump_scheduled = False
+        ports = self.ports
+        # Pull from the transport only when every live port's data queue has room: the QPs
+        # rotate over the planes, so one pull fills them evenly.
+        room = True
+        for p in ports:
+            if p.up and len(p.pacer.data) >= p.pacer.data_limit:
+                room = False
+                break
+        if room:
+            frames = dev.frames_to_send(now)
+            if frames:
+                for port, frame in frames:
+                    p = ports[port]
+                    if p.up:
+                        p.pacer.push(frame)
+                    else:
+                        p.tx_down_drops += 1  # the core learns of the port at once anyway
+        nxt = dev.get_timer()
+        for p in ports:
+            pacer = p.pacer
+            if not pacer.high and not pacer.data:
+                continue
+            frames = pacer.take(now)
+            if frames:
+                self._send(p, frames, now)
+            d = pacer.next_due(now)
+            if d is not None and (nxt is None or d < nxt):
+                nxt = d
+        if nxt is None or self._link_poll_at < nxt:
+            nxt = self._link_poll_at  # an idle NIC still checks its links once a second
+        self._arm(nxt, now)
+
+    def _send(self, p: NicPort, frames: list[bytes], now: float) -> None:
+        if p.tx_fd < 0:
+            p.tx_down_drops += len(frames)
+            return
+        res = self.sender.send(p.tx_fd, frames)
+        if res.failed:
+            p.last_errno = res.errno
+            if res.errno in _NETDOWN:
+                # which frames went is not reported; the failed ones are the last ones
+                p.tx_down_drops += res.failed
+                self._set_port(p, False, now)
+            else:  # ENOBUFS (tc/nft dropped it), EAGAIN...: a loss the transport repairs
+                p.tx_lost += res.failed
+        p.tx_frames += res.sent
+        if res.sent == len(frames):
+            p.tx_bytes += sum(map(len, frames))
+        else:
+            p.tx_bytes += sum(map(len, frames)) * res.sent // len(frames)
+
+    def _arm(self, at: float | None, now: float) -> None:
+        if at is None:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            return
+        if self._timer is not None:
+            if abs(at - self._timer_at) < 2e-4:
+                return
+            self._timer.cancel()
+        delay = at - now
+        if delay < MIN_TIMER_S:
+            delay = MIN_TIMER_S
+        self._timer_at = at
+        self._timer = self._loop.call_later(delay, self._on_timer)  # type: ignore[union-attr]
+
+    # -- waiting ---------------------------------------------------------------------------------
+
+    def _check_waiters(self) -> None:
+        keep = []
+        for pred, fut in self._waiters:
+            if fut.done():
+                continue
+            try:
+                ok = pred()
+            except BaseException as e:  # surface the predicate's bug to the waiter
+                fut.set_exception(e)
+                continue
+            if ok:
+                fut.set_result(True)
+            else:
+                keep.append((pred, fut))
+        self._waiters = keep
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout_s: float | None = None) -> bool:
+        """Wait until ``predicate()`` is true (checked after every pump); False on timeout."""
+        if predicate():
+            return True
+        assert self._loop is not None
+        fut: asyncio.Future[bool] = self._loop.create_future()
+        self._waiters.append((predicate, fut))
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            return False
+
+    # -- reporting -------------------------------------------------------------------------------
+
+    def live_rate_bps(self) -> float:
+        return sum(p.rate_bps for p in self.ports if p.up)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "io_backend": batch_io.BACKEND,
+            "pumps": self.pumps,
+            "rx_wakeups": self.rx_wakeups,
+            "ports": [p.stats() for p in self.ports],
+        }
+
+
+def run(coro: Any) -> Any:
+    """Run a coroutine on uvloop (the NIC's loop of choice), or plain asyncio without it."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+# --- a host of a running lab ---------------------------------------------------------------------
+
+
+def lab_base_rtt_s(params: Any, mtu_bytes: int = 4096, software_s: float = 0.6e-3) -> float:
+    """Unloaded RTT between hosts under different T0s of a lab: a full data frame and a
+    control frame, store-and-forward over four links each way, plus ``software_s`` for the
+    software switches and NICs on the way (measured: ``mrc-bench lat``)."""
+    rate = params.rate_mbit * 1e6
+    data_bits = (mtu_bytes + 106) * 8
+    ctrl_bits = 140 * 8
+    return 4 * data_bits / rate + 4 * ctrl_bits / rate + software_s
+
+
+@dataclass
+class LabHost:
+    """What a NIC on host ``h`` of a running lab needs, read from the lab's state file."""
+
+    lab: Any  # lab.state.LabState
+    host: int
+    device: Device
+    ifnames: list[str]
+    namespace: str
+    base_rtt_s: float
+
+    @classmethod
+    def load(cls, lab_name: str, host: int | str, seed: int | None = None) -> LabHost:
+        from lab import state as lab_state
+
+        return cls.from_state(lab_state.load(lab_name), host, seed)
+
+    @classmethod
+    def from_state(cls, st: Any, host: int | str, seed: int | None = None) -> LabHost:
+        plan = st.plan
+        h = host if isinstance(host, int) else plan.parse_node(host).index
+        if not 0 <= h < plan.host_count:
+            raise ValueError(f"host {host} is not in lab {st.name} (h0..h{plan.host_count - 1})")
+        ports = [plan.host_port(h, p) for p in range(plan.params.planes)]
+        net = NetConfig(plan.shape, h, tuple(PortAddr(pt.mac, pt.peer_mac) for pt in ports))
+        rate = plan.params.rate_mbit * 1e6
+        software = 0.25e-3 if st.params.switch == "kernel" else 0.8e-3
+        dev = Device(net, rate, seed=seed)
+        return cls(
+            lab=st,
+            host=h,
+            device=dev,
+            ifnames=[pt.ifname for pt in ports],
+            namespace=plan.namespace(plan.host_name(h)),
+            base_rtt_s=lab_base_rtt_s(plan.params, software_s=software),
+        )
+
+    def qp_config(self, seed: int | None = None, **overrides: Any) -> QpConfig:
+        kw: dict[str, Any] = {"base_rtt_s": self.base_rtt_s}
+        if seed is not None:
+            kw["seed"] = seed
+        kw.update(overrides)
+        return QpConfig(**kw)
+
+    def nic(self, in_namespace: bool | None = None, **kw: Any) -> AioNic:
+        """An :class:`AioNic` on this host's ports.  Sockets are opened in the host's namespace
+        unless this process already runs there (``in_namespace`` None: detected)."""
+        if in_namespace is None:
+            in_namespace = _current_netns_is(self.namespace)
+        return AioNic(
+            self.device, self.ifnames, netns=None if in_namespace else self.namespace, **kw
+        )
+
+
+def _current_netns_is(name: str) -> bool:
+    try:
+        return os.stat("/proc/thread-self/ns/net").st_ino == os.stat(f"/run/netns/{name}").st_ino
+    except OSError:
+        return False

@@ -1,0 +1,618 @@
+"""mrc-bench: perftest-style benchmarks of the MRC NIC between hosts of a running lab.
+
+    mrc-bench write --lab mrc --src h0 --dst h3 --size 64K --duration 10 [--json]
+    mrc-bench lat   --lab mrc --src h0 --dst h3
+    mrc-bench allreduce --lab mrc --hosts h0,h1,h2,h3 --size 4M
+
+Without ``--server``/``--client`` (and for ``allreduce`` without ``--rank``), mrc-bench runs
+every side itself: it starts ``ip netns exec <host namespace> mrc-bench ...`` for each side
+(each its own process with its own NIC on its host's ports), relays the progress lines and
+prints the result.  The sides talk over the lab's management network (mrcnic.control).
+Manual page: docs/bench.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mrcnic import bench_common as bc
+from mrcnic import control
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    pass
+
+
+# --- argument parsing ----------------------------------------------------------------------------
+
+
+def _add_common(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--lab",
+        default=os.environ.get("MRC_LAB_NAME", "mrc"),
+        help="lab name (default $MRC_LAB_NAME or mrc)",
+    )
+    sp.add_argument(
+        "--json", action="store_true", help="print one JSON object instead of the table"
+    )
+    sp.add_argument(
+        "--transport",
+        default="mrc",
+        choices=("mrc", "rocev2"),
+        help="mrc (default) or the rocev2 baseline",
+    )
+    sp.add_argument(
+        "--port",
+        type=int,
+        default=control.DEFAULT_PORT,
+        help=f"TCP control port (default {control.DEFAULT_PORT})",
+    )
+    sp.add_argument("--timeout-s", type=float, default=None, help="give up after this long")
+    sp.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+
+
+def _add_pair(sp: argparse.ArgumentParser, size_default: str, iters_default: int | None) -> None:
+    sp.add_argument("--src", default="h0", help="writing host (default h0)")
+    sp.add_argument("--dst", default=None, help="written host (default: the last host)")
+    sp.add_argument(
+        "--size",
+        default=size_default,
+        help=f"message size, bytes or K/M/G (default {size_default})",
+    )
+    g = sp.add_mutually_exclusive_group()
+    g.add_argument(
+        "--iters",
+        "-n",
+        type=int,
+        default=None,
+        help=f"messages to write (default {iters_default})",
+    )
+    g.add_argument("--duration", "-D", type=float, default=None, help="write for this many seconds")
+    sp.add_argument(
+        "--server",
+        action="store_true",
+        help="run only the server side here (in the host's namespace)",
+    )
+    sp.add_argument(
+        "--client", metavar="HOST", default=None, help="run only the client side, against HOST"
+    )
+    sp.add_argument(
+        "--host",
+        default=None,
+        help="this side's host with --server/--client (default: detected from the namespace)",
+    )
+    sp.add_argument(
+        "--bind", default=None, help="server: listen address (default: its mgmt address)"
+    )
+    sp.add_argument("--seed", type=int, default=None, help="data pattern seed (default random)")
+    sp.add_argument(
+        "--region",
+        default="32M",
+        help="server region size cap; messages cycle over it (default 32M)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="mrc-bench",
+        description="perftest-style RDMA Write benchmarks of the MRC NIC in a running mrc-lab.",
+    )
+    sub = ap.add_subparsers(dest="test", required=True)
+
+    w = sub.add_parser("write", help="bandwidth, like ib_write_bw")
+    _add_common(w)
+    _add_pair(w, "64K", 5000)
+    w.add_argument("--qps", type=int, default=1, help="queue pairs (default 1)")
+    w.add_argument(
+        "--depth",
+        "-t",
+        type=int,
+        default=None,
+        help="outstanding writes over all QPs (default: 2 MiB worth, 16..1024)",
+    )
+    w.add_argument(
+        "--timeline-ms",
+        type=float,
+        default=None,
+        help="add a goodput timeline with this bin width to the JSON",
+    )
+    w.add_argument(
+        "--progress-s",
+        type=float,
+        default=1.0,
+        help="seconds between progress lines (default 1; runs over 2 s)",
+    )
+
+    lat = sub.add_parser("lat", help="latency, like ib_write_lat")
+    _add_common(lat)
+    _add_pair(lat, "64", 1000)
+    lat.add_argument("--warmup", type=int, default=10, help="writes before measuring (default 10)")
+
+    ar = sub.add_parser("allreduce", help="ring all-reduce (reduce-scatter + all-gather)")
+    _add_common(ar)
+    ar.add_argument(
+        "--hosts", required=False, default=None, help="ring order, e.g. h0,h1,h2,h3 (default: all)"
+    )
+    ar.add_argument(
+        "--size", default="4M", help="bytes per rank, a multiple of 4 x ranks (default 4M)"
+    )
+    ar.add_argument("--iters", "-n", type=int, default=5, help="timed iterations (default 5)")
+    ar.add_argument("--warmup", type=int, default=1, help="untimed iterations first (default 1)")
+    ar.add_argument("--seed", type=int, default=1, help="data seed (default 1)")
+    ar.add_argument(
+        "--rank", type=int, default=None, help="run only this rank here (rank 0 coordinates)"
+    )
+    return ap
+
+
+# --- entry ---------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _main(args)
+    except UsageError as e:
+        print(f"mrc-bench: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except (control.ControlError, OSError, ValueError) as e:
+        print(f"mrc-bench: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+
+
+def _load_lab(name: str) -> Any:
+    from lab import state
+    from lab.netns import LabError
+
+    try:
+        return state.load(name)
+    except LabError as e:
+        raise UsageError(str(e)) from None
+
+
+def _check_transport(name: str) -> None:
+    from mrcnic.verbs import _core_class
+
+    try:
+        _core_class(name)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def _main(args: argparse.Namespace) -> int:
+    st = _load_lab(args.lab)
+    if st.phase != "up":
+        raise UsageError(f"lab {args.lab} is not up (phase {st.phase!r})")
+    _check_transport(args.transport)
+    if args.test == "allreduce":
+        return _allreduce(st, args)
+    return _pair(st, args)
+
+
+def _self_host(st: Any, given: str | None) -> int:
+    if given is not None:
+        try:
+            return bc.parse_host(st.plan, given)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    h = bc.detect_host(st)
+    if h is None:
+        raise UsageError(
+            f"this process is not in a host namespace of lab {st.name}: run it with "
+            f"`ip netns exec {st.plan.namespace('h0')} mrc-bench ...` or give --host"
+        )
+    return h
+
+
+def _write_params(st: Any, args: argparse.Namespace) -> Any:
+    from mrcnic.bench_write import WriteParams
+
+    try:
+        size = bc.parse_size(args.size)
+        region = bc.parse_size(args.region)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if size < 1 or size >= 1 << 32:
+        raise UsageError("--size must be 1 byte .. 4 GiB - 1 (one RDMA Write)")
+    lat = args.test == "lat"
+    iters = args.iters
+    if iters is None and args.duration is None:
+        iters = 1000 if lat else 5000
+    if iters is not None and iters < 1:
+        raise UsageError("--iters must be >= 1")
+    if args.duration is not None and args.duration <= 0:
+        raise UsageError("--duration must be > 0")
+    qps = 1 if lat else args.qps
+    if not 1 <= qps <= 256:
+        raise UsageError("--qps must be 1..256")
+    depth = 1 if lat else args.depth
+    if depth is None:
+        depth = min(1024, max(16, -(-(2 << 20) // size)))  # keep the pipe full at any size
+    if depth < 1:
+        raise UsageError("--depth must be >= 1")
+    tl = None if lat else args.timeline_ms
+    if tl is not None and tl <= 0:
+        raise UsageError("--timeline-ms must be > 0")
+    return WriteParams(
+        test="lat" if lat else "write",
+        size=size,
+        iters=iters,
+        duration_s=args.duration,
+        qps=qps,
+        depth=depth,
+        transport=args.transport,
+        timeline_ms=tl,
+        region_cap=region,
+        seed=args.seed,
+        progress_s=0.0 if args.quiet else (1.0 if lat else args.progress_s),
+        timeout_s=args.timeout_s,
+        warmup=args.warmup if lat else 0,
+    )
+
+
+def _pair(st: Any, args: argparse.Namespace) -> int:
+    from mrcnic import aio, bench_write
+
+    plan = st.plan
+    if args.server and args.client:
+        raise UsageError("--server and --client exclude each other")
+    if args.server:
+        host = _self_host(st, args.host)
+        return aio.run(bench_write.serve(st, host, args.port, args.bind))
+    params = _write_params(st, args)
+    if args.client is not None:
+        host = _self_host(st, args.host)
+        try:
+            server = bc.parse_host(plan, args.client)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        if server == host:
+            raise UsageError("the client and the server must be different hosts")
+        res = aio.run(bench_write.run_client(st, host, server, args.port, params))
+        _emit(res, args.json)
+        return EXIT_OK if res["verified"] else EXIT_FAILED
+    # both sides, each in its host's namespace
+    try:
+        src = bc.parse_host(plan, args.src)
+        dst = bc.parse_host(plan, args.dst if args.dst is not None else f"h{plan.host_count - 1}")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if src == dst:
+        raise UsageError("--src and --dst must be different hosts")
+    # The server takes a free port (--port 0) unless one was given, and says which on stderr.
+    server_argv = [args.test, "--lab", st.name, "--port", _listen_port(args.port)]
+    server_argv += ["--server", "--host", plan.host_name(dst)]
+    client_argv = [args.test, "--lab", st.name, "--port", PORT_SLOT]
+    client_argv += ["--client", plan.host_name(dst), "--host", plan.host_name(src), "--json"]
+    client_argv += _forward(args)
+    sides = [Side(dst, server_argv, listens=True), Side(src, client_argv, result=True)]
+    return _orchestrate(st, sides, args.json)
+
+
+def _forward(args: argparse.Namespace) -> list[str]:
+    """The client's copy of the user's options."""
+    out = ["--size", str(args.size), "--transport", args.transport, "--region", str(args.region)]
+    if args.iters is not None:
+        out += ["--iters", str(args.iters)]
+    if args.duration is not None:
+        out += ["--duration", str(args.duration)]
+    if args.seed is not None:
+        out += ["--seed", str(args.seed)]
+    if args.timeout_s is not None:
+        out += ["--timeout-s", str(args.timeout_s)]
+    if args.quiet:
+        out.append("--quiet")
+    if args.test == "write":
+        out += ["--qps", str(args.qps)]
+        if args.depth is not None:
+            out += ["--depth", str(args.depth)]
+        out += ["--progress-s", str(args.progress_s)]
+        if args.timeline_ms is not None:
+            out += ["--timeline-ms", str(args.timeline_ms)]
+    else:
+        out += ["--warmup", str(args.warmup)]
+    return out
+
+
+def bench_command() -> list[str]:
+    """How to start mrc-bench: the venv's script next to this interpreter, else ``-m``."""
+    script = Path(sys.executable).parent / "mrc-bench"
+    if script.exists():
+        return [sys.executable, str(script)]
+    return [sys.executable, "-m", "mrcnic.bench"]
+
+
+PORT_SLOT = "{port}"  # replaced by the port the listening side reports
+_LISTENING = re.compile(r"listening on \[[^\]]*\]:(\d+)")
+
+
+def _listen_port(port: int) -> str:
+    """The port a child that listens is given: the user's, or 0 (any free port) for the
+    default, so that several benchmarks can run at once against the same host."""
+    return "0" if port == control.DEFAULT_PORT else str(port)
+
+
+@dataclass
+class Side:
+    """One child process: its host, its arguments, whether it listens (its stderr then
+    names the port, which replaces PORT_SLOT in the later sides' arguments) and whether it
+    prints the result JSON on stdout."""
+
+    host: int
+    argv: list[str]
+    listens: bool = False
+    result: bool = False
+
+
+def _wait_port(p: subprocess.Popen, errf: Any, timeout_s: float = 30.0) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        errf.seek(0)
+        m = _LISTENING.search(errf.read())
+        if m:
+            return int(m.group(1))
+        if p.poll() is not None:
+            break
+        time.sleep(0.02)
+    raise control.ControlError("the listening side did not start (see its messages above)")
+
+
+def _orchestrate(st: Any, sides: list[Side], as_json: bool) -> int:
+    """Start one process per side (``ip netns exec NS mrc-bench ...``), listeners first; the
+    result side prints the result JSON.  Children are stopped by PID if anything fails; the
+    others' stderr is shown only when they fail (the result side's passes through)."""
+    plan = st.plan
+    procs: list[tuple[subprocess.Popen, Any, str]] = []
+    result_text = ""
+    codes: list[int] = []
+    port = ""
+    with contextlib.ExitStack() as stack:
+        try:
+            for side in sides:
+                name = plan.host_name(side.host)
+                argv = [port if a == PORT_SLOT else a for a in side.argv]
+                full = ["ip", "netns", "exec", plan.namespace(name), *bench_command(), *argv]
+                capture = side.listens or not side.result
+                errf = stack.enter_context(tempfile.TemporaryFile("w+")) if capture else None
+                out = subprocess.PIPE if side.result else subprocess.DEVNULL
+                p = subprocess.Popen(full, stdout=out, stderr=errf, text=True)
+                procs.append((p, errf, name))
+                if side.listens:
+                    port = str(_wait_port(p, errf))
+            for (p, _e, _n), side in zip(procs, sides, strict=True):
+                if side.result:
+                    result_text, _ = p.communicate()
+            for p, _e, _n in procs:
+                try:
+                    codes.append(p.wait(timeout=30))
+                except subprocess.TimeoutExpired:
+                    p.terminate()
+                    codes.append(p.wait(timeout=5))
+        except BaseException:
+            _stop(procs)
+            raise
+        finally:
+            for p, errf, name in procs:
+                if errf is not None and p.returncode not in (0, None):
+                    errf.seek(0)
+                    for ln in errf.read().splitlines()[-20:]:
+                        if "listening on" not in ln:
+                            print(f"[{name}] {ln}", file=sys.stderr)
+    try:
+        res = json.loads(result_text)
+    except ValueError:
+        raise control.ControlError(
+            f"no result from the benchmark processes (exit statuses {codes})"
+        ) from None
+    _emit(res, as_json)
+    return EXIT_OK if res.get("verified") and all(c == 0 for c in codes) else EXIT_FAILED
+
+
+def _stop(procs: list[tuple[subprocess.Popen, Any, str]]) -> None:
+    """SIGTERM the children we started (by PID), then SIGKILL what is left after 5 s."""
+    for p, _e, _n in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p, _e, _n in procs:
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def _allreduce(st: Any, args: argparse.Namespace) -> int:
+    from mrcnic import aio
+    from mrcnic.bench_allreduce import AllreduceParams, run_rank
+
+    plan = st.plan
+    try:
+        names = (
+            args.hosts.split(",")
+            if args.hosts
+            else [plan.host_name(h) for h in range(plan.host_count)]
+        )
+        hosts = [bc.parse_host(plan, h) for h in names]
+        size = bc.parse_size(args.size)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if len(hosts) < 2 or len(set(hosts)) != len(hosts):
+        raise UsageError("--hosts needs at least 2 distinct hosts")
+    if args.iters < 1 or args.warmup < 0:
+        raise UsageError("--iters must be >= 1 and --warmup >= 0")
+    p = AllreduceParams(
+        hosts=hosts,
+        size=size,
+        iters=args.iters,
+        warmup=args.warmup,
+        transport=args.transport,
+        seed=args.seed,
+        timeout_s=args.timeout_s or 120.0,
+    )
+    if args.rank is not None:
+        if not 0 <= args.rank < len(hosts):
+            raise UsageError(f"--rank must be 0..{len(hosts) - 1}")
+        res = aio.run(run_rank(st, args.rank, p, args.port))
+        if res is not None:
+            _emit(res, args.json)
+            return EXIT_OK if res["verified"] else EXIT_FAILED
+        return EXIT_OK
+    hosts_arg = ",".join(plan.host_name(h) for h in hosts)
+    common = ["allreduce", "--lab", st.name, "--hosts", hosts_arg]
+    common += ["--size", str(size), "--iters", str(args.iters), "--warmup", str(args.warmup)]
+    common += ["--seed", str(args.seed), "--transport", args.transport]
+    if args.timeout_s is not None:
+        common += ["--timeout-s", str(args.timeout_s)]
+    rank0 = [*common, "--port", _listen_port(args.port), "--rank", "0", "--json"]
+    sides = [Side(hosts[0], rank0, listens=True, result=True)]
+    sides += [
+        Side(h, [*common, "--port", PORT_SLOT, "--rank", str(r)])
+        for r, h in enumerate(hosts)
+        if r > 0
+    ]
+    return _orchestrate(st, sides, args.json)
+
+
+# --- output --------------------------------------------------------------------------------------
+
+_LINE = "-" * 94
+
+
+def _emit(res: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(res, separators=(",", ":")), flush=True)
+    elif res["test"] == "allreduce":
+        print(format_allreduce(res), flush=True)
+    else:
+        print(format_pair(res), flush=True)
+
+
+def _cpu_line(res: dict[str, Any], sides: str) -> str:
+    parts = [f" CPU (% of one core): {sides}"]
+    if res.get("switch_cpu_percent") is not None:
+        parts.append(f"switches {res['switch_cpu_percent']:.0f}")
+    if res.get("machine_cpu_percent") is not None:
+        parts.append(f"machine {res['machine_cpu_percent']:.0f}% of {res.get('cpus')} CPUs busy")
+    return "   ".join(parts)
+
+
+def _header(res: dict[str, Any], title: str) -> list[str]:
+    mode = res["switch_mode"]
+    return [
+        _LINE,
+        f"{title:^94}",
+        f" lab {res['lab']}: {res['planes']} planes x {res['port_rate_bps'] / 1e6:g} Mb/s, {mode} switches"
+        f"   transport {res['transport']}",
+    ]
+
+
+def _verify_line(res: dict[str, Any]) -> str:
+    if res["verified"]:
+        v = res.get("verify", {})
+        region = v.get("region_bytes")
+        how = f"{region} B region compared byte for byte" if region else "checked"
+        text = f"yes ({how})"
+    else:
+        text = "NO"
+    return f" verified: {text}   QP errors: {res['qp_errors']}"
+
+
+def format_pair(res: dict[str, Any]) -> str:
+    lat = res["test"] == "lat"
+    where = "same T0" if res["same_t0"] else "another T0"
+    title = "RDMA_Write Latency Test (mrc-bench)" if lat else "RDMA_Write BW Test (mrc-bench)"
+    out = _header(res, title)
+    out.append(
+        f" {res['src']} -> {res['dst']} ({where})   QPs {res['qps']}   outstanding {res['depth']}"
+        f"   capacity {res['capacity_bps'] / 1e6:.1f} Mb/s"
+    )
+    out.append(_LINE)
+    if lat:
+        lu = res.get("latency_us", {})
+        out.append(
+            f" {'#bytes':<8}{'#iterations':<13}{'t_min[usec]':>12}{'t_max[usec]':>12}{'t_typical[usec]':>16}"
+            f"{'t_avg[usec]':>12}{'t_stdev[usec]':>14}{'99% percentile[usec]':>22}{'99.9% percentile[usec]':>24}"
+        )
+        if lu:
+            out.append(
+                f" {res['size']:<8}{res['iterations']:<13}{lu['t_min']:>12.2f}{lu['t_max']:>12.2f}"
+                f"{lu['t_typical']:>16.2f}{lu['t_avg']:>12.2f}{lu['t_stdev']:>14.2f}{lu['p99']:>22.2f}"
+                f"{lu['p99_9']:>24.2f}"
+            )
+    else:
+        out.append(
+            f" {'#bytes':<10}{'#iterations':<14}{'BW peak[Gb/s]':<17}{'BW average[Gb/s]':<20}{'MsgRate[Mpps]':<14}"
+        )
+        out.append(
+            f" {res['size']:<10}{res['iterations']:<14}{res['peak_bps'] / 1e9:<17.4f}"
+            f"{res['goodput_bps'] / 1e9:<20.4f}{res['msg_rate_pps'] / 1e6:<14.6f}"
+        )
+    out.append(_LINE)
+    if not lat:
+        out.append(
+            f" goodput {res['goodput_bps'] / 1e6:.1f} Mb/s = {res['goodput_fraction']:.3f} of capacity"
+            f" in {res['duration_s']:.2f} s   retransmissions {res['retransmissions']}"
+            f"   timeouts {res['timeouts']}"
+        )
+    out.append(_verify_line(res))
+    for e in res.get("errors", [])[:5]:
+        out.append(f"   error: {e}")
+    out.append(
+        _cpu_line(
+            res,
+            f"client {res['cpu_percent_client'] or 0:.0f}   server {res['cpu_percent_server'] or 0:.0f}",
+        )
+    )
+    return "\n".join(out)
+
+
+def format_allreduce(res: dict[str, Any]) -> str:
+    out = _header(res, "Ring all-reduce (mrc-bench, reduce-scatter + all-gather)")
+    out.append(
+        f" ranks {res['ranks']}: {','.join(res['hosts'])}   capacity per NIC {res['capacity_bps'] / 1e6:.1f} Mb/s"
+    )
+    out.append(_LINE)
+    out.append(
+        f" {'size(B)':>12}{'count':>12}{'type':>8}{'redop':>7}{'time(us)':>12}{'algbw(Gb/s)':>13}"
+        f"{'busbw(Gb/s)':>13}{'#wrong':>8}"
+    )
+    wrong = 0 if res["verified"] else "yes"
+    out.append(
+        f" {res['size']:>12}{res['elements']:>12}{res['type']:>8}{res['redop']:>7}"
+        f"{res['time_s'] * 1e6:>12.0f}{res['algbw_bps'] / 1e9:>13.4f}{res['busbw_bps'] / 1e9:>13.4f}{wrong!s:>8}"
+    )
+    out.append(_LINE)
+    out.append(
+        f" busbw = {res['goodput_fraction']:.3f} of capacity   iterations {res['iterations']}"
+        f"   retransmissions {res['retransmissions']}   timeouts {res['timeouts']}"
+    )
+    steps = ", ".join(
+        f"{name.replace('reduce-scatter', 'RS').replace('all-gather', 'AG')} {t * 1e3:.2f}"
+        for name, t in zip(res["step_names"], res["step_times_s"], strict=False)
+    )
+    out.append(f" step times (ms, slowest rank, mean over iterations): {steps}")
+    out.append(_verify_line(res))
+    for e in res.get("errors", [])[:5]:
+        out.append(f"   error: {e}")
+    ranks = "  ".join(f"r{i} {c or 0:.0f}" for i, c in enumerate(res["cpu_percent_ranks"]))
+    out.append(_cpu_line(res, ranks))
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

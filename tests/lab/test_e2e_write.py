@@ -1,0 +1,295 @@
+"""End to end on real sockets: the asyncio NIC (mrcnic.aio) on both hosts of a small lab of
+python switches, RDMA Writes across T0-T1-T0, with faults injected mid-transfer.
+
+Lab: 2 planes x (2 T0 + 2 T1), one host per T0, so h0 -> h1 crosses a T1 on every path (4
+paths). Both NICs run in this process, each with its sockets in its host's namespace, on one
+uvloop loop; faults run in a thread (they are blocking commands) while the loop carries on.
+The last tests drive the mrc-bench CLI (two processes in the hosts' namespaces).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+
+import lab_helpers as H
+import pytest
+
+from lab.faults import Faults
+from mrcnic.aio import LabHost, run
+from mrcnic.qp import QpErrorEvent, QpState
+from mrcnic.verbs import RemoteBuffer, WcStatus
+
+pytestmark = [pytest.mark.lab, H.needs_root]
+
+SIZE = 8 << 20
+CHUNK = 256 << 10
+
+
+@pytest.fixture(scope="module")
+def elab():
+    with H.running_lab(switch="python") as st:
+        yield st
+
+
+def pattern(n: int, salt: int) -> bytes:
+    import random
+
+    return random.Random(salt).randbytes(n)
+
+
+async def _transfer(st, fault=None, after_bytes: int = CHUNK, size: int = SIZE, seed: int = 1):  # noqa: ANN001
+    """h0 writes ``size`` bytes into h1 in CHUNK writes (all posted at once); ``fault`` (a
+    blocking callable) runs in a thread once ``after_bytes`` have completed."""
+    a, b = LabHost.from_state(st, "h0", seed=seed), LabHost.from_state(st, "h1", seed=seed + 1)
+    async with a.nic() as na, b.nic():
+        qa = a.device.create_qp(a.qp_config(seed=seed))
+        qb = b.device.create_qp(b.qp_config(seed=seed + 7))
+        qa.connect(qb.export())
+        qb.connect(qa.export())
+        target = bytearray(size)
+        rb = RemoteBuffer.of(b.device.register(target))
+        src = pattern(size, seed)
+        view = memoryview(src)
+        for k, off in enumerate(range(0, size, CHUNK)):
+            qa.post_write(k, view[off : off + CHUNK], rb, offset=off)
+        wcs = []
+        fault_task = None
+        t0 = time.monotonic()
+
+        def progress() -> bool:
+            nonlocal fault_task
+            wcs.extend(qa.poll_cq(256))
+            if fault is not None and fault_task is None and len(wcs) * CHUNK >= after_bytes:
+                fault_task = asyncio.ensure_future(asyncio.to_thread(fault))
+            return len(wcs) == size // CHUNK
+
+        ok = await na.wait_for(progress, 60)
+        t_done = time.monotonic() - t0
+        if fault_task is not None:
+            await fault_task
+        events = qa.poll_events() + qb.poll_events()
+        return {
+            "ok": ok,
+            "wcs": wcs,
+            "identical": bytes(target) == src,
+            "errors": [e for e in events if isinstance(e, QpErrorEvent)],
+            "stats": qa.stats(),
+            "ev_events": [e for e in events if type(e).__name__ == "EvStateChanged"],
+            "nic": na.stats(),
+            "t_done": t_done,
+            "fault_ran": fault_task is not None,
+        }
+
+
+def assert_clean(r: dict) -> None:
+    assert r["ok"], "the transfer did not finish"
+    assert [w.status for w in r["wcs"]] == [WcStatus.SUCCESS] * (SIZE // CHUNK)
+    assert [w.wr_id for w in r["wcs"]] == list(range(SIZE // CHUNK))  # posting order
+    assert r["identical"], "the target differs from the source"
+    assert r["errors"] == []
+
+
+def test_write_no_fault(elab) -> None:
+    r = run(_transfer(elab))
+    assert_clean(r)
+    nic = r["nic"]
+    assert all(p["tx_frames"] > 0 for p in nic["ports"])  # sprayed over both planes
+
+
+def test_write_through_t1_reboot(elab) -> None:
+    f = Faults(elab, echo=None)
+    r = run(_transfer(elab, fault=lambda: f.reboot("p0-t1-0", down_ms=400)))
+    assert r["fault_ran"]
+    assert_clean(r)
+    # The dead T1 cost packets that were repaired on other paths.
+    assert r["stats"].retransmissions > 0
+
+
+def test_write_through_link_down(elab) -> None:
+    f = Faults(elab, echo=None)
+    try:
+        r = run(_transfer(elab, fault=lambda: f.link_down("p1-t0-0", "p1-t1-1")))
+    finally:
+        f.link_up("p1-t0-0", "p1-t1-1")
+    assert r["fault_ran"]
+    assert_clean(r)
+    assert r["stats"].retransmissions > 0
+
+
+def test_write_with_one_percent_loss(elab) -> None:
+    f = Faults(elab, echo=None)
+    f.loss("p0-t0-0", "p0-t1-0", 1)
+    try:
+        r = run(_transfer(elab, seed=3))
+    finally:
+        f.loss_clear("p0-t0-0", "p0-t1-0")
+    assert_clean(r)
+    assert r["stats"].retransmissions > 0  # the loss was real and repaired
+
+
+def test_write_through_nic_port_down(elab) -> None:
+    f = Faults(elab, echo=None)
+    try:
+        r = run(_transfer(elab, fault=lambda: f.port("h0", 1, False), seed=5))
+    finally:
+        f.port("h0", 1, True)
+    assert r["fault_ran"]
+    assert_clean(r)
+    port1 = r["nic"]["ports"][1]
+    assert port1["up"] is False and port1["link_changes"] >= 1
+    # The core took the whole plane out at once.
+    assert any(e.plane == 1 and e.new.name == "ASSUMED_BAD" for e in r["ev_events"])
+
+
+def test_nic_port_back_up_is_used_again(elab) -> None:
+    """Down, then up: the NIC reopens its receive socket, the probes restore the plane's EVs
+    and writes use the port again."""
+    f = Faults(elab, echo=None)
+
+    async def go():
+        a, b = LabHost.from_state(elab, "h0", seed=31), LabHost.from_state(elab, "h1", seed=32)
+        async with a.nic() as na, b.nic():
+            qa, qb = a.device.create_qp(a.qp_config()), b.device.create_qp(b.qp_config())
+            qa.connect(qb.export())
+            qb.connect(qa.export())
+            await asyncio.to_thread(f.port, "h0", 1, False)
+            assert await na.wait_for(lambda: qa.ev_states()["ASSUMED_BAD"] > 0, 5)
+            await asyncio.to_thread(f.port, "h0", 1, True)
+            assert await na.wait_for(lambda: qa.ev_states()["ASSUMED_BAD"] == 0, 5)
+            target = bytearray(2 << 20)
+            src = pattern(len(target), 8)
+            rx0, tx0 = na.ports[1].rx_frames, na.ports[1].tx_frames
+            qa.post_write(1, src, RemoteBuffer.of(b.device.register(target)))
+            wcs = []
+            assert await na.wait_for(lambda: bool(wcs.extend(qa.poll_cq()) or wcs), 20)
+            port = na.ports[1]
+            return wcs, bytes(target) == src, port.tx_frames - tx0, port.rx_frames - rx0, port.up
+
+    try:
+        wcs, same, tx, rx, up = run(go())
+    finally:
+        f.port("h0", 1, True)
+    assert wcs[0].status is WcStatus.SUCCESS and same
+    assert up and tx > 100 and rx > 0  # data out and SACKs in on the restored port
+
+
+def test_write_with_immediate_in_order(elab) -> None:
+    async def go():
+        a, b = LabHost.from_state(elab, "h0", seed=11), LabHost.from_state(elab, "h1", seed=12)
+        async with a.nic() as na, b.nic():
+            qa, qb = a.device.create_qp(a.qp_config()), b.device.create_qp(b.qp_config())
+            qa.connect(qb.export())
+            qb.connect(qa.export())
+            target = bytearray(4 << 20)
+            rb = RemoteBuffer.of(b.device.register(target))
+            sizes = [1, 4096, 4097, 200_000, 17, 65536, 300_000, 3] * 6  # 48 writes
+            src = pattern(sum(sizes), 9)
+            off = 0
+            for k, n in enumerate(sizes):
+                qa.post_write(k, src[off : off + n], rb, offset=off, imm=0xA000 + k)
+                off += n
+            imms, wcs = [], []
+
+            def done() -> bool:
+                imms.extend(qb.poll_recv(256))
+                wcs.extend(qa.poll_cq(256))
+                return len(imms) == len(sizes) and len(wcs) == len(sizes)
+
+            assert await na.wait_for(done, 30)
+            return sizes, src, target, imms, wcs
+
+    sizes, src, target, imms, wcs = run(go())
+    assert [i.imm for i in imms] == [0xA000 + k for k in range(len(sizes))]
+    assert [i.byte_len for i in imms] == sizes
+    assert all(w.status is WcStatus.SUCCESS for w in wcs)
+    assert bytes(target[: len(src)]) == src
+
+
+def test_wrong_rkey_fails_cleanly(elab) -> None:
+    async def go():
+        a, b = LabHost.from_state(elab, "h0", seed=21), LabHost.from_state(elab, "h1", seed=22)
+        async with a.nic() as na, b.nic():
+            qa, qb = a.device.create_qp(a.qp_config()), b.device.create_qp(b.qp_config())
+            qa.connect(qb.export())
+            qb.connect(qa.export())
+            target = bytearray(pattern(1 << 20, 4))
+            before = bytes(target)
+            rb = RemoteBuffer.of(b.device.register(target))
+            bad = RemoteBuffer(rb.va, rb.rkey ^ 0x5A5A, rb.length)
+            qa.post_write(1, b"\xee" * 300_000, bad)
+            qa.post_write(2, b"\xdd" * 1000, rb)  # behind the failing one: flushed
+            wcs = []
+            assert await na.wait_for(lambda: (wcs.extend(qa.poll_cq()), len(wcs) == 2)[1], 20)
+            await asyncio.sleep(0.05)  # anything still in flight lands (or not) now
+            return wcs, qa, before, target
+
+    wcs, qa, before, target = run(go())
+    assert [(w.wr_id, w.status) for w in wcs] == [
+        (1, WcStatus.REMOTE_ACCESS_ERROR),
+        (2, WcStatus.FLUSHED),
+    ]
+    assert qa.state is QpState.ERROR
+    errs = [e for e in qa.poll_events() if isinstance(e, QpErrorEvent)]
+    assert len(errs) == 1 and "remote access error" in errs[0].reason
+    assert bytes(target) == before  # not one byte written
+
+
+# --- the CLI -------------------------------------------------------------------------------------
+
+
+def bench(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "mrcnic.bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_cli_write_json(elab) -> None:
+    p = bench("write", "--lab", elab.name, "--src", "h0", "--dst", "h1", "--size", "64K",
+              "--iters", "100", "--timeline-ms", "50", "--json")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    for key in ("goodput_bps", "capacity_bps", "goodput_fraction", "verified", "qp_errors",
+                "bytes", "duration_s", "cpu_percent", "timeline"):  # fmt: skip
+        assert key in res, key
+    assert res["verified"] is True and res["qp_errors"] == 0
+    assert res["bytes"] == 100 * 65536 and res["iterations"] == 100
+    assert res["capacity_bps"] == 2 * 100e6  # both planes live, 100 Mb/s each
+    assert 0 < res["goodput_fraction"] <= 1
+    tl = res["timeline"]
+    assert len(tl) >= 2 and all(len(row) == 2 for row in tl)
+    assert sum(r[1] for r in tl[:-1]) * 0.05 <= res["bytes"] * 8
+
+
+def test_cli_lat_table(elab) -> None:
+    p = bench("lat", "--lab", elab.name, "--src", "h1", "--dst", "h0", "--iters", "50")
+    assert p.returncode == 0, p.stderr
+    assert "t_typical[usec]" in p.stdout and "99.9% percentile[usec]" in p.stdout
+    assert "verified: yes" in p.stdout
+
+
+def test_cli_allreduce(elab) -> None:
+    p = bench("allreduce", "--lab", elab.name, "--hosts", "h0,h1", "--size", "1M",
+              "--iters", "2", "--json")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    assert res["verified"] is True and res["ranks"] == 2 and res["iterations"] == 2
+    assert res["busbw_bps"] == pytest.approx(res["algbw_bps"] * 2 * (2 - 1) / 2, rel=1e-6)
+    assert len(res["step_times_s"]) == 2
+
+
+def test_cli_rocev2_missing_or_works(elab) -> None:
+    p = bench("write", "--lab", elab.name, "--iters", "20", "--transport", "rocev2", "--json")
+    try:
+        import mrcnic.rocev2  # noqa: F401
+    except ImportError:
+        assert p.returncode == 2 and "rocev2" in p.stderr
+        return
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["verified"] is True

@@ -1,0 +1,263 @@
+"""mrcnic.aio without sockets: the pacer (token bucket + two-class queue) with a fake clock,
+netlink parsing, and two AioNics pumped by a fake event loop whose "wire" hands each sent
+frame to the other NIC's device (no root, no sockets, virtual time)."""
+
+from __future__ import annotations
+
+import heapq
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mrcnic import aio
+from mrcnic.aio import AioNic, PacerConfig, PortPacer, parse_link_messages
+from mrcnic.qp import NetConfig, PortAddr, QpConfig
+from mrcnic.usid import ClosShape
+from mrcnic.verbs import Device, RemoteBuffer, WcStatus
+
+RATE = 100e6
+FRAME = 4202
+
+
+def data_frame(n: int = FRAME) -> bytes:
+    f = bytearray(n)
+    f[14] = 0x61  # version 6, DSCP 4 (TRIMMABLE) << 2 | ECT0 -> traffic class 0x12
+    f[15] = 0x20
+    return bytes(f)
+
+
+def ctrl_frame(n: int = 120) -> bytes:
+    f = bytearray(n)
+    f[14] = 0x6B  # DSCP 46 (CONTROL): traffic class 0xB8 -> 0x6B, 0x8.
+    f[15] = 0x80
+    return bytes(f)
+
+
+def test_frame_classes():
+    assert not aio.is_control_frame(data_frame())
+    assert aio.is_control_frame(ctrl_frame())
+
+
+def test_sizes_follow_the_rate():
+    p = PortPacer(RATE, PacerConfig(burst_s=0.002, queue_s=0.002))
+    assert p.burst_bytes == pytest.approx(25_000)
+    assert p.data_limit == max(4, int(0.002 * RATE / 8 / FRAME))
+    slow = PortPacer(1e6, PacerConfig())
+    assert slow.burst_bytes == 2 * FRAME and slow.data_limit == 4  # floors
+
+
+def test_control_frames_leave_first():
+    p = PortPacer(RATE, now_s=0.0)
+    for _ in range(3):
+        p.push(data_frame())
+    p.push(ctrl_frame())
+    out = p.take(0.0)
+    assert aio.is_control_frame(out[0]) and len(out) >= 2
+
+
+def test_next_due_is_when_a_frame_may_leave():
+    p = PortPacer(RATE, PacerConfig(burst_s=0.0), now_s=0.0)  # burst floor: 2 frames
+    assert p.next_due(0.0) is None
+    for _ in range(10):
+        p.push(data_frame())
+    first = p.take(0.0)
+    assert len(first) == 2  # the initial burst
+    due = p.next_due(0.0)
+    assert due is not None and due > 0.0
+    assert p.take(due - 1e-6) == []
+    assert len(p.take(due)) >= 1
+    left = len(p)
+    assert left > 0 and p.flush() == left
+    assert len(p) == 0 and p.next_due(due) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    wakes=st.lists(st.floats(min_value=1e-5, max_value=0.01), min_size=20, max_size=300),
+    burst_ms=st.sampled_from([0.0, 1.0, 2.0, 5.0]),
+)
+def test_token_bucket_conformance(wakes, burst_ms):
+    """Whatever the wake-up times, bytes sent by time t never exceed rate * t + burst + one
+    frame, and a backlogged port keeps up with its rate up to one burst."""
+    p = PortPacer(RATE, PacerConfig(burst_s=burst_ms / 1000), now_s=0.0)
+    rate_Bps = RATE / 8
+    t = 0.0
+    sent = 0
+    for dt in wakes:
+        while len(p.data) * FRAME < p.burst_bytes + 2 * FRAME:  # backlogged beyond one burst
+            p.push(data_frame())
+        sent += sum(map(len, p.take(t)))
+        assert sent <= rate_Bps * t + p.burst_bytes + FRAME
+        t += dt
+    sent += sum(map(len, p.take(t)))
+    # Backlogged all along: each wake-up sends what the interval earned (capped by the bucket
+    # depth), less at most one frame of debt carried from the previous wake-up.
+    earned = sum(max(0.0, min(p.burst_bytes, dt * rate_Bps) - FRAME) for dt in wakes)
+    assert sent >= earned
+
+
+def test_parse_link_messages():
+    def msg(mtype: int, index: int, flags: int) -> bytes:
+        body = struct.pack("=BxHiII", 0, 1, index, flags, 0xFFFFFFFF)
+        return struct.pack("=IHHII", 16 + len(body), mtype, 0, 0, 0) + body
+
+    data = msg(aio.RTM_NEWLINK, 5, aio.IFF_UP | aio.IFF_RUNNING) + msg(aio.RTM_DELLINK, 6, 0)
+    data += msg(3, 7, 0)  # another message type: ignored
+    assert parse_link_messages(data) == [(5, aio.IFF_UP | aio.IFF_RUNNING), (6, None)]
+    assert aio.flags_up(aio.IFF_UP | aio.IFF_RUNNING) and not aio.flags_up(aio.IFF_UP)
+    assert not aio.flags_up(None)
+    assert parse_link_messages(data[:-3]) == [(5, aio.IFF_UP | aio.IFF_RUNNING), (6, None)]
+    assert parse_link_messages(b"\xff" * 7) == []
+    assert parse_link_messages(struct.pack("=IHHII", 3, 16, 0, 0, 0)) == []
+
+
+# --- two NICs on a fake event loop --------------------------------------------------------------
+
+
+class FakeHandle:
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class FakeLoop:
+    """call_soon / call_later in virtual time, plus a wire with a fixed one-way delay."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._q: list[tuple[float, int, object, FakeHandle]] = []
+        self._seq = 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def _at(self, t: float, fn) -> FakeHandle:  # noqa: ANN001
+        h = FakeHandle()
+        self._seq += 1
+        heapq.heappush(self._q, (t, self._seq, fn, h))
+        return h
+
+    def call_soon(self, fn, *args) -> FakeHandle:  # noqa: ANN001
+        return self._at(self.now, lambda: fn(*args))
+
+    def call_later(self, delay: float, fn, *args) -> FakeHandle:  # noqa: ANN001
+        return self._at(self.now + delay, lambda: fn(*args))
+
+    def run(self, until: float, done=lambda: False) -> None:  # noqa: ANN001
+        while self._q and not done():
+            t, _, fn, h = heapq.heappop(self._q)
+            if t > until:
+                break
+            self.now = max(self.now, t)
+            if not h.cancelled:
+                fn()
+
+
+def _nic_pair(loop: FakeLoop, delay_s: float = 200e-6, drop=lambda port, frame: False):  # noqa: ANN001
+    shape = ClosShape(planes=2, t0=2, t1=2, hosts_per_t0=1)
+    devs, nics, sent = [], [], []
+    for h in range(2):
+        ports = tuple(
+            PortAddr(bytes((2, 0, 0, h, p, 1)), bytes((2, 0, 0, h, p, 2))) for p in range(2)
+        )
+        dev = Device(NetConfig(shape, h, ports), RATE, clock=loop.clock, seed=10 + h)
+        nic = AioNic(dev, [f"x{h}p0", f"x{h}p1"], clock=loop.clock)
+        nic._loop = loop  # what open() does, without sockets
+        nic._open = True
+        for p in nic.ports:
+            p.up = True
+        dev.on_work = nic.kick
+        devs.append(dev)
+        nics.append(nic)
+        sent.append([])
+
+    def make_send(h: int):
+        def _send(p, frames, now):  # noqa: ANN001
+            other = nics[1 - h]
+            for f in frames:
+                sent[h].append((now, p.index, len(f)))
+                p.tx_frames += 1
+                p.tx_bytes += len(f)
+                if drop(p.index, f):
+                    continue
+
+                def deliver(f=f) -> None:
+                    other.device.receive_frame(f, loop.now)
+                    other.kick()
+
+                loop.call_later(delay_s, deliver)
+
+        return _send
+
+    for h in range(2):
+        nics[h]._send = make_send(h)
+    return devs, nics, sent
+
+
+def _connected(devs):  # noqa: ANN001
+    cfg = QpConfig(base_rtt_s=1e-3)
+    qa, qb = devs[0].create_qp(cfg), devs[1].create_qp(cfg)
+    qa.connect(qb.export())
+    qb.connect(qa.export())
+    return qa, qb
+
+
+def test_two_nics_write_paced_and_bounded():
+    loop = FakeLoop()
+    devs, nics, sent = _nic_pair(loop)
+    qa, qb = _connected(devs)
+    target = bytearray(2 << 20)
+    rb = RemoteBuffer.of(devs[1].register(target))
+    data = bytes(range(256)) * (len(target) // 256)
+    max_queue = [0]
+
+    def watch(_now: float) -> None:
+        q = max(len(p.pacer.data) for p in nics[0].ports)
+        max_queue[0] = max(max_queue[0], q)
+
+    nics[0].on_progress = watch
+    qa.post_write(1, data, rb)
+    done = []
+    loop.run(5.0, lambda: bool(done.extend(qa.poll_cq()) or done))
+    assert done and done[0].status is WcStatus.SUCCESS
+    assert bytes(target) == data
+    # Pacing: per port, bytes sent by time t never exceed rate * t + burst (+ a frame).
+    for port in range(2):
+        pacer = nics[0].ports[port].pacer
+        total = 0
+        for t, p, n in sent[0]:
+            if p == port:
+                total += n
+                assert total <= RATE / 8 * t + pacer.burst_bytes + FRAME
+    # Both ports carried about half of the data.
+    per_port = [sum(n for _, p, n in sent[0] if p == q) for q in range(2)]
+    assert min(per_port) > 0.4 * sum(per_port)
+    # The local queue stays small: one pull is at most one congestion window.
+    cwnd_frames = qa.core.cc.cwnd_bytes / 4096
+    assert max_queue[0] <= nics[0].ports[0].pacer.data_limit + cwnd_frames / 2 + 2
+    # Goodput near the line rate of both ports (payload share of the frames).
+    assert len(data) * 8 / done[0].time_s > 0.8 * 2 * RATE * 4096 / FRAME
+
+
+def test_port_down_moves_traffic_and_tells_the_core():
+    loop = FakeLoop()
+    down = {"p1": False}
+    devs, nics, sent = _nic_pair(loop, drop=lambda port, f: port == 1 and down["p1"])
+    qa, qb = _connected(devs)
+    target = bytearray(1 << 20)
+    rb = RemoteBuffer.of(devs[1].register(target))
+    data = bytes(reversed(range(256))) * (len(target) // 256)
+    qa.post_write(1, data, rb)
+    loop.run(0.005)
+    down["p1"] = True
+    nics[0]._set_port(nics[0].ports[1], False, loop.now)
+    t_down = loop.now
+    assert nics[0].ports[1].up is False and len(nics[0].ports[1].pacer) == 0
+    done = []
+    loop.run(10.0, lambda: bool(done.extend(qa.poll_cq()) or done))
+    assert done and done[0].status is WcStatus.SUCCESS and bytes(target) == data
+    assert not any(p == 1 and t > t_down for t, p, _ in sent[0])  # nothing sent on the dead port
