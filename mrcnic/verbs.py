@@ -184,7 +184,9 @@ class QP:
         return self.core.get_stats()
 
     def ev_stats(self) -> list[EvStats]:
-        return self.core.evs.stats()
+        # A RoCEv2 QP has one path and no EV table: nothing per EV to report.
+        evs = getattr(self.core, "evs", None)
+        return evs.stats() if evs is not None else []
 
     def ev_states(self) -> dict[str, int]:
         return self.core.ev_states()

@@ -79,3 +79,9 @@ def test_device_port_down_reaches_the_peer():
     a.port_status(1, False, net.fabric.now)
     net.run_until(lambda: any(isinstance(e, PeerPortStatus) for e in qb.poll_events()), max_s=1.0)
     assert qb.core.evs.plane_down[1] and qa.core.evs.plane_down[1]
+
+
+def test_rocev2_qp_has_no_per_ev_stats():
+    net = SimNetwork(seed=3)
+    qp = net.devices[0].create_qp(transport="rocev2")
+    assert qp.ev_stats() == []
