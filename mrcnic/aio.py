@@ -805,6 +805,14 @@ class LabHost:
         kw.update(overrides)
         return QpConfig(**kw)
 
+    def transport_qp_config(self, transport: str, index: int, seed: int | None = None) -> QpConfig:
+        """The config of this host's ``index``-th QP of ``transport``.  RoCEv2 QPs are bound
+        to port ``index mod planes``, as multi-port RoCEv2 NICs are deployed (one rail per QP;
+        the fabric's ECMP hash then picks the T1); MRC QPs spray over every port."""
+        if transport == "rocev2":
+            return self.qp_config(seed=seed, cc_options=(("port", index % len(self.ifnames)),))
+        return self.qp_config(seed=seed)
+
     def nic(self, in_namespace: bool | None = None, **kw: Any) -> AioNic:
         """An :class:`AioNic` on this host's ports.  Sockets are opened in the host's namespace
         unless this process already runs there (``in_namespace`` None: detected)."""

@@ -167,8 +167,13 @@ async def run_rank(st: Any, rank: int, p: AllreduceParams, port: int) -> dict[st
     host = p.hosts[rank]
     lh = LabHost.from_state(st, host)
     async with lh.nic() as nic:
-        qp_next = lh.device.create_qp(lh.qp_config(seed=p.seed * 977 + 2 * rank + 1), p.transport)
-        qp_prev = lh.device.create_qp(lh.qp_config(seed=p.seed * 977 + 2 * rank + 2), p.transport)
+        qp_next = lh.device.create_qp(
+            lh.transport_qp_config(p.transport, rank, seed=p.seed * 977 + 2 * rank + 1), p.transport
+        )
+        qp_prev = lh.device.create_qp(
+            lh.transport_qp_config(p.transport, rank + 1, seed=p.seed * 977 + 2 * rank + 2),
+            p.transport,
+        )
         data = bytearray(size)
         recv = bytearray((n - 1) * (size // n))
         mr_d, mr_r = lh.device.register(data), lh.device.register(recv)

@@ -104,7 +104,9 @@ async def _serve_client(st: Any, lh: LabHost, nic: AioNic, ch: control.Channel) 
         peer_attrs = list(hello["qps"])
         client_host = int(hello["client_host"])
         qps = [
-            lh.device.create_qp(lh.qp_config(seed=seed * 131 + i + 1), transport)
+            lh.device.create_qp(
+                lh.transport_qp_config(transport, i, seed=seed * 131 + i + 1), transport
+            )
             for i in range(len(peer_attrs))
         ]
         for qp, attrs in zip(qps, peer_attrs, strict=True):
@@ -314,7 +316,9 @@ async def _client(
 ) -> dict[str, Any]:
     plan = st.plan
     qps = [
-        lh.device.create_qp(lh.qp_config(seed=seed * 131 + 1000 + i), p.transport)
+        lh.device.create_qp(
+            lh.transport_qp_config(p.transport, i, seed=seed * 131 + 1000 + i), p.transport
+        )
         for i in range(p.qps)
     ]
     await ch.send(

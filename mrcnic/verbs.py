@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -245,7 +246,11 @@ class Device:
         self.qps: dict[int, QP] = {}
         self._cores: list = []  # the sans-I/O QPs, for the per-frame loops
         self.on_work: Callable[[], None] | None = None
-        self._next_qpn = 0x10 + (seed or 0) % 0x1000
+        # QP numbers start at 0x10 (0x2 is the EV-probe QP). Unseeded devices start at a random
+        # base: several NIC processes on one host see every frame of its ports and tell their
+        # QPs apart by number only, so two processes must not both hand out 0x10.
+        base = (seed or 0) % 0x1000 if seed is not None else secrets.randbelow(0xFF0000)
+        self._next_qpn = 0x10 + base
         self._seed = seed if seed is not None else int(time.time_ns() & 0xFFFF)
 
     def register(

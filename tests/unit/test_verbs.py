@@ -85,3 +85,13 @@ def test_rocev2_qp_has_no_per_ev_stats():
     net = SimNetwork(seed=3)
     qp = net.devices[0].create_qp(transport="rocev2")
     assert qp.ev_stats() == []
+
+
+def test_unseeded_devices_do_not_share_qp_numbers():
+    # Two NIC processes on one host see each other's frames and demultiplex by QP number.
+    from mrcnic.verbs import Device
+
+    net = SimNetwork(seed=5).devices[0].net
+    bases = {Device(net).create_qp().qpn for _ in range(8)}
+    assert len(bases) == 8
+    assert all(0x10 <= q <= 0xFFFFFF for q in bases)

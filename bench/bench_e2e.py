@@ -1,0 +1,796 @@
+#!/usr/bin/env python3
+"""End-to-end benchmarks on the namespace lab with mrc-bench (root) -> results/bench-e2e-*.json.
+
+    .venv/bin/python bench/bench_e2e.py [--only single,permutation,failures,cpu] [--quick]
+
+1. ``single``: one QP on the idle default lab, h0 -> h3 (under the other T0): goodput_fraction
+   (target >= 0.9), median of ``--reps`` runs; RoCEv2 with 1 QP and with one QP per plane
+   in the same script as the baseline.
+2. ``permutation``: every host writes to a distinct host under the other T0, all at once
+   (one mrc-bench process per pair, started together). Aggregate goodput_fraction for MRC
+   (1 QP per pair) on the multi-plane fabric, and for RoCEv2 as deployed: on a single-plane
+   fabric of the same total capacity (1 plane at planes x rate) with 1 and with 8 QPs per
+   pair, and on the multi-plane fabric with one QP per plane. MRC on the single plane too
+   (spraying over T1s alone). CPU of the lab's processes and of the machine beside it.
+3. ``failures``: one long write per fault, MRC vs RoCEv2, on the default lab: a T1 reboot, a
+   T0-T1 link down, a NIC port down, 1% loss on one fabric link; for each the depth and
+   duration of the goodput dip (lab/analysis.py), completed, verified, QP errors, bytes
+   moved against a no-fault run of the same length.
+4. ``cpu``: packets per second per core of the NIC send and receive paths on real ports,
+   from mrc-bench's CPU figures of one MRC write (``single``'s runs when it ran too).
+
+Every figure is measured here; nothing is hard-coded. Each benchmark brings up its own lab
+(name ``--name``, default ``mrcbench``) and tears it down, also on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lab import analysis as an  # noqa: E402
+from lab import lifecycle  # noqa: E402
+from lab.netns import LabError, have_net_admin  # noqa: E402
+from lab.params import LabParams, resolve  # noqa: E402
+from lab.scenario import (  # noqa: E402
+    CpuMeter,
+    Step,
+    WriteRun,
+    WriteSpec,
+    bench_argv,
+    bench_available,
+    run_parallel,
+    run_write,
+)
+from lab.state import LabState, exists  # noqa: E402
+
+BENCHMARKS = ("single", "permutation", "failures", "cpu")
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+@contextlib.contextmanager
+def lab_up(params: LabParams) -> Iterator[LabState]:
+    if exists(params.name):
+        say(f"  lab {params.name} exists from an earlier run: taking it down first")
+        lifecycle.down(params.name)
+    t = time.monotonic()
+    state = lifecycle.up(params)
+    say(
+        f"  lab {params.name} up in {time.monotonic() - t:.1f} s: {params.planes} planes x "
+        f"({params.t0} T0 + {params.t1} T1), {params.host_count} hosts, "
+        f"{params.rate_mbit:g} Mb/s links"
+    )
+    try:
+        yield state
+    finally:
+        lifecycle.down(params.name)
+        say(f"  lab {params.name} down")
+
+
+def command_text(spec: WriteSpec, lab: str) -> str:
+    argv = spec.argv(lab)
+    n = len(bench_argv())
+    return " ".join(["mrc-bench", *argv[n:]])
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+
+
+def steady_fraction(res: dict[str, Any], skip_s: float = 1.0) -> float | None:
+    """Median goodput/capacity of the timeline bins after the first ``skip_s`` of traffic."""
+    tl = res.get("timeline") or []
+    cap = _num(res.get("capacity_bps"))
+    if not tl or not cap:
+        return None
+    start = next((t for t, g in tl if g > 0), None)
+    if start is None:
+        return 0.0
+    vals = [g / cap for t, g in tl if t >= start + skip_s]
+    return round(statistics.median(vals), 4) if vals else None
+
+
+def summarise_runs(results: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """Median and spread of goodput_fraction over repetitions, plus the rest."""
+    ok = [r for r in results if r]
+    gf = [_num(r.get("goodput_fraction")) for r in ok]
+    gf = [g for g in gf if g is not None]
+    steady = [s for r in ok if (s := steady_fraction(r)) is not None]
+    cpu = [c for r in ok if (c := _num(r.get("cpu_percent"))) is not None]
+    return {
+        "runs": len(results),
+        "runs_with_result": len(ok),
+        "goodput_fraction_median": round(statistics.median(gf), 4) if gf else None,
+        "goodput_fraction_runs": [round(g, 4) for g in gf],
+        "steady_fraction_median": round(statistics.median(steady), 4) if steady else None,
+        "goodput_bps_median": round(statistics.median(_num(r.get("goodput_bps")) or 0 for r in ok))
+        if ok
+        else None,
+        "capacity_bps": _num(ok[0].get("capacity_bps")) if ok else None,
+        "verified_all": bool(ok) and all(bool(r.get("verified")) for r in ok),
+        "qp_errors_total": sum(int(r.get("qp_errors") or 0) for r in ok),
+        "cpu_percent_median": round(statistics.median(cpu), 1) if cpu else None,
+    }
+
+
+# --- 1. one QP ------------------------------------------------------------------------------
+
+
+def bench_single(a: argparse.Namespace) -> dict[str, Any]:
+    params = resolve(None, name=a.name)
+    plans = [(params, [("mrc", 1), ("rocev2", 1), ("rocev2", params.planes)], "")]
+    if a.single_kernel:
+        # The same write with the kernel as the switches: the NIC without the switches' CPU.
+        plans.append((resolve(None, name=a.name, switch="kernel"), [("mrc", 1)], "_kernel"))
+    out: dict[str, Any] = {
+        "benchmark": "e2e-single",
+        "what": "one write h0 -> h3 (other T0) on the idle default lab; median of reps",
+        "lab": params.to_dict(),
+        "target": {"mrc_goodput_fraction": 0.9},
+        "configs": {},
+    }
+    for lab_params, configs, suffix in plans:
+        with lab_up(lab_params) as state:
+            for transport, qps in configs:
+                spec = WriteSpec(
+                    "h0", f"h{params.host_count - 1}", a.size, a.single_s, None, qps, transport, 500
+                )
+                key = f"{transport}_{qps}qp{suffix}"
+                raws, cpus = [], []
+                for rep in range(a.reps):
+                    say(f"  {key} rep {rep + 1}/{a.reps}: {command_text(spec, params.name)}")
+                    run = run_write(state, spec, echo=say)
+                    _report_run(run)
+                    raws.append(run.result)
+                    cpus.append(run.cpu)
+                s = summarise_runs(raws)
+                s["switch"] = lab_params.switch
+                s["command"] = command_text(spec, params.name)
+                s["lab_cpu"] = cpus
+                s["results"] = [_strip(r) for r in raws]
+                out["configs"][key] = s
+    m = out["configs"]["mrc_1qp"]["goodput_fraction_median"]
+    for s in out["configs"].values():
+        g = s["goodput_fraction_median"]
+        s["mrc_vs_this"] = round(m / g, 3) if m is not None and g else None
+    out["mrc_meets_target"] = m is not None and m >= 0.9
+    return out
+
+
+def _strip(r: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A result without its timeline (kept short in the JSON)."""
+    if r is None:
+        return None
+    return {k: v for k, v in r.items() if k != "timeline"}
+
+
+def _report_run(run: WriteRun) -> None:
+    r = run.result or {}
+    if run.error or not r:
+        say(f"    FAILED: {run.error}\n    " + run.stderr_tail.replace("\n", "\n    "))
+        return
+    gf = _num(r.get("goodput_fraction"))
+    say(
+        f"    goodput {an.fmt_bps(_num(r.get('goodput_bps')) or 0)} = "
+        f"{gf if gf is None else round(gf, 3)} of capacity, verified {r.get('verified')}, "
+        f"QP errors {r.get('qp_errors')}, CPU {r.get('cpu_percent')}%, "
+        f"switches {run.cpu.get('switch_cores', 0) * 100:.0f}% of a core"
+    )
+
+
+# --- 2. permutation -------------------------------------------------------------------------
+
+
+def bench_permutation(a: argparse.Namespace) -> dict[str, Any]:
+    hpt = a.perm_hosts_per_t0
+    planes = a.perm_planes
+    rate = a.perm_rate_mbit
+    common = {"name": a.name, "t0": 2, "t1": hpt, "hosts_per_t0": hpt, "switch": a.perm_switch}
+    multi = resolve(None, planes=planes, rate_mbit=rate, **common)
+    single = resolve(None, planes=1, rate_mbit=rate * planes, **common)
+    shape = an.Shape.from_params(multi)
+    one_way = a.perm_mode == "oneway"
+    pairs = an.permutation_pairs(shape, one_way=one_way)
+    out: dict[str, Any] = {
+        "benchmark": "e2e-permutation",
+        "what": "every host writes to a distinct host under the other T0, all at once; "
+        "aggregate goodput / aggregate capacity; median over reps",
+        "mode": a.perm_mode,
+        "mode_note": "oneway: the hosts of T0 0 write to those of T0 1 (no host sends and "
+        "receives: two mrc-bench processes on one host currently share QP numbers and R_Keys)"
+        if one_way
+        else "full: every host sends and receives",
+        "hosts": multi.host_count,
+        "writers": len(pairs),
+        "pairs": [[f"h{s}", f"h{d}"] for s, d in pairs],
+        "fabric_multi_plane": multi.to_dict(),
+        "fabric_single_plane": single.to_dict(),
+        "non_blocking": multi.t1 >= multi.hosts_per_t0,
+        "capacity_bps_computed": an.permutation_capacity_bps(shape, pairs),
+        "target": {"mrc_goodput_fraction": 0.9},
+        "configs": {},
+    }
+    plan = [
+        (multi, "mrc", 1, "mrc_multi_plane_1qp"),
+        (multi, "rocev2", planes, f"rocev2_multi_plane_{planes}qp"),
+        (single, "rocev2", 1, "rocev2_single_plane_1qp"),
+        (single, "rocev2", 8, "rocev2_single_plane_8qp"),
+        (single, "mrc", 1, "mrc_single_plane_1qp"),
+    ]
+    for params in (multi, single):
+        todo = [p for p in plan if p[0] is params]
+        with lab_up(params) as state:
+            for _p, transport, qps, key in todo:
+                specs = [
+                    WriteSpec(f"h{s}", f"h{d}", a.size, a.perm_s, None, qps, transport, 500)
+                    for s, d in pairs
+                ]
+                reps = []
+                for rep in range(a.perm_reps):
+                    say(f"  {key} rep {rep + 1}/{a.perm_reps}: {len(specs)} writes at once")
+                    with CpuMeter(state) as cpu:
+                        res = run_parallel(state, specs)
+                    failed = [(s, tail) for s, r, tail in res if r is None]
+                    for s, tail in failed[:2]:
+                        say(f"    {s.src}->{s.dst} printed no JSON: {tail[-300:]}")
+                    got = [r for _s, r, _t in res if r is not None]
+                    agg = an.aggregate(got) if got else None
+                    if agg is not None and failed:
+                        agg["missing_pairs"] = len(failed)
+                        # A pair that failed carried nothing: count its capacity.
+                        per = agg["capacity_bps"] / len(got)
+                        agg["capacity_bps"] += per * len(failed)
+                        agg["goodput_fraction"] = agg["goodput_bps"] / agg["capacity_bps"]
+                    ov = an.overlap_aggregate(
+                        [
+                            (
+                                r["start_unix_s"],
+                                (_num(r.get("timeline_ms")) or 500) / 1000,
+                                r["timeline"],
+                                r["capacity_bps"] * (len(specs) / len(got)),
+                            )
+                            for r in got
+                            if r.get("timeline") and _num(r.get("start_unix_s"))
+                        ],
+                        skip_s=1.0,
+                        max_len_s=a.perm_s,
+                    )
+                    if agg is not None:
+                        # The figure: all pairs writing at once (the window where all ran,
+                        # after 1 s of ramp-up); the per-process average is kept beside it.
+                        agg["goodput_fraction_per_process_sum"] = agg["goodput_fraction"]
+                        if ov is not None:
+                            agg["overlap"] = {k: round(v, 4) for k, v in ov.items()}
+                            agg["goodput_fraction"] = ov["goodput_fraction"]
+                            agg["goodput_bps"] = ov["goodput_bps"]
+                        agg["lab_cpu"] = cpu.result
+                        agg["pair_fractions"] = [
+                            round(_num(r.get("goodput_fraction")) or 0, 3) for r in got
+                        ]
+                        say(
+                            f"    aggregate {an.fmt_bps(agg['goodput_bps'])} = "
+                            f"{agg['goodput_fraction']:.3f} of capacity; pairs "
+                            f"{agg['pair_fractions']}; verified {agg['verified']}; QP errors "
+                            f"{agg['qp_errors']}; machine CPU "
+                            f"{cpu.result['machine_busy_percent']}% of {cpu.result['cores']} cores"
+                        )
+                    reps.append(agg)
+                ok = [r for r in reps if r]
+                gf = [r["goodput_fraction"] for r in ok]
+                out["configs"][key] = {
+                    "transport": transport,
+                    "qps_per_pair": qps,
+                    "planes": params.planes,
+                    "rate_mbit": params.rate_mbit,
+                    "command_per_pair": command_text(specs[0], params.name).replace(
+                        f"--src {specs[0].src} --dst {specs[0].dst}", "--src hS --dst hD"
+                    ),
+                    "goodput_fraction_median": round(statistics.median(gf), 4) if gf else None,
+                    "goodput_fraction_runs": [round(g, 4) for g in gf],
+                    "start_skew_s_max": max(
+                        ((r.get("overlap") or {}).get("start_skew_s", 0) for r in ok), default=None
+                    ),
+                    "verified_all": bool(ok) and all(r["verified"] for r in ok),
+                    "qp_errors_total": sum(r["qp_errors"] for r in ok),
+                    "machine_busy_percent_median": _median(
+                        r["lab_cpu"]["machine_busy_percent"] for r in ok
+                    ),
+                    "lab_cores_median": _median(
+                        r["lab_cpu"]["bench_cores"] + r["lab_cpu"]["switch_cores"] for r in ok
+                    ),
+                    "runs": [_strip_perm(r) for r in ok],
+                }
+    cfg = out["configs"]
+    m = cfg.get("mrc_multi_plane_1qp", {}).get("goodput_fraction_median")
+    out["ratios"] = {
+        k: round(m / v["goodput_fraction_median"], 3)
+        for k, v in cfg.items()
+        if m and v.get("goodput_fraction_median") and k != "mrc_multi_plane_1qp"
+    }
+    out["ratios_note"] = "MRC multi-plane 1 QP goodput_fraction / the config's"
+    return out
+
+
+def _strip_perm(r: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in r.items() if k != "results"}
+
+
+def _median(values) -> float | None:
+    vals = [v for v in values if v is not None]
+    return round(statistics.median(vals), 3) if vals else None
+
+
+# --- 3. failures ----------------------------------------------------------------------------
+
+
+def failure_steps(at_s: float, undo_s: float, down_ms: float) -> dict[str, list[Step]]:
+    return {
+        "none": [],
+        "t1_reboot": [Step("reboot", at_s, "p3-t1-0", down_ms=down_ms)],
+        "link_down": [Step("link", at_s, "p5-t0-0", "p5-t1-1", undo_s=undo_s)],
+        "nic_port_down": [Step("port", at_s, "h0", plane=2, undo_s=undo_s)],
+        "loss_1pct": [Step("loss", at_s, "p1-t0-0", "p1-t1-0", undo_s=undo_s, percent=1.0)],
+    }
+
+
+def bench_failures(a: argparse.Namespace) -> dict[str, Any]:
+    d = a.fail_s
+    at, undo = round(d * 0.3, 2), round(d * 0.7, 2)
+    scenarios = failure_steps(at, undo, a.reboot_down_ms)
+    modes = [m.strip() for m in a.fail_switch.split(",") if m.strip()]
+    base = resolve(None, name=a.name)
+    dst = base.host_count - 1
+    out: dict[str, Any] = {
+        "benchmark": "e2e-failures",
+        "what": f"one write h0 -> h{dst} of {d:g} s per fault, fault at {at:g} s, undone at "
+        f"{undo:g} s (a reboot: {a.reboot_down_ms:g} ms down); dips per lab/analysis.py",
+        "lab": base.to_dict(),
+        "switch_modes": modes,
+        "definitions": {
+            "capacity": "what the surviving fabric carries for h0 -> h3 (lab/analysis.py)",
+            "lowest_fraction": "depth: lowest goodput/capacity bin from the fault to recovery",
+            "duration_s": "time from the fault until goodput is back to >= threshold x "
+            "capacity for 2 bins in a row (0: never below)",
+            "threshold_fraction": "0.9, or 0.9 x the run's undisturbed level when that is lower",
+            "control": "the no-fault run analysed as if a fault had come at the same time: "
+            "the noise floor of the dip figures",
+            "bytes_vs_no_fault": "bytes written / bytes of the no-fault run of the same length",
+            "completed": "mrc-bench returned a result, no QP error",
+        },
+        "timeline_ms": a.timeline_ms,
+        "size": a.fail_size,
+        "scenarios": {k: [s.to_dict() for s in v] for k, v in scenarios.items()},
+        "modes": {},
+    }
+    for mode in modes:
+        params = resolve(None, name=a.name, switch=mode)
+        shape = an.Shape.from_params(params)
+        transports: dict[str, Any] = {}
+        with lab_up(params) as state:
+            for transport, qps in (("mrc", 1), ("rocev2", params.planes)):
+                per: dict[str, Any] = {}
+                for name, steps in scenarios.items():
+                    spec = WriteSpec(
+                        "h0", f"h{dst}", a.fail_size, d, None, qps, transport, a.timeline_ms
+                    )
+                    say(f"  [{mode}] {transport} {name}: {command_text(spec, params.name)}")
+                    run = run_write(state, spec, steps, echo=say)
+                    _report_run(run)
+                    per[name] = _failure_entry(run, shape, 0, dst, control_at_s=at)
+                    for dip in (per[name].get("analysis") or {}).get("dips", []):
+                        say(f"    {dip['kind']} {dip['label']}: {_dip_text(dip)}")
+                ref = (per.get("none") or {}).get("bytes")
+                for e in per.values():
+                    if ref and e.get("bytes") is not None:
+                        e["bytes_vs_no_fault"] = round(e["bytes"] / ref, 4)
+                transports[f"{transport}_{qps}qp"] = per
+        out["modes"][mode] = transports
+    return out
+
+
+def _dip_text(d: dict[str, Any]) -> str:
+    if d["duration_s"] == 0:
+        return f"no dip (lowest {d['lowest_fraction']:.2f})"
+    state = "recovered" if d["recovered"] else "NOT recovered"
+    return f"lowest {d['lowest_fraction']:.2f}, {d['duration_s']:.2f} s below, {state}"
+
+
+def _failure_entry(
+    run: WriteRun, shape: an.Shape, src: int, dst: int, control_at_s: float | None = None
+) -> dict[str, Any]:
+    """One failure run as the JSON shows it. A run without faults is analysed as if one had
+    come at ``control_at_s`` (the control: what the same arithmetic finds in noise)."""
+    r = run.result or {}
+    e: dict[str, Any] = {
+        "command": command_text(run.spec, run.argv[run.argv.index("--lab") + 1]),
+        "error": run.error,
+        "completed": bool(r) and not run.error and int(r.get("qp_errors") or 0) == 0,
+        "verified": r.get("verified"),
+        "qp_errors": r.get("qp_errors"),
+        "bytes": r.get("bytes"),
+        "goodput_fraction": r.get("goodput_fraction"),
+        "goodput_bps": r.get("goodput_bps"),
+        "cpu_percent": r.get("cpu_percent"),
+        "lab_cpu": run.cpu,
+        "t0_source": run.t0_source,
+        "faults": [f.to_dict() for f in run.faults],
+        "fault_commands": [c for ap in run.applied for c in ap.commands],
+        "timeline": r.get("timeline"),
+        "wire_rx_timeline": run.wire,
+        "analysis": None,
+    }
+    if r.get("timeline") and run.t0_unix is not None:
+        tl = an.Timeline.from_json(r["timeline"], (run.spec.timeline_ms or 250) / 1000.0)
+        full = _num(r.get("capacity_bps")) or an.flow_capacity_bps(shape, src, dst)
+        faults = list(run.faults)
+        if not faults and control_at_s is not None:
+            t = control_at_s + run.schedule_offset_s
+            faults = [an.FaultWindow("no fault (control)", t, None, None)]
+        cap = an.scaled_capacity(shape, src, dst, faults, full)
+        e["analysis"] = an.analyse(tl, cap, faults).to_dict()
+    return e
+
+
+# --- 4. CPU ---------------------------------------------------------------------------------
+
+
+def _port_sum(nic: dict[str, Any] | None, key: str) -> int:
+    return sum(int(p.get(key) or 0) for p in (nic or {}).get("ports", []))
+
+
+def pps_per_core(r: dict[str, Any]) -> dict[str, Any]:
+    """Packets per CPU second of each NIC process of one mrc-bench write result: the client
+    (the send path: data frames out, SACKs in) and the server (the receive path: data frames
+    in, SACKs out). CPU seconds = ``cpu_percent_client|server`` x ``duration_s`` (mrc-bench
+    measures both over the timed run); frames from the NICs' per-port counters."""
+    dur = _num(r.get("duration_s")) or 0.0
+    nic = r.get("nic") or {}
+    out: dict[str, Any] = {
+        "duration_s": dur,
+        # mrc-bench's own figures: frames sent + received per CPU-second of each side
+        "bench_pps_per_core_client": _num(r.get("pps_per_core_client")),
+        "bench_pps_per_core_server": _num(r.get("pps_per_core_server")),
+    }
+    for side, pct_key, main, other in (
+        ("send", "cpu_percent_client", "tx_frames", "rx_frames"),
+        ("receive", "cpu_percent_server", "rx_frames", "tx_frames"),
+    ):
+        who = "client" if side == "send" else "server"
+        pct = _num(r.get(pct_key))
+        cpu_s = pct / 100 * dur if pct else None
+        n_main = _port_sum(nic.get(who), main)
+        n_other = _port_sum(nic.get(who), other)
+        out[f"{side}_cpu_s"] = round(cpu_s, 3) if cpu_s else None
+        out[f"{side}_frames"] = n_main
+        out[f"{side}_pps_per_core"] = round(n_main / cpu_s) if cpu_s and n_main else None
+        out[f"{side}_all_frames_per_core"] = (
+            round((n_main + n_other) / cpu_s) if cpu_s and n_main else None
+        )
+        out[f"{side}_gbps_per_core"] = (
+            round(_port_sum(nic.get(who), main.replace("frames", "bytes")) * 8 / cpu_s / 1e9, 3)
+            if cpu_s and n_main
+            else None
+        )
+    return out
+
+
+def _pps_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    per = [pps_per_core(r) for r in results]
+    out: dict[str, Any] = {"runs": len(per)}
+    for key in (
+        "send_pps_per_core",
+        "receive_pps_per_core",
+        "send_all_frames_per_core",
+        "receive_all_frames_per_core",
+        "send_gbps_per_core",
+        "receive_gbps_per_core",
+        "bench_pps_per_core_client",
+        "bench_pps_per_core_server",
+    ):
+        vals = [p[key] for p in per if p.get(key)]
+        out[f"{key}_median"] = _median(vals)
+    out["goodput_fraction_runs"] = [r.get("goodput_fraction") for r in results]
+    out["machine_cpu_percent_runs"] = [r.get("machine_cpu_percent") for r in results]
+    out["per_run"] = per
+    return out
+
+
+def bench_cpu(a: argparse.Namespace, single: dict[str, Any] | None) -> dict[str, Any]:
+    """Send path = the client's NIC process (data out, SACKs in); receive path = the
+    server's (data in, SACKs out). python: the default lab; kernel: the kernel as the
+    switches (there a sender's CPU also pays for the kernel forwarding its sends start)."""
+    out: dict[str, Any] = {
+        "benchmark": "e2e-cpu",
+        "what": "packets per CPU-second of the NIC send and receive paths on real ports, "
+        "from mrc-bench's CPU figures of MRC writes h0 -> h3, 1 QP",
+        "modes": {},
+    }
+    for key, mode in (("mrc_1qp", "python"), ("mrc_1qp_kernel", "kernel")):
+        results = [
+            r for r in ((single or {}).get("configs", {}).get(key, {}).get("results") or []) if r
+        ]
+        source = "the single benchmark's runs"
+        if not results and (mode == "python" or a.single_kernel):
+            params = resolve(None, name=a.name, switch=mode)
+            spec = WriteSpec(
+                "h0", f"h{params.host_count - 1}", a.size, a.single_s, None, 1, "mrc", None
+            )
+            with lab_up(params) as state:
+                say(f"  cpu ({mode} switches): {command_text(spec, params.name)}")
+                run = run_write(state, spec, echo=say)
+                _report_run(run)
+                results = [run.result] if run.result else []
+            source = "one MRC write"
+        if results:
+            out["modes"][mode] = {"source": source, **_pps_summary(results)}
+    if not out["modes"]:
+        out["missing"] = "no MRC write produced a result"
+    return out
+
+
+# --- report (markdown from the JSON files) ------------------------------------------------
+
+
+def _f(x: Any, nd: int = 3) -> str:
+    v = _num(x)
+    return "-" if v is None else f"{v:.{nd}f}"
+
+
+def _dip_cell(d: dict[str, Any] | None) -> str:
+    if not d:
+        return "-"
+    if not d.get("observed", True):
+        return "write had ended"
+    if d["duration_s"] == 0:
+        return f"none (lowest {d['lowest_fraction']:.2f})"
+    tail = "" if d["recovered"] else ", not recovered"
+    return f"{d['lowest_fraction']:.2f} for {d['duration_s']:.2f} s{tail}"
+
+
+def report(out_dir: Path) -> str:
+    """Markdown tables of every results/bench-e2e-*.json there is (docs/performance.md)."""
+    parts: list[str] = []
+
+    def load(name: str) -> dict[str, Any] | None:
+        p = out_dir / f"bench-e2e-{name}.json"
+        return json.loads(p.read_text()) if p.exists() else None
+
+    if (d := load("single")) is not None:
+        parts += [
+            f"### 1. One QP, idle lab ({d['written_at']}, load {d['machine']['load_avg_at_start']})",
+            "",
+            "| config | switches | goodput_fraction median | runs | steady | verified | QP errors | CPU NICs % | CPU switches (cores) |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for k, c in d["configs"].items():
+            sw = [x.get("switch_cores") for x in c.get("lab_cpu") or [] if x]
+            parts.append(
+                f"| {k} | {c.get('switch', 'python')} | {_f(c['goodput_fraction_median'])} | "
+                f"{', '.join(f'{g:.3f}' for g in c['goodput_fraction_runs'])} | "
+                f"{_f(c['steady_fraction_median'])} | {c['verified_all']} | {c['qp_errors_total']} | "
+                f"{_f(c['cpu_percent_median'], 0)} | {_f(_median(sw), 2)} |"
+            )
+        parts.append("")
+    if (d := load("permutation")) is not None:
+        fm, fs = d["fabric_multi_plane"], d["fabric_single_plane"]
+        parts += [
+            f"### 2. Permutation ({d.get('mode', 'full')}), {d['hosts']} hosts, "
+            f"{d.get('writers', d['hosts'])} writers ({d['written_at']}, load "
+            f"{d['machine']['load_avg_at_start']})",
+            "",
+            f"Multi-plane: {fm['planes']} planes x ({fm['t0']} T0 + {fm['t1']} T1) at "
+            f"{fm['rate_mbit']:g} Mb/s; single-plane: 1 plane at {fs['rate_mbit']:g} Mb/s; "
+            f"{fm['switch']} switches. Pairs: " + ", ".join(f"{s}->{t}" for s, t in d["pairs"]),
+            "",
+            "| config | QPs per pair | aggregate goodput_fraction median | runs | MRC / this | verified | QP errors | machine CPU % | lab processes (cores) |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for k, c in d["configs"].items():
+            parts.append(
+                f"| {k} | {c['qps_per_pair']} | {_f(c['goodput_fraction_median'])} | "
+                f"{', '.join(f'{g:.3f}' for g in c['goodput_fraction_runs'])} | "
+                f"{_f(d['ratios'].get(k), 2) if k in d['ratios'] else '1'} | {c['verified_all']} | "
+                f"{c['qp_errors_total']} | {_f(c['machine_busy_percent_median'], 0)} | "
+                f"{_f(c['lab_cores_median'], 2)} |"
+            )
+        parts.append("")
+    if (d := load("failures")) is not None:
+        parts += [
+            f"### 3. Failures during one write ({d['written_at']}, load "
+            f"{d['machine']['load_avg_at_start']})",
+            "",
+            d["what"],
+            "",
+        ]
+        for mode, transports in (d.get("modes") or {"python": d.get("transports", {})}).items():
+            parts += [
+                f"**{mode} switches**",
+                "",
+                "| fault | transport | dip: lowest fraction, time below | repair | threshold | goodput_fraction | bytes vs no fault | completed | verified | QP errors |",
+                "|---|---|---|---|---|---|---|---|---|---|",
+            ]
+            names = list(next(iter(transports.values())).keys())
+            for name in names:
+                for t, per in transports.items():
+                    e = per.get(name) or {}
+                    ana = e.get("analysis") or {}
+                    dips = ana.get("dips") or []
+                    fault = next((x for x in dips if x["kind"] == "fault"), None)
+                    repair = next((x for x in dips if x["kind"] == "repair"), None)
+                    parts.append(
+                        f"| {name} | {t} | {_dip_cell(fault)} | {_dip_cell(repair)} | "
+                        f"{_f(ana.get('threshold_fraction'), 2)} | {_f(e.get('goodput_fraction'))} | "
+                        f"{_f(e.get('bytes_vs_no_fault'))} | {e.get('completed')} | "
+                        f"{e.get('verified')} | {e.get('qp_errors')} |"
+                    )
+            parts.append("")
+    if (d := load("cpu")) is not None:
+        parts += [
+            f"### 4. NIC packets per CPU-second ({d['written_at']})",
+            "",
+            "| switches | send path: data frames / client CPU-s | all frames | receive path: data frames / server CPU-s | all frames | mrc-bench pps_per_core client / server | runs |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for mode, m in d.get("modes", {}).items():
+            parts.append(
+                f"| {mode} | {_f(m['send_pps_per_core_median'], 0)} | "
+                f"{_f(m['send_all_frames_per_core_median'], 0)} | "
+                f"{_f(m['receive_pps_per_core_median'], 0)} | "
+                f"{_f(m['receive_all_frames_per_core_median'], 0)} | "
+                f"{_f(m['bench_pps_per_core_client_median'], 0)} / "
+                f"{_f(m['bench_pps_per_core_server_median'], 0)} | {m['runs']} |"
+            )
+        parts.append("")
+    return "\n".join(parts)
+
+
+# --- main -----------------------------------------------------------------------------------
+
+
+def write_json(name: str, data: dict[str, Any], out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"bench-e2e-{name}.json"
+    data = {**data, "machine": machine(), "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated subset")
+    p.add_argument("--name", default="mrcbench", help="lab name [mrcbench]")
+    p.add_argument("--out-dir", default=str(RESULTS))
+    p.add_argument("--size", type=int, default=1 << 20, help="bytes per message [1 MiB]")
+    p.add_argument("--reps", type=int, default=3, help="repetitions of each single config [3]")
+    p.add_argument("--single-s", type=float, default=8.0, help="seconds per single write [8]")
+    p.add_argument(
+        "--no-single-kernel",
+        dest="single_kernel",
+        action="store_false",
+        help="skip the single write on kernel switches",
+    )
+    p.add_argument("--perm-reps", type=int, default=2)
+    p.add_argument("--perm-s", type=float, default=8.0, help="seconds per permutation run [8]")
+    p.add_argument("--perm-hosts-per-t0", type=int, default=4, help="hosts = 2 x this [4]")
+    p.add_argument("--perm-planes", type=int, default=8)
+    p.add_argument(
+        "--perm-mode",
+        choices=("oneway", "full"),
+        default="oneway",
+        help="full: every host writes (and is written); oneway: T0 0's hosts write to T0 1's, "
+        "so no host runs two mrc-bench processes [oneway]",
+    )
+    p.add_argument(
+        "--perm-switch",
+        choices=("python", "kernel"),
+        default="kernel",
+        help="switches of the permutation labs [kernel: python switches make CPU, not the "
+        "fabric, the bottleneck of 8 hosts on 2 cores]",
+    )
+    p.add_argument(
+        "--perm-rate-mbit",
+        type=float,
+        default=10.0,
+        help="link rate of the multi-plane permutation fabric; the single-plane one runs at "
+        "planes x this (CPU bounds what the lab can carry) [10]",
+    )
+    p.add_argument("--fail-s", type=float, default=12.0, help="seconds per failure write [12]")
+    p.add_argument(
+        "--fail-switch",
+        default="kernel,python",
+        help="switch modes of the failure benchmark, in order [kernel,python]",
+    )
+    p.add_argument(
+        "--fail-size",
+        type=int,
+        default=1 << 18,
+        help="bytes per message of the failure writes (small: many per timeline bin) [256 KiB]",
+    )
+    p.add_argument("--reboot-down-ms", type=float, default=2000.0)
+    p.add_argument("--timeline-ms", type=int, default=250)
+    p.add_argument("--quick", action="store_true", help="1 rep each, shorter writes (a smoke run)")
+    p.add_argument(
+        "--report",
+        action="store_true",
+        help="print markdown tables of the JSON in --out-dir and exit (no root needed)",
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    only = [x.strip() for x in a.only.split(",") if x.strip()]
+    bad = [x for x in only if x not in BENCHMARKS]
+    if bad:
+        print(f"unknown benchmark(s) {bad}; choose from {', '.join(BENCHMARKS)}", file=sys.stderr)
+        return 2
+    if a.report:
+        print(report(Path(a.out_dir)))
+        return 0
+    if a.quick:
+        a.reps, a.perm_reps = 1, 1
+        a.single_s, a.perm_s, a.fail_s = 5.0, 6.0, 10.0
+    if not have_net_admin():
+        print("bench_e2e needs root: it builds network-namespace labs", file=sys.stderr)
+        return 2
+    why = bench_available()
+    if why:
+        print(f"bench_e2e: {why}", file=sys.stderr)
+        return 2
+    out_dir = Path(a.out_dir)
+    t0 = time.monotonic()
+    single = None
+    try:
+        for name in BENCHMARKS:
+            if name not in only:
+                continue
+            say(f"== {name}")
+            tb = time.monotonic()
+            if name == "single":
+                data = single = bench_single(a)
+            elif name == "permutation":
+                data = bench_permutation(a)
+            elif name == "failures":
+                data = bench_failures(a)
+            else:
+                data = bench_cpu(a, single)
+            data["wall_s"] = round(time.monotonic() - tb, 1)
+            say(f"  wrote {write_json(name, data, out_dir)} ({data['wall_s']} s)")
+    except KeyboardInterrupt:
+        say("interrupted (the lab was torn down)")
+        return 130
+    except LabError as e:
+        say(f"bench_e2e: {e}")
+        return 1
+    say(f"done in {time.monotonic() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,661 @@
+"""mrc-switch: one software uSID switch in the current network namespace.
+
+``mrc-switch --config FILE`` opens one AF_PACKET socket per configured port, forwards with
+:mod:`mrcswitch.pipeline`, queues and paces with :mod:`mrcswitch.queue`, and publishes its
+counters as a JSON file (``stats_path``, rewritten atomically at least every second; it
+says ``"ready": true`` once every port is open) and optionally on a unix socket
+(``control_socket``: connect, read one JSON document, done). SIGTERM or SIGINT stops it
+cleanly; starting it again with the same config is a switch reboot. A port whose link goes
+down (ENETDOWN, or no carrier) is counted and skipped, and used again when it comes back.
+
+The loop is single-threaded: epoll over the port sockets, a signal wake-up pipe and the
+control socket. Each port receives into a PACKET_MMAP ring (or with recvmmsg, see
+``rx_ring``); per batch, Python decides every frame (one dict lookup of the pipeline's memo
+in the common case) and csrc/mrc_fwd.c applies the decisions in place; frames whose out-port
+is idle leave straight from the receive buffer (one sendmmsg per port), the others are
+copied into the port's paced egress queue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import resource
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+from array import array
+from pathlib import Path
+
+from . import batch_io
+from .config import ConfigError, PortConfig, SwitchConfig, load_config
+from .fastpath import QUEUE, Planner
+from .pipeline import DropCounter, DropReason, Pipeline
+from .queue import EgressQueue, Verdict
+from .statsfile import StatsWriter, write_atomic
+from .table import build_table
+
+log = logging.getLogger("mrc-switch")
+
+ETH_P_ALL = 0x0003
+SO_RCVBUFFORCE = 33  # Linux: SO_RCVBUF without the rmem_max cap (root)
+SOL_PACKET = 263
+PACKET_STATISTICS = 6  # struct tpacket_stats {tp_packets, tp_drops}; reading resets it
+PACKET_IGNORE_OUTGOING = 23  # do not hand our own transmissions back to us
+SIOCGIFFLAGS = 0x8913
+IFF_UP = 0x1
+IFF_RUNNING = 0x40  # operationally up: carrier present
+LINK_PROBE_INTERVAL_S = 0.2
+RX_BATCHES_PER_WAKE = 8  # bound the time one busy port can hold the loop
+RCVBUF_BYTES = 4 << 20
+_NETDOWN = (errno.ENETDOWN, errno.ENXIO, errno.ENODEV)
+_EPOLLERR = select.EPOLLERR
+
+
+def _mac_text(mac: bytes) -> str:
+    return ":".join(f"{b:02x}" for b in mac)
+
+
+def link_flags(ifname: str) -> int | None:
+    """SIOCGIFFLAGS in the current netns (sysfs may belong to another one), None if absent."""
+    with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+        try:
+            res = fcntl.ioctl(s, SIOCGIFFLAGS, struct.pack("16sH14x", ifname.encode(), 0))
+        except OSError:
+            return None
+    return struct.unpack_from("16sH", res)[1]
+
+
+class Port:
+    """One port: its socket, egress queue and counters."""
+
+    def __init__(
+        self, index: int, cfg: PortConfig, lblen: int, ring_frames: int = 0, frame_cap: int = 0,
+        batch: int = 0,
+    ) -> None:  # fmt: skip
+        self.index = index
+        self.cfg = cfg
+        self.sock: socket.socket | None = None  # receives (epoll-registered)
+        # sends only: bound with protocol 0 it receives nothing and nobody polls it, so the
+        # kernel's "write space" wake-up on every freed frame finds no waiter to call
+        self.tx_sock: socket.socket | None = None
+        # PACKET_MMAP receive ring of ring_frames frames (0: the switch's shared recvmmsg ring)
+        self.ring_frames = ring_frames
+        self.frame_cap = frame_cap
+        self.batch = batch
+        self.ring: batch_io.MmapRing | None = None
+        self.ifindex = 0
+        self.mac = cfg.mac
+        self.up = False
+        self.link_down_events = 0
+        self.queue = EgressQueue(cfg, lblen, time.monotonic_ns())
+        self.drops = DropCounter()
+        self.rx_packets = self.rx_bytes = 0
+        self.tx_packets = self.tx_bytes = 0
+        self.rx_socket_drops = 0  # frames the kernel dropped before we could read them
+
+    def poll_socket_drops(self) -> None:
+        if self.sock is None:
+            return
+        with contextlib.suppress(OSError):
+            _packets, drops = struct.unpack(
+                "II", self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
+            )
+            self.rx_socket_drops += drops
+
+    def open(self) -> None:
+        """Open (or reopen) the AF_PACKET socket bound to the interface."""
+        self.close()
+        name = self.cfg.interface
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        ring = tx = None
+        try:
+            s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+            try:
+                s.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
+            except OSError:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF_BYTES)
+            if self.ring_frames:  # before bind, so that every frame lands in the ring
+                ring = batch_io.MmapRing(s, self.frame_cap, self.ring_frames, self.batch)
+            s.bind((name, ETH_P_ALL))
+            s.setblocking(False)
+            addr = s.getsockname()  # (ifname, proto, pkttype, hatype, mac)
+            tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+            tx.bind((name, 0))
+            tx.setblocking(False)
+        except OSError:
+            if ring is not None:
+                ring.close()
+            if tx is not None:
+                tx.close()
+            s.close()
+            raise
+        self.sock = s
+        self.tx_sock = tx
+        self.ring = ring
+        self.ifindex = socket.if_nametoindex(name)
+        if self.mac is None:
+            self.mac = bytes(addr[4][:6])
+        flags = link_flags(name) or 0
+        self.up = bool(flags & IFF_UP and flags & IFF_RUNNING)
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.poll_socket_drops()
+            if self.ring is not None:
+                self.ring.close()
+                self.ring = None
+            self.sock.close()
+            self.sock = None
+        if self.tx_sock is not None:
+            self.tx_sock.close()
+            self.tx_sock = None
+
+    def stats(self) -> dict:
+        q = self.queue
+        return {
+            "interface": self.cfg.interface,
+            "peer": self.cfg.peer,
+            "up": self.up,
+            "link_down_events": self.link_down_events,
+            "rx_packets": self.rx_packets,
+            "rx_bytes": self.rx_bytes,
+            "rx_socket_drops": self.rx_socket_drops,
+            "tx_packets": self.tx_packets,
+            "tx_bytes": self.tx_bytes,
+            "queue_bytes": q.depth_bytes,
+            "queue_packets": len(q),
+            "max_queue_bytes": q.max_depth_bytes,
+            "ecn_marks": q.ecn_marks,
+            "trims": q.trims,
+            "drops": self.drops.as_dict(),
+            "drops_total": self.drops.total,
+        }
+
+
+class Switch:
+    def __init__(self, cfg: SwitchConfig, config_path: str = "") -> None:
+        self.cfg = cfg
+        self.config_path = config_path
+        self.table = build_table(cfg)
+        batch = min(cfg.batch_size, batch_io.MAX_BATCH)
+        ring_frames = max(cfg.rx_ring_frames, batch) if cfg.rx_ring_frames else 0
+        self.ports = [
+            Port(i, p, cfg.lblen, ring_frames, cfg.max_frame_bytes, batch)
+            for i, p in enumerate(cfg.ports)
+        ]
+        self.ring = batch_io.RecvRing(cfg.max_frame_bytes, batch)
+        self.sender = batch_io.Sender()
+        self.pipeline: Pipeline | None = None
+        self.planner: Planner | None = None
+        self.started_unix = time.time()
+        self.ready = False
+        self._stop = False
+        self._ep = select.epoll()
+        self._by_fd: dict[int, Port] = {}
+        self._wake_r = self._wake_w = -1
+        self._ctl: socket.socket | None = None
+        self._writer: StatsWriter | None = None
+        self._queued: set[Port] = set()  # ports whose egress queue holds frames
+        self._internal_errors_logged = 0
+
+    # --- set-up -------------------------------------------------------------------------
+    def open_ports(self) -> None:
+        for i, p in enumerate(self.ports):
+            try:
+                p.open()
+            except OSError as exc:
+                raise ConfigError(
+                    f"ports[{i}].interface", f"cannot open {p.cfg.interface!r}: {exc.strerror}"
+                ) from None
+            self._register(p)
+        self.pipeline = Pipeline(
+            self.table, [p.mac for p in self.ports], [p.cfg.peer_mac for p in self.ports]
+        )
+        self.planner = Planner(
+            self.pipeline.l2_headers,
+            self.pipeline.block_bytes,
+            self.ring.slots,
+            max(DropReason) + 1,
+        )
+
+    def _register(self, p: Port) -> None:
+        assert p.sock is not None
+        fd = p.sock.fileno()
+        self._ep.register(fd, select.EPOLLIN)
+        self._by_fd[fd] = p
+
+    def _unregister(self, p: Port) -> None:
+        if p.sock is not None:
+            fd = p.sock.fileno()
+            self._by_fd.pop(fd, None)
+            with contextlib.suppress(OSError):
+                self._ep.unregister(fd)
+
+    def _install_signals(self) -> None:
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+        self._ep.register(self._wake_r, select.EPOLLIN)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        log.info("signal %d: stopping", signum)
+        self._stop = True
+
+    def _open_control(self) -> None:
+        path = self.cfg.control_socket
+        if not path:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(path)
+        s.listen(8)
+        s.setblocking(False)
+        self._ctl = s
+        self._ep.register(s.fileno(), select.EPOLLIN)
+
+    def _serve_control(self) -> None:
+        assert self._ctl is not None
+        while True:
+            try:
+                conn, _ = self._ctl.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            try:
+                conn.settimeout(0.5)
+                conn.sendall(json.dumps(self.stats()).encode() + b"\n")
+            except OSError:
+                pass
+            finally:
+                conn.close()
+
+    # --- counters -----------------------------------------------------------------------
+    def stats(self) -> dict:
+        for p in self.ports:
+            p.poll_socket_drops()
+        ports = {p.cfg.name: p.stats() for p in self.ports}
+        drops: dict[str, int] = {r.key: 0 for r in DropReason}
+        for ps in ports.values():
+            for k, v in ps["drops"].items():
+                drops[k] += v
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        try:
+            with open("/proc/self/statm") as fh:
+                rss = int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            rss = 0
+        now = time.time()
+        return {
+            "name": self.cfg.name,
+            "pid": os.getpid(),
+            "ready": self.ready,
+            "config": self.config_path,
+            "io_backend": batch_io.BACKEND,
+            "rx_path": "mmap" if self.cfg.rx_ring_frames else "recvmmsg",
+            "started_unix": self.started_unix,
+            "updated_unix": now,
+            "uptime_s": now - self.started_unix,
+            "cpu_user_s": ru.ru_utime,
+            "cpu_system_s": ru.ru_stime,
+            "rss_bytes": rss,
+            "table_entries": len(self.table),
+            "totals": {
+                "rx_packets": sum(p.rx_packets for p in self.ports),
+                "rx_bytes": sum(p.rx_bytes for p in self.ports),
+                "rx_socket_drops": sum(p.rx_socket_drops for p in self.ports),
+                "tx_packets": sum(p.tx_packets for p in self.ports),
+                "tx_bytes": sum(p.tx_bytes for p in self.ports),
+                "ecn_marks": sum(p.queue.ecn_marks for p in self.ports),
+                "trims": sum(p.queue.trims for p in self.ports),
+                "drops": drops,
+                "drops_total": sum(drops.values()),
+            },
+            "ports": ports,
+        }
+
+    def write_stats(self, *, sync: bool = False) -> None:
+        """Refresh the stats file: from the writer thread while running (see statsfile.py),
+        synchronously before the loop starts and at exit."""
+        path = self.cfg.stats_path
+        if not path:
+            return
+        data = json.dumps(self.stats(), separators=(",", ":")).encode()
+        if sync or self._writer is None:
+            if self._writer is not None:
+                self._writer.close(data)  # pending writes first, this one last
+                self._writer = None
+            else:
+                write_atomic(path, data)
+        else:
+            self._writer.submit(data)
+
+    # --- links --------------------------------------------------------------------------
+    def _set_down(self, p: Port, why: str) -> None:
+        if p.up:
+            p.up = False
+            p.link_down_events += 1
+            log.info("port %s (%s) down: %s", p.cfg.name, p.cfg.interface, why)
+        flushed = p.queue.flush()
+        if flushed:
+            p.drops.add(DropReason.PORT_DOWN, flushed)
+        self._queued.discard(p)
+        if self.planner is not None:
+            self.planner.budget[p.index] = -1
+
+    def probe_links(self) -> None:
+        for p in self.ports:
+            flags = link_flags(p.cfg.interface)
+            up = flags is not None and bool(flags & IFF_UP) and bool(flags & IFF_RUNNING)
+            if not up:
+                if p.up:
+                    self._set_down(p, "link down" if flags is not None else "interface gone")
+                continue
+            if p.up:
+                continue
+            try:
+                ifindex = socket.if_nametoindex(p.cfg.interface)
+            except OSError:
+                continue
+            if p.sock is None or ifindex != p.ifindex:
+                # the interface was re-created: the old socket is bound to a dead ifindex
+                self._unregister(p)
+                try:
+                    p.open()
+                except OSError as exc:
+                    log.warning("port %s: reopen failed: %s", p.cfg.name, exc)
+                    continue
+                self._register(p)
+            p.up = True
+            log.info("port %s (%s) up", p.cfg.name, p.cfg.interface)
+
+    # --- data path ----------------------------------------------------------------------
+    def _sock_error(self, p: Port) -> None:
+        """EPOLLERR: read (and so clear) the socket's pending error; a receive ring never
+        reports it otherwise, and a level-triggered epoll would wake up for it forever."""
+        if p.sock is None:
+            return
+        try:
+            err = p.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        except OSError as exc:
+            err = exc.errno or 0
+        if err in _NETDOWN:
+            self._set_down(p, os.strerror(err))
+
+    def _rx(self, p: Port) -> None:
+        ring = p.ring if p.ring is not None else self.ring
+        planner = self.planner
+        pipe = self.pipeline
+        assert planner is not None and pipe is not None and p.sock is not None
+        get = pipe.header_cache(p.index).get
+        ports = self.ports
+        in_idx = p.index
+        in_drops = p.drops.by_reason
+        fd = p.sock.fileno()
+        dec, budget, hist, totals = planner.dec, planner.budget, planner.hist, planner.totals
+        port_count = planner.port_count
+        monotonic_ns = time.monotonic_ns
+        queued = self._queued
+        # Budgets persist between batches: budget[j] <= port j's tokens (both move by what
+        # leaves at once), and -1 while its queue holds frames or it cannot send. A budget
+        # that covers a whole batch of the longest frames needs no refresh.
+        floor = ring.slots * ring.cap
+        for _ in range(RX_BATCHES_PER_WAKE):
+            n = ring.recv(fd)
+            if n <= 0:
+                if n < 0 and -n in _NETDOWN:
+                    self._set_down(p, os.strerror(-n))
+                return
+            now = monotonic_ns()
+            if queued:
+                for q in tuple(queued):
+                    self._tx(q, now)  # what already waits leaves first
+            for j, b in enumerate(budget):
+                if b < floor:
+                    q = ports[j]
+                    budget[j] = q.queue.fast_budget(now) if q.up and q.tx_sock else -1
+            try:
+                # the per-frame decisions: one lookup each in the pipeline's memo
+                keys = planner.keys(ring, n)
+                try:
+                    dec[:n] = array("i", map(get, keys))
+                except TypeError:  # a miss (None): decide it
+                    dec[:n] = array("i", [self._decide_miss(k, in_idx) for k in keys])
+                n_defer = planner.plan(ring, n)
+                p.rx_packets += n
+                p.rx_bytes += totals[0]
+                if totals[1]:
+                    for r in range(1, len(hist)):
+                        if hist[r]:
+                            in_drops[r] += hist[r]
+                            hist[r] = 0
+                for j, c in enumerate(port_count):
+                    if c:
+                        self._send_now(ports[j], ring, n)
+                if n_defer:
+                    self._rx_deferred(p, ring, n_defer, now)
+            finally:
+                ring.release(n)
+            if n < ring.slots:
+                return
+
+    def _decide_miss(self, key: bytes, in_idx: int) -> int:
+        try:
+            return self.pipeline.decide_header(key, in_idx)  # type: ignore[union-attr]
+        except Exception:  # a bug, never a packet: count it, go on
+            self._log_internal()
+            return -DropReason.INTERNAL
+
+    def _send_now(self, out: Port, ring, n: int) -> None:
+        """Send what the plan let ``out`` take at once, in place from the receive buffer."""
+        planner = self.planner
+        assert planner is not None and out.tx_sock is not None
+        j = out.index
+        sent, failed, err, nbytes = planner.send(out.tx_sock.fileno(), ring, n, j)
+        out.queue.consume(planner.port_bytes[j])
+        out.tx_packets += sent
+        out.tx_bytes += nbytes
+        if failed:
+            if err in _NETDOWN:
+                out.drops.add(DropReason.PORT_DOWN, failed)
+                self._set_down(out, os.strerror(err))
+                planner.budget[j] = -1
+            else:
+                out.drops.add(DropReason.TX_ERROR, failed)
+
+    def _rx_deferred(self, p: Port, ring, n_defer: int, now: int) -> None:
+        """Frames the plan did not send: queued ones (already rewritten) are copied into
+        their port's egress queue; refused ones go through the whole pipeline."""
+        planner = self.planner
+        assert planner is not None
+        ports = self.ports
+        view, offs, lens, cap = ring.view, ring.offs, ring.lens, ring.cap
+        verdict, dec = planner.verdict, planner.dec
+        in_drops = p.drops.by_reason
+        decide = self.pipeline.decide  # type: ignore[union-attr]
+        for i in planner.defer[:n_defer]:
+            off, ln = offs[i], lens[i]
+            if verdict[i] == QUEUE:
+                self._enqueue(ports[dec[i] & 0xFFFF], bytearray(view[off : off + ln]), now)
+                continue
+            if ln > cap:
+                in_drops[DropReason.TOO_BIG] += 1
+                continue
+            f = bytearray(view[off : off + ln])
+            try:
+                r = decide(f, p.index)
+            except Exception:  # a bug, never a packet: keep forwarding, count it
+                r = -DropReason.INTERNAL
+                self._log_internal()
+            if r >= 0:
+                self._enqueue(ports[r], f, now)
+            else:
+                in_drops[-r] += 1
+
+    def _enqueue(self, out: Port, f: bytearray, now: int) -> None:
+        if not out.up:
+            out.drops.by_reason[DropReason.PORT_DOWN] += 1
+            return
+        if out.queue.enqueue(f, now) is Verdict.DROPPED:
+            out.drops.by_reason[DropReason.QUEUE_FULL] += 1
+        if len(out.queue):
+            self._queued.add(out)
+            if self.planner is not None:
+                self.planner.budget[out.index] = -1  # newcomers queue behind it
+
+    def _log_internal(self) -> None:
+        if self._internal_errors_logged < 10:
+            self._internal_errors_logged += 1
+            log.exception("internal error in the pipeline (frame dropped)")
+
+    def _tx(self, p: Port, now_ns: int) -> None:
+        """Send what the token bucket allows from a port's queue."""
+        q = p.queue
+        if not len(q):
+            self._queued.discard(p)
+            return
+        if not p.up or p.tx_sock is None:
+            n = q.flush()
+            p.drops.add(DropReason.PORT_DOWN, n)
+            self._queued.discard(p)
+            return
+        fd = p.tx_sock.fileno()
+        batch = self.ring.slots
+        while True:
+            frames = q.dequeue(now_ns, batch)
+            if not len(q):
+                self._queued.discard(p)  # its budget (-1) is refreshed by the next batch
+            if not frames:
+                return
+            res = self.sender.send(fd, frames)
+            total = sum(map(len, frames))
+            p.tx_packets += res.sent
+            if res.failed:
+                # which frames failed is not reported: bytes are apportioned
+                p.tx_bytes += total * res.sent // len(frames)
+                if res.errno in _NETDOWN:
+                    p.drops.add(DropReason.PORT_DOWN, res.failed)
+                    self._set_down(p, os.strerror(res.errno))
+                    return
+                p.drops.add(DropReason.TX_ERROR, res.failed)
+            else:
+                p.tx_bytes += total
+            if len(frames) < batch:
+                return
+
+    def _timeout_s(self, now_ns: int, deadline_ns: int) -> float:
+        nxt = deadline_ns
+        for p in self._queued:
+            t = p.queue.next_send_ns(now_ns)
+            if t is not None and t < nxt:
+                nxt = t
+        return max(0.0, (nxt - now_ns) / 1e9)
+
+    def run(self) -> None:
+        self._install_signals()
+        self._open_control()
+        if self.cfg.stats_path:
+            self._writer = StatsWriter(self.cfg.stats_path)
+        self.ready = True
+        self.write_stats()
+        log.info(
+            "%s ready: %d ports, %d table entries, io %s",
+            self.cfg.name,
+            len(self.ports),
+            len(self.table),
+            batch_io.BACKEND,
+        )
+        stats_every = int(self.cfg.stats_interval_s * 1e9)
+        probe_every = int(LINK_PROBE_INTERVAL_S * 1e9)
+        now = time.monotonic_ns()
+        stats_due = now + stats_every
+        probe_due = now + probe_every
+        ctl_fd = self._ctl.fileno() if self._ctl is not None else -1
+        while not self._stop:
+            now = time.monotonic_ns()
+            timeout = self._timeout_s(now, min(stats_due, probe_due))
+            events = self._ep.poll(timeout)
+            for fd, ev in events:
+                p = self._by_fd.get(fd)
+                if p is not None:
+                    if ev & _EPOLLERR:
+                        self._sock_error(p)
+                    if p.sock is not None:
+                        self._rx(p)
+                elif fd == self._wake_r:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self._wake_r, 512)
+                elif fd == ctl_fd:
+                    self._serve_control()
+            now = time.monotonic_ns()
+            if self._queued:
+                for p in tuple(self._queued):
+                    self._tx(p, now)
+            if now >= probe_due:
+                self.probe_links()
+                probe_due = now + probe_every
+            if now >= stats_due:
+                self.write_stats()
+                stats_due = now + stats_every
+        self.ready = False
+        self.write_stats(sync=True)
+
+    def close(self) -> None:
+        if self._writer is not None:  # the loop ended abnormally: stop the thread anyway
+            self._writer.close()
+            self._writer = None
+        for p in self.ports:
+            self._unregister(p)
+            p.close()
+        if self._ctl is not None:
+            self._ctl.close()
+            if self.cfg.control_socket:
+                Path(self.cfg.control_socket).unlink(missing_ok=True)
+        self._ep.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="mrc-switch", description="Run one SRv6 uSID software switch in this netns."
+    )
+    ap.add_argument("--config", required=True, help="TOML or JSON (.json) switch config")
+    ap.add_argument("--check", action="store_true", help="validate the config and exit")
+    ap.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper(), logging.INFO),
+        format="%(asctime)s mrc-switch %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as exc:
+        print(f"mrc-switch: bad config {args.config}: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        print(f"mrc-switch: {args.config}: OK ({len(cfg.ports)} ports, {len(cfg.table)} routes)")
+        return 0
+    sw = Switch(cfg, str(Path(args.config).resolve()))
+    try:
+        sw.write_stats()  # "ready": false until every port is open
+        sw.open_ports()
+        sw.run()
+    except ConfigError as exc:
+        print(f"mrc-switch: bad config {args.config}: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        sw.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""bench/bench_e2e.py's arithmetic on synthetic mrc-bench results (no root, no lab)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import bench_e2e as be  # noqa: E402
+
+from lab import analysis as an  # noqa: E402
+from lab.params import LabParams  # noqa: E402
+
+
+def result(gf: float = 0.9, **kw) -> dict:
+    r = {
+        "goodput_bps": gf * 800e6,
+        "capacity_bps": 800e6,
+        "goodput_fraction": gf,
+        "verified": True,
+        "qp_errors": 0,
+        "bytes": 10**9,
+        "duration_s": 10.0,
+        "cpu_percent": 90.0,
+        "cpu_percent_client": 50.0,
+        "cpu_percent_server": 40.0,
+        "nic": {
+            "client": {"ports": [{"tx_frames": 1000, "rx_frames": 250, "tx_bytes": 4_200_000}] * 8},
+            "server": {"ports": [{"rx_frames": 1000, "tx_frames": 250, "rx_bytes": 4_200_000}] * 8},
+        },
+    }
+    r.update(kw)
+    return r
+
+
+def test_pps_per_core_divides_frames_by_each_sides_cpu_seconds() -> None:
+    p = be.pps_per_core(result())
+    assert p["send_cpu_s"] == pytest.approx(5.0)
+    assert p["send_frames"] == 8000
+    assert p["send_pps_per_core"] == 1600
+    assert p["send_all_frames_per_core"] == 2000
+    assert p["receive_cpu_s"] == pytest.approx(4.0)
+    assert p["receive_pps_per_core"] == 2000
+    assert p["receive_gbps_per_core"] == pytest.approx(8 * 4_200_000 * 8 / 4.0 / 1e9, abs=1e-3)
+
+
+def test_pps_per_core_without_cpu_figures_is_none_not_a_crash() -> None:
+    p = be.pps_per_core({"duration_s": 1.0})
+    assert p["send_pps_per_core"] is None and p["receive_pps_per_core"] is None
+
+
+def test_steady_fraction_skips_the_ramp_up() -> None:
+    tl = [[0.0, 0.0], [0.5, 100e6], [1.0, 700e6], [1.5, 720e6], [2.0, 760e6], [2.5, 740e6]]
+    r = result(timeline=tl)
+    # Traffic starts in the 0.5 s bin; 1 s later: bins 1.5 .. 2.5.
+    assert be.steady_fraction(r) == pytest.approx(0.925)
+    assert be.steady_fraction(result()) is None
+
+
+def test_summarise_runs_takes_medians_and_keeps_failures_visible() -> None:
+    s = be.summarise_runs([result(0.8), result(0.9, qp_errors=1), None, result(0.95)])
+    assert s["runs"] == 4 and s["runs_with_result"] == 3
+    assert s["goodput_fraction_median"] == pytest.approx(0.9)
+    assert s["qp_errors_total"] == 1
+    assert s["verified_all"] is True
+    s2 = be.summarise_runs([None])
+    assert s2["goodput_fraction_median"] is None and s2["verified_all"] is False
+
+
+def test_failure_scenarios_hit_h0_to_h3_and_keep_capacity_where_expected() -> None:
+    steps = be.failure_steps(4.0, 10.0, 2000.0)
+    assert set(steps) == {"none", "t1_reboot", "link_down", "nic_port_down", "loss_1pct"}
+    shape = an.Shape.from_params(LabParams())
+    caps = {k: an.flow_capacity_bps(shape, 0, 3, [s.outage() for s in v]) for k, v in steps.items()}
+    # A T1, a fabric link or loss leave every plane's port rate; a NIC port costs 1/8.
+    assert caps == {
+        "none": 800e6,
+        "t1_reboot": 800e6,
+        "link_down": 800e6,
+        "nic_port_down": 700e6,
+        "loss_1pct": 800e6,
+    }
+    for v in steps.values():
+        for s in v:
+            assert s.at_s == 4.0
+            assert s.kind == "reboot" or s.undo_s == 10.0
+
+
+def test_parser_selects_benchmarks() -> None:
+    a = be.build_parser().parse_args(["--only", "permutation", "--quick"])
+    assert a.only == "permutation" and a.quick
+    assert be.main(["--only", "nonsense"]) == 2

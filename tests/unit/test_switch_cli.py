@@ -1,0 +1,32 @@
+"""mrc-switch refuses a bad config at start, naming the field (no sockets needed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from test_switch_config import GOOD
+
+
+def run(path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mrcswitch.switch", "--config", str(path),
+                           "--check"], capture_output=True, text=True)  # fmt: skip
+
+
+def test_check_accepts_good_config(tmp_path):
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps(GOOD))
+    r = run(p)
+    assert r.returncode == 0, r.stderr
+    assert "OK" in r.stdout
+
+
+def test_bad_config_is_refused_naming_the_field(tmp_path):
+    bad = json.loads(json.dumps(GOOD))
+    bad["ports"][0]["rate_mbit"] = -5
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps(bad))
+    r = run(p)
+    assert r.returncode == 2
+    assert "ports[0].rate_mbit" in r.stderr
