@@ -26,6 +26,7 @@ import socket
 import struct
 from array import array
 from collections.abc import Sequence
+from functools import partial
 
 MAX_BATCH = 256  # csrc/mrc_io.c MRC_IO_MAX_BATCH
 
@@ -374,6 +375,8 @@ class MmapRing:
         "c_lens",
         "_mm",
         "_use_c",
+        "_collect",
+        "_release",
     )
 
     def __init__(
@@ -408,18 +411,20 @@ class MmapRing:
             self.c_lens = ffi.new("uint32_t[]", slots)
             self.offs = memoryview(ffi.buffer(self.c_offs)).cast("I")
             self.lens = memoryview(ffi.buffer(self.c_lens)).cast("I")
+            # the geometry never changes: bind it once (recv runs once per wake-up)
+            geometry = (self.ptr, self.buf_len, block, fsize, fnr)
+            self._collect = partial(_mod.lib.mrc_ring_collect, *geometry)
+            self._release = partial(_mod.lib.mrc_ring_release, *geometry)
         else:
             self.ptr = self.c_offs = self.c_lens = None
+            self._collect = self._release = None
             self.offs = memoryview(array("I", bytes(4 * slots)))
             self.lens = memoryview(array("I", bytes(4 * slots)))
 
     def recv(self, _fd: object = None) -> int:
         """Frames waiting in the ring from the head on (at most ``slots``): their count."""
-        if self._use_c:
-            return _mod.lib.mrc_ring_collect(
-                self.ptr, self.buf_len, self.block_size, self.frame_size, self.frame_nr,
-                self.head, self.slots, self.c_offs, self.c_lens,
-            )  # fmt: skip
+        if self._collect is not None:
+            return self._collect(self.head, self.slots, self.c_offs, self.c_lens)
         return ring_collect_py(
             self.view, self.block_size, self.frame_size, self.frame_nr, self.head, self.slots,
             self.offs, self.lens,
@@ -429,11 +434,8 @@ class MmapRing:
         """Hand the first n collected frames back to the kernel and move the head on."""
         if n <= 0:
             return
-        if self._use_c:
-            r = _mod.lib.mrc_ring_release(
-                self.ptr, self.buf_len, self.block_size, self.frame_size, self.frame_nr,
-                self.head, n,
-            )  # fmt: skip
+        if self._release is not None:
+            r = self._release(self.head, n)
         else:
             r = ring_release_py(
                 self.view, self.block_size, self.frame_size, self.frame_nr, self.head, n
@@ -444,6 +446,7 @@ class MmapRing:
 
     def close(self) -> None:
         if self._use_c and self.ptr is not None:
+            self._collect = self._release = None
             _mod.ffi.release(self.ptr)
             self.ptr = None
         self.view.release()

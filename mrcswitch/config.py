@@ -23,7 +23,12 @@ DEFAULT_BLOCK = "fcbb:bb00::/32"
 USID_BITS = 16
 MAX_FRAME_BYTES = 65535
 IFNAMSIZ = 16  # Linux interface names hold at most 15 characters
-DEFAULT_RX_RING_BYTES = 8 << 20  # per port, when rx_ring_frames is not given
+# Receive ring per port, when rx_ring_frames is not given: RX_RING_BURST_S of traffic at the
+# fastest port's rate, within [MIN, DEFAULT] bytes. A lab of 96 ports at 100 Mb/s then holds
+# 96 MiB of rings rather than 768 MiB, while a 100 Gb/s bench port still gets 8 MiB.
+DEFAULT_RX_RING_BYTES = 8 << 20
+MIN_RX_RING_BYTES = 1 << 20
+RX_RING_BURST_S = 0.002
 MAX_RX_RING_FRAMES = 65536
 
 
@@ -328,7 +333,11 @@ def config_from_dict(data: Any) -> SwitchConfig:
     batch = _int(data, "batch_size", "", default=64, minimum=1)
     if batch > 1024:
         raise ConfigError("batch_size", "must be <= 1024")
-    auto_frames = max(batch, min(MAX_RX_RING_FRAMES, DEFAULT_RX_RING_BYTES // (max_frame + 80)))
+    fastest_bps = max(p.rate_bps for p in ports)
+    ring_bytes = min(
+        DEFAULT_RX_RING_BYTES, max(MIN_RX_RING_BYTES, int(fastest_bps * RX_RING_BURST_S / 8))
+    )
+    auto_frames = max(batch, min(MAX_RX_RING_FRAMES, ring_bytes // (max_frame + 80)))
     ring_frames = _int(data, "rx_ring_frames", "", default=auto_frames, minimum=0)
     if ring_frames > MAX_RX_RING_FRAMES:
         raise ConfigError("rx_ring_frames", f"must be <= {MAX_RX_RING_FRAMES}")

@@ -21,6 +21,7 @@ import os
 import struct
 from array import array
 from collections.abc import Sequence
+from functools import partial
 
 from . import batch_io
 from .pipeline import OFF_HOP, OFF_L4, rewrite
@@ -288,3 +289,62 @@ class Planner:
         if sent < 0:
             raise ValueError(f"mrc_io_send_iov: {os.strerror(-sent)}")
         return sent, out[0], out[1], out[2]
+
+    def bind(self, ring) -> tuple:
+        """``(keys, plan, send)`` for batches of ``ring``: the calls above with every argument
+        that does not change between batches bound once (no per-call checks, attribute or
+        dict lookups: at a few thousand frames/s per port, nearly every frame is a batch of
+        its own and these costs are per batch). ``keys(n)``, ``plan(n)`` and
+        ``send(fd, n, port)`` return what :meth:`keys`, :meth:`plan` and :meth:`send` do.
+        ``n`` must come from ``ring.recv`` (at most ``ring.slots``)."""
+        if ring.slots > self.max_batch:
+            raise ValueError(f"a ring of {ring.slots} slots needs a planner of as many")
+        if not self._use_c or ring.ptr is None:
+            return (
+                lambda n: self.keys(ring, n),
+                lambda n: self.plan(ring, n),
+                lambda fd, n, port: self.send(fd, ring, n, port),
+            )
+        lib, c = _mod.lib, self._c
+        structs = self._structs
+        kview = self._keys_view
+        c_keys = partial(lib.mrc_fwd_keys, ring.ptr, ring.buf_len, ring.c_offs, ring.c_lens,
+                         ring.cap)  # fmt: skip
+        kbuf, klen = c["_keys"], HDR_LEN * self.max_batch
+
+        def keys(n: int) -> tuple[bytes, ...]:
+            r = c_keys(n, kbuf, klen)
+            if r < 0:
+                raise ValueError(f"mrc_fwd_keys: {os.strerror(-r)}")
+            s = structs.get(n)
+            if s is None:
+                s = structs[n] = struct.Struct(f"{HDR_LEN}s" * n)
+            return s.unpack_from(kview)
+
+        c_plan = partial(lib.mrc_fwd_plan, ring.ptr, ring.buf_len, ring.c_offs, ring.c_lens,
+                         ring.cap, c["dec"], c["verdict"])  # fmt: skip
+        plan_rest = (
+            self._l2, 12 * self.n_ports, self.block_bytes, c["budget"], c["port_bytes"],
+            c["port_count"], c["port_start"], self.n_ports, c["order"], c["defer"], c["hist"],
+            len(self.hist), c["totals"],
+        )  # fmt: skip
+
+        def plan(n: int) -> int:
+            r = c_plan(n, *plan_rest)
+            if r < 0:
+                raise ValueError(f"mrc_fwd_plan: {os.strerror(-r)}")
+            return r
+
+        send_iov = lib.mrc_io_send_iov
+        ptr, buf_len, c_offs, c_lens = ring.ptr, ring.buf_len, ring.c_offs, ring.c_lens
+        order, port_start, port_count, out = c["order"], self.port_start, self.port_count, self._out
+
+        def send(fd: int, n: int, port: int) -> tuple[int, int, int, int]:
+            start = port_start[port]
+            sent = send_iov(fd, ptr, buf_len, c_offs, c_lens, n, order + start if start else order,
+                            port_count[port], out)  # fmt: skip
+            if sent < 0:
+                raise ValueError(f"mrc_io_send_iov: {os.strerror(-sent)}")
+            return sent, out[0], out[1], out[2]
+
+        return keys, plan, send

@@ -55,6 +55,7 @@ IFF_UP = 0x1
 IFF_RUNNING = 0x40  # operationally up: carrier present
 LINK_PROBE_INTERVAL_S = 0.2
 RX_BATCHES_PER_WAKE = 8  # bound the time one busy port can hold the loop
+SMALL_BATCH = 4  # up to this many frames, a batch refreshes only the budgets it needs
 RCVBUF_BYTES = 4 << 20
 _NETDOWN = (errno.ENETDOWN, errno.ENXIO, errno.ENODEV)
 _EPOLLERR = select.EPOLLERR
@@ -92,6 +93,7 @@ class Port:
         self.frame_cap = frame_cap
         self.batch = batch
         self.ring: batch_io.MmapRing | None = None
+        self.bound: tuple | None = None  # (rx ring, *Planner.bind(rx ring))
         self.ifindex = 0
         self.mac = cfg.mac
         self.up = False
@@ -114,6 +116,7 @@ class Port:
     def open(self) -> None:
         """Open (or reopen) the AF_PACKET socket bound to the interface."""
         self.close()
+        self.bound = None
         name = self.cfg.interface
         s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
         ring = tx = None
@@ -150,6 +153,7 @@ class Port:
     def close(self) -> None:
         if self.sock is not None:
             self.poll_socket_drops()
+            self.bound = None
             if self.ring is not None:
                 self.ring.close()
                 self.ring = None
@@ -396,21 +400,29 @@ class Switch:
         planner = self.planner
         pipe = self.pipeline
         assert planner is not None and pipe is not None and p.sock is not None
+        bound = p.bound
+        if bound is None or bound[0] is not ring:
+            bound = p.bound = (ring, *planner.bind(ring))
+        _, keys_of, plan, send = bound
         get = pipe.header_cache(p.index).get
         ports = self.ports
+        n_ports = len(ports)
         in_idx = p.index
         in_drops = p.drops.by_reason
         fd = p.sock.fileno()
+        recv, slots = ring.recv, ring.slots
         dec, budget, hist, totals = planner.dec, planner.budget, planner.hist, planner.totals
         port_count = planner.port_count
         monotonic_ns = time.monotonic_ns
         queued = self._queued
         # Budgets persist between batches: budget[j] <= port j's tokens (both move by what
-        # leaves at once), and -1 while its queue holds frames or it cannot send. A budget
-        # that covers a whole batch of the longest frames needs no refresh.
-        floor = ring.slots * ring.cap
+        # leaves at once), and -1 while its queue holds frames or it cannot send. A small
+        # batch (the common case at a few thousand frames/s: one frame per wake-up) refreshes
+        # only the budgets of the ports its frames go to; a big one refreshes every budget
+        # that cannot cover a whole batch of the longest frames.
+        floor = slots * ring.cap
         for _ in range(RX_BATCHES_PER_WAKE):
-            n = ring.recv(fd)
+            n = recv(fd)
             if n <= 0:
                 if n < 0 and -n in _NETDOWN:
                     self._set_down(p, os.strerror(-n))
@@ -419,18 +431,32 @@ class Switch:
             if queued:
                 for q in tuple(queued):
                     self._tx(q, now)  # what already waits leaves first
-            for j, b in enumerate(budget):
-                if b < floor:
-                    q = ports[j]
-                    budget[j] = q.queue.fast_budget(now) if q.up and q.tx_sock else -1
             try:
                 # the per-frame decisions: one lookup each in the pipeline's memo
-                keys = planner.keys(ring, n)
-                try:
-                    dec[:n] = array("i", map(get, keys))
-                except TypeError:  # a miss (None): decide it
-                    dec[:n] = array("i", [self._decide_miss(k, in_idx) for k in keys])
-                n_defer = planner.plan(ring, n)
+                keys = keys_of(n)
+                if n <= SMALL_BATCH:
+                    targets = set()
+                    for i, k in enumerate(keys):
+                        d = get(k)
+                        if d is None:
+                            d = self._decide_miss(k, in_idx)
+                        dec[i] = d
+                        if d >= 0 and (d & 0xFFFF) < n_ports:
+                            targets.add(d & 0xFFFF)
+                    for j in targets:
+                        q = ports[j]
+                        budget[j] = q.queue.fast_budget(now) if q.up and q.tx_sock else -1
+                else:
+                    try:
+                        dec[:n] = array("i", map(get, keys))
+                    except TypeError:  # a miss (None): decide it
+                        dec[:n] = array("i", [self._decide_miss(k, in_idx) for k in keys])
+                    targets = range(n_ports)
+                    for j, b in enumerate(budget):
+                        if b < floor:
+                            q = ports[j]
+                            budget[j] = q.queue.fast_budget(now) if q.up and q.tx_sock else -1
+                n_defer = plan(n)
                 p.rx_packets += n
                 p.rx_bytes += totals[0]
                 if totals[1]:
@@ -438,14 +464,14 @@ class Switch:
                         if hist[r]:
                             in_drops[r] += hist[r]
                             hist[r] = 0
-                for j, c in enumerate(port_count):
-                    if c:
-                        self._send_now(ports[j], ring, n)
+                for j in targets:
+                    if port_count[j]:
+                        self._send_now(ports[j], send, n)
                 if n_defer:
                     self._rx_deferred(p, ring, n_defer, now)
             finally:
                 ring.release(n)
-            if n < ring.slots:
+            if n < slots:
                 return
 
     def _decide_miss(self, key: bytes, in_idx: int) -> int:
@@ -455,12 +481,13 @@ class Switch:
             self._log_internal()
             return -DropReason.INTERNAL
 
-    def _send_now(self, out: Port, ring, n: int) -> None:
-        """Send what the plan let ``out`` take at once, in place from the receive buffer."""
+    def _send_now(self, out: Port, send, n: int) -> None:
+        """Send what the plan let ``out`` take at once, in place from the receive buffer
+        (``send``: the batch's bound send, see Planner.bind)."""
         planner = self.planner
         assert planner is not None and out.tx_sock is not None
         j = out.index
-        sent, failed, err, nbytes = planner.send(out.tx_sock.fileno(), ring, n, j)
+        sent, failed, err, nbytes = send(out.tx_sock.fileno(), n, j)
         out.queue.consume(planner.port_bytes[j])
         out.tx_packets += sent
         out.tx_bytes += nbytes
@@ -580,32 +607,44 @@ class Switch:
         stats_due = now + stats_every
         probe_due = now + probe_every
         ctl_fd = self._ctl.fileno() if self._ctl is not None else -1
+        # one wake-up per frame is the common case at a few thousand frames/s per switch:
+        # keep what the loop does per wake-up (outside _rx) to a handful of operations
+        poll = self._ep.poll
+        by_fd = self._by_fd.get
+        queued = self._queued
+        monotonic_ns = time.monotonic_ns
+        rx = self._rx
+        due = min(stats_due, probe_due)
+        now = monotonic_ns()
         while not self._stop:
-            now = time.monotonic_ns()
-            timeout = self._timeout_s(now, min(stats_due, probe_due))
-            events = self._ep.poll(timeout)
-            for fd, ev in events:
-                p = self._by_fd.get(fd)
+            if queued:
+                timeout = self._timeout_s(now, due)
+            else:
+                timeout = (due - now) / 1e9 if due > now else 0.0
+            for fd, ev in poll(timeout):
+                p = by_fd(fd)
                 if p is not None:
                     if ev & _EPOLLERR:
                         self._sock_error(p)
                     if p.sock is not None:
-                        self._rx(p)
+                        rx(p)
                 elif fd == self._wake_r:
                     with contextlib.suppress(BlockingIOError):
                         os.read(self._wake_r, 512)
                 elif fd == ctl_fd:
                     self._serve_control()
-            now = time.monotonic_ns()
-            if self._queued:
-                for p in tuple(self._queued):
+            now = monotonic_ns()
+            if queued:
+                for p in tuple(queued):
                     self._tx(p, now)
-            if now >= probe_due:
-                self.probe_links()
-                probe_due = now + probe_every
-            if now >= stats_due:
-                self.write_stats()
-                stats_due = now + stats_every
+            if now >= due:
+                if now >= probe_due:
+                    self.probe_links()
+                    probe_due = now + probe_every
+                if now >= stats_due:
+                    self.write_stats()
+                    stats_due = now + stats_every
+                due = min(stats_due, probe_due)
         self.ready = False
         self.write_stats(sync=True)
 

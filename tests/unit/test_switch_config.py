@@ -9,7 +9,9 @@ import pytest
 
 from mrcswitch.config import (
     DEFAULT_RX_RING_BYTES,
+    MIN_RX_RING_BYTES,
     MIN_TRIM_BYTES,
+    RX_RING_BURST_S,
     ConfigError,
     config_from_dict,
     load_config,
@@ -60,8 +62,16 @@ def test_good_config_loads_with_defaults():
 
 def test_receive_ring_defaults_to_a_memory_budget_and_0_means_recvmmsg():
     cfg = config_from_dict(GOOD)  # max_frame_bytes 9216 by default
+    fastest = max(p.rate_bps for p in cfg.ports)
+    budget = min(DEFAULT_RX_RING_BYTES, max(MIN_RX_RING_BYTES, fastest * RX_RING_BURST_S / 8))
     slots = cfg.rx_ring_frames
-    assert slots * (9216 + 80) <= DEFAULT_RX_RING_BYTES < (slots + 1) * (9216 + 80)
+    assert slots * (9216 + 80) <= budget < (slots + 1) * (9216 + 80)
+    fast_ports = [
+        {**{k: v for k, v in p.items() if k != "rate_mbit"}, "rate_bps": 10**11}
+        for p in GOOD["ports"]
+    ]
+    fast = config_from_dict({**GOOD, "ports": fast_ports}).rx_ring_frames
+    assert fast * (9216 + 80) <= DEFAULT_RX_RING_BYTES < (fast + 1) * (9216 + 80)
     small = config_from_dict({**GOOD, "max_frame_bytes": 1518})
     assert small.rx_ring_frames > 4 * slots  # smaller frames: more of them in the budget
     assert config_from_dict({**GOOD, "rx_ring_frames": 0}).rx_ring_frames == 0
