@@ -170,6 +170,7 @@ class EvTable:
         per_plane = self.active_per_plane + config.backup_per_plane
         self._rng = random.Random(seed)
         self._random = self._rng.random
+        self._getrandbits = self._rng.getrandbits
         # EV = (base + k) * planes + plane: plane from ev % planes, and consecutive k walk over
         # every T1 (t1 = (base + k) % t1_count), so each plane's EVs cover its paths evenly.
         # A random base per QP keeps QPs from sharing EVs (and fills the UDP source port).
@@ -258,12 +259,12 @@ class EvTable:
             bag = self._bags[i]
             if not bag:
                 bag.extend(group)
-                self._rng.shuffle(bag)
+                self._shuffle(bag)
             slot = bag.pop()
             if slot == avoid and len(group) > 1:
                 if not bag:
                     bag.extend(group)
-                    self._rng.shuffle(bag)
+                    self._shuffle(bag)
                     bag.remove(avoid)
                 slot = bag.pop()
                 bag.append(avoid)  # the avoided EV keeps its turn for a later packet
@@ -273,6 +274,19 @@ class EvTable:
             j = group.index(slot)
             slot = group[(j + 1 + int(self._random() * (len(group) - 1))) % len(group)]
         return slot
+
+    def _shuffle(self, x: list[int]) -> None:
+        """``self._rng.shuffle(x)``, the same draws and the same result, without a Python
+        call per element (random.shuffle calls _randbelow for each): Fisher-Yates with
+        rejection sampling on getrandbits, as random.Random does it."""
+        getrandbits = self._getrandbits
+        for i in range(len(x) - 1, 0, -1):
+            n = i + 1
+            k = n.bit_length()
+            j = getrandbits(k)
+            while j >= n:
+                j = getrandbits(k)
+            x[i], x[j] = x[j], x[i]
 
     # -- state machine -----------------------------------------------------------------------
 

@@ -3,8 +3,17 @@
 A :class:`MemoryRegion` is a caller's writable buffer exposed to the peer at a virtual
 address range ``[base_va, base_va + length)`` under an R_Key.  The responder never trusts a
 length or an address from the wire: every placement goes through :meth:`MemoryTable.place`,
-which checks the key, the permission and the bounds, and writes nothing when any check fails
-(the bounds check itself is done again by the C placement code, ``mrcnic.fast.place``).
+which checks the key, the permission and the bounds, and writes nothing when any check fails.
+
+The key and permission checks are done once per region, not once per packet: the first
+accepted placement under an R_Key caches the region's buffer and bounds, and later packets
+only compare their byte range with those bounds (Python ints: no overflow) and copy with a
+memoryview slice assignment, which cannot write outside the buffer either.  The cache entry
+is dropped by :meth:`MemoryTable.deregister`, and it is used only while the region's
+``access``, ``buffer`` and ``base_va`` are the very objects it was made from, so changing
+any of them (e.g. withdrawing REMOTE_WRITE) takes effect on the next packet.  The first
+placement, and any payload that is not a plain byte buffer, goes through the C placement
+code (``mrcnic.fast.place``), which checks the bounds again.
 """
 
 from __future__ import annotations
@@ -31,6 +40,9 @@ class PlaceStatus(enum.IntEnum):
     BAD_RKEY = 1  # no region with that key (never registered, or deregistered)
     NO_PERMISSION = 2  # region lacks REMOTE_WRITE
     OUT_OF_BOUNDS = 3  # any byte outside the region
+
+
+_OK = PlaceStatus.OK
 
 
 class MemoryRegionError(ValueError):
@@ -76,6 +88,9 @@ class MemoryTable:
     def __init__(self, seed: int | None = None) -> None:
         self._rng = random.Random(seed) if seed is not None else None
         self._by_rkey: dict[int, MemoryRegion] = {}
+        # rkey -> (region, access, buffer, base_va, end_va) of regions a remote write was
+        # accepted into: the per-packet fast path of place()
+        self._placeable: dict[int, tuple[MemoryRegion, Access, memoryview, int, int]] = {}
         self._next_va = _VA_BASE + (self._rand32() & 0xFFFF) * _PAGE
 
     def _rand32(self) -> int:
@@ -110,6 +125,9 @@ class MemoryTable:
         """Withdraw a region: later writes under its key are refused (BAD_RKEY)."""
         if self._by_rkey.get(mr.rkey) is mr:
             del self._by_rkey[mr.rkey]
+        ent = self._placeable.get(mr.rkey)
+        if ent is not None and ent[0] is mr:
+            del self._placeable[mr.rkey]
         mr.valid = False
 
     def lookup(self, rkey: int) -> MemoryRegion | None:
@@ -128,14 +146,35 @@ class MemoryTable:
 
     def place(self, rkey: int, va: int, payload: bytes | memoryview) -> PlaceStatus:
         """Write a remote payload after checking key, permission and bounds; all or nothing."""
+        ent = self._placeable.get(rkey)
+        if ent is not None:
+            mr, access, buf, base, end = ent
+            if mr.access is access and mr.buffer is buf and mr.base_va == base:
+                n = len(payload)
+                if base <= va and va + n <= end:
+                    off = va - base
+                    try:
+                        buf[off : off + n] = payload
+                    except (TypeError, ValueError):  # not a flat byte buffer: the C path copes
+                        return self._place_checked(rkey, va, payload)
+                    mr.bytes_placed += n
+                    return _OK
+        # first packet of a region, a refusal, or a changed region: every check, in C
+        return self._place_checked(rkey, va, payload)
+
+    def _place_checked(self, rkey: int, va: int, payload: bytes | memoryview) -> PlaceStatus:
+        """The full checks and the C placement; caches the region for the fast path."""
         mr = self._by_rkey.get(rkey)
         if mr is None:
             return PlaceStatus.BAD_RKEY
-        if not mr.access & Access.REMOTE_WRITE:
+        access = mr.access
+        if not access & Access.REMOTE_WRITE:
             return PlaceStatus.NO_PERMISSION
         if fast.place(mr.buffer, mr.base_va, va, payload) != fast.PLACE_OK:
             return PlaceStatus.OUT_OF_BOUNDS
         mr.bytes_placed += len(payload)
+        buf = mr.buffer
+        self._placeable[rkey] = (mr, access, buf, mr.base_va, mr.base_va + len(buf))
         return PlaceStatus.OK
 
     def __len__(self) -> int:

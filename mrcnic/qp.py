@@ -7,9 +7,15 @@ API calls (:meth:`post_write`, :meth:`port_status`, :meth:`deny_ev`, ...).  Outp
 (completions, EV transitions, errors).  No sockets, no clocks: time is always passed in, so
 the simulator (``mrcnic.sim``) and the asyncio shell drive exactly this code.
 
-Hot paths avoid dataclasses: each EV has a precomputed Ethernet+IPv6+UDP prefix and data
-headers are written with one ``struct.pack_into``; ``tests/unit/test_qp_frames.py`` checks
-the bytes against ``mrcnic.wire``.  Constants and their reasons: docs/transport.md.
+Hot paths avoid dataclasses: each EV has a precomputed template (MACs, addresses, UDP
+source port, the checksum's pseudo-header sum), a frame's headers are written with one
+``struct.pack_into`` into a reusable scratch buffer, and the payload is copied once, from
+the caller's buffer straight into the frame (``bytes.join``).  The ICRC and the UDP
+checksum are chained over header and payload (``zlib.crc32``'s running value; the one's
+complement sum, which is the byte string's value modulo 0xFFFF, plus ``fast.csum_partial``
+over the payload), so the frame never exists as an intermediate buffer.  Received SACKs are
+decoded with ``struct.unpack_from`` at fixed offsets.  ``tests/unit/test_qp_frames.py``
+checks the bytes against ``mrcnic.wire``.  Constants and their reasons: docs/transport.md.
 """
 
 from __future__ import annotations
@@ -20,9 +26,10 @@ import struct
 import zlib
 from collections import deque
 from dataclasses import asdict, dataclass, field
+from heapq import heappush
 
 from mrcnic import fast, usid, wire
-from mrcnic.cc import AckSample, CcParams, CongestionControl, make_cc
+from mrcnic.cc import CcParams, CongestionControl, make_cc, new_ack_sample
 from mrcnic.ev import EvConfig, EvInput, EvState, EvStateChanged, EvTable
 from mrcnic.memory import MemoryTable, PlaceStatus
 from mrcnic.sack import MARK_DUP, MARK_NEW, MARK_OOR, ResponderWindow, Scoreboard, TxRecord
@@ -41,25 +48,27 @@ SPURIOUS_RTT_FRACTION = 0.5
 _HALF = 1 << 23
 
 # -- frame layout (offsets in a whole Ethernet frame) -----------------------------------------
-_OFF_IP = 14
 _OFF_PLEN = 18
 _OFF_UDP = 54
-_OFF_ULEN = 58
 _OFF_UCSUM = 60
 _OFF_BTH = 62
-_PREFIX = 62  # Ethernet + IPv6 + UDP
-_DATA_HDR = struct.Struct(">BBHIIHHQQII")  # BTH METH TS RETH (40 bytes)
+# Ethernet, IPv6, UDP, BTH, METH, TS, RETH (102 bytes), and the same + ImmDt (106 bytes)
+_FRAME_DATA = struct.Struct(">6s6sHIHBB16s16sHHHHBBHIIHHQQII")
+_FRAME_DATA_IMM = struct.Struct(">6s6sHIHBB16s16sHHHHBBHIIHHQQIII")
+_FRAME_CTRL = struct.Struct(">6s6sHIHBB16s16sHHHHBBHII")  # Ethernet .. BTH (74 bytes)
+_SACK_BODY = "IHBxQIH2xQQ"  # wire.SACK (40 bytes)
+_FRAME_SACK = struct.Struct(_FRAME_CTRL.format + _SACK_BODY)  # Ethernet .. SACK body
+_CTRL_MAX_BODY = 40  # the largest control body (SACK)
 _IMM = struct.Struct(">I")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
-_IPW0_PLEN = struct.Struct(">IH")
-_BTH = struct.Struct(">BBHII")
-_SACK = struct.Struct(">IHBxQIH2xQQ")
 _NACK = struct.Struct(">IIIQ")
 _RPROBE = struct.Struct(">IIQ")
 _ENDPOINT = struct.Struct(">B3xIIIQ")
 _RX_HEAD = struct.Struct(">HIHBB")  # at 12: ethertype, ip w0, payload length, next header, hop
-_RX_DATA = struct.Struct(">BBHIIHHQQII")
+_RX_DATA = struct.Struct(">IIHHQQII")  # at 66: BTH words 1-2, METH, TS, RETH
+_RX_SACK = struct.Struct(">IIIHBxQIH2xQQ")  # at 66: BTH words 1-2, the SACK body
+_SACK_FRAME_END = _OFF_BTH + 12 + wire.SACK_SIZE + 4
 
 _TS_BIT = 0x10
 _RTX_BIT = 0x20
@@ -73,9 +82,22 @@ _OP_ACK, _OP_EP_REQ, _OP_EP_RESP, _OP_SACK, _OP_NACK, _OP_RPROBE = (
     0xDD,
     0xDE,
 )
-_DATA_OVERHEAD = _PREFIX + _DATA_HDR.size + 4  # + ICRC (ImmDt extra on imm packets)
+_DSCP_DATA_ECT0 = int(wire.Dscp.TRIMMABLE) << 22 | int(wire.Ecn.ECT0) << 20
+_DSCP_CTRL_ECT0 = int(wire.Dscp.CONTROL) << 22 | int(wire.Ecn.ECT0) << 20
+_PLACE_OK = PlaceStatus.OK
+_MARK_SKIP_ONCE = int(wire.SackMark.SKIP_ONCE)
+_MARK_ALWAYS_SKIP = int(wire.SackMark.ALWAYS_SKIP)
+_crc32 = zlib.crc32
+_from_bytes = int.from_bytes
+_csum_partial = fast.csum_partial
 _DSCP_TRIMMED = int(wire.Dscp.TRIMMED)
 _DSCP_TRIMMED_LH = int(wire.Dscp.TRIMMED_LASTHOP)
+_DSCPS_TRIMMED = frozenset((_DSCP_TRIMMED, _DSCP_TRIMMED_LH))
+_IMM_OPS = frozenset((_OP_LAST_IMM, _OP_ONLY_IMM))
+
+
+#: see QueuePair._make_tmpl
+_Template = tuple[bytes, bytes, int, bytes, bytes, int, int]
 
 
 class QpState(enum.Enum):
@@ -351,9 +373,30 @@ class QueuePair:
         # peer, filled by connect()
         self.peer: QpAttributes | None = None
         self._dest: usid.DestTemplate | None = None
-        self._prefix: dict[int, tuple[bytes, int, bytes, bytes]] = {}
-        self._slot_prefix: list[tuple[bytes, int, bytes, bytes]] = []
+        self._tmpl: dict[int, _Template] = {}  # EV -> frame template (see _make_tmpl)
+        self._slot_tmpl: list[_Template] = []  # the same, per EV slot of self.evs
         self._ip_src = [usid.host_address(net.shape, net.host, p) for p in range(self.planes)]
+        # Scratch buffers the headers are packed into; every frame copies them out at once,
+        # so one per QP serves every frame.
+        self._scratch = bytearray(_FRAME_DATA_IMM.size)
+        sv = memoryview(self._scratch)
+        # (headers, headers from BTH for the ICRC, headers from UDP for the checksum)
+        self._views = (
+            (
+                sv[: _FRAME_DATA.size],
+                sv[_OFF_BTH : _FRAME_DATA.size],
+                sv[_OFF_UDP : _FRAME_DATA.size],
+            ),
+            (sv, sv[_OFF_BTH:], sv[_OFF_UDP:]),
+        )
+        self._ctrl_scratch = bytearray(_FRAME_CTRL.size + _CTRL_MAX_BODY + 4)
+        self._ctrl_view = memoryview(self._ctrl_scratch)
+        # a SACK frame's (BTH..body for the ICRC, UDP..ICRC for the checksum, whole frame)
+        self._sack_views = (
+            self._ctrl_view[_OFF_BTH : _FRAME_SACK.size],
+            self._ctrl_view[_OFF_UDP : _FRAME_SACK.size + 4],
+            self._ctrl_view[: _FRAME_SACK.size + 4],
+        )
 
     # -- setup --------------------------------------------------------------------------------
 
@@ -376,7 +419,15 @@ class QueuePair:
             self.config.window_psns, remote.start_psn, self.config.ack_every
         )
         self._dest = usid.DestTemplate(self.net.shape, self.net.host, remote.host)
-        self._slot_prefix = [self._make_prefix(ev) for ev in self.evs.ev_values]
+        self._slot_tmpl = [self._make_tmpl(ev) for ev in self.evs.ev_values]
+        evs, sb = self.evs, self.sb
+        # what _send_new needs that never changes after connect (the objects, not their
+        # contents): one tuple unpack instead of a score of attribute loads per call
+        self._tx_ctx = (
+            self._sendq, sb, self.cc, evs.pick, evs.plane_of, evs.tx_packets, self._slot_tmpl,
+            sb.records, sb.heap, self.mtu, _TS_BIT << 24 | remote.qpn, self._scratch,
+            *self._views[0], *self._views[1],
+        )  # fmt: skip
 
     def _transition(self, inp: QpInput) -> None:
         try:
@@ -386,29 +437,30 @@ class QueuePair:
                 f"QP {self.qpn}: {inp.name} not allowed in {self.state.name}"
             ) from None
 
-    def _make_prefix(self, ev: int) -> tuple[bytes, int, bytes, bytes]:
-        """(Ethernet+IPv6+UDP prefix, flow-label word, ip_src, final_dst) for one EV."""
-        cached = self._prefix.get(ev)
+    def _make_tmpl(self, ev: int) -> _Template:
+        """The per-EV constants of a frame: (Ethernet destination, source, IPv6 word 0 with
+        the flow label, source address, destination address, UDP source port, the UDP
+        checksum's pseudo-header sum over the source and the *final* destination address
+        and next header 17, modulo 0xFFFF)."""
+        cached = self._tmpl.get(ev)
         if cached is not None:
             return cached
         assert self._dest is not None
         plane = ev % self.planes
         port = self.net.ports[plane]
         sport, flow = wire.ev_to_udp_flow(ev)
-        dst = self._dest.address(ev)
-        final = self._dest.final(ev)
         src = self._ip_src[plane]
-        pre = (
-            port.peer_mac
-            + port.mac
-            + b"\x86\xdd"
-            + struct.pack(">IHBB", 0x60000000 | flow, 0, 17, wire.DEFAULT_HOP_LIMIT)
-            + src
-            + dst
-            + struct.pack(">HHHH", sport, wire.MRC_UDP_PORT, 0, 0)
+        psum = int.from_bytes(src + self._dest.final(ev), "big") % 0xFFFF + wire.IPPROTO_UDP
+        out = (
+            bytes(port.peer_mac),
+            bytes(port.mac),
+            0x60000000 | flow,
+            src,
+            self._dest.address(ev),
+            sport,
+            psum,
         )
-        out = (pre, 0x60000000 | flow, src, final)
-        self._prefix[ev] = out
+        self._tmpl[ev] = out
         return out
 
     # -- the user API ---------------------------------------------------------------------------
@@ -502,9 +554,10 @@ class QueuePair:
         a = self._ack_deadline
         if a is not None and (t is None or a < t):
             t = a
-        p = self.evs.next_probe_s()
-        if p is not None and (t is None or p < t):
-            t = p
+        if self.evs.probe_due:
+            p = self.evs.next_probe_s()
+            if p is not None and (t is None or p < t):
+                t = p
         return t
 
     def handle_timer(self, now_s: float) -> None:
@@ -565,61 +618,168 @@ class QueuePair:
         self.evs.now_s = now_s
         sb = self.sb
         cc = self.cc
-        mtu = self.mtu
         window = self.peer.window_psns if self.peer else 0
         rtxq = self._rtxq
-        deferred: list[TxRecord] = []
-        while rtxq and sb.inflight_bytes < cc.cwnd_bytes:
-            rec = rtxq.popleft()
-            if rec.psn not in sb.records or not rec.lost:
-                continue
-            if ((rec.psn - sb.snd_una) & PSN_MASK) >= window:
-                deferred.append(rec)  # beyond the peer's tracking window (PSN_OOR_WINDOW): later
-                continue
-            frame = self._send_record(rec, now_s, rtx=True)
-            if frame is None:
-                rtxq.appendleft(rec)
-                break
-            out.append(frame)
-        if deferred:
-            rtxq.extendleft(reversed(deferred))
-        sendq = self._sendq
-        wimm_max = self.peer.max_wimm_inflight if self.peer else 0
-        while sendq and sb.inflight_bytes < cc.cwnd_bytes and sb.outstanding() < window - 1:
+        if rtxq:
+            deferred: list[TxRecord] = []
+            while rtxq and sb.inflight_bytes < cc.cwnd_bytes:
+                rec = rtxq.popleft()
+                if rec.psn not in sb.records or not rec.lost:
+                    continue
+                if ((rec.psn - sb.snd_una) & PSN_MASK) >= window:
+                    deferred.append(rec)  # beyond the peer's tracking window: later
+                    continue
+                frame = self._send_record(rec, now_s, rtx=True)
+                if frame is None:
+                    rtxq.appendleft(rec)
+                    break
+                out.append(frame)
+            if deferred:
+                rtxq.extendleft(reversed(deferred))
+        # (the window test here too: a window-limited QP is asked often, and answers cheaply)
+        if self._sendq and self.peer is not None and sb.inflight_bytes < cc.cwnd_bytes:
+            self._send_new(out, now_s, window)
+        return out
+
+    def _send_new(self, out: list[tuple[int, bytes]], now_s: float, window: int) -> None:
+        """Segment posted writes into new packets while the window allows.  The hot path:
+        what _send_record, _data_frame, Scoreboard.add and Scoreboard.arm do, inline, with
+        the per-message and per-call values hoisted out of the per-packet loop."""
+        (
+            sendq, sb, cc, pick, plane_of, tx_packets, tmpls, records, heap, mtu, w1, scratch,
+            head, mrc, udp, head_imm, mrc_imm, udp_imm,
+        ) = self._tx_ctx  # fmt: skip
+        seq = sb.seq
+        nxt = sb.snd_nxt
+        una = sb.snd_una
+        inflight = sb.inflight_bytes
+        limit = window - 1
+        wimm_max = self.peer.max_wimm_inflight
+        ts_ns = int(now_s * 1e9) or 1  # 0 means "no timestamp" in a SACK: a clock at 0 is 1 ns
+        rto = self._rto  # a new packet has no retries yet
+        max_rto = self.config.max_rto_s
+        deadline = now_s + (rto if rto < max_rto else max_rto)
+        fifo = sb.fifo
+        in_order = not fifo or fifo[-1][0] <= deadline  # every packet here has this deadline
+        fifo_append = fifo.append
+        pack, pack_imm = _FRAME_DATA.pack_into, _FRAME_DATA_IMM.pack_into
+        crc32 = _crc32
+        from_bytes = _from_bytes
+        csum_partial = _csum_partial
+        u16_into = _U16.pack_into
+        u32 = _U32.pack
+        join = b"".join
+        sent = sent_bytes = 0
+        cur = None
+        while sendq and inflight < cc.cwnd_bytes and ((nxt - una) & PSN_MASK) < limit:
             msg = sendq[0]
-            if msg.next_off == 0:
+            off = msg.next_off
+            if off == 0:
                 if msg.imm is not None:
                     if self._wimm_outstanding >= wimm_max:
                         break
                     self._wimm_outstanding += 1
                 self._inflight_msgs.append(msg)
-            off = msg.next_off
-            n = min(mtu, msg.length - off)
+            if msg is not cur:
+                cur = msg
+                length = msg.length
+                imm = msg.imm
+                mbuf = msg.buf
+                msn = msg.msn
+                rqmsn = msg.rqmsn
+                rkey = msg.rkey
+                va = msg.remote_va
+            n = length - off
+            if n > mtu:
+                n = mtu
             first = off == 0
-            last = off + n >= msg.length
+            last = off + n >= length
             if first and last:
-                op = _OP_ONLY if msg.imm is None else _OP_ONLY_IMM
+                op = _OP_ONLY if imm is None else _OP_ONLY_IMM
             elif first:
                 op = _OP_FIRST
             elif last:
-                op = _OP_LAST if msg.imm is None else _OP_LAST_IMM
+                op = _OP_LAST if imm is None else _OP_LAST_IMM
             else:
                 op = _OP_MIDDLE
-            rec = TxRecord(sb.snd_nxt, msg, off, n, op)
-            frame = self._send_record(rec, now_s, rtx=False)
-            if frame is None:
+            slot = pick(-1)
+            if slot < 0:
                 if first:  # undo the start bookkeeping; retry later
                     self._inflight_msgs.pop()
-                    if msg.imm is not None:
+                    if imm is not None:
                         self._wimm_outstanding -= 1
                 break
-            sb.add(rec)
-            out.append(frame)
-            msg.next_off = off + n
+            # the frame (see _data_frame)
+            eth_dst, eth_src, w0, src, dst, sport, psum = tmpls[slot]
+            payload = mbuf[off : off + n]
+            w0 |= _DSCP_DATA_ECT0
             if last:
-                msg.last_psn = rec.psn
+                w2 = _ACKREQ | nxt
+                if imm is not None:
+                    ulen = n + 56
+                    pack_imm(
+                        scratch, 0, eth_dst, eth_src, 0x86DD, w0, ulen, 17, 64, src, dst, sport,
+                        4791, ulen, 0, op, 0, 0xFFFF, w1, w2, msn, rqmsn, ts_ns, va + off, rkey,
+                        length, imm,
+                    )  # fmt: skip
+                    icrc = crc32(payload, crc32(mrc_imm))
+                    total = psum + ulen + from_bytes(udp_imm, "big")
+                    hdr = head_imm
+                else:
+                    ulen = n + 52
+                    pack(
+                        scratch, 0, eth_dst, eth_src, 0x86DD, w0, ulen, 17, 64, src, dst, sport,
+                        4791, ulen, 0, op, 0, 0xFFFF, w1, w2, msn, rqmsn, ts_ns, va + off, rkey,
+                        length,
+                    )  # fmt: skip
+                    icrc = crc32(payload, crc32(mrc))
+                    total = psum + ulen + from_bytes(udp, "big")
+                    hdr = head
+                total += icrc << 8 if n & 1 else icrc
+            else:  # a full MTU: never empty
+                ulen = n + 52
+                pack(
+                    scratch, 0, eth_dst, eth_src, 0x86DD, w0, ulen, 17, 64, src, dst, sport,
+                    4791, ulen, 0, op, 0, 0xFFFF, w1, nxt, msn, rqmsn, ts_ns, va + off, rkey,
+                    length,
+                )  # fmt: skip
+                icrc = crc32(payload, crc32(mrc))
+                total = psum + ulen + from_bytes(udp, "big") + (icrc << 8 if n & 1 else icrc)
+                hdr = head
+            if n:
+                total += csum_partial(payload)
+            u16_into(scratch, _OFF_UCSUM, 0xFFFF - total % 0xFFFF)
+            frame = join((hdr, payload, u32(icrc)))
+            # the record and its timer
+            rec = TxRecord(nxt, msg, off, n, op)
+            rec.slot = slot
+            rec.sent_s = now_s
+            rec.tx_ts_ns = ts_ns
+            seq += 1
+            rec.timer_seq = seq
+            if in_order:  # Scoreboard.arm
+                fifo_append((deadline, seq, nxt))
+            else:
+                heappush(heap, (deadline, seq, nxt))
+            records[nxt] = rec
+            tx_packets[slot] += 1
+            sent += 1
+            sent_bytes += n
+            inflight += n
+            out.append((plane_of[slot], frame))
+            if last:
+                msg.next_off = length
+                msg.last_psn = nxt
                 sendq.popleft()
-        return out
+            else:
+                msg.next_off = off + n
+            nxt = (nxt + 1) & PSN_MASK
+        sb.seq = seq
+        sb.snd_nxt = nxt
+        sb.inflight_bytes = inflight
+        st = self.stats
+        st.tx_data_packets += sent
+        st.tx_data_bytes += sent_bytes
 
     def _send_record(self, rec: TxRecord, now_s: float, rtx: bool) -> tuple[int, bytes] | None:
         evs = self.evs
@@ -627,7 +787,9 @@ class QueuePair:
         if slot < 0:
             return None
         ts_ns = int(now_s * 1e9) or 1  # 0 means "no timestamp" in a SACK: a clock at 0 is 1 ns
-        frame = self._data_frame(rec, slot, ts_ns, rtx)
+        frame = self._data_frame(
+            self._slot_tmpl[slot], rec.opcode, rec.psn, rec.msg, rec.offset, rec.length, ts_ns, rtx
+        )
         rec.slot = slot
         rec.sent_s = now_s
         rec.tx_ts_ns = ts_ns
@@ -644,56 +806,85 @@ class QueuePair:
         self.sb.arm(rec, now_s + (rto if rto < self.config.max_rto_s else self.config.max_rto_s))
         return (evs.plane_of[slot], frame)
 
-    def _data_frame(self, rec: TxRecord, slot: int, ts_ns: int, rtx: bool) -> bytes:
-        msg = rec.msg
-        pre, w0, src, final = self._slot_prefix[slot]
-        n = rec.length
-        op = rec.opcode
-        imm = op in (_OP_LAST_IMM, _OP_ONLY_IMM)
-        hdr_end = _PREFIX + 40 + (4 if imm else 0)
-        total = hdr_end + n + 4
-        mrc_len = total - _PREFIX
-        buf = bytearray(total)
-        buf[:_PREFIX] = pre
-        dscp = 8 if rtx else 4  # TRIMMABLE_RETX / TRIMMABLE
-        _IPW0_PLEN.pack_into(buf, _OFF_IP, w0 | dscp << 22 | 2 << 20, mrc_len + 8)  # ECT0
-        _U16.pack_into(buf, _OFF_ULEN, mrc_len + 8)
-        last = op != _OP_FIRST and op != _OP_MIDDLE
-        _DATA_HDR.pack_into(
-            buf,
-            _OFF_BTH,
+    def _data_frame(
+        self,
+        t: _Template,
+        op: int,
+        psn: int,
+        msg: _Message,
+        off: int,
+        n: int,
+        ts_ns: int,
+        rtx: bool,
+    ) -> bytes:
+        """One data frame: headers packed into the scratch buffer, the payload copied once
+        (by the join) from the message's buffer, ICRC and UDP checksum chained over both."""
+        eth_dst, eth_src, w0, src, dst, sport, psum = t
+        payload = msg.buf[off : off + n]
+        w1 = (_TS_BIT | _RTX_BIT if rtx else _TS_BIT) << 24 | self.peer.qpn
+        w2 = psn if op < _OP_LAST else _ACKREQ | psn  # the last packet asks for an ACK
+        w0 |= (8 if rtx else 4) << 22 | 2 << 20  # TRIMMABLE_RETX / TRIMMABLE, ECT0
+        if op in (_OP_LAST_IMM, _OP_ONLY_IMM):
+            ulen = n + 56  # UDP 8 + BTH..RETH 40 + ImmDt 4 + ICRC 4
+            _FRAME_DATA_IMM.pack_into(
+                self._scratch, 0, eth_dst, eth_src, 0x86DD, w0, ulen, 17, 64, src, dst,
+                sport, 4791, ulen, 0, op, 0, 0xFFFF, w1, w2, msg.msn, msg.rqmsn, ts_ns,
+                msg.remote_va + off, msg.rkey, msg.length, msg.imm,
+            )  # fmt: skip
+            head, mrc, udp = self._views[1]
+        else:
+            ulen = n + 52  # UDP 8 + BTH..RETH 40 + ICRC 4
+            _FRAME_DATA.pack_into(
+                self._scratch, 0, eth_dst, eth_src, 0x86DD, w0, ulen, 17, 64, src, dst,
+                sport, 4791, ulen, 0, op, 0, 0xFFFF, w1, w2, msg.msn, msg.rqmsn, ts_ns,
+                msg.remote_va + off, msg.rkey, msg.length,
+            )  # fmt: skip
+            head, mrc, udp = self._views[0]
+        icrc = _crc32(payload, _crc32(mrc))
+        # One's complement sum of the UDP datagram = its value modulo 0xFFFF (2^16 = 1 mod
+        # 0xFFFF): the headers' bytes as one integer, the payload's sum from the C core, the
+        # ICRC one byte up when the payload length is odd; plus the pseudo-header (psum, ulen).
+        total = psum + ulen + _from_bytes(udp, "big") + (icrc << 8 if n & 1 else icrc)
+        if n:
+            total += _csum_partial(payload)
+        _U16.pack_into(self._scratch, _OFF_UCSUM, 0xFFFF - total % 0xFFFF)
+        return b"".join((head, payload, _U32.pack(icrc)))
+
+    def _ctrl_frame(self, op: int, psn: int, body: bytes, ev: int) -> tuple[int, bytes]:
+        eth_dst, eth_src, w0, src, dst, sport, psum = self._tmpl.get(ev) or self._make_tmpl(ev)
+        scr = self._ctrl_scratch
+        mv = self._ctrl_view
+        end = _FRAME_CTRL.size + len(body)
+        ulen = end + 4 - _OFF_UDP
+        _FRAME_CTRL.pack_into(
+            scr,
+            0,
+            eth_dst,
+            eth_src,
+            0x86DD,
+            w0 | 46 << 22 | 2 << 20,
+            ulen,
+            17,
+            64,
+            src,
+            dst,
+            sport,
+            4791,
+            ulen,
+            0,
             op,
             0,
             0xFFFF,
-            (_TS_BIT | _RTX_BIT if rtx else _TS_BIT) << 24 | self.peer.qpn,
-            (_ACKREQ if last else 0) | rec.psn,
-            msg.msn,
-            msg.rqmsn,
-            ts_ns,
-            msg.remote_va + rec.offset,
-            msg.rkey,
-            msg.length,
-        )
-        if imm:
-            _IMM.pack_into(buf, _PREFIX + 40, msg.imm)
-        if n:
-            buf[hdr_end : hdr_end + n] = msg.buf[rec.offset : rec.offset + n]
-        _U32.pack_into(buf, total - 4, zlib.crc32(memoryview(buf)[_OFF_BTH : total - 4]))
-        _U16.pack_into(buf, _OFF_UCSUM, fast.udp6_checksum(src, final, memoryview(buf)[_OFF_UDP:]))
-        return bytes(buf)
-
-    def _ctrl_frame(self, op: int, psn: int, body: bytes, ev: int) -> tuple[int, bytes]:
-        pre, w0, src, final = self._make_prefix(ev)
-        total = _PREFIX + 12 + len(body) + 4
-        buf = bytearray(total)
-        buf[:_PREFIX] = pre
-        _IPW0_PLEN.pack_into(buf, _OFF_IP, w0 | 46 << 22 | 2 << 20, total - _OFF_UDP)  # CONTROL
-        _U16.pack_into(buf, _OFF_ULEN, total - _OFF_UDP)
-        _BTH.pack_into(buf, _OFF_BTH, op, 0, 0xFFFF, self.peer.qpn, psn)
-        buf[_OFF_BTH + 12 : total - 4] = body
-        _U32.pack_into(buf, total - 4, zlib.crc32(memoryview(buf)[_OFF_BTH : total - 4]))
-        _U16.pack_into(buf, _OFF_UCSUM, fast.udp6_checksum(src, final, memoryview(buf)[_OFF_UDP:]))
-        return (ev % self.planes, bytes(buf))
+            self.peer.qpn,
+            psn,
+        )  # fmt: skip  (DSCP CONTROL, ECT0)
+        scr[_FRAME_CTRL.size : end] = body
+        _U32.pack_into(scr, end, _crc32(mv[_OFF_BTH:end]))
+        udp = _from_bytes(mv[_OFF_UDP : end + 4], "big")
+        if ulen & 1:  # an odd datagram is summed as if padded with a zero byte
+            udp <<= 8
+        _U16.pack_into(scr, _OFF_UCSUM, 0xFFFF - (psum + ulen + udp) % 0xFFFF)
+        return (ev % self.planes, bytes(mv[: end + 4]))
 
     def _queue_ctrl(self, op: int, psn: int, body: bytes, plane: int = -1) -> None:
         """Queue a control frame: on ``plane`` (the plane the packet being answered came in
@@ -719,43 +910,117 @@ class QueuePair:
         if ethertype != 0x86DD or w0 >> 28 != 6 or nh != 17 or end > n or plen < 20:
             self.stats.rx_malformed += 1
             return
-        self.evs.now_s = now_s
+        evs = self.evs
+        evs.now_s = now_s
         op = data[_OFF_BTH]
         if _OP_FIRST <= op <= _OP_ONLY_IMM:
+            # The common case inline: a new, untrimmed data packet without an immediate, in
+            # the window, accepted by the memory table.  Everything up to the placement only
+            # looks; anything else (even a bad ICRC) goes to _rx_data, which starts over.
+            mv = memoryview(data)
+            if (
+                op not in _IMM_OPS
+                and (w0 >> 22) & 0x3F not in _DSCPS_TRIMMED
+                and end >= _OFF_BTH + 44
+                and _crc32(mv[_OFF_BTH : end - 4]) == _U32.unpack_from(data, end - 4)[0]
+            ):
+                w1, w2, msn, _rqmsn, ts_ns, va, rkey, length = _RX_DATA.unpack_from(
+                    data, _OFF_BTH + 4
+                )
+                psn = w2 & PSN_MASK
+                rxw = self.rxwin
+                d = (psn - rxw.expected) & PSN_MASK
+                # d == 0 is the cumulative ack's next PSN, never marked (receive() advances
+                # past it at once): no need to ask the window
+                if (
+                    w1 & 0xFFFFFF == self.qpn
+                    and d < rxw.size
+                    and not (d and rxw.win.test(psn))
+                    and self.memory.place(rkey, va, mv[_OFF_BTH + 40 : end - 4]) is _PLACE_OK
+                ):
+                    self._rx_new_data(data, end, w0, w1, w2, psn, msn, ts_ns, length, now_s)
+                    return
             self._rx_data(data, end, w0, op, now_s)
+        elif op in (_OP_SACK, _OP_ACK) and end == _SACK_FRAME_END:
+            self._rx_sack_frame(data, op, now_s)
         else:
             self._rx_control(data, end, w0, now_s)
-        if self.evs.events:
+        if evs.events:
             self._drain_ev_events()
+
+    def _rx_new_data(
+        self,
+        data,  # noqa: ANN001
+        end: int,
+        w0: int,
+        w1: int,
+        w2: int,
+        psn: int,
+        msn: int,
+        ts_ns: int,
+        length: int,
+        now_s: float,
+    ) -> None:
+        """The rest of receive_frame's common case, once the payload is placed: exactly what
+        _rx_data does for a new packet without an immediate."""
+        rxw = self.rxwin
+        ev = (data[_OFF_UDP] << 24) | (data[_OFF_UDP + 1] << 16) | (w0 & 0xFFFF)
+        ce = (w0 >> 20) & 3 == 3
+        st = self.stats
+        st.rx_data_packets += 1
+        if ce:
+            st.rx_ecn_marked += 1
+        rxw.receive(psn)
+        plen = end - 4 - _OFF_BTH - 40
+        st.rx_placed_bytes += plen
+        rxw.received_bytes += plen
+        msg_bytes = self._rx_msg_bytes
+        got = msg_bytes.get(msn, 0) + plen
+        if got >= length:
+            msg_bytes.pop(msn, None)
+            if self._rx_imm_pending:
+                pend = self._rx_imm_pending.pop(msn, None)
+                if pend is not None:
+                    self._rx_imm_complete(pend, now_s)
+        else:
+            msg_bytes[msn] = got
+        if ce:
+            self._ce_run[ev] = self._ce_run.get(ev, 0) + 1
+            rxw.ece_pending = True
+        elif self._ce_run:
+            self._ce_run.pop(ev, None)
+        rtx = w1 & (_RTX_BIT << 24) != 0
+        if ce or rtx or w2 & _ACKREQ or rxw.pending >= rxw.ack_every:
+            self._send_sack(psn, ev, ts_ns, ce, ev % self.planes, twice=rtx)
+        else:
+            self._ack_trigger = (psn, ev, ts_ns, ce)
+            if self._ack_deadline is None:
+                self._ack_deadline = now_s + self._ack_delay
 
     def _rx_data(self, data, end: int, w0: int, op: int, now_s: float) -> None:  # noqa: ANN001
         st = self.stats
         dscp = (w0 >> 22) & 0x3F
         trimmed = dscp in (_DSCP_TRIMMED, _DSCP_TRIMMED_LH)
         imm = op in (_OP_LAST_IMM, _OP_ONLY_IMM)
-        hdr_end = _PREFIX + 40 + (4 if imm else 0)
+        hdr_end = _OFF_BTH + 44 if imm else _OFF_BTH + 40
         if end < hdr_end + (0 if trimmed else 4):
             st.rx_malformed += 1
             return
-        if not trimmed:
-            icrc = _U32.unpack_from(data, end - 4)[0]
-            if zlib.crc32(memoryview(data)[_OFF_BTH : end - 4]) != icrc:
-                st.rx_malformed += 1
-                return
-        (_op, _b1, _pkey, w1, w2, msn, rqmsn, ts_ns, va, rkey, length) = _RX_DATA.unpack_from(
-            data, _OFF_BTH
-        )
+        mv = memoryview(data)
+        if not trimmed and _crc32(mv[_OFF_BTH : end - 4]) != _U32.unpack_from(data, end - 4)[0]:
+            st.rx_malformed += 1
+            return
+        w1, w2, msn, rqmsn, ts_ns, va, rkey, length = _RX_DATA.unpack_from(data, _OFF_BTH + 4)
         if w1 & 0xFFFFFF != self.qpn:
             st.rx_malformed += 1
             return
         psn = w2 & PSN_MASK
-        ev = _U16.unpack_from(data, _OFF_UDP)[0] << 16 | (w0 & 0xFFFF)
+        ev = (data[_OFF_UDP] << 24) | (data[_OFF_UDP + 1] << 16) | (w0 & 0xFFFF)
         ce = (w0 >> 20) & 3 == 3
         st.rx_data_packets += 1
         if ce:
             st.rx_ecn_marked += 1
         rxw = self.rxwin
-        win = rxw.win
         if trimmed:
             st.rx_trimmed += 1
             reason = (
@@ -763,20 +1028,21 @@ class QueuePair:
                 if dscp == _DSCP_TRIMMED
                 else wire.NackReason.TRIMMED_LASTHOP
             )
-            if not win.test(psn):
+            if not rxw.win.test(psn):
                 self._send_nack(int(reason), psn, ev, ts_ns, ev % self.planes)
             return
-        d = (psn - win.expected_psn) & PSN_MASK
+        d = (psn - rxw.expected) & PSN_MASK
         if d < _HALF and d >= rxw.size:
             self._send_nack(int(wire.NackReason.PSN_OOR_WINDOW), psn, ev, ts_ns, ev % self.planes)
             return
-        if d >= _HALF or win.test(psn):
+        # d == 0 is the cumulative ack's next PSN, which is never marked (receive() advances
+        # past it at once): no need to ask the window
+        if d >= _HALF or (d and rxw.win.test(psn)):
             st.rx_duplicates += 1
             self._send_sack(psn, ev, ts_ns, ce, ev % self.planes, twice=True)  # rule 2
             return
-        payload = memoryview(data)[hdr_end : end - 4]
-        status = self.memory.place(rkey, va, payload)
-        if status is not PlaceStatus.OK:
+        payload = mv[hdr_end : end - 4]
+        if self.memory.place(rkey, va, payload) is not _PLACE_OK:
             st.rx_refused += 1
             self._send_nack(int(wire.NackReason.REMOTE_ACCESS_ERROR), psn, ev, ts_ns, -1)
             return
@@ -786,18 +1052,20 @@ class QueuePair:
         st.rx_placed_bytes += plen
         rxw.received_bytes += plen
         # message accounting: completion when every byte of the message is placed
-        got = self._rx_msg_bytes.get(msn, 0) + plen
+        msg_bytes = self._rx_msg_bytes
+        got = msg_bytes.get(msn, 0) + plen
         if imm:
             if self._rx_imm_check(rqmsn, now_s):
                 return
-            self._rx_imm_pending[msn] = (rqmsn, _IMM.unpack_from(data, _PREFIX + 40)[0], length)
+            self._rx_imm_pending[msn] = (rqmsn, _IMM.unpack_from(data, _OFF_BTH + 40)[0], length)
         if got >= length:
-            self._rx_msg_bytes.pop(msn, None)
-            pend = self._rx_imm_pending.pop(msn, None)
-            if pend is not None:
-                self._rx_imm_complete(pend, now_s)
+            msg_bytes.pop(msn, None)
+            if self._rx_imm_pending:
+                pend = self._rx_imm_pending.pop(msn, None)
+                if pend is not None:
+                    self._rx_imm_complete(pend, now_s)
         else:
-            self._rx_msg_bytes[msn] = got
+            msg_bytes[msn] = got
         # the ALWAYS_SKIP heuristic: a run of CE marks on one EV
         if ce:
             run = self._ce_run.get(ev, 0) + 1
@@ -805,8 +1073,9 @@ class QueuePair:
             rxw.ece_pending = True
         elif self._ce_run:
             self._ce_run.pop(ev, None)
-        rtx = bool(w1 & (_RTX_BIT << 24))
-        if rxw.wants_ack(MARK_NEW, ce, bool(w2 & _ACKREQ), rtx):
+        rtx = w1 & (_RTX_BIT << 24) != 0
+        # the coalescing rule (ResponderWindow.wants_ack) for a new packet
+        if ce or rtx or w2 & _ACKREQ or rxw.pending >= rxw.ack_every:
             self._send_sack(psn, ev, ts_ns, ce, ev % self.planes, twice=rtx)
         else:
             self._ack_trigger = (psn, ev, ts_ns, ce)
@@ -852,30 +1121,67 @@ class QueuePair:
         way, and the other copy survives a failure of its way back."""
         rxw = self.rxwin
         ece = ce or rxw.ece_pending
-        f = rxw.sack_fields(psn)
-        if ce and self._ce_run.get(ev, 0) >= 8:
-            mark = int(wire.SackMark.ALWAYS_SKIP)
-        elif ce:
-            mark = int(wire.SackMark.SKIP_ONCE)
+        cack, offset, bitmap, ooo, received, pen = rxw.sack_values(psn)
+        if ce:
+            mark = _MARK_ALWAYS_SKIP if self._ce_run.get(ev, 0) >= 8 else _MARK_SKIP_ONCE
+            w0 = mark << 30 | 0x20000000 | cack
         else:
-            mark = 0
-        w0 = mark << 30 | (0x20000000 if ece else 0) | f.cack_psn
-        body = _SACK.pack(
-            w0, f.sack_offset, rxw.penalty(), f.bitmap, ev, f.ooo_count, ts_ns, f.received_bytes
-        )
+            w0 = 0x20000000 | cack if ece else cack
         self._ack_deadline = None
         self.stats.tx_sacks += 1
-        self._queue_ctrl(op, f.cack_psn, body, plane)
+        if self.peer is None:
+            return
+        evs = self.evs
+        ctrl = self._ctrl
+        # _queue_ctrl, with the SACK's fields packed straight into the frame
+        out_ev = evs.next_reverse_ev() if plane < 0 else evs.reverse_ev_on(plane)
+        ctrl.append(
+            self._sack_frame(op, cack, w0, offset, pen, bitmap, ev, ooo, ts_ns, received, out_ev)
+        )
         if twice and plane >= 0:
-            evs = self.evs
             for _ in range(len(evs.reverse)):
                 other = evs.next_reverse_ev()
                 if other % self.planes != plane:
-                    self._ctrl.append(self._ctrl_frame(op, f.cack_psn, body, other))
+                    ctrl.append(
+                        self._sack_frame(
+                            op, cack, w0, offset, pen, bitmap, ev, ooo, ts_ns, received, other
+                        )
+                    )
                     break
 
+    def _sack_frame(
+        self,
+        op: int,
+        cack: int,
+        w0: int,
+        offset: int,
+        pen: int,
+        bitmap: int,
+        ev: int,
+        ooo: int,
+        ts_ns: int,
+        received: int,
+        out_ev: int,
+    ) -> tuple[int, bytes]:
+        """A SACK/ACK frame on ``out_ev``: what _ctrl_frame builds from the packed SACK body
+        (fields in wire order: ``w0`` = mark, ece and cack_psn), with one pack_into for the
+        headers and the body."""
+        tmpl = self._tmpl.get(out_ev) or self._make_tmpl(out_ev)
+        eth_dst, eth_src, w0_ip, src, dst, sport, psum = tmpl
+        ulen = _FRAME_SACK.size + 4 - _OFF_UDP
+        _FRAME_SACK.pack_into(
+            self._ctrl_scratch, 0, eth_dst, eth_src, 0x86DD, w0_ip | _DSCP_CTRL_ECT0, ulen, 17,
+            64, src, dst, sport, 4791, ulen, 0, op, 0, 0xFFFF, self.peer.qpn, cack, w0, offset,
+            pen, bitmap, ev, ooo, ts_ns, received,
+        )  # fmt: skip
+        mrc, udp, whole = self._sack_views
+        _U32.pack_into(self._ctrl_scratch, _FRAME_SACK.size, _crc32(mrc))
+        csum = 0xFFFF - (psum + ulen + _from_bytes(udp, "big")) % 0xFFFF
+        _U16.pack_into(self._ctrl_scratch, _OFF_UCSUM, csum)
+        return (out_ev % self.planes, bytes(whole))
+
     def _send_nack(self, reason: int, psn: int, ev: int, ts_ns: int, plane: int) -> None:
-        body = _NACK.pack(reason << 24 | psn, ev, self.rxwin.win.cack_psn, ts_ns)
+        body = _NACK.pack(reason << 24 | psn, ev, (self.rxwin.expected - 1) & PSN_MASK, ts_ns)
         self.stats.tx_nacks += 1
         self._queue_ctrl(_OP_NACK, psn, body, plane)
 
@@ -890,7 +1196,11 @@ class QueuePair:
             return
         op = pkt.bth.opcode
         if op in (_OP_SACK, _OP_ACK):
-            self._rx_sack(pkt.sack, op == _OP_ACK, now_s)
+            sk = pkt.sack
+            self._rx_sack(
+                sk.cack_psn, sk.sack_offset, sk.bitmap, sk.ev, int(sk.mark), sk.ece,
+                sk.rcv_cwnd_pen, sk.reflected_ts_ns, op == _OP_ACK, now_s,
+            )  # fmt: skip
         elif op == _OP_NACK:
             self._rx_nack(pkt.nack, now_s)
         elif op == _OP_RPROBE:
@@ -898,7 +1208,8 @@ class QueuePair:
             ce = (w0 >> 20) & 3 == 3
             probe = pkt.probe
             plane = probe.ev % self.planes
-            self._send_sack(self.rxwin.win.cack_psn, probe.ev, probe.tx_ts_ns, ce, plane, _OP_ACK)
+            cack = (self.rxwin.expected - 1) & PSN_MASK
+            self._send_sack(cack, probe.ev, probe.tx_ts_ns, ce, plane, _OP_ACK)
         elif op == _OP_EP_REQ and pkt.endpoint.kind == wire.EndpointKind.PORT_STATUS:
             mask = pkt.endpoint.port_mask
             for p in range(self.planes):
@@ -910,43 +1221,93 @@ class QueuePair:
         else:
             self.stats.rx_malformed += 1
 
-    def _rx_sack(self, s: wire.SACK, is_probe_answer: bool, now_s: float) -> None:
-        st = self.stats
-        st.rx_sacks += 1
+    def _rx_sack_frame(self, data, op: int, now_s: float) -> None:  # noqa: ANN001
+        """A SACK or probe answer of the right length: decoded at fixed offsets (what
+        wire.decode_mrc would check: the ICRC and a defined mark; then our QP number)."""
+        if (
+            _crc32(memoryview(data)[_OFF_BTH : _SACK_FRAME_END - 4])
+            != _U32.unpack_from(data, _SACK_FRAME_END - 4)[0]
+        ):
+            self.stats.rx_malformed += 1
+            return
+        w1, _w2, w0, offset, pen, bitmap, ev, _ooo, ts_ns, _rb = _RX_SACK.unpack_from(
+            data, _OFF_BTH + 4
+        )
+        mark = w0 >> 30
+        if mark == 3 or w1 & 0xFFFFFF != self.qpn:
+            self.stats.rx_malformed += 1
+            return
+        self._rx_sack(
+            w0 & PSN_MASK, offset, bitmap, ev, mark, w0 & 0x20000000 != 0, pen & 0x7F, ts_ns,
+            op == _OP_ACK, now_s,
+        )  # fmt: skip
+
+    def _rx_sack(
+        self,
+        cack_psn: int,
+        offset: int,
+        bitmap: int,
+        ev: int,
+        mark: int,
+        ece: bool,
+        rcv_cwnd_pen: int,
+        reflected_ts_ns: int,
+        is_probe_answer: bool,
+        now_s: float,
+    ) -> None:
+        """Apply one SACK (or probe answer; ``mark`` is the wire value of wire.SackMark)."""
+        self.stats.rx_sacks += 1
         evs = self.evs
-        acked = self.sb.on_sack(s.cack_psn, s.sack_offset, s.bitmap)
+        acked = self.sb.on_sack(cack_psn, offset, bitmap)
         acked_bytes = 0
-        for rec in acked:
-            if rec.to_sent_s >= 0 and self._spurious(rec, s, now_s):
-                # the timed-out original got through, not the retransmission: credit its path
-                evs.note_delivered(rec.to_slot, rec.to_sent_s)
-            else:
-                evs.note_delivered(rec.slot, rec.sent_s)
-            acked_bytes += rec.length
+        if acked:
+            # EvTable.note_delivered, inline: the path of each acknowledged packet is alive
+            acked_packets = evs.acked_packets
+            evidence_s = evs.evidence_s
+            path_of = evs.path_of
+            path_evidence_s = evs.path_evidence_s
+            path_ack_s = evs.path_ack_s
+            t_ack = evs.now_s
+            for rec in acked:
+                if rec.to_sent_s >= 0 and self._spurious(rec, ev, reflected_ts_ns, now_s):
+                    # the timed-out original got through, not the retransmission: credit its
+                    # path
+                    slot = rec.to_slot
+                    sent_s = rec.to_sent_s
+                else:
+                    slot = rec.slot
+                    sent_s = rec.sent_s
+                acked_packets[slot] += 1
+                if sent_s > evidence_s[slot]:
+                    evidence_s[slot] = sent_s
+                path = path_of[slot]
+                if sent_s > path_evidence_s[path]:
+                    path_evidence_s[path] = sent_s
+                path_ack_s[path] = t_ack
+                acked_bytes += rec.length
         rtt = None
         # A probe's answer times a small high-priority packet, not data: it would drag the
         # base RTT (NSCC's queueing delay, the RTO) far below what data packets see.
-        if s.reflected_ts_ns and not is_probe_answer:
-            rtt = now_s - s.reflected_ts_ns * 1e-9
+        if reflected_ts_ns and not is_probe_answer:
+            rtt = now_s - reflected_ts_ns * 1e-9
             if rtt > 0:
                 self._rtt_sample(rtt)
             else:
                 rtt = None
-        slot = evs.slot_of.get(s.ev, -1)
         if is_probe_answer:
+            slot = evs.slot_of.get(ev, -1)
             if slot >= 0:
-                evs.on_probe_answer(slot, s.reflected_ts_ns, s.mark != wire.SackMark.NONE, now_s)
-        elif slot >= 0:
-            if s.mark == wire.SackMark.SKIP_ONCE:
+                evs.on_probe_answer(slot, reflected_ts_ns, mark != 0, now_s)
+        elif mark:
+            slot = evs.slot_of.get(ev, -1)
+            if slot >= 0:
                 evs.ecn_echoes[slot] += 1
-                evs.apply(slot, EvInput.ECN_ECHO, now_s)
-            elif s.mark == wire.SackMark.ALWAYS_SKIP:
-                evs.ecn_echoes[slot] += 1
-                evs.apply(slot, EvInput.ALWAYS_SKIP, now_s)
-        if acked_bytes or s.ece:
-            self.cc.on_ack(AckSample(acked_bytes, rtt, s.ece, now_s))
-        if s.rcv_cwnd_pen:
-            self.cc.on_rcv_penalty(s.rcv_cwnd_pen, now_s)
+                inp = EvInput.ECN_ECHO if mark == _MARK_SKIP_ONCE else EvInput.ALWAYS_SKIP
+                evs.apply(slot, inp, now_s)
+        if acked_bytes or ece:
+            self.cc.on_ack(new_ack_sample(acked_bytes, rtt, ece, now_s))
+        if rcv_cwnd_pen:
+            self.cc.on_rcv_penalty(rcv_cwnd_pen, now_s)
         if acked:
             self._complete_messages(now_s)
 
@@ -972,13 +1333,13 @@ class QueuePair:
         rto = max(srtt + 4 * self._rttvar, RTO_PEAK_GAIN * self._rtt_peak)
         self._rto = min(max(rto, self._min_rto), self.config.max_rto_s)
 
-    def _spurious(self, rec: TxRecord, s: wire.SACK, now_s: float) -> bool:
+    def _spurious(self, rec: TxRecord, ev: int, reflected_ts_ns: int, now_s: float) -> bool:
         """A PSN that timed out is acknowledged: if the SACK was triggered by the very
         transmission that timed out (its EV and timestamp), or the retransmission cannot have
         caused it (not sent yet, or sent less than half a min RTT ago), the original made it
         and the timeout was spurious.  Its delay is an RTT the estimator missed: feed it to
         the peak so the RTO covers it next time (the Eifel idea, RFC 3522)."""
-        by_original = s.reflected_ts_ns == rec.to_ts_ns and s.ev == self.evs.ev_values[rec.to_slot]
+        by_original = reflected_ts_ns == rec.to_ts_ns and ev == self.evs.ev_values[rec.to_slot]
         if (
             not by_original
             and not rec.lost

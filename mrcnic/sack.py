@@ -19,11 +19,13 @@ and of the highest PSN past the cumulative ack.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from dataclasses import dataclass
 
 from mrcnic import fast
 
 PSN_MASK = 0xFFFFFF
+PSN_MODULUS = 1 << 24
 MARK_NEW = 0
 MARK_DUP = 1
 MARK_OOR = 2
@@ -49,7 +51,12 @@ def _ahead(psn: int, expected: int) -> int:
 
 class ResponderWindow:
     """The responder's PSN tracking window (``mrcnic.fast.PsnWindow``) plus the coalescing
-    counters of the rule above."""
+    counters of the rule above.
+
+    ``expected`` and ``highest`` mirror ``win.expected_psn`` and ``win.highest_psn`` as plain
+    ints (reading them from the C struct costs a property call and a cffi access per read,
+    several times per packet); :meth:`receive` is the only writer of ``win``, so they stay
+    exact.  Mark the window only through :meth:`receive`."""
 
     __slots__ = (
         "win",
@@ -59,24 +66,34 @@ class ResponderWindow:
         "received_bytes",
         "ack_every",
         "size",
+        "expected",
+        "highest",
+        "_half",
     )
 
     def __init__(self, size: int = 65536, start_psn: int = 0, ack_every: int = 4) -> None:
         self.win = fast.PsnWindow(size, start_psn)
         self.size = size
+        self._half = size // 2
         self.ack_every = ack_every
         self.pending = 0  # new packets not yet covered by a SACK we sent
         self.pending_lo = -1  # the lowest PSN among them
         self.ece_pending = False
         self.received_bytes = 0
+        self.expected = self.win.expected_psn
+        self.highest = self.win.highest_psn
 
     def receive(self, psn: int) -> int:
         """Record a data PSN; returns MARK_NEW, MARK_DUP or MARK_OOR (outside the window)."""
         win = self.win
         st = win.mark(psn)
         if st == MARK_NEW:
-            if psn == win.expected_psn:
-                win.advance()
+            expected = self.expected
+            # the window's rule for its highest PSN (a serial-number max past expected)
+            if (psn - expected) & PSN_MASK >= (self.highest - expected + 1) & PSN_MASK:
+                self.highest = psn
+            if psn == expected:
+                self.expected = (expected + win.advance()) & PSN_MASK
             if self.pending == 0 or (psn - self.pending_lo) & PSN_MASK >= 1 << 23:
                 self.pending_lo = psn
             self.pending += 1
@@ -86,13 +103,18 @@ class ResponderWindow:
         """Rules 1-4: must a SACK go out now (otherwise: the delayed-ack timer)?"""
         return ce or status != MARK_NEW or rtx or ack_req or self.pending >= self.ack_every
 
-    def sack_fields(self, trigger_psn: int) -> SackFields:
-        """Build the SACK body for a trigger PSN and reset the coalescing counters."""
-        win = self.win
-        expected = win.expected_psn
-        h = (win.highest_psn - expected) & PSN_MASK
+    def sack_values(self, trigger_psn: int) -> tuple[int, int, int, int, int, int]:
+        """The SACK body for a trigger PSN as ``(cack_psn, sack_offset, bitmap, ooo_count,
+        received_bytes, rcv_cwnd_pen)``, and reset the coalescing counters (the hot path's
+        :meth:`sack_fields` plus :meth:`penalty`, without building a dataclass)."""
+        expected = self.expected
+        cack = (expected - 1) & PSN_MASK
+        h = (self.highest - expected) & PSN_MASK
         if h >= 1 << 23:  # nothing beyond the cumulative ack
             h = -1
+            pen = 0
+        else:
+            pen = self._penalty_of(h + 1) if h + 1 < 1 << 23 else 0
         d = (trigger_psn - expected) & PSN_MASK
         if d >= 1 << 23:
             d = 0  # a duplicate behind the cumulative ack: the cack covers it
@@ -103,23 +125,32 @@ class ResponderWindow:
             # behind a hole and no longer among the newest 64, they would never be acked
             lo = min(d, _ahead(self.pending_lo, expected))
         offset = max(0, min(lo, h - (BITMAP_BITS - 1)))
-        bitmap = win.sack_bitmap(offset) if h >= 0 else 0
-        ooo = 0
         if h >= 0:
+            win = self.win
+            bitmap = win.sack_bitmap(offset)
             ooo = min(0xFFFF, h + 1 - win.holes())
+        else:
+            bitmap = ooo = 0
         self.pending = 0
         self.pending_lo = -1
         self.ece_pending = False
-        return SackFields(win.cack_psn, offset, bitmap, ooo, self.received_bytes)
+        return cack, offset, bitmap, ooo, self.received_bytes, pen
+
+    def sack_fields(self, trigger_psn: int) -> SackFields:
+        """Build the SACK body for a trigger PSN and reset the coalescing counters."""
+        cack, offset, bitmap, ooo, rb, _pen = self.sack_values(trigger_psn)
+        return SackFields(cack, offset, bitmap, ooo, rb)
 
     def penalty(self) -> int:
         """rcv_cwnd_pen 0-127: ask the sender to shrink when the tracking window fills up with
         out-of-order state (0 below half full, rising linearly to 127 when full)."""
-        win = self.win
-        span = (win.highest_psn - win.cack_psn) & PSN_MASK
+        span = (self.highest - self.expected + 1) & PSN_MASK
         if span >= 1 << 23:
             return 0
-        half = self.size // 2
+        return self._penalty_of(span)
+
+    def _penalty_of(self, span: int) -> int:
+        half = self._half
         if span <= half:
             return 0
         return min(127, (span - half) * 127 // half)
@@ -168,7 +199,14 @@ class Scoreboard:
     """The requester's view: which PSNs are outstanding, when each times out, what is lost.
 
     ``records`` holds exactly the sent-but-unacknowledged PSNs; ``snd_una`` is the oldest of
-    them (or ``snd_nxt`` when none).  Timers live in a heap with lazy deletion.
+    them (or ``snd_nxt`` when none).  Timers are entries ``(deadline_s, seq, psn)`` with lazy
+    deletion: an entry is live while its record's ``timer_seq`` is ``seq``.  They are kept in
+    two sorted containers: ``fifo``, a deque that takes every entry whose deadline is not
+    earlier than its last one's (nearly all of them: a packet sent later usually times out
+    later), and ``heap`` for the others.  Both are ordered by ``(deadline_s, seq)``, so
+    merging their heads gives exactly the order of one heap, while most entries cost a deque
+    append and popleft instead of a heap push and pop.  The QP's send loop arms its packets
+    inline (hot path).
     """
 
     def __init__(self, start_psn: int = 0) -> None:
@@ -176,8 +214,9 @@ class Scoreboard:
         self.snd_una = start_psn
         self.snd_nxt = start_psn
         self.inflight_bytes = 0
-        self._heap: list[tuple[float, int, int]] = []
-        self._seq = 0
+        self.heap: list[tuple[float, int, int]] = []
+        self.fifo: deque[tuple[float, int, int]] = deque()
+        self.seq = 0
 
     def outstanding(self) -> int:
         return (self.snd_nxt - self.snd_una) & PSN_MASK
@@ -189,27 +228,65 @@ class Scoreboard:
         self.inflight_bytes += rec.length
 
     def arm(self, rec: TxRecord, deadline_s: float) -> None:
-        self._seq += 1
-        rec.timer_seq = self._seq
-        heapq.heappush(self._heap, (deadline_s, self._seq, rec.psn))
+        self.seq += 1
+        rec.timer_seq = self.seq
+        fifo = self.fifo
+        if not fifo or fifo[-1][0] <= deadline_s:
+            fifo.append((deadline_s, self.seq, rec.psn))
+        else:
+            heapq.heappush(self.heap, (deadline_s, self.seq, rec.psn))
 
-    def next_deadline(self) -> float | None:
-        heap = self._heap
+    def _live_heads(self) -> None:
+        """Drop dead entries from the front of both containers."""
         recs = self.records
-        while heap:
-            deadline, seq, psn = heap[0]
+        fifo = self.fifo
+        while fifo:
+            _, seq, psn = fifo[0]
             rec = recs.get(psn)
             if rec is not None and rec.timer_seq == seq and not rec.lost:
-                return deadline
+                break
+            fifo.popleft()
+        heap = self.heap
+        while heap:
+            _, seq, psn = heap[0]
+            rec = recs.get(psn)
+            if rec is not None and rec.timer_seq == seq and not rec.lost:
+                break
             heapq.heappop(heap)
-        return None
+
+    def next_deadline(self) -> float | None:
+        if not self.heap:  # the common case (asked at every turn of the I/O loop): FIFO only
+            fifo = self.fifo
+            recs = self.records
+            while fifo:
+                deadline, seq, psn = fifo[0]
+                rec = recs.get(psn)
+                if rec is not None and rec.timer_seq == seq and not rec.lost:
+                    return deadline
+                fifo.popleft()
+            return None
+        self._live_heads()
+        fifo = self.fifo
+        heap = self.heap
+        if fifo:
+            if heap and heap[0] < fifo[0]:
+                return heap[0][0]
+            return fifo[0][0]
+        return heap[0][0] if heap else None
 
     def expired(self, now_s: float) -> list[TxRecord]:
         out = []
-        heap = self._heap
+        fifo = self.fifo
+        heap = self.heap
         recs = self.records
-        while heap and heap[0][0] <= now_s:
-            _, seq, psn = heapq.heappop(heap)
+        while True:
+            # the earlier of the two heads, as one heap would pop it
+            if fifo and fifo[0][0] <= now_s and not (heap and heap[0] < fifo[0]):
+                _, seq, psn = fifo.popleft()
+            elif heap and heap[0][0] <= now_s:
+                _, seq, psn = heapq.heappop(heap)
+            else:
+                break
             rec = recs.get(psn)
             if rec is not None and rec.timer_seq == seq and not rec.lost:
                 out.append(rec)
@@ -226,37 +303,51 @@ class Scoreboard:
             rec.lost = False
             self.inflight_bytes += rec.length
 
-    def _ack(self, psn: int, out: list[TxRecord]) -> None:
-        rec = self.records.pop(psn, None)
-        if rec is not None:
-            if not rec.lost:
-                self.inflight_bytes -= rec.length
-            out.append(rec)
-
     def on_sack(self, cack_psn: int, offset: int, bitmap: int) -> list[TxRecord]:
         """Apply a SACK; returns the newly acknowledged records (each exactly once)."""
         out: list[TxRecord] = []
         una = self.snd_una
-        span = (self.snd_nxt - una) & PSN_MASK
+        nxt = self.snd_nxt
+        span = (nxt - una) & PSN_MASK
         if span == 0:
             return out
+        pop = self.records.pop
+        append = out.append
+        inflight = self.inflight_bytes
         n = ((cack_psn - una) & PSN_MASK) + 1  # PSNs una..cack inclusive
         if n <= span:
-            for i in range(n):
-                self._ack((una + i) & PSN_MASK, out)
+            end = una + n
+            # one range, or two when it crosses the 24-bit wrap
+            psns = (
+                range(una, end)
+                if end <= PSN_MODULUS
+                else (*range(una, PSN_MODULUS), *range(end - PSN_MODULUS))
+            )
+            for psn in psns:
+                rec = pop(psn, None)
+                if rec is not None:
+                    if not rec.lost:
+                        inflight -= rec.length
+                    append(rec)
+            una_floor = (cack_psn + 1) & PSN_MASK  # nothing at or behind cack is left
         else:
-            n = 0  # stale cumulative ack (behind una) or nonsense beyond snd_nxt
+            una_floor = una  # stale cumulative ack (behind una) or nonsense beyond snd_nxt
         if bitmap:
             base = (cack_psn + 1 + offset) & PSN_MASK
             while bitmap:
                 low = bitmap & -bitmap
                 psn = (base + low.bit_length() - 1) & PSN_MASK
                 if ((psn - una) & PSN_MASK) < span:
-                    self._ack(psn, out)
+                    rec = pop(psn, None)
+                    if rec is not None:
+                        if not rec.lost:
+                            inflight -= rec.length
+                        append(rec)
                 bitmap ^= low
+        self.inflight_bytes = inflight
         if out:
             recs = self.records
-            nxt = self.snd_nxt
+            una = una_floor
             while una != nxt and una not in recs:
                 una = (una + 1) & PSN_MASK
             self.snd_una = una

@@ -65,3 +65,75 @@ def test_place_is_all_or_nothing(off, n):
     if inside:
         expect[off : off + n] = b"\x11" * n
     assert outer[100:600] == expect
+
+
+# -- the per-region fast path (checks once per region, bounds per packet) ----------------------
+
+
+def _warm(mt: MemoryTable, mr) -> None:  # noqa: ANN001
+    """One accepted placement: later ones under this key take the cached fast path."""
+    assert mt.place(mr.rkey, mr.base_va, b"") is PlaceStatus.OK
+
+
+@settings(max_examples=200, deadline=None)
+@given(off=st.integers(-300, 600), n=st.integers(0, 300))
+def test_place_is_all_or_nothing_on_the_fast_path(off, n):
+    mt = MemoryTable(seed=2)
+    outer = bytearray(b"\xee" * 700)
+    mr = mt.register(memoryview(outer)[100:600])
+    _warm(mt, mr)
+    status = mt.place(mr.rkey, mr.base_va + off, memoryview(b"\x11" * n))
+    inside = off >= 0 and off + n <= 500
+    assert (status is PlaceStatus.OK) == inside
+    assert (status is PlaceStatus.OUT_OF_BOUNDS) == (not inside)
+    assert outer[:100] == b"\xee" * 100 and outer[600:] == b"\xee" * 100
+    expect = bytearray(b"\xee" * 500)
+    if inside:
+        expect[off : off + n] = b"\x11" * n
+    assert outer[100:600] == expect
+    assert mr.bytes_placed == (n if inside else 0)
+
+
+def test_fast_path_follows_deregistration_and_permission_changes():
+    mt = MemoryTable(seed=4)
+    buf = bytearray(64)
+    mr = mt.register(buf)
+    _warm(mt, mr)
+    assert mt.place(mr.rkey, mr.base_va, b"a") is PlaceStatus.OK
+    mr.access = Access.LOCAL_WRITE  # remote write withdrawn: the very next packet is refused
+    assert mt.place(mr.rkey, mr.base_va + 1, b"b") is PlaceStatus.NO_PERMISSION
+    mr.access = Access.LOCAL_WRITE | Access.REMOTE_WRITE
+    assert mt.place(mr.rkey, mr.base_va + 1, b"b") is PlaceStatus.OK
+    mt.deregister(mr)
+    assert mt.place(mr.rkey, mr.base_va + 2, b"c") is PlaceStatus.BAD_RKEY
+    assert bytes(buf[:3]) == b"ab\0"
+    # a new region that happens to get a key of the old one is not confused with it
+    mr2 = mt.register(bytearray(8))
+    _warm(mt, mr2)
+    assert mt.place(mr2.rkey, mr.base_va, b"x") is PlaceStatus.OUT_OF_BOUNDS
+
+
+def test_fast_path_follows_a_replaced_buffer_and_base():
+    mt = MemoryTable(seed=5)
+    mr = mt.register(bytearray(16))
+    _warm(mt, mr)
+    small = bytearray(4)
+    mr.buffer = memoryview(small)  # a shrunk region: bounds come from the new buffer
+    assert mt.place(mr.rkey, mr.base_va + 8, b"z") is PlaceStatus.OUT_OF_BOUNDS
+    assert mt.place(mr.rkey, mr.base_va + 3, b"z") is PlaceStatus.OK and small[3:] == b"z"
+    mr.base_va += 4096
+    assert mt.place(mr.rkey, mr.base_va - 4096, b"y") is PlaceStatus.OUT_OF_BOUNDS
+
+
+def test_fast_path_takes_any_buffer_format_and_huge_addresses():
+    mt = MemoryTable(seed=6)
+    buf = bytearray(16)
+    mr = mt.register(buf)
+    _warm(mt, mr)
+    words = memoryview(bytearray(b"\x01\x02\x03\x04" * 2)).cast("I")  # 2 items, 8 bytes
+    assert mt.place(mr.rkey, mr.base_va + 8, words) is PlaceStatus.OK
+    assert bytes(buf[8:]) == b"\x01\x02\x03\x04" * 2
+    # the last word would cross the end in bytes, though not in items: refused, nothing written
+    assert mt.place(mr.rkey, mr.base_va + 12, words) is PlaceStatus.OUT_OF_BOUNDS
+    assert mt.place(mr.rkey, (1 << 64) - 1, b"x") is PlaceStatus.OUT_OF_BOUNDS
+    assert bytes(buf[:8]) == bytes(8)

@@ -142,3 +142,116 @@ def test_timers_are_lazy_and_lost_records_leave_inflight():
     assert sb.inflight_bytes == 200
     assert sb.on_sack(5, 0, 0) == [r1] and sb.snd_una == 6
     assert sb.on_sack(4, 0, 0) == []  # stale cumulative ack
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    start=st.one_of(st.integers(MASK - 100, MASK), st.integers(0, MASK)),
+    psns=st.lists(st.integers(-20, 140), max_size=120),
+    trigger=st.integers(-20, 140),
+)
+def test_mirrors_and_sack_values_agree_with_the_window(start, psns, trigger):
+    """expected/highest (plain ints kept by receive) equal the C window's, and sack_values is
+    sack_fields plus penalty, whatever arrives (duplicates, old PSNs, beyond the window)."""
+    w = ResponderWindow(size=128, start_psn=start, ack_every=4)
+    for p in psns:
+        w.receive((start + p) & MASK)
+        assert w.expected == w.win.expected_psn and w.highest == w.win.highest_psn
+    twin = ResponderWindow(size=128, start_psn=start, ack_every=4)
+    for p in psns:
+        twin.receive((start + p) & MASK)
+    pen = twin.penalty()
+    f = twin.sack_fields((start + trigger) & MASK)
+    vals = w.sack_values((start + trigger) & MASK)
+    assert vals == (f.cack_psn, f.sack_offset, f.bitmap, f.ooo_count, f.received_bytes, pen)
+    assert w.pending == 0 and w.pending_lo == -1 and not w.ece_pending
+
+
+class _HeapTimers:
+    """The reference: one heap of (deadline, seq, psn) with lazy deletion."""
+
+    def __init__(self, sb: Scoreboard) -> None:
+        self.sb, self.heap = sb, []
+
+    def arm(self, rec: TxRecord, deadline: float) -> None:
+        import heapq
+
+        heapq.heappush(self.heap, (deadline, rec.timer_seq, rec.psn))
+
+    def live(self, seq: int, psn: int) -> bool:
+        rec = self.sb.records.get(psn)
+        return rec is not None and rec.timer_seq == seq and not rec.lost
+
+    def next_deadline(self) -> float | None:
+        import heapq
+
+        while self.heap and not self.live(*self.heap[0][1:]):
+            heapq.heappop(self.heap)
+        return self.heap[0][0] if self.heap else None
+
+    def expired(self, now: float) -> list[int]:
+        import heapq
+
+        out = []
+        while self.heap and self.heap[0][0] <= now:
+            _, seq, psn = heapq.heappop(self.heap)
+            if self.live(seq, psn):
+                out.append(psn)
+        return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["send", "rearm", "ack", "lose", "expire", "peek"]),
+            st.integers(0, 30),
+            st.floats(0, 10),
+        ),  # fmt: skip
+        max_size=80,
+    )
+)
+def test_timer_fifo_and_heap_fire_in_one_heaps_order(ops):
+    """The deque + heap pair fires exactly the records one heap would, in the same order,
+    and names the same next deadline, whatever the mix of in-order and earlier deadlines."""
+    sb = Scoreboard(0)
+    ref = _HeapTimers(sb)
+    now = 0.0
+    for op, k, x in ops:
+        if op == "send":
+            rec = TxRecord(sb.snd_nxt, None, 0, 10, 0xCA)
+            sb.add(rec)
+            sb.arm(rec, now + x)
+            ref.arm(rec, now + x)
+        elif sb.records:
+            rec = sorted(sb.records.values(), key=lambda r: r.psn)[k % len(sb.records)]
+            if op == "rearm":
+                sb.resent(rec)
+                sb.arm(rec, now + x)
+                ref.arm(rec, now + x)
+            elif op == "ack":
+                if rec.psn == sb.snd_una:
+                    sb.on_sack(rec.psn, 0, 0)  # cumulative
+                else:  # selective: bit 0 of a bitmap placed at this PSN
+                    sb.on_sack((sb.snd_una - 1) & MASK, (rec.psn - sb.snd_una) & MASK, 1)
+            elif op == "lose":
+                sb.mark_lost(rec)
+        if op == "expire":
+            now += x / 4
+            assert [r.psn for r in sb.expired(now)] == ref.expired(now)
+        elif op == "peek":
+            assert sb.next_deadline() == ref.next_deadline()
+    assert sb.next_deadline() == ref.next_deadline()
+    assert [r.psn for r in sb.expired(1e9)] == ref.expired(1e9)
+
+
+def test_cumulative_ack_across_the_psn_wrap():
+    start = MASK - 3
+    sb = Scoreboard(start)
+    for i in range(10):
+        sb.add(TxRecord((start + i) & MASK, None, 0, 10, 0xCA))
+    acked = sb.on_sack((start + 6) & MASK, 1, 0b1)  # una..start+6, and start+8 by the bitmap
+    assert [r.psn for r in acked] == [(start + i) & MASK for i in (0, 1, 2, 3, 4, 5, 6, 8)]
+    assert sb.snd_una == (start + 7) & MASK and sorted(sb.records) == [3, 5]
+    assert sb.inflight_bytes == 20
+    assert sb.on_sack((start - 5) & MASK, 0, 0) == []  # stale: behind snd_una
