@@ -24,10 +24,12 @@ from collections.abc import Sequence
 from functools import partial
 
 from . import batch_io
+from .fcache import KEY_LEN, DecisionCache, lookup_py
 from .pipeline import OFF_HOP, OFF_L4, rewrite
 
 HDR_LEN = 54
 SEND, QUEUE, DROP, REFUSED = 0, 1, 2, 3  # verdicts (csrc/mrc_fwd.h)
+WAKE_RES_LEN = 5  # csrc/mrc_fcache.h MRC_WAKE_RES_LEN
 _ZERO_HDR = bytes(HDR_LEN)
 
 _mod = batch_io._mod
@@ -138,12 +140,110 @@ def plan_py(
     return n_defer
 
 
+def wake_py(
+    view: memoryview,
+    block_size: int,
+    frame_size: int,
+    frame_nr: int,
+    head: int,
+    max_frames: int,
+    offs: memoryview,
+    lens: memoryview,
+    cap: int,
+    table: memoryview,
+    dec: memoryview,
+    verdict: memoryview,
+    l2: bytes,
+    block_bytes: int,
+    budget: memoryview,
+    port_bytes: memoryview,
+    port_count: memoryview,
+    port_start: memoryview,
+    n_ports: int,
+    order: memoryview,
+    defer: memoryview,
+    hist: memoryview,
+    totals: memoryview,
+    fds: Sequence[int],
+    port_out: memoryview,
+    res: memoryview,
+    now_ns: int,
+    rate_per_ns: Sequence[float],
+    burst: Sequence[int],
+    stamp_ns: memoryview,
+) -> int:
+    """Twin of mrc_fwd_wake (same arguments, same results; one send per frame)."""
+    buf_len = len(view)
+    if not 0 < n_ports <= 0x10000 or max_frames > 0xFFFF:
+        return -errno.EINVAL
+    try:
+        lookup_py(table, _ZERO_HDR)  # validates the table
+    except ValueError:
+        return -errno.EINVAL
+    n = batch_io.ring_collect_py(view, block_size, frame_size, frame_nr, head, max_frames, offs,
+                                 lens)  # fmt: skip
+    if n < 0:
+        return n
+    res[:WAKE_RES_LEN] = array("q", [0] * WAKE_RES_LEN)
+    res[0] = n
+    if n == 0:
+        return 0
+    misses = 0
+    for i in range(n):
+        off = offs[i]
+        k = min(lens[i], cap, buf_len - off, KEY_LEN)
+        key = bytes(view[off : off + k]) + _ZERO_HDR[k:]
+        d = lookup_py(table, key)
+        if d is None:
+            misses += 1
+        else:
+            dec[i] = d
+    if misses:
+        res[1] = misses
+        return n
+    for p in range(n_ports):
+        if budget[p] >= 0 and now_ns > stamp_ns[p]:
+            t = float(budget[p]) + float(now_ns - stamp_ns[p]) * rate_per_ns[p]
+            budget[p] = int(t) if t < float(burst[p]) else burst[p]
+            stamp_ns[p] = now_ns
+    n_defer = plan_py(view, buf_len, offs, lens, cap, dec, verdict, n, l2, block_bytes, budget,
+                      port_bytes, port_count, port_start, n_ports, order, defer, hist,
+                      totals)  # fmt: skip
+    if n_defer < 0:
+        return n_defer
+    res[2] = n_defer
+    n_sent_ports = 0
+    for p in range(n_ports):
+        count = port_count[p]
+        if not count:
+            continue
+        if fds[p] < 0:
+            port_out[4 * p : 4 * p + 4] = array("q", [0, count, errno.EBADF, 0])
+        else:
+            io = [0, 0, 0]
+            idx = order[port_start[p] : port_start[p] + count]
+            sent = batch_io.send_iov_py(fds[p], view, buf_len, offs, lens, n, idx, io)
+            if sent < 0:
+                return sent
+            port_out[4 * p : 4 * p + 4] = array("q", [sent, *io])
+        res[WAKE_RES_LEN + n_sent_ports] = p
+        n_sent_ports += 1
+    res[4] = n_sent_ports
+    if n_defer == 0:
+        batch_io.ring_release_py(view, block_size, frame_size, frame_nr, head, n)
+        res[3] = 1
+    return n
+
+
 class Planner:
     """Scratch arrays for one batch (at most ``max_batch`` frames) and the calls that fill
     them, in C or in the twins. Read the results through the typed memoryviews: ``dec``,
     ``verdict``, ``order``, ``defer``, ``budget``, ``port_bytes``, ``port_count``,
     ``port_start``, ``hist`` (drops per reason, added to by :meth:`plan`; the caller
-    empties it), ``totals`` ([rx bytes, drops] of the last plan)."""
+    empties it), ``totals`` ([rx bytes, drops] of the last plan), and for :meth:`wake`:
+    ``fds`` (set by the caller: each out-port's send socket, -1 if none), ``rate_per_ns``,
+    ``burst`` (its token bucket), ``stamp_ns`` (when its budget was set: the caller sets
+    it with the budget), ``port_out`` and ``res`` (see csrc/mrc_fcache.h)."""
 
     __slots__ = (
         "n_ports",
@@ -159,6 +259,12 @@ class Planner:
         "port_start",
         "hist",
         "totals",
+        "fds",
+        "port_out",
+        "res",
+        "rate_per_ns",
+        "burst",
+        "stamp_ns",
         "_l2",
         "_keys",
         "_keys_view",
@@ -199,6 +305,12 @@ class Planner:
             "port_start": ("uint32_t", "I", self.n_ports),
             "hist": ("int64_t", "q", hist_len),
             "totals": ("int64_t", "q", 2),
+            "fds": ("int32_t", "i", self.n_ports),  # per out-port: its send socket, or -1
+            "port_out": ("int64_t", "q", 4 * self.n_ports),
+            "res": ("int64_t", "q", WAKE_RES_LEN + self.n_ports),
+            "rate_per_ns": ("double", "d", self.n_ports),  # per out-port token bucket
+            "burst": ("int64_t", "q", self.n_ports),
+            "stamp_ns": ("int64_t", "q", self.n_ports),  # when budget[] was last set
             "_keys": ("uint8_t", "B", HDR_LEN * max_batch),
         }
         self._c = {}
@@ -348,3 +460,61 @@ class Planner:
             return sent, out[0], out[1], out[2]
 
         return keys, plan, send
+
+    def wake(self, ring, cache: DecisionCache, now_ns: int) -> int:
+        """One wake-up of a PACKET_MMAP ``ring`` (an :class:`batch_io.MmapRing`) with the
+        decisions in ``cache``: collect, look up, :meth:`plan`, send, release (see
+        mrc_fwd_wake in csrc/mrc_fcache.h). Returns the frames collected; ``res`` says
+        what happened. Does not move ``ring.head``: the caller does, when released."""
+        if ring.slots > self.max_batch:
+            raise ValueError(f"a ring of {ring.slots} slots needs a planner of as many")
+        if self._use_c:
+            c = self._c
+            r = _mod.lib.mrc_fwd_wake(
+                ring.ptr, ring.buf_len, ring.block_size, ring.frame_size, ring.frame_nr,
+                ring.head, ring.slots, ring.c_offs, ring.c_lens, ring.cap, cache.ptr,
+                cache.table_len, c["dec"], c["verdict"], self._l2, 12 * self.n_ports,
+                self.block_bytes, c["budget"], c["port_bytes"], c["port_count"],
+                c["port_start"], self.n_ports, c["order"], c["defer"], c["hist"],
+                len(self.hist), c["totals"], c["fds"], c["port_out"], c["res"], now_ns,
+                c["rate_per_ns"], c["burst"], c["stamp_ns"],
+            )  # fmt: skip
+        else:
+            r = wake_py(
+                ring.view, ring.block_size, ring.frame_size, ring.frame_nr, ring.head,
+                ring.slots, ring.offs, ring.lens, ring.cap, cache.view, self.dec, self.verdict,
+                self._l2, self.block_bytes, self.budget, self.port_bytes, self.port_count,
+                self.port_start, self.n_ports, self.order, self.defer, self.hist, self.totals,
+                self.fds, self.port_out, self.res, now_ns, self.rate_per_ns, self.burst,
+                self.stamp_ns,
+            )  # fmt: skip
+        if r < 0:
+            raise ValueError(f"mrc_fwd_wake: {os.strerror(-r)}")
+        return r
+
+    def bind_wake(self, ring, cache: DecisionCache):
+        """:meth:`wake` for ``ring`` and ``cache`` with every fixed argument bound once:
+        ``wake(now_ns)`` -> frames collected (C only; the per-wake-up cost is what it is for)."""
+        if not self._use_c or ring.ptr is None or cache.ptr is None:
+            return lambda now_ns: self.wake(ring, cache, now_ns)
+        if ring.slots > self.max_batch:
+            raise ValueError(f"a ring of {ring.slots} slots needs a planner of as many")
+        c = self._c
+        c_wake = _mod.lib.mrc_fwd_wake
+        fixed = (ring.ptr, ring.buf_len, ring.block_size, ring.frame_size, ring.frame_nr)
+        rest = (
+            ring.slots, ring.c_offs, ring.c_lens, ring.cap, cache.ptr, cache.table_len,
+            c["dec"], c["verdict"], self._l2, 12 * self.n_ports, self.block_bytes, c["budget"],
+            c["port_bytes"], c["port_count"], c["port_start"], self.n_ports, c["order"],
+            c["defer"], c["hist"], len(self.hist), c["totals"], c["fds"], c["port_out"],
+            c["res"],
+        )  # fmt: skip
+        bucket = (c["rate_per_ns"], c["burst"], c["stamp_ns"])
+
+        def wake(now_ns: int) -> int:
+            r = c_wake(*fixed, ring.head, *rest, now_ns, *bucket)
+            if r < 0:
+                raise ValueError(f"mrc_fwd_wake: {os.strerror(-r)}")
+            return r
+
+        return wake

@@ -270,6 +270,21 @@ class EgressQueue:
         self._refill(now_ns)
         return int(self._tokens)
 
+    @property
+    def rate_per_ns(self) -> float:
+        """The token bucket's rate (bytes per ns)."""
+        return self._rate_per_ns
+
+    @property
+    def burst_bytes(self) -> int:
+        """The token bucket's depth."""
+        return int(self._burst)
+
+    @property
+    def refilled_ns(self) -> int:
+        """The time the tokens were last brought up to date (what fast_budget counted to)."""
+        return self._last_ns
+
     def consume(self, nbytes: int) -> None:
         """Take the tokens of frames that left without queueing (see :meth:`fast_budget`)."""
         self._tokens -= nbytes

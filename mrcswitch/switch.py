@@ -13,7 +13,9 @@ control socket. Each port receives into a PACKET_MMAP ring (or with recvmmsg, se
 ``rx_ring``); per batch, Python decides every frame (one dict lookup of the pipeline's memo
 in the common case) and csrc/mrc_fwd.c applies the decisions in place; frames whose out-port
 is idle leave straight from the receive buffer (one sendmmsg per port), the others are
-copied into the port's paced egress queue.
+copied into the port's paced egress queue. With a receive ring and the C core, a batch whose
+decisions Python already made is one C call (mrc_fwd_wake: the decisions replayed from a C
+copy of the memo); Python then only does the counters and the deferred frames.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from pathlib import Path
 
 from . import batch_io
 from .config import ConfigError, PortConfig, SwitchConfig, load_config
-from .fastpath import QUEUE, Planner
+from .fastpath import QUEUE, WAKE_RES_LEN, Planner
+from .fcache import DecisionCache
 from .pipeline import DropCounter, DropReason, Pipeline
 from .queue import EgressQueue, Verdict
 from .statsfile import StatsWriter, write_atomic
@@ -209,6 +212,8 @@ class Switch:
         self._ctl: socket.socket | None = None
         self._writer: StatsWriter | None = None
         self._queued: set[Port] = set()  # ports whose egress queue holds frames
+        # per in-port: the C copy of the pipeline's header memo (one-call wake-ups, see _rx)
+        self._fcaches: list[DecisionCache] = []
         self._internal_errors_logged = 0
 
     # --- set-up -------------------------------------------------------------------------
@@ -230,6 +235,30 @@ class Switch:
             self.ring.slots,
             max(DropReason) + 1,
         )
+        # MRC_SWITCH_ONE_CALL=0: the per-batch Python path only (for comparisons)
+        if batch_io.BACKEND == "c" and os.environ.get("MRC_SWITCH_ONE_CALL", "1") != "0":
+            self._fcaches = [DecisionCache() for _ in self.ports]
+        self._sync_fds()
+        now = time.monotonic_ns()
+        for p in self.ports:
+            self.planner.rate_per_ns[p.index] = p.queue.rate_per_ns
+            self.planner.burst[p.index] = p.queue.burst_bytes
+            self._refresh_budget(p, now)
+
+    def _sync_fds(self) -> None:
+        """Tell the one-call path which socket sends for each port (after (re)opening)."""
+        if self.planner is not None:
+            for p in self.ports:
+                self.planner.fds[p.index] = p.tx_sock.fileno() if p.tx_sock is not None else -1
+
+    def _refresh_budget(self, p: Port, now: int) -> None:
+        """budget = the port's tokens now (-1 if it cannot send at once); mrc_fwd_wake adds
+        what the bucket earns from stamp_ns on."""
+        pl = self.planner
+        if pl is not None:
+            ok = p.up and p.tx_sock is not None
+            pl.budget[p.index] = p.queue.fast_budget(now) if ok else -1
+            pl.stamp_ns[p.index] = p.queue.refilled_ns
 
     def _register(self, p: Port) -> None:
         assert p.sock is not None
@@ -306,6 +335,8 @@ class Switch:
             "config": self.config_path,
             "io_backend": batch_io.BACKEND,
             "rx_path": "mmap" if self.cfg.rx_ring_frames else "recvmmsg",
+            # "one_call": a batch is one mrc_fwd_wake; "batch": Python decides each batch
+            "fwd_path": "one_call" if self._fcaches and self.cfg.rx_ring_frames else "batch",
             "started_unix": self.started_unix,
             "updated_unix": now,
             "uptime_s": now - self.started_unix,
@@ -377,9 +408,12 @@ class Switch:
                     p.open()
                 except OSError as exc:
                     log.warning("port %s: reopen failed: %s", p.cfg.name, exc)
+                    self._sync_fds()  # its old send socket is closed
                     continue
                 self._register(p)
+                self._sync_fds()
             p.up = True
+            self._refresh_budget(p, time.monotonic_ns())
             log.info("port %s (%s) up", p.cfg.name, p.cfg.interface)
 
     # --- data path ----------------------------------------------------------------------
@@ -396,31 +430,90 @@ class Switch:
             self._set_down(p, os.strerror(err))
 
     def _rx(self, p: Port) -> None:
-        ring = p.ring if p.ring is not None else self.ring
+        ring = p.ring
+        if ring is None or not self._fcaches:
+            self._rx_batches(p)
+            return
+        # PACKET_MMAP ring and C: one C call per batch (mrc_fwd_wake) collects, looks each
+        # frame's decision up in the C copy of the pipeline's memo, applies it, sends what
+        # may leave at once and releases the slots. Python runs for misses (the whole batch
+        # then takes the path below), deferred frames and counters.
         planner = self.planner
-        pipe = self.pipeline
-        assert planner is not None and pipe is not None and p.sock is not None
+        assert planner is not None
         bound = p.bound
         if bound is None or bound[0] is not ring:
-            bound = p.bound = (ring, *planner.bind(ring))
-        _, keys_of, plan, send = bound
-        get = pipe.header_cache(p.index).get
-        ports = self.ports
-        n_ports = len(ports)
-        in_idx = p.index
+            cache = self._fcaches[p.index]
+            bound = p.bound = (ring, *planner.bind(ring), planner.bind_wake(ring, cache),
+                               cache.insert)  # fmt: skip
+        wake = bound[4]
+        res, totals, hist = planner.res, planner.totals, planner.hist
         in_drops = p.drops.by_reason
+        ports = self.ports
+        queued = self._queued
+        monotonic_ns = time.monotonic_ns
+        slots = ring.slots
+        for _ in range(RX_BATCHES_PER_WAKE):
+            now = monotonic_ns()
+            if queued:
+                for q in tuple(queued):
+                    self._tx(q, now)  # what already waits leaves first
+            n = wake(now)
+            if n <= 0:
+                return
+            if res[1]:  # a miss: Python decides the batch (and stores the decisions)
+                self._forward_batch(p, ring, n, bound, now)
+            else:
+                p.rx_packets += n
+                p.rx_bytes += totals[0]
+                if totals[1]:
+                    for r in range(1, len(hist)):
+                        if hist[r]:
+                            in_drops[r] += hist[r]
+                            hist[r] = 0
+                k = res[4]
+                if k:
+                    for j in res[WAKE_RES_LEN : WAKE_RES_LEN + k]:
+                        self._sent_now(ports[j])
+                n_defer = res[2]
+                if n_defer:
+                    try:
+                        self._rx_deferred(p, ring, n_defer, now)
+                    finally:
+                        ring.release(n)
+                else:  # mrc_fwd_wake handed the slots back
+                    ring.head = (ring.head + n) % ring.frame_nr
+            if n < slots:
+                return
+
+    def _sent_now(self, out: Port) -> None:
+        """Account for what mrc_fwd_wake sent on ``out`` (see _send_now)."""
+        planner = self.planner
+        assert planner is not None
+        j = out.index
+        po = planner.port_out
+        sent, failed, err, nbytes = po[4 * j], po[4 * j + 1], po[4 * j + 2], po[4 * j + 3]
+        out.queue.consume(planner.port_bytes[j])
+        out.tx_packets += sent
+        out.tx_bytes += nbytes
+        if failed:
+            if err in _NETDOWN:
+                out.drops.add(DropReason.PORT_DOWN, failed)
+                self._set_down(out, os.strerror(err))
+                return
+            out.drops.add(DropReason.TX_ERROR, failed)
+
+    def _rx_batches(self, p: Port) -> None:
+        """The receive loop of the recvmmsg ring (and of the pure-Python build)."""
+        ring = p.ring if p.ring is not None else self.ring
+        planner = self.planner
+        assert planner is not None and p.sock is not None
+        bound = p.bound
+        if bound is None or bound[0] is not ring:
+            bound = p.bound = (ring, *planner.bind(ring), None, None)
         fd = p.sock.fileno()
         recv, slots = ring.recv, ring.slots
-        dec, budget, hist, totals = planner.dec, planner.budget, planner.hist, planner.totals
-        port_count = planner.port_count
         monotonic_ns = time.monotonic_ns
         queued = self._queued
-        # Budgets persist between batches: budget[j] <= port j's tokens (both move by what
-        # leaves at once), and -1 while its queue holds frames or it cannot send. A small
-        # batch (the common case at a few thousand frames/s: one frame per wake-up) refreshes
-        # only the budgets of the ports its frames go to; a big one refreshes every budget
-        # that cannot cover a whole batch of the longest frames.
-        floor = slots * ring.cap
         for _ in range(RX_BATCHES_PER_WAKE):
             n = recv(fd)
             if n <= 0:
@@ -431,48 +524,73 @@ class Switch:
             if queued:
                 for q in tuple(queued):
                     self._tx(q, now)  # what already waits leaves first
-            try:
-                # the per-frame decisions: one lookup each in the pipeline's memo
-                keys = keys_of(n)
-                if n <= SMALL_BATCH:
-                    targets = set()
-                    for i, k in enumerate(keys):
-                        d = get(k)
-                        if d is None:
-                            d = self._decide_miss(k, in_idx)
-                        dec[i] = d
-                        if d >= 0 and (d & 0xFFFF) < n_ports:
-                            targets.add(d & 0xFFFF)
-                    for j in targets:
-                        q = ports[j]
-                        budget[j] = q.queue.fast_budget(now) if q.up and q.tx_sock else -1
-                else:
-                    try:
-                        dec[:n] = array("i", map(get, keys))
-                    except TypeError:  # a miss (None): decide it
-                        dec[:n] = array("i", [self._decide_miss(k, in_idx) for k in keys])
-                    targets = range(n_ports)
-                    for j, b in enumerate(budget):
-                        if b < floor:
-                            q = ports[j]
-                            budget[j] = q.queue.fast_budget(now) if q.up and q.tx_sock else -1
-                n_defer = plan(n)
-                p.rx_packets += n
-                p.rx_bytes += totals[0]
-                if totals[1]:
-                    for r in range(1, len(hist)):
-                        if hist[r]:
-                            in_drops[r] += hist[r]
-                            hist[r] = 0
-                for j in targets:
-                    if port_count[j]:
-                        self._send_now(ports[j], send, n)
-                if n_defer:
-                    self._rx_deferred(p, ring, n_defer, now)
-            finally:
-                ring.release(n)
+            self._forward_batch(p, ring, n, bound, now)
             if n < slots:
                 return
+
+    def _forward_batch(self, p: Port, ring, n: int, bound: tuple, now: int) -> None:
+        """Decide, apply, send and queue one received batch of n frames, then release it.
+        ``bound``: (ring, keys, plan, send, wake, insert) with insert (or None) storing each
+        decision in the C memo of the one-call path."""
+        planner = self.planner
+        pipe = self.pipeline
+        assert planner is not None and pipe is not None
+        _, keys_of, plan, send, _wake, insert = bound
+        get = pipe.header_cache(p.index).get
+        ports = self.ports
+        n_ports = len(ports)
+        in_idx = p.index
+        in_drops = p.drops.by_reason
+        dec, budget, hist, totals = planner.dec, planner.budget, planner.hist, planner.totals
+        port_count = planner.port_count
+        # Budgets persist between batches: budget[j] <= port j's tokens (both move by what
+        # leaves at once), and -1 while its queue holds frames or it cannot send. A small
+        # batch (the common case at a few thousand frames/s: one frame per wake-up) refreshes
+        # only the budgets of the ports its frames go to; a big one refreshes every budget
+        # that cannot cover a whole batch of the longest frames.
+        floor = ring.slots * ring.cap
+        try:
+            # the per-frame decisions: one lookup each in the pipeline's memo
+            keys = keys_of(n)
+            if n <= SMALL_BATCH:
+                targets = set()
+                for i, k in enumerate(keys):
+                    d = get(k)
+                    if d is None:
+                        d = self._decide_miss(k, in_idx)
+                    dec[i] = d
+                    if d >= 0 and (d & 0xFFFF) < n_ports:
+                        targets.add(d & 0xFFFF)
+                for j in targets:
+                    self._refresh_budget(ports[j], now)
+            else:
+                try:
+                    dec[:n] = array("i", map(get, keys))
+                except TypeError:  # a miss (None): decide it
+                    dec[:n] = array("i", [self._decide_miss(k, in_idx) for k in keys])
+                targets = range(n_ports)
+                for j, b in enumerate(budget):
+                    if b < floor:
+                        self._refresh_budget(ports[j], now)
+            if insert is not None:
+                for i, k in enumerate(keys):
+                    if dec[i] != -DropReason.INTERNAL:  # a bug is not a decision to replay
+                        insert(k, dec[i])
+            n_defer = plan(n)
+            p.rx_packets += n
+            p.rx_bytes += totals[0]
+            if totals[1]:
+                for r in range(1, len(hist)):
+                    if hist[r]:
+                        in_drops[r] += hist[r]
+                        hist[r] = 0
+            for j in targets:
+                if port_count[j]:
+                    self._send_now(ports[j], send, n)
+            if n_defer:
+                self._rx_deferred(p, ring, n_defer, now)
+        finally:
+            ring.release(n)
 
     def _decide_miss(self, key: bytes, in_idx: int) -> int:
         try:
@@ -560,7 +678,8 @@ class Switch:
         while True:
             frames = q.dequeue(now_ns, batch)
             if not len(q):
-                self._queued.discard(p)  # its budget (-1) is refreshed by the next batch
+                self._queued.discard(p)
+                self._refresh_budget(p, now_ns)  # frames may leave at once again
             if not frames:
                 return
             res = self.sender.send(fd, frames)

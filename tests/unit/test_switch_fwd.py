@@ -342,3 +342,187 @@ def test_header_memo_is_per_in_port_and_bounded():
     for i in range(5000):
         pipe.decide_header(f[:38] + i.to_bytes(16, "big"), 0)
     assert len(pipe.header_cache(0)) <= 4096
+
+
+# --- the one-call wake-up (csrc/mrc_fcache.c) vs its twin ----------------------------------
+
+from types import SimpleNamespace  # noqa: E402
+
+from mrcswitch.fastpath import WAKE_RES_LEN  # noqa: E402
+from mrcswitch.fcache import DecisionCache  # noqa: E402
+
+W_FSIZE, W_PER_BLOCK, W_BLOCKS = 256, 2, 4
+W_NR = W_PER_BLOCK * W_BLOCKS
+W_MAC = batch_io.TP2_MAC_OFFSET
+
+
+def mmap_ring(use_c: bool, slots_data: list, head: int, max_frames: int) -> SimpleNamespace:
+    """A synthetic TPACKET_V2 ring shaped like batch_io.MmapRing (no socket)."""
+    block = W_FSIZE * W_PER_BLOCK
+    ring_len = block * W_BLOCKS
+    if use_c:
+        from mrcnic import _mrcfast
+
+        ffi = _mrcfast.ffi
+        ptr = ffi.new("uint8_t[]", ring_len)
+        view = memoryview(ffi.buffer(ptr))
+        c_offs, c_lens = ffi.new("uint32_t[]", max_frames), ffi.new("uint32_t[]", max_frames)
+        offs = memoryview(ffi.buffer(c_offs)).cast("I")
+        lens = memoryview(ffi.buffer(c_lens)).cast("I")
+    else:
+        ptr = c_offs = c_lens = None
+        view = memoryview(bytearray(ring_len))
+        offs = memoryview(array("I", bytes(4 * max_frames)))
+        lens = memoryview(array("I", bytes(4 * max_frames)))
+    for k, (status, f) in enumerate(slots_data):
+        at = (k // W_PER_BLOCK) * block + (k % W_PER_BLOCK) * W_FSIZE
+        snap = min(len(f), W_FSIZE - W_MAC)
+        TP.pack_into(view, at, status, len(f), snap, W_MAC)
+        view[at + W_MAC : at + W_MAC + snap] = f[:snap]
+    return SimpleNamespace(
+        ptr=ptr, view=view, buf_len=ring_len, block_size=block, frame_size=W_FSIZE,
+        frame_nr=W_NR, head=head, slots=max_frames, offs=offs, lens=lens, c_offs=c_offs,
+        c_lens=c_lens, cap=SLOT,
+    )  # fmt: skip
+
+
+def run_wake(use_c, slots_data, head, max_frames, entries, stored, budgets, fd_kind,
+             bucket=((0.0, 0, 0),) * 3, now_ns=0):  # fmt: skip
+    """One mrc_fwd_wake (or its twin) with real sockets per port -> everything it wrote."""
+    pipe = new_pipe()
+    ring = mmap_ring(use_c, slots_data, head, max_frames)
+    cache = DecisionCache(entries, use_c=use_c)
+    for key, code in stored:
+        cache.insert(key, code)
+    table_before = bytes(cache.view)
+    pl = Planner(pipe.l2_headers, pipe.block_bytes, 16, HIST, use_c=use_c)
+    pl.budget[:] = array("q", budgets)
+    for j, (rate, burst, stamp) in enumerate(bucket):
+        pl.rate_per_ns[j], pl.burst[j], pl.stamp_ns[j] = rate, burst, stamp
+    socks = []
+    for j, kind in enumerate(fd_kind):
+        if kind == "none":
+            pl.fds[j] = -1
+            socks.append(None)
+            continue
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+        if kind == "dead":
+            b.close()
+        pl.fds[j] = a.fileno()
+        socks.append((a, b))
+    try:
+        n = pl.wake(ring, cache, now_ns)
+        received = [batch_io_drain(s[1]) if s and s[1].fileno() >= 0 else None for s in socks]
+    finally:
+        for s in socks:
+            if s:
+                s[0].close()
+                s[1].close()
+    res = list(pl.res)
+    k_defer = res[2]
+    sent_ports = res[WAKE_RES_LEN : WAKE_RES_LEN + res[4]]
+    out = [list(pl.port_out[4 * p : 4 * p + 4]) for p in sent_ports]
+    for o in out:  # errno text is the kernel's; only "some error or none" must agree
+        o[2] = bool(o[2])
+    planned = not res[1]
+    return (
+        n, res, out, received, bytes(ring.view), list(ring.offs[:n]), list(ring.lens[:n]),
+        list(pl.verdict[:n]) if planned else None, list(pl.defer[:k_defer]),
+        list(pl.order[: sum(pl.port_count)]) if planned else None, list(pl.budget),
+        list(pl.hist), list(pl.totals) if planned else None, bytes(cache.view) == table_before,
+        list(pl.stamp_ns),
+    )  # fmt: skip
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.tuples(st.sampled_from([0, 1, 1, 1, 5]), frames()), min_size=W_NR,
+             max_size=W_NR),
+    st.integers(0, W_NR - 1),
+    st.integers(1, 16),
+    st.sampled_from([1, 2, 8, 64]),
+    st.lists(st.integers(-1, 3000), min_size=3, max_size=3),
+    st.lists(st.sampled_from(["ok", "ok", "none", "dead"]), min_size=3, max_size=3),
+    st.lists(st.tuples(st.sampled_from([0.0, 0.0125, 1.25, 1 / 3]), st.integers(0, 4000),
+                       st.integers(0, 10**6)), min_size=3, max_size=3),
+    st.integers(0, 2 * 10**6),
+    st.data(),
+)  # fmt: skip
+def test_wake_c_and_twin_agree(slots_data, head, max_frames, entries, budgets, fd_kind, bucket,
+                               now_ns, data):  # fmt: skip
+    pipe = new_pipe()
+    stored = []
+    for _status, f in slots_data:  # most keys stored (real decisions), some not, a few raw
+        key = (f[: min(len(f), SLOT)] + bytes(HDR_LEN))[:HDR_LEN]
+        how = data.draw(st.sampled_from(["real", "real", "real", "skip", "raw"]))
+        if how == "real":
+            stored.append((key, pipe.decide_header(key, 0)))
+        elif how == "raw":
+            stored.append((key, data.draw(st.integers(-(2**31), 2**31 - 1))))
+    got = [
+        run_wake(
+            use_c, slots_data, head, max_frames, entries, stored, budgets, fd_kind, bucket, now_ns
+        )  # fmt: skip
+        for use_c in (True, False)
+    ]
+    assert got[0] == got[1]
+    n, res = got[0][0], got[0][1]
+    assert res[0] == n and (res[1] == 0 or res[4] == res[2] == res[3] == 0)
+
+
+def test_wake_forwards_like_the_pipeline_and_misses_touch_nothing():
+    pipe = new_pipe()
+    good = [frame(addr(OWN, B)), frame(addr(OWN, C), payload=b"q" * 30), frame(addr(B))]
+    slots_data = [(1, f) for f in good] + [(0, b"")] * (W_NR - 3)
+    keys = [f[:HDR_LEN] for f in good]
+    for use_c in (True, False):
+        # every key stored: all three forwarded at once, the slots handed back
+        stored = [(k, pipe.decide_header(k, 0)) for k in keys]
+        got = run_wake(use_c, slots_data, 0, 16, 64, stored, [10**6] * 3, ["ok"] * 3)
+        n, res, _out, received = got[:4]
+        want = [new_pipe().process(f, 0) for f in good]
+        assert n == 3 and res[1:5] == [0, 0, 1, 2]
+        assert received[1] == [bytes(want[0].frame), bytes(want[2].frame)]
+        assert received[2] == [bytes(want[1].frame)]
+        assert got[4][0:4] == bytes(4)  # TP_STATUS_KERNEL again
+        # one miss: nothing applied, sent or released
+        got = run_wake(use_c, slots_data, 0, 16, 64, stored[:2], [10**6] * 3, ["ok"] * 3)
+        assert got[1][:5] == [3, 1, 0, 0, 0] and got[3] == [[], [], []]
+        assert got[4] == bytes(mmap_ring(use_c, slots_data, 0, 16).view)
+        # a down port (budget -1) sends nothing: its frames are deferred to Python
+        got = run_wake(use_c, slots_data, 0, 16, 64, stored, [10**6, -1, 10**6], ["ok"] * 3)
+        assert got[1][2:5] == [2, 0, 1] and got[8] == [0, 2]
+
+
+def test_wake_refills_budgets_like_the_token_bucket():
+    pipe = new_pipe()
+    f = frame(addr(OWN, B), payload=b"r" * 60)
+    slots_data = [(1, f), (1, f)] + [(0, b"")] * (W_NR - 2)
+    stored = [(f[:HDR_LEN], pipe.decide_header(f[:HDR_LEN], 0))]
+    # port 1 had budget 0 at t=1000; 1 byte/ns for 1.5 frames' time: one sent, one deferred;
+    # a queued port (-1) earns nothing; the burst caps what is earned
+    for use_c in (True, False):
+        t = 1000 + len(f) * 3 // 2
+        bucket = ((1.0, 10**6, 1000), (1.0, 10**6, 1000), (1.0, 10**6, 1000))
+        got = run_wake(use_c, slots_data, 0, 16, 64, stored, [0, 0, -1], ["ok"] * 3, bucket, t)
+        assert got[7] == [SEND, QUEUE] and got[10] == [t - 1000, -1, -1]
+        assert got[14] == [t, t, 1000]
+        bucket = ((1.0, 10, 1000), (1.0, 10, 1000), (1.0, 10, 1000))
+        got = run_wake(use_c, slots_data, 0, 16, 64, stored, [5, 0, 3], ["ok"] * 3, bucket, t)
+        assert got[7] == [QUEUE, QUEUE] and got[10] == [10, -1, 10]
+
+
+def test_decision_cache_is_bounded_and_evicts():
+    for use_c in (True, False):
+        cache = DecisionCache(8, use_c=use_c)
+        keys = [i.to_bytes(HDR_LEN, "big") for i in range(40)]
+        for i, k in enumerate(keys):
+            cache.insert(k, -i)
+            assert cache.get(k) == -i  # the newest is always there
+        assert len(cache) == 8
+        assert sum(cache.get(k) is not None for k in keys) == 8
+        with pytest.raises(ValueError):
+            cache.insert(b"short", 1)
+    with pytest.raises(ValueError):
+        DecisionCache(6)
