@@ -298,6 +298,28 @@ class _Message:
         self.done = False
 
 
+def checked_write(
+    qpn: int,
+    state: QpState,
+    local: bytes | bytearray | memoryview,
+    remote_va: int,
+    rkey: int,
+    imm: int | None,
+) -> memoryview:
+    """What every transport checks before queueing a write: the QP is READY, the fields fit
+    their headers; returns the payload as a byte view (read when packets are built)."""
+    if state is not QpState.READY:
+        raise QpStateError(f"QP {qpn} is {state.name}: cannot post")
+    if imm is not None and not 0 <= imm <= 0xFFFFFFFF:
+        raise ValueError("imm must be a 32-bit unsigned value")
+    if not 0 <= remote_va < 1 << 64 or not 0 <= rkey <= 0xFFFFFFFF:
+        raise ValueError("remote_va must fit 64 bits and rkey 32 bits")
+    buf = memoryview(local).cast("B") if not isinstance(local, bytes) else memoryview(local)
+    if len(buf) >= 1 << 32:
+        raise ValueError("a single write is limited to 4 GiB - 1 (RETH length is 32 bits)")
+    return buf
+
+
 def peek_dest_qp(frame: bytes | memoryview) -> int | None:
     """Destination QP number of an MRC frame (for demultiplexing), or None if not MRC."""
     if len(frame) < _OFF_BTH + 12 or frame[12] != 0x86 or frame[13] != 0xDD:
@@ -474,15 +496,7 @@ class QueuePair:
         imm: int | None = None,
     ) -> None:
         """Queue an RDMA Write (with immediate if ``imm`` is given) of ``local`` to the peer."""
-        if self.state is not QpState.READY:
-            raise QpStateError(f"QP {self.qpn} is {self.state.name}: cannot post")
-        if imm is not None and not 0 <= imm <= 0xFFFFFFFF:
-            raise ValueError("imm must be a 32-bit unsigned value")
-        if not 0 <= remote_va < 1 << 64 or not 0 <= rkey <= 0xFFFFFFFF:
-            raise ValueError("remote_va must fit 64 bits and rkey 32 bits")
-        buf = memoryview(local).cast("B") if not isinstance(local, bytes) else memoryview(local)
-        if len(buf) >= 1 << 32:
-            raise ValueError("a single write is limited to 4 GiB - 1 (RETH length is 32 bits)")
+        buf = checked_write(self.qpn, self.state, local, remote_va, rkey, imm)
         msg = _Message(wr_id, buf, remote_va, rkey, imm, self._msn, self._rqmsn)
         self._msn = (self._msn + 1) & 0xFFFF
         if imm is not None:

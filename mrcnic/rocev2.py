@@ -51,6 +51,7 @@ from mrcnic.qp import (
     QpStats,
     WcStatus,
     WriteCompleted,
+    checked_write,
     peek_dest_qp,
 )
 from mrcnic.rocev2_dcqcn import CNP_INTERVAL_S, REFERENCE_PORT_BPS, Dcqcn, DcqcnParams
@@ -355,15 +356,7 @@ class RoceQueuePair:
         imm: int | None = None,
     ) -> None:
         """Queue an RDMA Write (with immediate if ``imm`` is given) of ``local`` to the peer."""
-        if self.state is not QpState.READY:
-            raise QpStateError(f"QP {self.qpn} is {self.state.name}: cannot post")
-        if imm is not None and not 0 <= imm <= 0xFFFFFFFF:
-            raise ValueError("imm must be a 32-bit unsigned value")
-        if not 0 <= remote_va < 1 << 64 or not 0 <= rkey <= 0xFFFFFFFF:
-            raise ValueError("remote_va must fit 64 bits and rkey 32 bits")
-        buf = memoryview(local).cast("B") if not isinstance(local, bytes) else memoryview(local)
-        if len(buf) >= 1 << 32:
-            raise ValueError("a single write is limited to 4 GiB - 1 (RETH length is 32 bits)")
+        buf = checked_write(self.qpn, self.state, local, remote_va, rkey, imm)
         self._sendq.append(_Msg(wr_id, buf, remote_va, rkey, imm))
 
     def port_status(self, port: int, up: bool, now_s: float) -> None:
