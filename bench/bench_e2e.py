@@ -63,12 +63,15 @@ def say(text: str) -> None:
     print(text, flush=True)
 
 
-def machine() -> dict[str, Any]:
+def machine(load_at_start: list[float] | None = None) -> dict[str, Any]:
+    """The machine, with the load average taken when the benchmark started (the caller passes
+    it in; measured now if not, which is only right at the start)."""
     return {
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "kernel": platform.release(),
-        "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
+        "load_avg_at_start": load_at_start or [round(x, 2) for x in os.getloadavg()],
+        "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
     }
 
 
@@ -671,10 +674,16 @@ def report(out_dir: Path) -> str:
 # --- main -----------------------------------------------------------------------------------
 
 
-def write_json(name: str, data: dict[str, Any], out_dir: Path) -> Path:
+def write_json(
+    name: str, data: dict[str, Any], out_dir: Path, load_at_start: list[float] | None = None
+) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"bench-e2e-{name}.json"
-    data = {**data, "machine": machine(), "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    data = {
+        **data,
+        "machine": machine(load_at_start),
+        "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
     path.write_text(json.dumps(data, indent=1) + "\n")
     return path
 
@@ -772,6 +781,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             say(f"== {name}")
             tb = time.monotonic()
+            load_at_start = [round(x, 2) for x in os.getloadavg()]
             if name == "single":
                 data = single = bench_single(a)
             elif name == "permutation":
@@ -781,7 +791,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 data = bench_cpu(a, single)
             data["wall_s"] = round(time.monotonic() - tb, 1)
-            say(f"  wrote {write_json(name, data, out_dir)} ({data['wall_s']} s)")
+            path = write_json(name, data, out_dir, load_at_start)
+            say(f"  wrote {path} ({data['wall_s']} s)")
     except KeyboardInterrupt:
         say("interrupted (the lab was torn down)")
         return 130
