@@ -12,6 +12,18 @@
 
 #define MRC_IO_MAX_BATCH 256
 
+/* After a sendmmsg that sent nothing (r <= 0) with `left` frames to go: how many of them
+ * are lost, its errno in *err. 0: interrupted, try again; all of them: the link is gone;
+ * else only the first (ENOBUFS, EAGAIN, EMSGSIZE, ...): skip it, the rest still go. */
+static size_t send_lost(int r, size_t left, int *err) {
+    int e = (r < 0) ? errno : EIO;
+    if (e == EINTR) {
+        return 0;
+    }
+    *err = e;
+    return (e == ENETDOWN || e == ENXIO || e == ENODEV) ? left : 1;
+}
+
 /* Receive up to max_frames frames without blocking; frame i is written at ring + i*slot_len
  * and its length at lens[i]. A frame longer than slot_len is cut to it and its length reported
  * as its real length (> slot_len), so the caller can tell and drop it.
@@ -100,16 +112,16 @@ int mrc_io_send_batch(int fd, const uint8_t *buf, size_t buf_len, const uint32_t
             sent += r;
             continue;
         }
-        int e = (r < 0) ? errno : EIO;
-        if (e == EINTR) {
+        int e = 0;
+        size_t lost = send_lost(r, n_frames - i, &e);
+        if (lost == 0) {
             continue;
         }
         err_out[1] = e;
-        if (e == ENETDOWN || e == ENXIO || e == ENODEV) {
-            err_out[0] += (int32_t)(n_frames - i);
+        err_out[0] += (int32_t)lost;
+        if (lost > 1) {
             break;
         }
-        err_out[0] += 1; /* this frame is lost (e.g. ENOBUFS, EAGAIN, EMSGSIZE): skip it */
         off += lens[i];
         i += 1;
     }
@@ -158,16 +170,16 @@ int mrc_io_send_iov(int fd, const uint8_t *buf, size_t buf_len, const uint32_t *
             sent += r;
             continue;
         }
-        int e = (r < 0) ? errno : EIO;
-        if (e == EINTR) {
+        int e = 0;
+        size_t lost = send_lost(r, n_idx - i, &e);
+        if (lost == 0) {
             continue;
         }
         out[1] = e;
-        if (e == ENETDOWN || e == ENXIO || e == ENODEV) {
-            out[0] += (int64_t)(n_idx - i);
+        out[0] += (int64_t)lost;
+        if (lost > 1) {
             break;
         }
-        out[0] += 1; /* this frame is lost (ENOBUFS, EAGAIN, EMSGSIZE, ...): skip it */
         i += 1;
     }
     return sent;

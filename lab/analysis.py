@@ -428,13 +428,8 @@ def find_dip(
         return Dip(
             label, t_event, cap_after, threshold, 1.0, cap_after, 0.0, False, 0.0, w, kind, False
         )
-    below = [fractions[i] < threshold for i in idx]
-    first_bad = next(
-        (k for k, b in enumerate(below) if b and tl.points[idx[k]][0] < t_event + onset), None
-    )
-    if first_bad is None:  # nothing fell below: the lowest bin near the event is the depth
-        near = [i for i in idx if tl.points[i][0] < t_event + onset] or idx[:1]
-        low = min(near, key=lambda i: fractions[i])
+
+    def dip(low: int, duration_s: float, recovered: bool) -> Dip:  # its depth: bin ``low``
         return Dip(
             label,
             t_event,
@@ -442,12 +437,21 @@ def find_dip(
             threshold,
             fractions[low],
             tl.points[low][1],
-            0.0,
-            True,
+            duration_s,
+            recovered,
             window_s,
             w,
             kind,
         )
+
+    below = [fractions[i] < threshold for i in idx]
+    first_bad = next(
+        (k for k, b in enumerate(below) if b and tl.points[idx[k]][0] < t_event + onset), None
+    )
+    if first_bad is None:  # nothing fell below: the lowest bin near the event is the depth
+        near = [i for i in idx if tl.points[i][0] < t_event + onset] or idx[:1]
+        low = min(near, key=lambda i: fractions[i])
+        return dip(low, 0.0, True)
     rec = None
     k = first_bad
     while k < len(idx):
@@ -460,33 +464,9 @@ def find_dip(
     upto = idx[first_bad : rec if rec is not None else len(idx)]
     low = min(upto, key=lambda i: fractions[i])
     if rec is None:
-        return Dip(
-            label,
-            t_event,
-            cap_after,
-            threshold,
-            fractions[low],
-            tl.points[low][1],
-            window_s,
-            False,
-            window_s,
-            w,
-            kind,
-        )
+        return dip(low, window_s, False)
     duration = max(0.0, tl.points[idx[rec]][0] - t_event)
-    return Dip(
-        label,
-        t_event,
-        cap_after,
-        threshold,
-        fractions[low],
-        tl.points[low][1],
-        duration,
-        True,
-        window_s,
-        w,
-        kind,
-    )
+    return dip(low, duration, True)
 
 
 @dataclass(frozen=True, slots=True)

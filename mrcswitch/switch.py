@@ -446,8 +446,7 @@ class Switch:
             bound = p.bound = (ring, *planner.bind(ring), planner.bind_wake(ring, cache),
                                cache.insert)  # fmt: skip
         wake = bound[4]
-        res, totals, hist = planner.res, planner.totals, planner.hist
-        in_drops = p.drops.by_reason
+        res = planner.res
         ports = self.ports
         queued = self._queued
         monotonic_ns = time.monotonic_ns
@@ -463,13 +462,7 @@ class Switch:
             if res[1]:  # a miss: Python decides the batch (and stores the decisions)
                 self._forward_batch(p, ring, n, bound, now)
             else:
-                p.rx_packets += n
-                p.rx_bytes += totals[0]
-                if totals[1]:
-                    for r in range(1, len(hist)):
-                        if hist[r]:
-                            in_drops[r] += hist[r]
-                            hist[r] = 0
+                self._count_rx(p, n)
                 k = res[4]
                 if k:
                     for j in res[WAKE_RES_LEN : WAKE_RES_LEN + k]:
@@ -491,16 +484,37 @@ class Switch:
         assert planner is not None
         j = out.index
         po = planner.port_out
-        sent, failed, err, nbytes = po[4 * j], po[4 * j + 1], po[4 * j + 2], po[4 * j + 3]
-        out.queue.consume(planner.port_bytes[j])
+        self._count_sent(out, po[4 * j], po[4 * j + 1], po[4 * j + 2], po[4 * j + 3])
+
+    def _count_rx(self, p: Port, n: int) -> None:
+        """Account for a planned batch of n frames received on ``p`` (totals and drops per
+        reason from the last plan; the histogram is emptied)."""
+        planner = self.planner
+        assert planner is not None
+        totals, hist = planner.totals, planner.hist
+        p.rx_packets += n
+        p.rx_bytes += totals[0]
+        if totals[1]:
+            in_drops = p.drops.by_reason
+            for r in range(1, len(hist)):
+                if hist[r]:
+                    in_drops[r] += hist[r]
+                    hist[r] = 0
+
+    def _count_sent(self, out: Port, sent: int, failed: int, err: int, nbytes: int) -> None:
+        """Account for frames sent at once on ``out`` from the receive buffer (the plan
+        took their bytes from its budget: the queue's tokens follow)."""
+        planner = self.planner
+        assert planner is not None
+        out.queue.consume(planner.port_bytes[out.index])
         out.tx_packets += sent
         out.tx_bytes += nbytes
         if failed:
             if err in _NETDOWN:
                 out.drops.add(DropReason.PORT_DOWN, failed)
-                self._set_down(out, os.strerror(err))
-                return
-            out.drops.add(DropReason.TX_ERROR, failed)
+                self._set_down(out, os.strerror(err))  # its budget becomes -1
+            else:
+                out.drops.add(DropReason.TX_ERROR, failed)
 
     def _rx_batches(self, p: Port) -> None:
         """The receive loop of the recvmmsg ring (and of the pure-Python build)."""
@@ -540,8 +554,7 @@ class Switch:
         ports = self.ports
         n_ports = len(ports)
         in_idx = p.index
-        in_drops = p.drops.by_reason
-        dec, budget, hist, totals = planner.dec, planner.budget, planner.hist, planner.totals
+        dec, budget = planner.dec, planner.budget
         port_count = planner.port_count
         # Budgets persist between batches: budget[j] <= port j's tokens (both move by what
         # leaves at once), and -1 while its queue holds frames or it cannot send. A small
@@ -577,13 +590,7 @@ class Switch:
                     if dec[i] != -DropReason.INTERNAL:  # a bug is not a decision to replay
                         insert(k, dec[i])
             n_defer = plan(n)
-            p.rx_packets += n
-            p.rx_bytes += totals[0]
-            if totals[1]:
-                for r in range(1, len(hist)):
-                    if hist[r]:
-                        in_drops[r] += hist[r]
-                        hist[r] = 0
+            self._count_rx(p, n)
             for j in targets:
                 if port_count[j]:
                     self._send_now(ports[j], send, n)
@@ -602,20 +609,8 @@ class Switch:
     def _send_now(self, out: Port, send, n: int) -> None:
         """Send what the plan let ``out`` take at once, in place from the receive buffer
         (``send``: the batch's bound send, see Planner.bind)."""
-        planner = self.planner
-        assert planner is not None and out.tx_sock is not None
-        j = out.index
-        sent, failed, err, nbytes = send(out.tx_sock.fileno(), n, j)
-        out.queue.consume(planner.port_bytes[j])
-        out.tx_packets += sent
-        out.tx_bytes += nbytes
-        if failed:
-            if err in _NETDOWN:
-                out.drops.add(DropReason.PORT_DOWN, failed)
-                self._set_down(out, os.strerror(err))
-                planner.budget[j] = -1
-            else:
-                out.drops.add(DropReason.TX_ERROR, failed)
+        assert out.tx_sock is not None
+        self._count_sent(out, *send(out.tx_sock.fileno(), n, out.index))
 
     def _rx_deferred(self, p: Port, ring, n_defer: int, now: int) -> None:
         """Frames the plan did not send: queued ones (already rewritten) are copied into
