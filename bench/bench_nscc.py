@@ -125,19 +125,8 @@ def run_scenario(name: str, seed: int, spray: str | None) -> dict:
         probes = [_instrument(a, b) for a, b in s.pairs]
         r = s.run()
         rec = r["recovery_s"]
-        out = {
-            "goodput_fraction": r["goodput_fraction"],
-            "retransmissions": r["retransmissions"],
-            "timeouts": r["timeouts"],
-            "spurious_timeouts": _spurious(probes),
-            "timeout_downgrades": _downgrades(probes),
-            "recovery_rtts": None if rec is None else round(rec / r["base_rtt_s"], 2),
-            "ok": bool(r["verified"] and not r["qp_errors"]),
-            "trims": r["trims"],
-            "ecn_marks": r["ecn_marks"],
-            "ev_states": r["ev_states"],
-            "cpu_s": r["cpu_s"],
-        }
+        recovery_rtts = None if rec is None else round(rec / r["base_rtt_s"], 2)
+        out = _row(r, probes, {"recovery_rtts": recovery_rtts}, r["cpu_s"])
     else:
         from mrcnic import sim_incast
 
@@ -146,20 +135,26 @@ def run_scenario(name: str, seed: int, spray: str | None) -> dict:
         probes = [_instrument(a, b) for a, b in zip(inc.senders, inc.receivers, strict=True)]
         c0 = time.process_time()
         r = inc.run()
-        out = {
-            "goodput_fraction": r["goodput_fraction"],
-            "retransmissions": r["retransmissions"],
-            "timeouts": r["timeouts"],
-            "spurious_timeouts": _spurious(probes),
-            "timeout_downgrades": _downgrades(probes),
-            "jain_fairness": r["jain_fairness"],
-            "ok": bool(r["verified"] and not r["qp_errors"]),
-            "trims": r["trims"],
-            "ecn_marks": r["ecn_marks"],
-            "ev_states": r["ev_states"],
-            "cpu_s": round(time.process_time() - c0, 3),
-        }
+        cpu_s = round(time.process_time() - c0, 3)
+        out = _row(r, probes, {"jain_fairness": r["jain_fairness"]}, cpu_s)
     return out
+
+
+def _row(r: dict, probes: list, extra: dict, cpu_s: float) -> dict:
+    """One scenario's result; ``extra`` holds the simulator-specific keys (kept in this order)."""
+    return {
+        "goodput_fraction": r["goodput_fraction"],
+        "retransmissions": r["retransmissions"],
+        "timeouts": r["timeouts"],
+        "spurious_timeouts": _spurious(probes),
+        "timeout_downgrades": _downgrades(probes),
+        **extra,
+        "ok": bool(r["verified"] and not r["qp_errors"]),
+        "trims": r["trims"],
+        "ecn_marks": r["ecn_marks"],
+        "ev_states": r["ev_states"],
+        "cpu_s": cpu_s,
+    }
 
 
 def worker(argv: list[str]) -> int:

@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mrcnic.bench_common import pid_cpu_s
+
 from .analysis import FaultWindow, Outage
 from .faults import Faults
 from .netns import LabError, in_netns
@@ -661,16 +663,6 @@ def _run_all(state, specs, files, procs, t_begin, limit):
 # --- CPU ------------------------------------------------------------------------------------
 
 
-def _proc_cpu_s(pid: int) -> float | None:
-    """utime + stime of a process, seconds (None when it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _machine_ticks() -> tuple[int, int]:
     """(busy, total) jiffies of the whole machine from /proc/stat."""
     with open("/proc/stat") as f:
@@ -693,7 +685,7 @@ class CpuMeter:
     def _switch_cpu(self) -> dict[int, float]:
         out = {}
         for rec in self.state.processes.values():
-            v = _proc_cpu_s(rec.pid)
+            v = pid_cpu_s(rec.pid)
             if v is not None:
                 out[rec.pid] = v
         return out

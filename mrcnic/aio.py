@@ -498,6 +498,8 @@ class AioNic:
         dev_rx = self.device.receive_frame
         cap = ring.cap
         slots = ring.slots
+        lens = ring.lens  # fixed views over the ring, refilled in place by every recv
+        view = ring.view
         fd = p.rx_fd
         now = self.clock()
         for _ in range(RX_BATCHES_PER_WAKE):
@@ -506,8 +508,6 @@ class AioNic:
                 if n < 0 and -n in _NETDOWN:
                     self._set_port(p, False, now)
                 break
-            lens = ring.lens
-            view = ring.view
             nbytes = 0
             for i in range(n):
                 ln = lens[i]

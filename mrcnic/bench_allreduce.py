@@ -23,7 +23,6 @@ result against the sum computed locally.
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -188,12 +187,7 @@ async def run_rank(st: Any, rank: int, p: AllreduceParams, port: int) -> dict[st
         }
         coord = plan.mgmt_address(p.hosts[0])
         if rank == 0:
-            listener = await control.listen(coord, port)
-            print(
-                f"mrc-bench allreduce: rank 0 listening on [{coord}]:{listener.port}",
-                file=sys.stderr,
-                flush=True,
-            )
+            listener = await bc.listen_announced(coord, port, "allreduce: rank 0")
             try:
                 chans: list[control.Channel] = []
                 for _ in range(n - 1):

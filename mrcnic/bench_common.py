@@ -17,9 +17,12 @@ import hashlib
 import os
 import random
 import resource
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
+
+from mrcnic import control
 
 SHIFT_STEP = 64
 SHIFTS = 16
@@ -269,3 +272,18 @@ def parse_size(text: str) -> int:
     if v < 0 or v != int(v):
         raise ValueError(f"size {text!r} is not a whole number of bytes")
     return int(v)
+
+
+# --- control channel ----------------------------------------------------------------------------
+
+
+async def listen_announced(addr: str, port: int, who: str) -> control.Listener:
+    """Listen on ``[addr]:port`` and say so on stderr; ``mrc-bench`` run parses this line
+    ("listening on [addr]:port") to learn the port when it was 0."""
+    listener = await control.listen(addr, port)
+    print(
+        f"mrc-bench {who} listening on [{addr}]:{listener.port}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return listener

@@ -71,12 +71,7 @@ async def serve(
     """Serve one client, then return (exit status)."""
     lh = LabHost.from_state(st, host)
     addr = bind if bind is not None else st.plan.mgmt_address(host)
-    listener = await control.listen(addr, port)
-    print(
-        f"mrc-bench server: h{host} listening on [{addr}]:{listener.port}",
-        file=sys.stderr,
-        flush=True,
-    )
+    listener = await bc.listen_announced(addr, port, f"server: h{host}")
     try:
         ch = await listener.accept(accept_timeout_s)
     finally:

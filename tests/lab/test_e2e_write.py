@@ -41,15 +41,21 @@ def pattern(n: int, salt: int) -> bytes:
     return random.Random(salt).randbytes(n)
 
 
+def _qp_pair(a: LabHost, b: LabHost, cfg_a=None, cfg_b=None):  # noqa: ANN001, ANN202
+    """A QP on each host, connected to each other (default QP configs unless given)."""
+    qa = a.device.create_qp(cfg_a if cfg_a is not None else a.qp_config())
+    qb = b.device.create_qp(cfg_b if cfg_b is not None else b.qp_config())
+    qa.connect(qb.export())
+    qb.connect(qa.export())
+    return qa, qb
+
+
 async def _transfer(st, fault=None, after_bytes: int = CHUNK, size: int = SIZE, seed: int = 1):  # noqa: ANN001
     """h0 writes ``size`` bytes into h1 in CHUNK writes (all posted at once); ``fault`` (a
     blocking callable) runs in a thread once ``after_bytes`` have completed."""
     a, b = LabHost.from_state(st, "h0", seed=seed), LabHost.from_state(st, "h1", seed=seed + 1)
     async with a.nic() as na, b.nic():
-        qa = a.device.create_qp(a.qp_config(seed=seed))
-        qb = b.device.create_qp(b.qp_config(seed=seed + 7))
-        qa.connect(qb.export())
-        qb.connect(qa.export())
+        qa, qb = _qp_pair(a, b, a.qp_config(seed=seed), b.qp_config(seed=seed + 7))
         target = bytearray(size)
         rb = RemoteBuffer.of(b.device.register(target))
         src = pattern(size, seed)
@@ -153,9 +159,7 @@ def test_nic_port_back_up_is_used_again(elab) -> None:
     async def go():
         a, b = LabHost.from_state(elab, "h0", seed=31), LabHost.from_state(elab, "h1", seed=32)
         async with a.nic() as na, b.nic():
-            qa, qb = a.device.create_qp(a.qp_config()), b.device.create_qp(b.qp_config())
-            qa.connect(qb.export())
-            qb.connect(qa.export())
+            qa, qb = _qp_pair(a, b)
             await asyncio.to_thread(f.port, "h0", 1, False)
             assert await na.wait_for(lambda: qa.ev_states()["ASSUMED_BAD"] > 0, 5)
             await asyncio.to_thread(f.port, "h0", 1, True)
@@ -181,9 +185,7 @@ def test_write_with_immediate_in_order(elab) -> None:
     async def go():
         a, b = LabHost.from_state(elab, "h0", seed=11), LabHost.from_state(elab, "h1", seed=12)
         async with a.nic() as na, b.nic():
-            qa, qb = a.device.create_qp(a.qp_config()), b.device.create_qp(b.qp_config())
-            qa.connect(qb.export())
-            qb.connect(qa.export())
+            qa, qb = _qp_pair(a, b)
             target = bytearray(4 << 20)
             rb = RemoteBuffer.of(b.device.register(target))
             sizes = [1, 4096, 4097, 200_000, 17, 65536, 300_000, 3] * 6  # 48 writes
@@ -213,9 +215,7 @@ def test_wrong_rkey_fails_cleanly(elab) -> None:
     async def go():
         a, b = LabHost.from_state(elab, "h0", seed=21), LabHost.from_state(elab, "h1", seed=22)
         async with a.nic() as na, b.nic():
-            qa, qb = a.device.create_qp(a.qp_config()), b.device.create_qp(b.qp_config())
-            qa.connect(qb.export())
-            qb.connect(qa.export())
+            qa, qb = _qp_pair(a, b)
             target = bytearray(pattern(1 << 20, 4))
             before = bytes(target)
             rb = RemoteBuffer.of(b.device.register(target))
