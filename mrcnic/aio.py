@@ -25,7 +25,7 @@ Time is ``time.monotonic()`` seconds, read once per callback and passed into the
 loop timers have millisecond resolution (libuv), so pacing is exact on average and bursts are
 bounded by the token bucket depth (``PacerConfig.burst_s``).
 
-    host = LabHost.load("mrc", "h0")          # Device + port names of h0 in lab "mrc"
+    host = LabHost.load("mrc", "h0")          # mrcnic.labhost: Device + port names of h0
     async with host.nic() as nic:              # sockets opened in the host's namespace
         qp = host.device.create_qp(host.qp_config())
         ...
@@ -38,7 +38,6 @@ import asyncio
 import contextlib
 import errno
 import fcntl
-import os
 import socket
 import struct
 import time
@@ -48,7 +47,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from mrcnic.qp import NetConfig, PortAddr, QpConfig
 from mrcnic.verbs import Device
 from mrcswitch import batch_io
 
@@ -746,85 +744,3 @@ def run(coro: Any) -> Any:
     except ImportError:  # pragma: no cover - uvloop is a dependency
         return asyncio.run(coro)
     return uvloop.run(coro)
-
-
-# --- a host of a running lab ---------------------------------------------------------------------
-
-
-def lab_base_rtt_s(params: Any, mtu_bytes: int = 4096, software_s: float = 0.6e-3) -> float:
-    """Unloaded RTT between hosts under different T0s of a lab: a full data frame and a
-    control frame, store-and-forward over four links each way, plus ``software_s`` for the
-    software switches and NICs on the way (measured: ``mrc-bench lat``)."""
-    rate = params.rate_mbit * 1e6
-    data_bits = (mtu_bytes + 106) * 8
-    ctrl_bits = 140 * 8
-    return 4 * data_bits / rate + 4 * ctrl_bits / rate + software_s
-
-
-@dataclass
-class LabHost:
-    """What a NIC on host ``h`` of a running lab needs, read from the lab's state file."""
-
-    lab: Any  # lab.state.LabState
-    host: int
-    device: Device
-    ifnames: list[str]
-    namespace: str
-    base_rtt_s: float
-
-    @classmethod
-    def load(cls, lab_name: str, host: int | str, seed: int | None = None) -> LabHost:
-        from lab import state as lab_state
-
-        return cls.from_state(lab_state.load(lab_name), host, seed)
-
-    @classmethod
-    def from_state(cls, st: Any, host: int | str, seed: int | None = None) -> LabHost:
-        plan = st.plan
-        h = host if isinstance(host, int) else plan.parse_node(host).index
-        if not 0 <= h < plan.host_count:
-            raise ValueError(f"host {host} is not in lab {st.name} (h0..h{plan.host_count - 1})")
-        ports = [plan.host_port(h, p) for p in range(plan.params.planes)]
-        net = NetConfig(plan.shape, h, tuple(PortAddr(pt.mac, pt.peer_mac) for pt in ports))
-        rate = plan.params.rate_mbit * 1e6
-        software = 0.25e-3 if st.params.switch == "kernel" else 0.8e-3
-        dev = Device(net, rate, seed=seed)
-        return cls(
-            lab=st,
-            host=h,
-            device=dev,
-            ifnames=[pt.ifname for pt in ports],
-            namespace=plan.namespace(plan.host_name(h)),
-            base_rtt_s=lab_base_rtt_s(plan.params, software_s=software),
-        )
-
-    def qp_config(self, seed: int | None = None, **overrides: Any) -> QpConfig:
-        kw: dict[str, Any] = {"base_rtt_s": self.base_rtt_s}
-        if seed is not None:
-            kw["seed"] = seed
-        kw.update(overrides)
-        return QpConfig(**kw)
-
-    def transport_qp_config(self, transport: str, index: int, seed: int | None = None) -> QpConfig:
-        """The config of this host's ``index``-th QP of ``transport``.  RoCEv2 QPs are bound
-        to port ``index mod planes``, as multi-port RoCEv2 NICs are deployed (one rail per QP;
-        the fabric's ECMP hash then picks the T1); MRC QPs spray over every port."""
-        if transport == "rocev2":
-            return self.qp_config(seed=seed, cc_options=(("port", index % len(self.ifnames)),))
-        return self.qp_config(seed=seed)
-
-    def nic(self, in_namespace: bool | None = None, **kw: Any) -> AioNic:
-        """An :class:`AioNic` on this host's ports.  Sockets are opened in the host's namespace
-        unless this process already runs there (``in_namespace`` None: detected)."""
-        if in_namespace is None:
-            in_namespace = _current_netns_is(self.namespace)
-        return AioNic(
-            self.device, self.ifnames, netns=None if in_namespace else self.namespace, **kw
-        )
-
-
-def _current_netns_is(name: str) -> bool:
-    try:
-        return os.stat("/proc/thread-self/ns/net").st_ino == os.stat(f"/run/netns/{name}").st_ino
-    except OSError:
-        return False

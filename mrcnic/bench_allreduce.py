@@ -31,7 +31,8 @@ import numpy as np
 
 from mrcnic import bench_common as bc
 from mrcnic import control
-from mrcnic.aio import AioNic, LabHost
+from mrcnic.aio import AioNic
+from mrcnic.labhost import LabHost
 from mrcnic.verbs import QP, RemoteBuffer, WcStatus
 
 RS, AG = 0, 1

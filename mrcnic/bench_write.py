@@ -24,7 +24,8 @@ from typing import Any
 
 from mrcnic import bench_common as bc
 from mrcnic import control
-from mrcnic.aio import AioNic, LabHost
+from mrcnic.aio import AioNic
+from mrcnic.labhost import LabHost
 from mrcnic.qp import PeerPortStatus, QpErrorEvent
 from mrcnic.verbs import QP, RemoteBuffer, WcStatus
 

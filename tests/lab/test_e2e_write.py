@@ -19,7 +19,8 @@ import lab_helpers as H
 import pytest
 
 from lab.faults import Faults
-from mrcnic.aio import LabHost, run
+from mrcnic.aio import run
+from mrcnic.labhost import LabHost
 from mrcnic.qp import QpErrorEvent, QpState
 from mrcnic.verbs import RemoteBuffer, WcStatus
 
