@@ -48,7 +48,6 @@ SPURIOUS_RTT_FRACTION = 0.5
 _HALF = 1 << 23
 
 # -- frame layout (offsets in a whole Ethernet frame) -----------------------------------------
-_OFF_PLEN = 18
 _OFF_UDP = 54
 _OFF_UCSUM = 60
 _OFF_BTH = 62
@@ -298,6 +297,27 @@ class _Message:
         self.done = False
 
 
+def check_qp_args(qpn: int, net: NetConfig) -> None:
+    """What every transport checks of a new QP's number and ports."""
+    if not 0 < qpn <= PSN_MASK or qpn == wire.EV_PROBE_QPN:
+        raise ValueError(f"qpn {qpn} is not a usable QP number")
+    if len(net.ports) != net.shape.planes:
+        raise ValueError(f"need one port per plane: {len(net.ports)} != {net.shape.planes}")
+
+
+def default_start_psn(seed: int, qpn: int) -> int:
+    """The first PSN when the config gives none: spread over the PSN space by seed and QPN."""
+    return (seed * 2654435761 + qpn * 40503) & PSN_MASK
+
+
+def next_state(qpn: int, state: QpState, inp: QpInput) -> QpState:
+    """The QP state after ``inp`` (QP_TRANSITIONS), or QpStateError if it is not allowed."""
+    try:
+        return QP_TRANSITIONS[(state, inp)]
+    except KeyError:
+        raise QpStateError(f"QP {qpn}: {inp.name} not allowed in {state.name}") from None
+
+
 def checked_write(
     qpn: int,
     state: QpState,
@@ -341,10 +361,7 @@ class QueuePair:
         config: QpConfig | None = None,
     ) -> None:
         cfg = config or QpConfig()
-        if not 0 < qpn <= PSN_MASK or qpn == wire.EV_PROBE_QPN:
-            raise ValueError(f"qpn {qpn} is not a usable QP number")
-        if len(net.ports) != net.shape.planes:
-            raise ValueError(f"need one port per plane: {len(net.ports)} != {net.shape.planes}")
+        check_qp_args(qpn, net)
         self.qpn = qpn
         self.net = net
         self.config = cfg
@@ -360,7 +377,7 @@ class QueuePair:
         )
         start = cfg.start_psn
         if start is None:
-            start = (cfg.seed * 2654435761 + qpn * 40503) & PSN_MASK
+            start = default_start_psn(cfg.seed, qpn)
         self.start_psn = start
         self.rxwin = ResponderWindow(cfg.window_psns, 0, cfg.ack_every)  # reset on connect
         self.sb = Scoreboard(start)
@@ -452,12 +469,7 @@ class QueuePair:
         )  # fmt: skip
 
     def _transition(self, inp: QpInput) -> None:
-        try:
-            self.state = QP_TRANSITIONS[(self.state, inp)]
-        except KeyError:
-            raise QpStateError(
-                f"QP {self.qpn}: {inp.name} not allowed in {self.state.name}"
-            ) from None
+        self.state = next_state(self.qpn, self.state, inp)
 
     def _make_tmpl(self, ev: int) -> _Template:
         """The per-EV constants of a frame: (Ethernet destination, source, IPv6 word 0 with

@@ -38,7 +38,6 @@ from dataclasses import dataclass, fields
 from mrcnic import fast, usid, wire
 from mrcnic.memory import MemoryTable, PlaceStatus
 from mrcnic.qp import (
-    QP_TRANSITIONS,
     Event,
     ImmReceived,
     NetConfig,
@@ -47,11 +46,13 @@ from mrcnic.qp import (
     QpErrorEvent,
     QpInput,
     QpState,
-    QpStateError,
     QpStats,
     WcStatus,
     WriteCompleted,
+    check_qp_args,
     checked_write,
+    default_start_psn,
+    next_state,
     peek_dest_qp,
 )
 from mrcnic.rocev2_dcqcn import CNP_INTERVAL_S, REFERENCE_PORT_BPS, Dcqcn, DcqcnParams
@@ -209,10 +210,7 @@ class RoceQueuePair:
             cfg = config
         else:
             cfg = RoceConfig.from_qp_config(config)
-        if not 0 < qpn <= PSN_MASK or qpn == wire.EV_PROBE_QPN:
-            raise ValueError(f"qpn {qpn} is not a usable QP number")
-        if len(net.ports) != net.shape.planes:
-            raise ValueError(f"need one port per plane: {len(net.ports)} != {net.shape.planes}")
+        check_qp_args(qpn, net)
         if cfg.port is not None and not 0 <= cfg.port < net.shape.planes:
             raise ValueError(f"port {cfg.port} does not exist (0..{net.shape.planes - 1})")
         if not 0 <= cfg.retry_cnt <= 7:
@@ -250,7 +248,7 @@ class RoceQueuePair:
         self._ack_delay = cfg.ack_delay_s if cfg.ack_delay_s is not None else cfg.base_rtt_s / 8
         start = cfg.start_psn
         if start is None:
-            start = (cfg.seed * 2654435761 + qpn * 40503) & PSN_MASK
+            start = default_start_psn(cfg.seed, qpn)
         self.start_psn = start
         self.stats = RoceStats()
         self._events: deque[Event] = deque()
@@ -338,12 +336,7 @@ class RoceQueuePair:
         )
 
     def _transition(self, inp: QpInput) -> None:
-        try:
-            self.state = QP_TRANSITIONS[(self.state, inp)]
-        except KeyError:
-            raise QpStateError(
-                f"QP {self.qpn}: {inp.name} not allowed in {self.state.name}"
-            ) from None
+        self.state = next_state(self.qpn, self.state, inp)
 
     # -- the user API ---------------------------------------------------------------------------
 

@@ -25,8 +25,6 @@ from mrcnic.ev import EvConfig, EvStateChanged
 from mrcnic.memory import MemoryTable
 from mrcnic.qp import (
     ImmReceived,
-    NetConfig,
-    PortAddr,
     QpConfig,
     QpErrorEvent,
     QueuePair,
@@ -36,7 +34,7 @@ from mrcnic.qp import (
 )
 from mrcnic.rocev2 import IB_TIMEOUT_UNIT_S, RoceConfig, RoceQueuePair
 from mrcnic.rocev2_dcqcn import REFERENCE_PORT_BPS
-from mrcnic.sim_fabric import Fabric, FabricSpec
+from mrcnic.sim_fabric import Fabric, FabricSpec, host_net
 
 TRANSPORTS = ("mrc", "rocev2")
 ROCEV2_PORT_POLICIES = ("rail", "hash")
@@ -159,17 +157,7 @@ class Simulation:
         self.memories = [MemoryTable(cfg.seed * 2 + 1), MemoryTable(cfg.seed * 2 + 2)]
         self.endpoints: list[dict[int, object]] = [{}, {}]
         self._timers: dict[tuple[int, int], float] = {}
-        nets = [
-            NetConfig(
-                shape,
-                h,
-                tuple(
-                    PortAddr(bytes((2, 0, 0, h, p, 1)), bytes((2, 0, 0, h, p, 2)))
-                    for p in range(spec.planes)
-                ),
-            )
-            for h in range(2)
-        ]
+        nets = [host_net(shape, h) for h in range(2)]
         line = spec.capacity_bps()
         if cfg.transport not in TRANSPORTS:
             raise ValueError(

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mrcnic import fast, usid
+from mrcnic.qp import NetConfig, PortAddr
 
 _DSCP_TRIMMABLE = (4, 8)  # TRIMMABLE, TRIMMABLE_RETX
 _DSCP_HIGH = (12, 16, 46)  # TRIMMED, TRIMMED_LASTHOP, CONTROL
@@ -107,6 +108,20 @@ class Link:
         if dscp in _DSCP_HIGH and busy > t:
             done = t + n / self.bytes_per_s
         return done + spec.prop_s, frame
+
+
+def host_net(shape: usid.ClosShape, host: int) -> NetConfig:
+    """A simulated host's NetConfig: one port per plane, MAC 02:00:hh:hh:pp:01 (its peer,
+    the T0 switch, ...:02), so every (host, plane) has its own addresses."""
+    hi, lo = host >> 8, host & 0xFF
+    return NetConfig(
+        shape,
+        host,
+        tuple(
+            PortAddr(bytes((2, 0, hi, lo, p, 1)), bytes((2, 0, hi, lo, p, 2)))
+            for p in range(shape.planes)
+        ),
+    )
 
 
 def trim_frame(frame: bytes, last_hop: bool) -> bytes:

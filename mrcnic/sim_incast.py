@@ -37,8 +37,6 @@ from mrcnic import usid
 from mrcnic.ev import EvConfig
 from mrcnic.memory import MemoryTable
 from mrcnic.qp import (
-    NetConfig,
-    PortAddr,
     QpConfig,
     QpErrorEvent,
     QueuePair,
@@ -46,7 +44,7 @@ from mrcnic.qp import (
     WriteCompleted,
     peek_dest_qp,
 )
-from mrcnic.sim_fabric import Link, LinkSpec
+from mrcnic.sim_fabric import Link, LinkSpec, host_net
 
 _PKT_OVERHEAD = 110  # wire bytes of a data packet besides the payload (as mrcnic.sim counts)
 _CTRL_BYTES = 120
@@ -203,15 +201,6 @@ class Incast:
         self._timers: dict[tuple[int, int], float] = {}
         line = cfg.planes * cfg.port_rate_bps
 
-        def net(h: int) -> NetConfig:
-            ports = tuple(
-                PortAddr(
-                    bytes((2, 0, h >> 8, h & 0xFF, p, 1)), bytes((2, 0, h >> 8, h & 0xFF, p, 2))
-                )
-                for p in range(cfg.planes)
-            )
-            return NetConfig(shape, h, ports)
-
         base = qp_config or QpConfig(
             mtu_bytes=cfg.mtu,
             ev=EvConfig(ev_count=max(cfg.evs, cfg.planes)),
@@ -227,11 +216,11 @@ class Incast:
         self.completed: list[dict[int, WcStatus]] = [{} for _ in range(cfg.senders)]
         self.completion_s: list[float | None] = [None] * cfg.senders
         self.qp_errors: list[str] = []
-        rx_net = net(rx)
+        rx_net = host_net(shape, rx)
         for s in range(cfg.senders):
             qa, qb = 0x100 + s, 0x200 + s
             cfg_s = _with_seed(base, cfg.seed * 1000 + s)
-            a = QueuePair(qa, net(s), self.memories[s], line, cfg_s)
+            a = QueuePair(qa, host_net(shape, s), self.memories[s], line, cfg_s)
             b = QueuePair(qb, rx_net, self.memories[rx], line, _with_seed(base, cfg.seed + 7 * s))
             a.connect(b.local_attributes())
             b.connect(a.local_attributes())

@@ -35,7 +35,6 @@ from mrcnic.qp import (
     Event,
     ImmReceived,
     NetConfig,
-    PortAddr,
     QpAttributes,
     QpConfig,
     QpErrorEvent,
@@ -46,7 +45,7 @@ from mrcnic.qp import (
     WriteCompleted,
     peek_dest_qp,
 )
-from mrcnic.sim_fabric import Fabric, FabricSpec
+from mrcnic.sim_fabric import Fabric, FabricSpec, host_net
 
 __all__ = [
     "Access",
@@ -337,12 +336,8 @@ class SimNetwork:
         shape: usid.ClosShape = self.spec.shape
         self.devices: list[Device] = []
         for h in range(2):
-            ports = tuple(
-                PortAddr(bytes((2, 0, 0, h, p, 1)), bytes((2, 0, 0, h, p, 2)))
-                for p in range(shape.planes)
-            )
             dev = Device(
-                NetConfig(shape, h, ports),
+                host_net(shape, h),
                 self.spec.port_rate_bps,
                 clock=lambda: self.fabric.now,
                 seed=seed + h,

@@ -98,6 +98,10 @@ def _fast_constructor(cls: type) -> type:
     return type(f"_{cls.__name__}Builder", (), {"__slots__": names, "__init__": ns["__init__"]})
 
 
+# Public name for other modules' hot-path dataclasses (e.g. cc.AckSample).
+fast_constructor = _fast_constructor
+
+
 # --------------------------------------------------------------------------------------------
 # Constants
 

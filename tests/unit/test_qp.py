@@ -18,9 +18,7 @@ from mrcnic.ev import EvConfig, EvState, EvStateChanged
 from mrcnic.memory import MemoryTable
 from mrcnic.qp import (
     ImmReceived,
-    NetConfig,
     PeerPortStatus,
-    PortAddr,
     QpAttributes,
     QpConfig,
     QpErrorEvent,
@@ -30,20 +28,12 @@ from mrcnic.qp import (
     WcStatus,
     WriteCompleted,
 )
-from mrcnic.sim_fabric import trim_frame
+from mrcnic.sim_fabric import host_net, trim_frame
 
 MASK = 0xFFFFFF
 # chaos(t, src_host, port, frame) -> list of (delay_s, frame) to deliver (empty = dropped)
 Chaos = Callable[[float, int, int, bytes], list[tuple[float, bytes]]]
 DELAY = 50e-6
-
-
-def net(shape: usid.ClosShape, host: int) -> NetConfig:
-    ports = tuple(
-        PortAddr(bytes((2, 0, 0, host, p, 1)), bytes((2, 0, 0, host, p, 2)))
-        for p in range(shape.planes)
-    )
-    return NetConfig(shape, host, ports)
 
 
 class Wire:
@@ -62,9 +52,9 @@ class Wire:
         base = QpConfig(mtu_bytes=256, ev=EvConfig(ev_count=8, backup_per_plane=2), base_rtt_s=2e-4)
         self.mem = [MemoryTable(seed=11), MemoryTable(seed=12)]
         rate = planes * 100e6
-        self.qa = QueuePair(0x11, net(self.shape, 0), self.mem[0], rate, cfg_a or base)
+        self.qa = QueuePair(0x11, host_net(self.shape, 0), self.mem[0], rate, cfg_a or base)
         self.qb = QueuePair(
-            0x22, net(self.shape, 1), self.mem[1], rate, cfg_b or replace(base, seed=2)
+            0x22, host_net(self.shape, 1), self.mem[1], rate, cfg_b or replace(base, seed=2)
         )
         attrs_b = self.qb.local_attributes()
         self.qa.connect(attrs_b_for_a(attrs_b) if attrs_b_for_a else attrs_b)
@@ -199,7 +189,7 @@ def test_every_data_packet_carries_the_full_reth():
 
 def test_post_before_connect_and_bad_args():
     q = QueuePair(
-        5, net(usid.ClosShape(planes=2, t0=2, t1=2, hosts_per_t0=1), 0), MemoryTable(1), 1e9
+        5, host_net(usid.ClosShape(planes=2, t0=2, t1=2, hosts_per_t0=1), 0), MemoryTable(1), 1e9
     )
     assert q.state is QpState.INIT
     with pytest.raises(QpStateError):

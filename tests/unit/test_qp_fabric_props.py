@@ -28,8 +28,6 @@ from mrcnic.ev import EvConfig
 from mrcnic.memory import MemoryTable
 from mrcnic.qp import (
     ImmReceived,
-    NetConfig,
-    PortAddr,
     QpConfig,
     QpErrorEvent,
     QueuePair,
@@ -37,7 +35,7 @@ from mrcnic.qp import (
     WriteCompleted,
     peek_dest_qp,
 )
-from mrcnic.sim_fabric import Fabric, FabricSpec, Link, LinkSpec, trim_frame
+from mrcnic.sim_fabric import Fabric, FabricSpec, Link, LinkSpec, host_net, trim_frame
 
 MASK = 0xFFFFFF
 MTU = 256
@@ -51,17 +49,6 @@ class Failure:
     host: int
     down_s: float
     up_s: float
-
-
-def _net(shape, host: int) -> NetConfig:  # noqa: ANN001
-    return NetConfig(
-        shape,
-        host,
-        tuple(
-            PortAddr(bytes((2, 0, 0, host, p, 1)), bytes((2, 0, 0, host, p, 2)))
-            for p in range(shape.planes)
-        ),
-    )
 
 
 class Harness:
@@ -107,10 +94,10 @@ class Harness:
         from dataclasses import replace
 
         self.qps = (
-            QueuePair(0x11, _net(shape, 0), self.mem[0], planes * 100e6, cfg),
+            QueuePair(0x11, host_net(shape, 0), self.mem[0], planes * 100e6, cfg),
             QueuePair(
                 0x22,
-                _net(shape, 1),
+                host_net(shape, 1),
                 self.mem[1],
                 planes * 100e6,
                 replace(cfg, seed=cfg.seed + 1, start_psn=s["start_psn"][1]),

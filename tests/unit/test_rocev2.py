@@ -19,8 +19,6 @@ from mrcnic.ev import EvState
 from mrcnic.memory import MemoryTable
 from mrcnic.qp import (
     ImmReceived,
-    NetConfig,
-    PortAddr,
     QpAttributes,
     QpConfig,
     QpErrorEvent,
@@ -37,19 +35,12 @@ from mrcnic.rocev2_wire import (
     rdma_flow_label,
     rdma_udp_sport,
 )
+from mrcnic.sim_fabric import host_net
 
 MASK = 0xFFFFFF
 DELAY = 50e-6
 RATE = 100e6  # one port
 Chaos = Callable[[float, int, int, bytes], list[tuple[float, bytes]]]
-
-
-def net(shape: usid.ClosShape, host: int) -> NetConfig:
-    ports = tuple(
-        PortAddr(bytes((2, 0, 0, host, p, 1)), bytes((2, 0, 0, host, p, 2)))
-        for p in range(shape.planes)
-    )
-    return NetConfig(shape, host, ports)
 
 
 BASE = RoceConfig(mtu_bytes=256, base_rtt_s=2e-4, ack_timeout_s=2e-3)
@@ -70,9 +61,9 @@ class Wire:
     ) -> None:
         self.shape = usid.ClosShape(planes=planes, t0=2, t1=t1, hosts_per_t0=1)
         self.mem = [MemoryTable(seed=11), MemoryTable(seed=12)]
-        self.qa = RoceQueuePair(qpns[0], net(self.shape, 0), self.mem[0], RATE, cfg_a)
+        self.qa = RoceQueuePair(qpns[0], host_net(self.shape, 0), self.mem[0], RATE, cfg_a)
         self.qb = RoceQueuePair(
-            qpns[1], net(self.shape, 1), self.mem[1], RATE, cfg_b or replace(cfg_a, seed=2)
+            qpns[1], host_net(self.shape, 1), self.mem[1], RATE, cfg_b or replace(cfg_a, seed=2)
         )
         self.qa.connect(self.qb.local_attributes())
         self.qb.connect(self.qa.local_attributes())
@@ -235,8 +226,8 @@ def test_qps_hash_independently_and_collide_like_ecmp():
         count: dict[tuple[int, int], int] = {}
         for i in range(64):
             cfg = replace(BASE, ecmp_seed=seed)
-            a = RoceQueuePair(0x100 + i, net(shape, 0), MemoryTable(1), RATE, cfg)
-            b = RoceQueuePair(0x200 + i, net(shape, 1), MemoryTable(2), RATE, cfg)
+            a = RoceQueuePair(0x100 + i, host_net(shape, 0), MemoryTable(1), RATE, cfg)
+            b = RoceQueuePair(0x200 + i, host_net(shape, 1), MemoryTable(2), RATE, cfg)
             a.connect(b.local_attributes())
             count[(a.plane, a.t1)] = count.get((a.plane, a.t1), 0) + 1
         return sorted(count.values())
@@ -247,8 +238,8 @@ def test_qps_hash_independently_and_collide_like_ecmp():
         assert max(load) >= 6  # ...unevenly: a fair share would be 4 per path
     # the switches' seed changes which flows collide, not only the paths' names
     assert len({tuple(x) for x in per_seed}) > 1
-    bound = RoceQueuePair(0x300, net(shape, 0), MemoryTable(1), RATE, replace(BASE, port=3))
-    bound.connect(RoceQueuePair(0x301, net(shape, 1), MemoryTable(2), RATE).local_attributes())
+    bound = RoceQueuePair(0x300, host_net(shape, 0), MemoryTable(1), RATE, replace(BASE, port=3))
+    bound.connect(RoceQueuePair(0x301, host_net(shape, 1), MemoryTable(2), RATE).local_attributes())
     assert bound.plane == 3
 
 
@@ -575,7 +566,7 @@ def test_no_dcqcn_means_no_cnps():
 
 def test_the_queue_pair_surface():
     shape = usid.ClosShape(planes=2, t0=2, t1=2, hosts_per_t0=1)
-    q = RoceQueuePair(0x33, net(shape, 0), MemoryTable(1), RATE, QpConfig(mtu_bytes=512))
+    q = RoceQueuePair(0x33, host_net(shape, 0), MemoryTable(1), RATE, QpConfig(mtu_bytes=512))
     assert q.mtu == 512 and q.dcqcn is not None and q.config.retry_cnt == 7
     attrs = q.local_attributes()
     assert QpAttributes.from_json(attrs.to_json()) == attrs
@@ -586,35 +577,39 @@ def test_the_queue_pair_surface():
         q.deny_ev(1, 0.0)
     with pytest.raises(RoceUnsupportedError, match="MRC-only"):
         q.allow_ev(1, 0.0)
-    off = RoceQueuePair(0x34, net(shape, 0), MemoryTable(1), RATE, QpConfig(cc="fixed"))
+    off = RoceQueuePair(0x34, host_net(shape, 0), MemoryTable(1), RATE, QpConfig(cc="fixed"))
     assert off.dcqcn is None
     opts = QpConfig(cc_options=(("port", 1), ("retry_cnt", 3)))
-    q2 = RoceQueuePair(0x35, net(shape, 0), MemoryTable(1), RATE, opts)
+    q2 = RoceQueuePair(0x35, host_net(shape, 0), MemoryTable(1), RATE, opts)
     assert q2.plane == 1 and q2.config.retry_cnt == 3
     with pytest.raises(ValueError, match="unknown RoCEv2 option"):
-        RoceQueuePair(0x36, net(shape, 0), MemoryTable(1), RATE, QpConfig(cc_options=(("x", 1),)))
+        RoceQueuePair(
+            0x36, host_net(shape, 0), MemoryTable(1), RATE, QpConfig(cc_options=(("x", 1),))
+        )
     for bad in (
         replace(BASE, retry_cnt=8),
         replace(BASE, port=5),
         replace(BASE, local_ack_timeout=0),
     ):
         with pytest.raises(ValueError):
-            RoceQueuePair(0x37, net(shape, 0), MemoryTable(1), RATE, bad)
-    peer = RoceQueuePair(0x38, net(shape, 1), MemoryTable(2), RATE)
+            RoceQueuePair(0x37, host_net(shape, 0), MemoryTable(1), RATE, bad)
+    peer = RoceQueuePair(0x38, host_net(shape, 1), MemoryTable(2), RATE)
     q.connect(peer.local_attributes())
     with pytest.raises(QpStateError):
         q.connect(peer.local_attributes())
-    same = RoceQueuePair(0x39, net(shape, 0), MemoryTable(1), RATE)
+    same = RoceQueuePair(0x39, host_net(shape, 0), MemoryTable(1), RATE)
     with pytest.raises(ValueError, match="loopback"):
         same.connect(q.local_attributes())
 
 
 def test_hardware_timeout_encoding_scaled_to_the_lab():
     shape = usid.ClosShape(planes=2, t0=2, t1=2, hosts_per_t0=1)
-    q = RoceQueuePair(0x40, net(shape, 0), MemoryTable(1), RATE, RoceConfig(base_rtt_s=1e-4))
+    q = RoceQueuePair(0x40, host_net(shape, 0), MemoryTable(1), RATE, RoceConfig(base_rtt_s=1e-4))
     assert q.lab_scale == pytest.approx(1000.0)  # a 100 Mb/s port stands for 100 Gb/s
     assert q.ack_timeout_s == pytest.approx(4.096e-6 * 2 * 1000)
-    q14 = RoceQueuePair(0x41, net(shape, 0), MemoryTable(1), RATE, RoceConfig(local_ack_timeout=14))
+    q14 = RoceQueuePair(
+        0x41, host_net(shape, 0), MemoryTable(1), RATE, RoceConfig(local_ack_timeout=14)
+    )
     assert q14.ack_timeout_s == pytest.approx(4.096e-6 * 2**14 * 1000)
     assert q.cnp_interval_s == pytest.approx(0.05)
 
