@@ -331,6 +331,13 @@ class Planner:
             self._out = [0, 0, 0]
         self._structs: dict[int, struct.Struct] = {}
 
+    def c_arrays(self) -> dict:
+        """The C arrays behind the views (and ``l2``), for C code that keeps pointers to
+        them (mrcswitch.cloop); the caller keeps this planner alive."""
+        if not self._use_c:
+            raise RuntimeError("this planner runs the Python twins: it has no C arrays")
+        return {**self._c, "l2": self._l2}
+
     def keys(self, ring, n: int) -> tuple[bytes, ...]:
         """The first 54 bytes of each of the n frames in ``ring`` (zero-filled past a short
         frame's end), the keys of the pipeline's header memo."""

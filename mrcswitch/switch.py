@@ -37,12 +37,13 @@ import time
 from array import array
 from pathlib import Path
 
-from . import batch_io
+from . import batch_io, cloop
 from .config import ConfigError, PortConfig, SwitchConfig, load_config
+from .cqueue import make_egress_queue
 from .fastpath import QUEUE, WAKE_RES_LEN, Planner
 from .fcache import DecisionCache
 from .pipeline import DropCounter, DropReason, Pipeline
-from .queue import EgressQueue, Verdict
+from .queue import Verdict
 from .statsfile import StatsWriter, write_atomic
 from .table import build_table
 
@@ -60,6 +61,7 @@ LINK_PROBE_INTERVAL_S = 0.2
 RX_BATCHES_PER_WAKE = 8  # bound the time one busy port can hold the loop
 SMALL_BATCH = 4  # up to this many frames, a batch refreshes only the budgets it needs
 RCVBUF_BYTES = 4 << 20
+TIMER_SLACK_NS = 100_000  # C loop: a paced send may leave this late (fewer timer wake-ups)
 _NETDOWN = (errno.ENETDOWN, errno.ENXIO, errno.ENODEV)
 _EPOLLERR = select.EPOLLERR
 
@@ -101,7 +103,8 @@ class Port:
         self.mac = cfg.mac
         self.up = False
         self.link_down_events = 0
-        self.queue = EgressQueue(cfg, lblen, time.monotonic_ns())
+        # C (mrc_equeue) unless MRC_PURE_PYTHON=1; queue.EgressQueue is its twin
+        self.queue = make_egress_queue(cfg, lblen, time.monotonic_ns(), frame_cap)
         self.drops = DropCounter()
         self.rx_packets = self.rx_bytes = 0
         self.tx_packets = self.tx_bytes = 0
@@ -214,6 +217,7 @@ class Switch:
         self._queued: set[Port] = set()  # ports whose egress queue holds frames
         # per in-port: the C copy of the pipeline's header memo (one-call wake-ups, see _rx)
         self._fcaches: list[DecisionCache] = []
+        self._cloop: cloop.CLoop | None = None  # the C event loop, when it runs
         self._internal_errors_logged = 0
 
     # --- set-up -------------------------------------------------------------------------
@@ -238,18 +242,36 @@ class Switch:
         # MRC_SWITCH_ONE_CALL=0: the per-batch Python path only (for comparisons)
         if batch_io.BACKEND == "c" and os.environ.get("MRC_SWITCH_ONE_CALL", "1") != "0":
             self._fcaches = [DecisionCache() for _ in self.ports]
-        self._sync_fds()
         now = time.monotonic_ns()
         for p in self.ports:
             self.planner.rate_per_ns[p.index] = p.queue.rate_per_ns
             self.planner.burst[p.index] = p.queue.burst_bytes
             self._refresh_budget(p, now)
+        # MRC_SWITCH_C_LOOP=0: the Python loop (the C loop's twin) even where C could run it
+        if (
+            self._fcaches
+            and self.cfg.rx_ring_frames
+            and cloop.available()
+            and os.environ.get("MRC_SWITCH_C_LOOP", "1") != "0"
+            and all(getattr(p.queue, "ptr", None) is not None for p in self.ports)
+        ):
+            self._cloop = cloop.CLoop(
+                self._ep.fileno(), self.ports, self._fcaches, self.planner,
+                slots=min(p.ring.slots for p in self.ports if p.ring is not None),
+                cap=self.cfg.max_frame_bytes, hist_len=max(DropReason) + 1,
+                batches_per_wake=RX_BATCHES_PER_WAKE, timer_slack_ns=TIMER_SLACK_NS,
+                reasons=(DropReason.PORT_DOWN, DropReason.QUEUE_FULL, DropReason.TX_ERROR),
+            )  # fmt: skip
+        self._sync_fds()
 
     def _sync_fds(self) -> None:
-        """Tell the one-call path which socket sends for each port (after (re)opening)."""
+        """Tell the one-call path and the C loop which sockets and rings each port has, and
+        whether it is up (after (re)opening, a link change)."""
         if self.planner is not None:
             for p in self.ports:
                 self.planner.fds[p.index] = p.tx_sock.fileno() if p.tx_sock is not None else -1
+        if self._cloop is not None:
+            self._cloop.sync_all()
 
     def _refresh_budget(self, p: Port, now: int) -> None:
         """budget = the port's tokens now (-1 if it cannot send at once); mrc_fwd_wake adds
@@ -314,6 +336,8 @@ class Switch:
 
     # --- counters -----------------------------------------------------------------------
     def stats(self) -> dict:
+        if self._cloop is not None:
+            self._cloop.fold()
         for p in self.ports:
             p.poll_socket_drops()
         ports = {p.cfg.name: p.stats() for p in self.ports}
@@ -335,8 +359,10 @@ class Switch:
             "config": self.config_path,
             "io_backend": batch_io.BACKEND,
             "rx_path": "mmap" if self.cfg.rx_ring_frames else "recvmmsg",
-            # "one_call": a batch is one mrc_fwd_wake; "batch": Python decides each batch
-            "fwd_path": "one_call" if self._fcaches and self.cfg.rx_ring_frames else "batch",
+            # "c_loop": the C event loop (mrc_sw_poll) runs the common case; "one_call": a
+            # batch is one mrc_fwd_wake; "batch": Python decides each batch
+            "fwd_path": self._fwd_path(),
+            "queue_backend": "c" if getattr(self.ports[0].queue, "ptr", None) else "python",
             "started_unix": self.started_unix,
             "updated_unix": now,
             "uptime_s": now - self.started_unix,
@@ -357,6 +383,11 @@ class Switch:
             },
             "ports": ports,
         }
+
+    def _fwd_path(self) -> str:
+        if self._cloop is not None:
+            return "c_loop"
+        return "one_call" if self._fcaches and self.cfg.rx_ring_frames else "batch"
 
     def write_stats(self, *, sync: bool = False) -> None:
         """Refresh the stats file: from the writer thread while running (see statsfile.py),
@@ -386,6 +417,8 @@ class Switch:
         self._queued.discard(p)
         if self.planner is not None:
             self.planner.budget[p.index] = -1
+        if self._cloop is not None:
+            self._cloop.sync(p)
 
     def probe_links(self) -> None:
         for p in self.ports:
@@ -414,6 +447,8 @@ class Switch:
                 self._sync_fds()
             p.up = True
             self._refresh_budget(p, time.monotonic_ns())
+            if self._cloop is not None:
+                self._cloop.sync(p)
             log.info("port %s (%s) up", p.cfg.name, p.cfg.interface)
 
     # --- data path ----------------------------------------------------------------------
@@ -715,11 +750,82 @@ class Switch:
             len(self.table),
             batch_io.BACKEND,
         )
-        stats_every = int(self.cfg.stats_interval_s * 1e9)
-        probe_every = int(LINK_PROBE_INTERVAL_S * 1e9)
+        if self._cloop is not None:
+            self._run_c()
+        else:
+            self._run_python()
+        self.ready = False
+        self.write_stats(sync=True)
+
+    def _periodic(self, now: int, probe_due: int, stats_due: int) -> tuple[int, int]:
+        """Link probes and the stats file when due; returns the next due times."""
+        if now >= probe_due:
+            self.probe_links()
+            probe_due = now + int(LINK_PROBE_INTERVAL_S * 1e9)
+        if now >= stats_due:
+            self.write_stats()
+            stats_due = now + int(self.cfg.stats_interval_s * 1e9)
+        return probe_due, stats_due
+
+    def _serve_other_fds(self) -> None:
+        """The signal pipe and the control socket, if ready (the C loop leaves them to us)."""
+        ctl_fd = self._ctl.fileno() if self._ctl is not None else -1
+        for fd, _ev in self._ep.poll(0):
+            if fd == self._wake_r:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(self._wake_r, 512)
+            elif fd == ctl_fd:
+                self._serve_control()
+
+    def _run_c(self) -> None:
+        """The event loop when C runs it (mrc_sw_poll): Python wakes up only for what the C
+        loop hands back (see cloop.Wake), and for link probes and stats when they are due."""
+        cl = self._cloop
+        assert cl is not None
+        out = cl.out
+        ports = self.ports
+        monotonic_ns = time.monotonic_ns
+        now = monotonic_ns()
+        probe_due = now + int(LINK_PROBE_INTERVAL_S * 1e9)
+        stats_due = now + int(self.cfg.stats_interval_s * 1e9)
+        while not self._stop:
+            why = cl.poll(min(probe_due, stats_due))
+            now = monotonic_ns()
+            if why is cloop.Wake.MISS or why is cloop.Wake.PUNT:
+                self._c_batch(ports[out[1]], why, out[2], out[3], now)
+            elif why is cloop.Wake.LINK_DOWN:
+                self._set_down(ports[out[1]], os.strerror(out[3]))
+            elif why is cloop.Wake.SOCK_ERR:
+                self._sock_error(ports[out[1]])
+            elif why is cloop.Wake.OTHER_FD:
+                self._serve_other_fds()
+            self._queued.clear()  # the C loop serves every queue
+            if now >= probe_due or now >= stats_due:
+                probe_due, stats_due = self._periodic(now, probe_due, stats_due)
+
+    def _c_batch(self, p: Port, why: cloop.Wake, n: int, n_punt: int, now: int) -> None:
+        """A batch the C loop handed back: a miss (Python decides the whole batch and stores
+        the decisions, so the next one stays in C) or refused frames (Python decides them,
+        then releases the batch)."""
+        ring = p.ring
+        assert ring is not None
+        if why is cloop.Wake.MISS:
+            bound = p.bound
+            if bound is None or bound[0] is not ring:
+                cache = self._fcaches[p.index]
+                bound = p.bound = (ring, *self.planner.bind(ring), None, cache.insert)  # type: ignore[union-attr]
+            self._forward_batch(p, ring, n, bound, now)
+            return
+        try:
+            self._rx_deferred(p, ring, n_punt, now)
+        finally:
+            ring.release(n)
+
+    def _run_python(self) -> None:
+        """The event loop in Python (the C loop's twin; with recvmmsg or without C)."""
         now = time.monotonic_ns()
-        stats_due = now + stats_every
-        probe_due = now + probe_every
+        stats_due = now + int(self.cfg.stats_interval_s * 1e9)
+        probe_due = now + int(LINK_PROBE_INTERVAL_S * 1e9)
         ctl_fd = self._ctl.fileno() if self._ctl is not None else -1
         # one wake-up per frame is the common case at a few thousand frames/s per switch:
         # keep what the loop does per wake-up (outside _rx) to a handful of operations
@@ -752,15 +858,8 @@ class Switch:
                 for p in tuple(queued):
                     self._tx(p, now)
             if now >= due:
-                if now >= probe_due:
-                    self.probe_links()
-                    probe_due = now + probe_every
-                if now >= stats_due:
-                    self.write_stats()
-                    stats_due = now + stats_every
+                probe_due, stats_due = self._periodic(now, probe_due, stats_due)
                 due = min(stats_due, probe_due)
-        self.ready = False
-        self.write_stats(sync=True)
 
     def close(self) -> None:
         if self._writer is not None:  # the loop ended abnormally: stop the thread anyway

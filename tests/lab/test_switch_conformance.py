@@ -95,13 +95,17 @@ def outcome(frames_by_port: dict[str, list[bytes]]) -> list[tuple]:
     return sorted(res)
 
 
-# mrc-switch's receive paths: the C core with a PACKET_MMAP ring (the default), the C core
-# with recvmmsg, and the pure-Python twins (MRC_PURE_PYTHON=1) with the ring
+# mrc-switch's receive paths: the C core with a PACKET_MMAP ring and the C event loop (the
+# default), the same with the Python loop, the C core with recvmmsg, and the pure-Python
+# twins (MRC_PURE_PYTHON=1) with the ring
 VARIANTS = {
     "c-mmap": ({}, None),
+    "c-mmap-python-loop": ({}, {"MRC_SWITCH_C_LOOP": "0"}),
     "c-recvmmsg": ({"rx_ring_frames": 0}, None),
     "python-mmap": ({}, {"MRC_PURE_PYTHON": "1"}),
 }
+FWD_PATH = {"c-mmap": "c_loop", "c-mmap-python-loop": "one_call", "c-recvmmsg": "batch",
+            "python-mmap": "batch"}  # fmt: skip
 
 
 def run_corpus(
@@ -144,7 +148,8 @@ def test_switch_matches_kernel(tmp_path, kernel_outcomes, variant):
     kernel = kernel_outcomes
     top, env = VARIANTS[variant]
     switch, stats = run_corpus("switch", tmp_path, top, env)
-    assert stats["io_backend"] == ("python" if env else "c")
+    assert stats["io_backend"] == ("python" if variant == "python-mmap" else "c")
+    assert stats["fwd_path"] == FWD_PATH[variant]
     assert stats["rx_path"] == ("recvmmsg" if top.get("rx_ring_frames") == 0 else "mmap")
     names = [n for n, _ in corpus()]
     mismatches = [

@@ -24,16 +24,25 @@ BUFFER = 32 << 10
 THRESHOLD = 8 << 10
 
 
-@pytest.fixture
-def slow_chain(tmp_path):
+# the switch's event loops: C (mrc_sw_poll, the default) and its Python twin
+LOOPS = {"c-loop": None, "python-loop": {"MRC_SWITCH_C_LOOP": "0"}}
+
+
+@pytest.fixture(params=list(LOOPS))
+def slow_chain(tmp_path, request):
     port = {
         "rate_mbit": RATE_BPS // 1_000_000,
         "buffer_bytes": BUFFER,
         "ecn_threshold_bytes": THRESHOLD,
         "burst_bytes": BURST,
     }
-    c = H.build_chain("switch", tmp_path, switch_args={"port": port})
+    c = H.build_chain(
+        "switch", tmp_path, switch_args={"port": port}, switch_env=LOOPS[request.param]
+    )
     try:
+        st = H.read_stats(c)
+        want = "one_call" if request.param == "python-loop" else "c_loop"
+        assert st["fwd_path"] == want or st["io_backend"] == "python", st["fwd_path"]
         yield c
     finally:
         H.teardown(c)
@@ -86,8 +95,9 @@ def test_burst_is_sent_then_queued_in_order_paced_and_accounted(slow_chain):
     rx.close()
 
 
-def test_link_down_does_not_spin(tmp_path):
-    c = H.build_chain("switch", tmp_path)
+@pytest.mark.parametrize("loop", list(LOOPS))
+def test_link_down_does_not_spin(tmp_path, loop):
+    c = H.build_chain("switch", tmp_path, switch_env=LOOPS[loop])
     try:
         H.nsrun(c.ns_w, "ip", "link", "set", c.ifname("wB"), "down")
         time.sleep(0.5)

@@ -1,0 +1,519 @@
+/* One egress port's paced two-class queue (mrcswitch/queue.py EgressQueue is the twin).
+ *
+ * Storage: each class is a byte ring inside the caller's block, the high ring first, then
+ * the data ring. A record is an 8-byte header (uint32 frame length, 4 bytes of padding)
+ * followed by the frame, padded to a multiple of 8. A record never wraps: when it does not
+ * fit before the end of the ring, the tail gap gets a header with length SKIP and the
+ * record goes to offset 0. head..tail (used bytes, gap included) is the queued part.
+ *
+ * Why a ring of variable-size records rather than max_frame_bytes slots: a port's buffer
+ * bounds sum of frame lengths, so slots would need bound / 16 (minimum frame) of them, each
+ * max_frame_bytes long. A ring of 2 * bound + slack always holds what the bound admits: a
+ * record of a frame of n >= 16 bytes takes at most n + 15 <= 2n bytes, and at most one gap
+ * (shorter than the longest record) is queued at a time. */
+#include "mrc_equeue.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "mrc_checksum.h"
+#include "mrc_io.h"
+
+#define REC_HDR 8u
+#define SKIP 0xFFFFFFFFu
+#define MIN_FRAME 16
+#define MAX_BOUND (1LL << 29) /* keeps every offset in the block within uint32 */
+#define MAX_FRAME (1LL << 20)
+
+#define DSCP_TRIMMABLE 4
+#define DSCP_TRIMMABLE_RETX 8
+#define DSCP_TRIMMED 12
+#define DSCP_TRIMMED_LASTHOP 16
+#define DSCP_CONTROL 46
+
+#define OFF_UDP 54
+#define OFF_BTH 62
+#define BTH_SIZE 12
+#define METH_SIZE 4
+#define TS_SIZE 8
+#define RETH_SIZE 16
+#define IMM_SIZE 4
+#define MRC_UDP_PORT 4791
+#define TS_FLAG 0x10
+
+/* one class's ring, a view of the struct's private fields */
+struct ring {
+    uint8_t *base;
+    uint64_t *size, *head, *tail, *used;
+};
+
+static uint64_t pad8(uint64_t n) { return (n + 7u) & ~(uint64_t)7u; }
+
+static uint64_t ring_bytes(int64_t bound, int64_t max_frame) {
+    return pad8((uint64_t)(2 * bound + 2 * (max_frame + 16) + 64));
+}
+
+size_t mrc_eq_mem_bytes(int64_t buffer_bytes, int64_t high_buffer_bytes, int64_t max_frame_bytes) {
+    if (buffer_bytes <= 0 || high_buffer_bytes <= 0 || max_frame_bytes <= 0 ||
+        buffer_bytes > MAX_BOUND || high_buffer_bytes > MAX_BOUND || max_frame_bytes > MAX_FRAME) {
+        return 0;
+    }
+    return (size_t)(ring_bytes(high_buffer_bytes, max_frame_bytes) +
+                    ring_bytes(buffer_bytes, max_frame_bytes));
+}
+
+static int initialised(const struct mrc_equeue *q) {
+    return q != NULL && q->mem != NULL && q->high_size > 0 && q->data_size > 0;
+}
+
+static struct ring high_ring(struct mrc_equeue *q) {
+    return (struct ring){q->mem, &q->high_size, &q->high_head, &q->high_tail, &q->high_used};
+}
+
+static struct ring data_ring(struct mrc_equeue *q) {
+    return (struct ring){q->mem + q->high_size, &q->data_size, &q->data_head, &q->data_tail,
+                         &q->data_used};
+}
+
+static uint32_t rd32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+
+/* Room for a frame of len bytes at the tail (skipping the gap to the end if need be):
+ * where its bytes go, or NULL if the ring is full (never, within the byte bound). The
+ * record is committed by ring_commit. */
+static uint8_t *ring_reserve(struct ring r, uint32_t len) {
+    uint64_t rec = REC_HDR + pad8(len);
+    uint64_t size = *r.size, tail = *r.tail, free_bytes = size - *r.used;
+    if (*r.used == 0) {
+        *r.head = *r.tail = tail = 0; /* empty: start over, no gap */
+    }
+    uint64_t before_end = size - tail;
+    if (rec <= before_end && rec <= free_bytes) {
+        return r.base + tail + REC_HDR;
+    }
+    if (rec > before_end && before_end + rec <= free_bytes) {
+        wr32(r.base + tail, SKIP); /* before_end >= 8: offsets and size are multiples of 8 */
+        *r.used += before_end;
+        *r.tail = 0;
+        return r.base + REC_HDR;
+    }
+    return NULL;
+}
+
+static void ring_commit(struct ring r, uint32_t len) {
+    uint64_t rec = REC_HDR + pad8(len);
+    wr32(r.base + *r.tail, len);
+    *r.tail += rec;
+    if (*r.tail == *r.size) {
+        *r.tail = 0;
+    }
+    *r.used += rec;
+}
+
+/* The oldest record's offset in base (past a gap), or -1 if the ring is empty. */
+static int64_t ring_peek(struct ring r) {
+    if (*r.used == 0) {
+        return -1;
+    }
+    if (rd32(r.base + *r.head) == SKIP) {
+        *r.used -= *r.size - *r.head;
+        *r.head = 0;
+    }
+    return (int64_t)*r.head;
+}
+
+static void ring_pop(struct ring r, uint32_t len) {
+    uint64_t rec = REC_HDR + pad8(len);
+    *r.head += rec;
+    if (*r.head == *r.size) {
+        *r.head = 0;
+    }
+    *r.used -= rec;
+    if (*r.used == 0) {
+        *r.head = *r.tail = 0;
+    }
+}
+
+int mrc_eq_init(struct mrc_equeue *q, uint8_t *mem, size_t mem_len, int64_t now_ns) {
+    if (q == NULL || mem == NULL) {
+        return -EINVAL;
+    }
+    size_t need = mrc_eq_mem_bytes(q->buffer_bytes, q->high_buffer_bytes, q->max_frame_bytes);
+    if (need == 0 || mem_len < need || !(q->rate_per_ns > 0) || !isfinite(q->rate_per_ns) ||
+        !(q->burst_bytes >= 0) || !isfinite(q->burst_bytes) || q->lblen < 16 ||
+        q->lblen > 112 || q->lblen % 16 != 0) {
+        return -EINVAL;
+    }
+    q->tokens = q->burst_bytes;
+    q->last_ns = now_ns;
+    q->high_bytes = q->data_bytes = q->max_depth_bytes = 0;
+    q->ecn_marks = q->trims = q->high_frames = q->data_frames = 0;
+    q->mem = mem;
+    q->high_size = ring_bytes(q->high_buffer_bytes, q->max_frame_bytes);
+    q->data_size = ring_bytes(q->buffer_bytes, q->max_frame_bytes);
+    q->high_head = q->high_tail = q->high_used = 0;
+    q->data_head = q->data_tail = q->data_used = 0;
+    return 0;
+}
+
+static void note_depth(struct mrc_equeue *q) {
+    int64_t d = q->high_bytes + q->data_bytes;
+    if (d > q->max_depth_bytes) {
+        q->max_depth_bytes = d;
+    }
+}
+
+/* queue.mrc_header_end: offset past the MRC data headers, or 0 (not trimmable). */
+static size_t mrc_header_end(const uint8_t *f, size_t len) {
+    if (len < OFF_BTH + BTH_SIZE || f[20] != 17) {
+        return 0;
+    }
+    if ((f[OFF_UDP + 2] << 8 | f[OFF_UDP + 3]) != MRC_UDP_PORT) {
+        return 0;
+    }
+    uint8_t op = f[OFF_BTH];
+    if (op < 0xC6 || op > 0xCB) {
+        return 0;
+    }
+    size_t end = OFF_BTH + BTH_SIZE + METH_SIZE + RETH_SIZE;
+    if (f[OFF_BTH + 4] & TS_FLAG) {
+        end += TS_SIZE;
+    }
+    if (op == 0xC9 || op == 0xCB) {
+        end += IMM_SIZE;
+    }
+    return end <= len ? end : 0;
+}
+
+/* queue.final_destination: shift the carrier after the block left by one uSID until the
+ * bits after its first uSID are all zero. */
+static void final_destination(const uint8_t *dst, int lblen, uint8_t *out) {
+    memcpy(out, dst, 16);
+    size_t lb = (size_t)lblen / 8;
+    if (lb + 2 >= 16) {
+        return; /* room for one uSID only: already final */
+    }
+    for (;;) {
+        int tail_zero = 1;
+        for (size_t i = lb + 2; i < 16; i++) {
+            if (out[i]) {
+                tail_zero = 0;
+                break;
+            }
+        }
+        if (tail_zero) {
+            return;
+        }
+        memmove(out + lb, out + lb + 2, 16 - lb - 2);
+        out[14] = out[15] = 0;
+    }
+}
+
+static int enqueue_high(struct mrc_equeue *q, const uint8_t *frame, size_t len) {
+    if (q->high_bytes + (int64_t)len > q->high_buffer_bytes) {
+        return 0;
+    }
+    struct ring r = high_ring(q);
+    uint8_t *at = ring_reserve(r, (uint32_t)len);
+    if (at == NULL) {
+        return 0; /* cannot happen within the bound (see the top of this file) */
+    }
+    memcpy(at, frame, len);
+    ring_commit(r, (uint32_t)len);
+    q->high_bytes += (int64_t)len;
+    q->high_frames++;
+    note_depth(q);
+    return 1;
+}
+
+/* queue.trim_frame straight into the high ring. */
+static int enqueue_trimmed(struct mrc_equeue *q, const uint8_t *frame, size_t len) {
+    size_t end = mrc_header_end(frame, len);
+    if (end == 0) {
+        return MRC_EQ_DROPPED;
+    }
+    size_t keep = end;
+    if (q->trim_bytes > 0 && (size_t)q->trim_bytes > keep) {
+        keep = (size_t)q->trim_bytes;
+    }
+    if (keep > len) {
+        keep = len;
+    }
+    if (q->high_bytes + (int64_t)keep > q->high_buffer_bytes) {
+        return MRC_EQ_DROPPED;
+    }
+    struct ring r = high_ring(q);
+    uint8_t *t = ring_reserve(r, (uint32_t)keep);
+    if (t == NULL) {
+        return MRC_EQ_DROPPED;
+    }
+    memcpy(t, frame, keep);
+    int dscp = q->last_hop ? DSCP_TRIMMED_LASTHOP : DSCP_TRIMMED;
+    t[14] = (uint8_t)((t[14] & 0xF0) | (dscp >> 2));
+    t[15] = (uint8_t)((t[15] & 0x3F) | ((dscp & 3) << 6));
+    size_t ulen = keep - OFF_UDP;
+    t[18] = t[OFF_UDP + 4] = (uint8_t)(ulen >> 8);
+    t[19] = t[OFF_UDP + 5] = (uint8_t)(ulen & 0xFF);
+    t[OFF_UDP + 6] = t[OFF_UDP + 7] = 0;
+    uint8_t final[16];
+    final_destination(t + 38, q->lblen, final);
+    int32_t c = mrc_udp6_checksum(t + 22, 16, final, 16, t + OFF_UDP, ulen);
+    t[OFF_UDP + 6] = (uint8_t)(c >> 8);
+    t[OFF_UDP + 7] = (uint8_t)(c & 0xFF);
+    ring_commit(r, (uint32_t)keep);
+    q->high_bytes += (int64_t)keep;
+    q->high_frames++;
+    note_depth(q);
+    q->trims++;
+    return MRC_EQ_TRIMMED;
+}
+
+int mrc_eq_enqueue(struct mrc_equeue *q, const uint8_t *frame, size_t len) {
+    if (!initialised(q)) {
+        return -EINVAL;
+    }
+    if (frame == NULL || len < MIN_FRAME || len > (uint64_t)q->max_frame_bytes) {
+        return MRC_EQ_DROPPED;
+    }
+    int tc = (frame[14] & 0x0F) << 4 | frame[15] >> 4;
+    int dscp = tc >> 2;
+    if (dscp == DSCP_CONTROL || dscp == DSCP_TRIMMED || dscp == DSCP_TRIMMED_LASTHOP) {
+        return enqueue_high(q, frame, len) ? MRC_EQ_HIGH : MRC_EQ_DROPPED;
+    }
+    if (q->data_bytes + (int64_t)len <= q->buffer_bytes) {
+        struct ring r = data_ring(q);
+        uint8_t *at = ring_reserve(r, (uint32_t)len);
+        if (at == NULL) {
+            return MRC_EQ_DROPPED; /* cannot happen within the bound */
+        }
+        memcpy(at, frame, len);
+        int verdict = MRC_EQ_QUEUED;
+        int ecn = tc & 3;
+        if (q->ecn_on && q->data_bytes > q->ecn_threshold_bytes && (ecn == 1 || ecn == 2)) {
+            at[15] |= 0x30; /* ECN = CE */
+            q->ecn_marks++;
+            verdict = MRC_EQ_MARKED;
+        }
+        ring_commit(r, (uint32_t)len);
+        q->data_bytes += (int64_t)len;
+        q->data_frames++;
+        note_depth(q);
+        return verdict;
+    }
+    if (q->trim_on && (dscp == DSCP_TRIMMABLE || dscp == DSCP_TRIMMABLE_RETX)) {
+        return enqueue_trimmed(q, frame, len);
+    }
+    return MRC_EQ_DROPPED;
+}
+
+/* EgressQueue._refill */
+static void refill(struct mrc_equeue *q, int64_t now_ns) {
+    if (now_ns > q->last_ns) {
+        double t = q->tokens + (double)(now_ns - q->last_ns) * q->rate_per_ns;
+        q->tokens = t < q->burst_bytes ? t : q->burst_bytes;
+        q->last_ns = now_ns;
+    }
+}
+
+/* The head frame of the class served next (high first): its offset in mem and length,
+ * its ring in *r; 0 if both classes are empty. */
+static int head_frame(struct mrc_equeue *q, struct ring *r, uint64_t *off, uint32_t *len,
+                      int *is_high) {
+    struct ring h = high_ring(q);
+    int64_t at = ring_peek(h);
+    *is_high = 1;
+    if (at < 0) {
+        h = data_ring(q);
+        at = ring_peek(h);
+        *is_high = 0;
+        if (at < 0) {
+            return 0;
+        }
+    }
+    *r = h;
+    *len = rd32(h.base + at);
+    *off = (uint64_t)(h.base - q->mem) + (uint64_t)at + REC_HDR;
+    return 1;
+}
+
+static void pop_head(struct mrc_equeue *q, struct ring r, uint32_t len, int is_high) {
+    ring_pop(r, len);
+    if (is_high) {
+        q->high_bytes -= len;
+        q->high_frames--;
+    } else {
+        q->data_bytes -= len;
+        q->data_frames--;
+    }
+}
+
+int mrc_eq_dequeue(struct mrc_equeue *q, int64_t now_ns, size_t max, uint8_t *out,
+                   size_t out_len, uint32_t *lens) {
+    if (!initialised(q) || (max > 0 && (out == NULL || lens == NULL))) {
+        return -EINVAL;
+    }
+    if (q->high_frames + q->data_frames == 0) {
+        return 0;
+    }
+    if (max > INT32_MAX) {
+        max = INT32_MAX;
+    }
+    refill(q, now_ns);
+    double tokens = q->tokens;
+    size_t n = 0, at = 0;
+    while (n < max) {
+        struct ring r;
+        uint64_t off;
+        uint32_t len;
+        int is_high;
+        if (!head_frame(q, &r, &off, &len, &is_high) || (double)len > tokens ||
+            len > out_len - at) {
+            break;
+        }
+        tokens -= len;
+        memcpy(out + at, q->mem + off, len);
+        lens[n++] = len;
+        at += len;
+        pop_head(q, r, len, is_high);
+    }
+    q->tokens = tokens;
+    return (int)n;
+}
+
+int mrc_eq_send(struct mrc_equeue *q, int fd, int64_t now_ns, int64_t *out) {
+    if (!initialised(q) || out == NULL) {
+        return -EINVAL;
+    }
+    out[0] = out[1] = out[2] = out[3] = 0;
+    if (q->high_frames + q->data_frames == 0) {
+        return 0;
+    }
+    refill(q, now_ns);
+    size_t mem_len = (size_t)(q->high_size + q->data_size);
+    uint32_t offs[MRC_EQ_SEND_BATCH], lens[MRC_EQ_SEND_BATCH];
+    uint16_t idx[MRC_EQ_SEND_BATCH];
+    int total = 0;
+    for (;;) {
+        /* a batch: the twin's dequeue(now_ns, MRC_EQ_SEND_BATCH). The frames stay where
+         * they are in the rings until the next enqueue, so they are sent from there. */
+        double tokens = q->tokens;
+        size_t n = 0;
+        while (n < MRC_EQ_SEND_BATCH) {
+            struct ring r;
+            uint64_t off;
+            uint32_t len;
+            int is_high;
+            if (!head_frame(q, &r, &off, &len, &is_high) || (double)len > tokens) {
+                break;
+            }
+            tokens -= len;
+            offs[n] = (uint32_t)off;
+            lens[n] = len;
+            idx[n] = (uint16_t)n;
+            n++;
+            pop_head(q, r, len, is_high);
+        }
+        q->tokens = tokens;
+        total += (int)n;
+        if (n == 0) {
+            break;
+        }
+        int64_t io[3];
+        int64_t failed;
+        int sent;
+        if (fd < 0) {
+            sent = 0;
+            failed = (int64_t)n;
+            io[1] = EBADF;
+            io[2] = 0;
+        } else {
+            sent = mrc_io_send_iov(fd, q->mem, mem_len, offs, lens, n, idx, n, io);
+            if (sent < 0) { /* cannot happen: every frame lies inside mem */
+                sent = 0;
+                io[0] = (int64_t)n;
+                io[1] = EINVAL;
+                io[2] = 0;
+            }
+            /* whatever sendmmsg did not take is gone all the same */
+            failed = (int64_t)n - sent;
+        }
+        out[0] += sent;
+        out[3] += io[2];
+        if (failed > 0) {
+            out[1] += failed;
+            out[2] = io[1];
+            break;
+        }
+        if (n < MRC_EQ_SEND_BATCH) {
+            break;
+        }
+    }
+    return total;
+}
+
+int64_t mrc_eq_next_send_ns(struct mrc_equeue *q, int64_t now_ns) {
+    if (!initialised(q)) {
+        return -1;
+    }
+    struct ring r;
+    uint64_t off;
+    uint32_t len;
+    int is_high;
+    if (!head_frame(q, &r, &off, &len, &is_high)) {
+        return -1;
+    }
+    refill(q, now_ns);
+    double missing = (double)len - q->tokens;
+    if (missing <= 0) {
+        return now_ns;
+    }
+    double wait = missing / q->rate_per_ns;
+    /* int() of the twin, saturated where int64 ends (a Python int would not) */
+    if (!(wait < 9.0e18)) {
+        return INT64_MAX;
+    }
+    int64_t w = (int64_t)wait;
+    if (now_ns > 0 && w > INT64_MAX - 1 - now_ns) {
+        return INT64_MAX;
+    }
+    return now_ns + w + 1;
+}
+
+int64_t mrc_eq_fast_budget(struct mrc_equeue *q, int64_t now_ns) {
+    if (!initialised(q) || q->high_frames + q->data_frames > 0) {
+        return -1;
+    }
+    refill(q, now_ns);
+    double t = q->tokens;
+    if (t >= 9.2e18) {
+        return INT64_MAX;
+    }
+    if (t <= -9.2e18) {
+        return INT64_MIN;
+    }
+    return (int64_t)t;
+}
+
+void mrc_eq_consume(struct mrc_equeue *q, int64_t nbytes) {
+    if (q != NULL) {
+        q->tokens -= (double)nbytes;
+    }
+}
+
+int64_t mrc_eq_flush(struct mrc_equeue *q) {
+    if (!initialised(q)) {
+        return 0;
+    }
+    int64_t n = q->high_frames + q->data_frames;
+    q->high_frames = q->data_frames = 0;
+    q->high_bytes = q->data_bytes = 0;
+    q->high_head = q->high_tail = q->high_used = 0;
+    q->data_head = q->data_tail = q->data_used = 0;
+    return n;
+}

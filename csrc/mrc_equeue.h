@@ -1,0 +1,100 @@
+#ifndef MRC_EQUEUE_H
+#define MRC_EQUEUE_H
+#include <stddef.h>
+#include <stdint.h>
+/* One mrc-switch egress port's paced two-class queue, in C (mrcswitch/queue.py's
+ * EgressQueue is the Python twin and the reference: same verdicts, same frames out in the
+ * same order, same counters, same token arithmetic in double). C never allocates: the caller
+ * owns the struct and one memory block of mrc_eq_mem_bytes() bytes that holds both classes.
+ *
+ * Classes, served in strict priority, each a FIFO of whole frames kept in a byte ring:
+ * - high: DSCP CONTROL (46), TRIMMED (12), TRIMMED_LASTHOP (16), bounded by high_buffer_bytes;
+ * - data: everything else, bounded by buffer_bytes.
+ * Bounds count frame lengths exactly as the twin does (the storage is sized so that the
+ * bound, never the storage, decides admission).
+ * enqueue of a data frame: ECN (ecn_on, data_bytes > ecn_threshold_bytes, ECT(0)/ECT(1):
+ * set CE, MARKED); overflow: a trimmable frame (DSCP 4 or 8, trim_on, a complete MRC data
+ * packet, see queue.mrc_header_end) is cut to max(trim_bytes, its MRC headers), DSCP set to
+ * TRIMMED (TRIMMED_LASTHOP if last_hop), IPv6 payload length, UDP length and UDP checksum
+ * fixed (over the final destination: the current one shifted until end of carrier, see
+ * queue.final_destination with lblen) and queued high (TRIMMED, or DROPPED if high is full);
+ * anything else DROPPED. Verdict numbers are queue.Verdict's. */
+
+enum {
+    MRC_EQ_QUEUED = 0,
+    MRC_EQ_MARKED = 1,
+    MRC_EQ_TRIMMED = 2,
+    MRC_EQ_DROPPED = 3,
+    MRC_EQ_HIGH = 4,
+    MRC_EQ_SEND_BATCH = 64 /* frames per sendmmsg in mrc_eq_send */
+};
+
+struct mrc_equeue {
+    /* configuration: the caller sets these, then calls mrc_eq_init */
+    double rate_per_ns;          /* token bucket rate, bytes per ns, > 0 */
+    double burst_bytes;          /* token bucket depth, >= 0 */
+    int64_t buffer_bytes;        /* data class bound, > 0 */
+    int64_t high_buffer_bytes;   /* high class bound, > 0 */
+    int64_t ecn_threshold_bytes; /* data bytes queued above which ECT frames get CE */
+    int64_t max_frame_bytes;     /* longest frame enqueue accepts (longer: DROPPED) */
+    int32_t ecn_on;
+    int32_t trim_on;
+    int32_t last_hop;
+    int32_t trim_bytes; /* 0 = exactly the MRC headers */
+    int32_t lblen;      /* locator block length in bits: 16..112, a multiple of 16 */
+    /* state: read-only for the caller */
+    double tokens;
+    int64_t last_ns;
+    int64_t high_bytes;      /* sum of queued high frames' lengths */
+    int64_t data_bytes;      /* sum of queued data frames' lengths */
+    int64_t max_depth_bytes; /* max of high_bytes + data_bytes after an enqueue */
+    int64_t ecn_marks;
+    int64_t trims;
+    int64_t high_frames;
+    int64_t data_frames;
+    /* storage (private): two byte rings inside the caller's block */
+    uint8_t *mem;
+    uint64_t high_size, high_head, high_tail, high_used;
+    uint64_t data_size, data_head, data_tail, data_used;
+};
+
+/* Bytes of memory the queue needs for these bounds (0 if a bound is <= 0 or absurd). */
+size_t mrc_eq_mem_bytes(int64_t buffer_bytes, int64_t high_buffer_bytes, int64_t max_frame_bytes);
+
+/* Check the configuration, lay the rings out in mem (mem_len >= mrc_eq_mem_bytes(...)),
+ * empty both classes, zero the counters, tokens = burst_bytes, last_ns = now_ns.
+ * Returns 0, or -EINVAL (bad configuration or mem too short: nothing changed). */
+int mrc_eq_init(struct mrc_equeue *q, uint8_t *mem, size_t mem_len, int64_t now_ns);
+
+/* Admit one forwarded frame (Ethernet + IPv6, already rewritten): copies it in (the
+ * caller's buffer may be reused at once). Returns a verdict (MRC_EQ_*), -EINVAL if q is not
+ * initialised. A frame shorter than 16 bytes or longer than max_frame_bytes is DROPPED. */
+int mrc_eq_enqueue(struct mrc_equeue *q, const uint8_t *frame, size_t len);
+
+/* Frames the link may carry by now_ns, high first, within the token bucket (refilled as
+ * the twin's _refill), at most max: each is copied to out (back to back) and its length
+ * written to lens[k]; stops early, leaving the frame queued, if the next one does not fit
+ * out_len. Returns how many frames, or -EINVAL. */
+int mrc_eq_dequeue(struct mrc_equeue *q, int64_t now_ns, size_t max, uint8_t *out,
+                   size_t out_len, uint32_t *lens);
+
+/* What the twin's dequeue(now_ns, MRC_EQ_SEND_BATCH) + sendmmsg does, repeated while a
+ * batch is full: the frames go out on fd straight from the rings (fd < 0: they all fail
+ * with EBADF). A frame the kernel refuses is gone all the same (the caller counts it).
+ * out[0] = sent, out[1] = failed, out[2] = errno of the last failure (0 if none),
+ * out[3] = bytes sent. Stops after a batch with a failure. Returns frames dequeued, or
+ * -EINVAL. */
+int mrc_eq_send(struct mrc_equeue *q, int fd, int64_t now_ns, int64_t *out);
+
+/* When the head frame may leave (now_ns if already), or -1 if both classes are empty. */
+int64_t mrc_eq_next_send_ns(struct mrc_equeue *q, int64_t now_ns);
+
+/* The twin's fast_budget: -1 if anything is queued, else the tokens now (truncated). */
+int64_t mrc_eq_fast_budget(struct mrc_equeue *q, int64_t now_ns);
+
+/* The twin's consume: tokens -= nbytes (frames that left without queueing). */
+void mrc_eq_consume(struct mrc_equeue *q, int64_t nbytes);
+
+/* Drop everything queued; returns how many frames. */
+int64_t mrc_eq_flush(struct mrc_equeue *q);
+#endif

@@ -1,0 +1,215 @@
+"""An egress port's queue in C (csrc/mrc_equeue.c), with the API of queue.EgressQueue.
+
+:class:`CEgressQueue` keeps its frames in byte rings inside one memory block; the block and
+the ``struct mrc_equeue`` are allocated here and live as long as the object, so the switch's
+C loop (given ``ptr``) can enqueue, pace and send (``send``: sendmmsg straight from the
+rings) without Python. Verdicts, frames out, counters and token arithmetic are queue.EgressQueue's
+(tests/unit/test_switch_cqueue.py checks them step by step), with two differences that
+cannot reach it from the switch: a frame shorter than 16 bytes or longer than
+``max_frame_bytes`` is DROPPED (the twin raises / queues it; the switch drops such frames
+on receive), and the classes are not exposed as ``high`` / ``data`` deques.
+
+:func:`make_egress_queue` picks the C queue unless MRC_PURE_PYTHON=1 or the C module is
+missing (as batch_io does).
+"""
+
+from __future__ import annotations
+
+from . import batch_io
+from .config import MAX_FRAME_BYTES, PortConfig
+from .queue import NS_PER_S, EgressQueue, Verdict
+
+SEND_BATCH = 64  # csrc/mrc_equeue.h MRC_EQ_SEND_BATCH
+_VERDICTS = tuple(Verdict)  # indexed by MRC_EQ_* (the same numbers)
+_MARKED = int(Verdict.MARKED)  # a plain int: comparing with an IntEnum member is slow
+_MIN_OUT_BYTES = 64 * 1024
+
+
+def _load():
+    mod = batch_io._mod
+    if mod is None or not hasattr(mod.lib, "mrc_eq_init"):
+        return None
+    return mod
+
+
+_mod = _load()
+BACKEND = "c" if _mod is not None else "python"
+
+
+class CEgressQueue:
+    """One port's paced two-class egress queue, in C. ``ptr`` is the ``struct mrc_equeue *``."""
+
+    __slots__ = (
+        "cfg",
+        "lblen",
+        "max_frame_bytes",
+        "ptr",
+        "_mem",
+        "_out",
+        "_out_view",
+        "_out_len",
+        "_lens",
+        "_io",
+        "_from_buffer",
+        "_enqueue",
+        "_dequeue",
+        "_send",
+    )
+
+    def __init__(
+        self,
+        cfg: PortConfig,
+        lblen: int = 32,
+        now_ns: int = 0,
+        *,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+    ) -> None:
+        if _mod is None:
+            raise RuntimeError("the C module mrcnic._mrcfast with mrc_equeue is not available")
+        ffi, lib = _mod.ffi, _mod.lib
+        self.cfg = cfg
+        self.lblen = lblen
+        self.max_frame_bytes = max_frame_bytes
+        q = ffi.new("struct mrc_equeue *")
+        q.rate_per_ns = cfg.rate_bps / 8 / NS_PER_S  # the twin's very expression
+        q.burst_bytes = float(cfg.burst_bytes)
+        q.buffer_bytes = cfg.buffer_bytes
+        q.high_buffer_bytes = cfg.high_buffer_bytes
+        q.ecn_threshold_bytes = cfg.ecn_threshold_bytes
+        q.max_frame_bytes = max_frame_bytes
+        q.ecn_on = int(cfg.ecn)
+        q.trim_on = int(cfg.trimming)
+        q.last_hop = int(cfg.last_hop)
+        q.trim_bytes = cfg.trim_bytes
+        q.lblen = lblen
+        mem_len = lib.mrc_eq_mem_bytes(cfg.buffer_bytes, cfg.high_buffer_bytes, max_frame_bytes)
+        if mem_len == 0:
+            raise ValueError(f"mrc_equeue: unusable bounds for port {cfg.name!r}")
+        self._mem = ffi.new("uint8_t[]", mem_len)
+        if lib.mrc_eq_init(q, self._mem, mem_len, now_ns) != 0:
+            raise ValueError(f"mrc_equeue: bad configuration for port {cfg.name!r}")
+        self.ptr = q
+        # dequeue's copy-out buffer: at least two of the longest frames per C call
+        self._out_len = max(_MIN_OUT_BYTES, 2 * max_frame_bytes)
+        self._out = ffi.new("uint8_t[]", self._out_len)
+        self._out_view = memoryview(ffi.buffer(self._out))
+        self._lens = ffi.new("uint32_t[]", SEND_BATCH)
+        self._io = ffi.new("int64_t[4]")
+        self._from_buffer = ffi.from_buffer
+        self._enqueue = lib.mrc_eq_enqueue
+        self._dequeue = lib.mrc_eq_dequeue
+        self._send = lib.mrc_eq_send
+
+    # --- the twin's API -------------------------------------------------------------------
+
+    @property
+    def depth_bytes(self) -> int:
+        q = self.ptr
+        return q.high_bytes + q.data_bytes
+
+    def __len__(self) -> int:
+        q = self.ptr
+        return q.high_frames + q.data_frames
+
+    @property
+    def high_bytes(self) -> int:
+        return self.ptr.high_bytes
+
+    @property
+    def data_bytes(self) -> int:
+        return self.ptr.data_bytes
+
+    @property
+    def max_depth_bytes(self) -> int:
+        return self.ptr.max_depth_bytes
+
+    @property
+    def ecn_marks(self) -> int:
+        return self.ptr.ecn_marks
+
+    @property
+    def trims(self) -> int:
+        return self.ptr.trims
+
+    def enqueue(self, frame: bytes | bytearray, now_ns: int = 0) -> Verdict:
+        """Admit one forwarded frame (copied in; see the module doc for the length limits)."""
+        buf = frame if type(frame) is bytes else self._from_buffer(frame)
+        v = self._enqueue(self.ptr, buf, len(frame))
+        if v < 0:
+            raise RuntimeError(f"mrc_eq_enqueue: error {v}")
+        if v == _MARKED and isinstance(frame, bytearray):
+            frame[15] |= 0x30  # the twin marks the caller's frame itself
+        return _VERDICTS[v]
+
+    def dequeue(self, now_ns: int, max_frames: int = 64) -> list[bytearray]:
+        """Frames the link may carry by now: high class first, within the token bucket."""
+        out: list[bytearray] = []
+        left = max(0, max_frames)
+        q, view, out_len, lens = self.ptr, self._out_view, self._out_len, self._lens
+        room = out_len - self.max_frame_bytes
+        while True:
+            k = left if left < SEND_BATCH else SEND_BATCH
+            # repeated calls at the same now_ns continue exactly where the last one stopped
+            n = self._dequeue(q, now_ns, k, self._out, out_len, lens)
+            if n < 0:
+                raise RuntimeError(f"mrc_eq_dequeue: error {n}")
+            at = 0
+            for i in range(n):
+                ln = lens[i]
+                out.append(bytearray(view[at : at + ln]))
+                at += ln
+            left -= n
+            # stop unless the batch was full or the copy-out buffer (not tokens) ended it
+            if left == 0 or n == 0 or (n < k and at <= room):
+                return out
+
+    def fast_budget(self, now_ns: int) -> int:
+        """Bytes that may leave at once without queueing (see EgressQueue.fast_budget)."""
+        return _mod.lib.mrc_eq_fast_budget(self.ptr, now_ns)
+
+    @property
+    def rate_per_ns(self) -> float:
+        return self.ptr.rate_per_ns
+
+    @property
+    def burst_bytes(self) -> int:
+        return int(self.ptr.burst_bytes)
+
+    @property
+    def refilled_ns(self) -> int:
+        return self.ptr.last_ns
+
+    def consume(self, nbytes: int) -> None:
+        _mod.lib.mrc_eq_consume(self.ptr, nbytes)
+
+    def next_send_ns(self, now_ns: int) -> int | None:
+        """When the head frame may leave (now_ns if already), or None if the queue is empty."""
+        q = self.ptr
+        if q.high_frames + q.data_frames == 0:
+            return None
+        return _mod.lib.mrc_eq_next_send_ns(q, now_ns)
+
+    def flush(self) -> int:
+        """Drop everything queued (the link went down); returns how many frames."""
+        return _mod.lib.mrc_eq_flush(self.ptr)
+
+    # --- C only ---------------------------------------------------------------------------
+
+    def send(self, fd: int, now_ns: int) -> tuple[int, int, int, int, int]:
+        """dequeue(now_ns, SEND_BATCH) + sendmmsg on fd, repeated while a batch is full and
+        fully sent: (dequeued, sent, failed, errno of the last failure, bytes sent). A
+        frame the kernel refused is gone all the same (fd < 0: every frame fails, EBADF)."""
+        io = self._io
+        n = self._send(self.ptr, fd, now_ns, io)
+        if n < 0:
+            raise RuntimeError(f"mrc_eq_send: error {n}")
+        return n, io[0], io[1], io[2], io[3]
+
+
+def make_egress_queue(
+    cfg: PortConfig, lblen: int, now_ns: int, max_frame_bytes: int
+) -> CEgressQueue | EgressQueue:
+    """The C queue when the C module is in use, else the Python twin."""
+    if _mod is not None:
+        return CEgressQueue(cfg, lblen, now_ns, max_frame_bytes=max_frame_bytes)
+    return EgressQueue(cfg, lblen, now_ns)
