@@ -208,6 +208,19 @@ def _report_run(run: WriteRun) -> None:
 # --- 2. permutation -------------------------------------------------------------------------
 
 
+def bench_permutations(a: argparse.Namespace) -> dict[str, Any]:
+    """The permutation on each of ``--perm-switch``'s modes: the first mode's results at the
+    top level (as with one mode), every mode's under ``modes``."""
+    modes = [m.strip() for m in a.perm_switch.split(",") if m.strip()]
+    bad = [m for m in modes if m not in ("python", "kernel")]
+    if not modes or bad:
+        raise LabError(f"--perm-switch: python and/or kernel, not {a.perm_switch!r}")
+    runs = {
+        m: bench_permutation(argparse.Namespace(**{**vars(a), "perm_switch": m})) for m in modes
+    }
+    return {**runs[modes[0]], "modes": runs}
+
+
 def bench_permutation(a: argparse.Namespace) -> dict[str, Any]:
     hpt = a.perm_hosts_per_t0
     planes = a.perm_planes
@@ -598,12 +611,13 @@ def report(out_dir: Path) -> str:
                 f"{_f(c['cpu_percent_median'], 0)} | {_f(_median(sw), 2)} |"
             )
         parts.append("")
-    if (d := load("permutation")) is not None:
+    perm = load("permutation")
+    for d in (perm.get("modes") or {"": perm}).values() if perm is not None else ():
         fm, fs = d["fabric_multi_plane"], d["fabric_single_plane"]
         parts += [
             f"### 2. Permutation ({d.get('mode', 'full')}), {d['hosts']} hosts, "
-            f"{d.get('writers', d['hosts'])} writers ({d['written_at']}, load "
-            f"{d['machine']['load_avg_at_start']})",
+            f"{d.get('writers', d['hosts'])} writers, {fm['switch']} switches "
+            f"({perm['written_at']}, load {perm['machine']['load_avg_at_start']})",
             "",
             f"Multi-plane: {fm['planes']} planes x ({fm['t0']} T0 + {fm['t1']} T1) at "
             f"{fm['rate_mbit']:g} Mb/s; single-plane: 1 plane at {fs['rate_mbit']:g} Mb/s; "
@@ -704,7 +718,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="skip the single write on kernel switches",
     )
-    p.add_argument("--perm-reps", type=int, default=2)
+    p.add_argument(
+        "--perm-reps", type=int, default=3, help="repetitions of each permutation config [3]"
+    )
     p.add_argument("--perm-s", type=float, default=8.0, help="seconds per permutation run [8]")
     p.add_argument("--perm-hosts-per-t0", type=int, default=4, help="hosts = 2 x this [4]")
     p.add_argument("--perm-planes", type=int, default=8)
@@ -717,10 +733,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--perm-switch",
-        choices=("python", "kernel"),
-        default="kernel",
-        help="switches of the permutation labs [kernel: python switches make CPU, not the "
-        "fabric, the bottleneck of 8 hosts on 2 cores]",
+        default="python,kernel",
+        help="switch modes of the permutation labs, in order (comma-separated: python, "
+        "kernel) [python,kernel: the project's switches (ECN, trimming) and Linux seg6local "
+        "(tail drop)]",
     )
     p.add_argument(
         "--perm-rate-mbit",
@@ -732,8 +748,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-s", type=float, default=12.0, help="seconds per failure write [12]")
     p.add_argument(
         "--fail-switch",
-        default="kernel,python",
-        help="switch modes of the failure benchmark, in order [kernel,python]",
+        default="python,kernel",
+        help="switch modes of the failure benchmark, in order [python,kernel]",
     )
     p.add_argument(
         "--fail-size",
@@ -785,7 +801,7 @@ def main(argv: list[str] | None = None) -> int:
             if name == "single":
                 data = single = bench_single(a)
             elif name == "permutation":
-                data = bench_permutation(a)
+                data = bench_permutations(a)
             elif name == "failures":
                 data = bench_failures(a)
             else:

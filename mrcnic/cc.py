@@ -139,6 +139,9 @@ class Nscc:
         self.cwnd_bytes = min(max(init_bdp * bdp, self.min_cwnd), self.max_cwnd)
         self._last_md_s = -1e30
         self.min_rtt_s = p.base_rtt_s
+        # smoothed RTT (RFC 6298 gain): a decrease shows in the feedback one *current* RTT
+        # later, so decreases are spaced by it, not by the unloaded min RTT
+        self.srtt_s = p.base_rtt_s
         self.decreases = 0
         self._retarget()
 
@@ -173,6 +176,7 @@ class Nscc:
         if rtt < self.min_rtt_s:
             self.min_rtt_s = rtt
             self._retarget()
+        self.srtt_s += 0.125 * (rtt - self.srtt_s)
         qdelay = rtt - self.min_rtt_s
         target = self.target_qdelay_s
         if not s.ecn:
@@ -180,8 +184,12 @@ class Nscc:
                 self.cwnd_bytes += self.pi_gain * (1.0 - qdelay / target) * s.acked_bytes
             else:  # fair increase: about fi_mtus MTU per RTT
                 self.cwnd_bytes += self.fi_mtus * self.mtu * s.acked_bytes / self.cwnd_bytes
-        elif qdelay >= target and s.now_s - self._last_md_s >= self.min_rtt_s:
-            # multiplicative decrease, at most once per base RTT
+        elif qdelay >= target and s.now_s - self._last_md_s >= self.srtt_s:
+            # multiplicative decrease, at most once per RTT: with spraying some packet sees
+            # a queue in nearly every RTT, and decreases spaced by the unloaded RTT (before
+            # the first one can show) stacked up to a collapse (measured on the lab's
+            # permutation: ~one per min RTT, goodput 0.86 of capacity; 0.88-0.89 spaced
+            # by the current RTT)
             cut = min(self.md_max, self.md_gain * (qdelay - target) / max(qdelay, 1e-12))
             self.cwnd_bytes *= 1.0 - cut
             self._last_md_s = s.now_s
@@ -190,7 +198,8 @@ class Nscc:
         self._clamp()
 
     def on_trim(self, last_hop: bool, now_s: float) -> None:
-        # A trim is a queue overflow: a firmer signal than ECN; decrease once per base RTT.
+        # A trim is a queue overflow: a firmer signal than ECN; decrease once per min RTT
+        # (faster than ECN's once per RTT: an incast's last hop marks nothing and trims)
         if now_s - self._last_md_s >= self.min_rtt_s:
             self.cwnd_bytes *= 1.0 - self.trim_md
             self._last_md_s = now_s
