@@ -36,12 +36,6 @@ RESULTS = Path(__file__).resolve().parents[1] / "results"
 TRANSPORT_TITLES = {"mrc": "MRC", "rocev2": "RoCEv2"}
 
 
-# Link rate of the demo's python-switch lab. Measured on a 2-core machine: at the lab default
-# (100 Mb/s x 8 planes) the switch processes are CPU-bound and one QP gets about half of the
-# fabric; at 25 Mb/s MRC holds about 0.93 of it (docs/performance.md).
-PYTHON_SWITCH_RATE_MBIT = 25.0
-
-
 def demo_schedule(duration_s: float, planes: int, t1: int) -> list[Step]:
     """The fixed schedule, scaled to the run: a T1 reboot at ~27% of the run (down for 2 s,
     or 7% of a shorter run), a T0-T1 link down at ~57% and up at ~77%. The T1 is in plane
@@ -166,13 +160,7 @@ def render_screen(doc: dict[str, Any], width: int = 56, unicode: bool = True) ->
     lines = [
         f"mrc demo: {doc['src']} -> {doc['dst']} across the T1 tier; {lab['planes']} planes x "
         f"({lab['t0']} T0 + {lab['t1']} T1), {lab['rate_mbit']:g} Mb/s links, "
-        f"{lab['switch']} switches"
-        + (
-            f" (links at {lab['rate_mbit']:g} Mb/s so the fabric, not this machine's CPU, is "
-            "the bottleneck: docs/performance.md)"
-            if lab["switch"] == "python" and lab["rate_mbit"] < 100
-            else ""
-        ),
+        f"{lab['switch']} switches",
         f"{doc['duration_s']:g} s write, {_size(doc['size'])} messages; bars: goodput per "
         f"{doc['timeline_ms']} ms / what the surviving fabric can carry",
         f"faults: {marks}",
@@ -336,9 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--rate-mbit",
         type=float,
         default=None,
-        help=f"link rate in Mb/s [{PYTHON_SWITCH_RATE_MBIT:g} with python switches, the lab "
-        "default 100 with kernel switches]: at 100 Mb/s x 8 planes the 32 mrc-switch processes "
-        "need more than this 2-core machine has, and the demo must show the fabric, not the CPU",
+        help="link rate in Mb/s [the lab default, 100]; lower it if this machine's CPU, not the "
+        "fabric, limits the write (see docs/performance.md)",
     )
     ap.add_argument("--out", default=str(RESULTS / "demo.json"))
     ap.add_argument("--png", default=str(RESULTS / "demo-timeline.png"))
@@ -361,11 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     if why:
         print(f"make demo: {why}; run `make setup` first.", file=sys.stderr)
         return 2
-    rate_mbit = args.rate_mbit
-    if rate_mbit is None and args.switch == "python":
-        rate_mbit = PYTHON_SWITCH_RATE_MBIT
     params = resolve(
-        None, name=args.name, switch=args.switch, planes=args.planes, rate_mbit=rate_mbit
+        None, name=args.name, switch=args.switch, planes=args.planes, rate_mbit=args.rate_mbit
     )
     plan_hosts = params.host_count
     dst = args.dst or f"h{plan_hosts - 1}"
