@@ -5,7 +5,9 @@
 
 1. ``single``: one QP on the idle default lab, h0 -> h3 (under the other T0): goodput_fraction
    (target >= 0.9), median of ``--reps`` runs; RoCEv2 with 1 QP and with one QP per plane
-   in the same script as the baseline.
+   in the same script as the baseline; the same MRC write with the switches running their
+   Python event loop (the C loop's baseline) and on kernel switches; switch CPU per data
+   frame and hop.
 2. ``permutation``: every host writes to a distinct host under the other T0, all at once
    (one mrc-bench process per pair, started together). Aggregate goodput_fraction for MRC
    (1 QP per pair) on the multi-plane fabric, and for RoCEv2 as deployed: on a single-plane
@@ -73,6 +75,22 @@ def machine(load_at_start: list[float] | None = None) -> dict[str, Any]:
         "load_avg_at_start": load_at_start or [round(x, 2) for x in os.getloadavg()],
         "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+@contextlib.contextmanager
+def switch_env(env: dict[str, str] | None) -> Iterator[None]:
+    """Run the body with ``env`` added to os.environ: the lab's switch processes inherit it
+    (e.g. MRC_SWITCH_C_LOOP=0 for mrc-switch's Python loop)."""
+    saved = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @contextlib.contextmanager
@@ -145,10 +163,15 @@ def summarise_runs(results: list[dict[str, Any] | None]) -> dict[str, Any]:
 
 def bench_single(a: argparse.Namespace) -> dict[str, Any]:
     params = resolve(None, name=a.name)
-    plans = [(params, [("mrc", 1), ("rocev2", 1), ("rocev2", params.planes)], "")]
+    plans = [(params, [("mrc", 1), ("rocev2", 1), ("rocev2", params.planes)], "", None)]
+    if a.single_python_loop:
+        # The baseline of mrc-switch's C event loop: the same write, the switches running
+        # their Python loop (the twin).
+        plans.append((params, [("mrc", 1)], "_python_loop", {"MRC_SWITCH_C_LOOP": "0"}))
     if a.single_kernel:
         # The same write with the kernel as the switches: the NIC without the switches' CPU.
-        plans.append((resolve(None, name=a.name, switch="kernel"), [("mrc", 1)], "_kernel"))
+        kparams = resolve(None, name=a.name, switch="kernel")
+        plans.append((kparams, [("mrc", 1)], "_kernel", None))
     out: dict[str, Any] = {
         "benchmark": "e2e-single",
         "what": "one write h0 -> h3 (other T0) on the idle default lab; median of reps",
@@ -156,8 +179,8 @@ def bench_single(a: argparse.Namespace) -> dict[str, Any]:
         "target": {"mrc_goodput_fraction": 0.9},
         "configs": {},
     }
-    for lab_params, configs, suffix in plans:
-        with lab_up(lab_params) as state:
+    for lab_params, configs, suffix, env in plans:
+        with switch_env(env), lab_up(lab_params) as state:
             for transport, qps in configs:
                 spec = WriteSpec(
                     "h0", f"h{params.host_count - 1}", a.size, a.single_s, None, qps, transport, 500
@@ -172,8 +195,12 @@ def bench_single(a: argparse.Namespace) -> dict[str, Any]:
                     cpus.append(run.cpu)
                 s = summarise_runs(raws)
                 s["switch"] = lab_params.switch
+                s["switch_env"] = env or {}
                 s["command"] = command_text(spec, params.name)
                 s["lab_cpu"] = cpus
+                per_hop = [_switch_us_per_frame_hop(r, c) for r, c in zip(raws, cpus, strict=True)]
+                s["switch_us_per_frame_hop_runs"] = per_hop
+                s["switch_us_per_frame_hop_median"] = _median(per_hop)
                 s["results"] = [_strip(r) for r in raws]
                 out["configs"][key] = s
     m = out["configs"]["mrc_1qp"]["goodput_fraction_median"]
@@ -182,6 +209,18 @@ def bench_single(a: argparse.Namespace) -> dict[str, Any]:
         s["mrc_vs_this"] = round(m / g, 3) if m is not None and g else None
     out["mrc_meets_target"] = m is not None and m >= 0.9
     return out
+
+
+def _switch_us_per_frame_hop(r: dict[str, Any] | None, cpu: dict[str, Any]) -> float | None:
+    """Switch CPU (all switch processes, user + system, over the run) per data frame sent
+    and switch it crossed (3 across the T1 tier, 1 under one T0): what forwarding costs."""
+    if not r or not cpu or cpu.get("switch_cpu_s") is None:
+        return None
+    frames = sum(q.get("tx_data_packets", 0) for q in r.get("qp_stats") or [])
+    hops = 1 if r.get("same_t0") else 3
+    if frames <= 0:
+        return None
+    return round(cpu["switch_cpu_s"] / (frames * hops) * 1e6, 2)
 
 
 def _strip(r: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -599,8 +638,8 @@ def report(out_dir: Path) -> str:
         parts += [
             f"### 1. One QP, idle lab ({d['written_at']}, load {d['machine']['load_avg_at_start']})",
             "",
-            "| config | switches | goodput_fraction median | runs | steady | verified | QP errors | CPU NICs % | CPU switches (cores) |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| config | switches | goodput_fraction median | runs | steady | verified | QP errors | CPU NICs % | CPU switches (cores) | switch CPU per frame and hop (us) |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for k, c in d["configs"].items():
             sw = [x.get("switch_cores") for x in c.get("lab_cpu") or [] if x]
@@ -608,7 +647,8 @@ def report(out_dir: Path) -> str:
                 f"| {k} | {c.get('switch', 'python')} | {_f(c['goodput_fraction_median'])} | "
                 f"{', '.join(f'{g:.3f}' for g in c['goodput_fraction_runs'])} | "
                 f"{_f(c['steady_fraction_median'])} | {c['verified_all']} | {c['qp_errors_total']} | "
-                f"{_f(c['cpu_percent_median'], 0)} | {_f(_median(sw), 2)} |"
+                f"{_f(c['cpu_percent_median'], 0)} | {_f(_median(sw), 2)} | "
+                f"{_f(c.get('switch_us_per_frame_hop_median'), 1)} |"
             )
         parts.append("")
     perm = load("permutation")
@@ -712,6 +752,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", type=int, default=1 << 20, help="bytes per message [1 MiB]")
     p.add_argument("--reps", type=int, default=3, help="repetitions of each single config [3]")
     p.add_argument("--single-s", type=float, default=8.0, help="seconds per single write [8]")
+    p.add_argument(
+        "--no-single-python-loop",
+        dest="single_python_loop",
+        action="store_false",
+        help="skip the single write on switches running their Python loop (the baseline of "
+        "the C loop)",
+    )
     p.add_argument(
         "--no-single-kernel",
         dest="single_kernel",
