@@ -254,9 +254,12 @@ def bench_permutations(a: argparse.Namespace) -> dict[str, Any]:
     bad = [m for m in modes if m not in ("python", "kernel")]
     if not modes or bad:
         raise LabError(f"--perm-switch: python and/or kernel, not {a.perm_switch!r}")
-    runs = {
-        m: bench_permutation(argparse.Namespace(**{**vars(a), "perm_switch": m})) for m in modes
-    }
+    runs = {}
+    for m in modes:
+        load_at_start = [round(x, 2) for x in os.getloadavg()]
+        runs[m] = bench_permutation(argparse.Namespace(**{**vars(a), "perm_switch": m}))
+        runs[m]["machine"] = machine(load_at_start)
+        runs[m]["written_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     return {**runs[modes[0]], "modes": runs}
 
 
@@ -657,7 +660,8 @@ def report(out_dir: Path) -> str:
         parts += [
             f"### 2. Permutation ({d.get('mode', 'full')}), {d['hosts']} hosts, "
             f"{d.get('writers', d['hosts'])} writers, {fm['switch']} switches "
-            f"({perm['written_at']}, load {perm['machine']['load_avg_at_start']})",
+            f"({d.get('written_at', perm['written_at'])}, load "
+            f"{d.get('machine', perm['machine'])['load_avg_at_start']})",
             "",
             f"Multi-plane: {fm['planes']} planes x ({fm['t0']} T0 + {fm['t1']} T1) at "
             f"{fm['rate_mbit']:g} Mb/s; single-plane: 1 plane at {fs['rate_mbit']:g} Mb/s; "

@@ -47,6 +47,12 @@ def _topology_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--hosts-per-t0", type=int, dest="hosts_per_t0", help="hosts under each T0 [2]")
     g.add_argument("--rate-mbit", type=float, dest="rate_mbit", help="link rate, Mbit/s [100]")
     g.add_argument("--buffer-kb", type=int, dest="buffer_kb", help="switch port buffer, KiB [64]")
+    g.add_argument(
+        "--ecn-kb",
+        type=int,
+        dest="ecn_kb",
+        help="python switches: ECN marking threshold of a port's queue, KiB [half the buffer]",
+    )
     g.add_argument("--mtu", type=int, help="MTU of fabric links (>= 4192) [4200]")
     g.add_argument("--block", help="SRv6 locator block [fcbb:bb00::/32]")
     g.add_argument(
@@ -72,6 +78,7 @@ def _params(args: argparse.Namespace):
         hosts_per_t0=args.hosts_per_t0,
         rate_mbit=args.rate_mbit,
         buffer_kb=args.buffer_kb,
+        ecn_kb=args.ecn_kb,
         mtu=args.mtu,
         block=args.block,
         switch=args.switch,
@@ -293,6 +300,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         f"lab {params.name} is up in {state.up_s:.2f} s: {c['nodes_up']}/{c['nodes']} nodes, "
         f"{c['links_up']}/{c['links']} links up; {params.switch} switches; "
         f"links {params.rate_mbit:g} Mbit/s, MTU {params.mtu}, buffer {params.buffer_kb} KiB"
+        + (
+            f", ECN above {params.ecn_threshold_bytes // 1024} KiB"
+            if params.switch == "python"
+            else ""
+        )
     )
     print(f"  hosts      {', '.join(h.name for h in plan.hosts())}  (namespaces {params.name}-hN)")
     print(f"  mgmt       {plan.mgmt_prefix} on bridge {plan.ifname('br')} in {params.name}-mgmt")

@@ -51,6 +51,11 @@ class LabParams:
     hosts_per_t0: int = 2
     rate_mbit: float = 100.0
     buffer_kb: int = 64
+    # python switches: a port marks ECN-capable data CE above this many KiB queued (None:
+    # half the buffer). At the lab's low rates and small buffers the queue is a few 4 KiB
+    # frames deep; spraying at full load makes queues of several frames, which a mark
+    # threshold of 4 frames (a quarter of 64 KiB) took for congestion (docs/lab.md).
+    ecn_kb: int | None = None
     mtu: int = 4200
     block: str = "fcbb:bb00::/32"
     switch: str = "python"
@@ -82,6 +87,13 @@ class LabParams:
             raise ParamError(
                 f"buffer_kb {self.buffer_kb}: must hold one frame of {self.mtu + 14} bytes"
             )
+        if self.ecn_kb is not None and not (
+            _as_int("ecn_kb", self.ecn_kb) >= 1 and self.ecn_kb * 1024 <= self.buffer_bytes
+        ):
+            raise ParamError(
+                f"ecn_kb {self.ecn_kb}: must be 1..buffer_kb ({self.buffer_kb}): marks start "
+                "at that many KiB queued, inside the buffer"
+            )
         try:
             fmt = UsidFormat.from_prefix(self.block)
         except UsidError as e:
@@ -100,6 +112,11 @@ class LabParams:
     @property
     def buffer_bytes(self) -> int:
         return self.buffer_kb * 1024
+
+    @property
+    def ecn_threshold_bytes(self) -> int:
+        """Where python switches start marking CE (ecn_kb, or half the buffer)."""
+        return self.ecn_kb * 1024 if self.ecn_kb is not None else self.buffer_bytes // 2
 
     @property
     def host_count(self) -> int:

@@ -43,6 +43,7 @@ def switch_config(plan: Plan, node: Node, stats_path: str) -> dict[str, Any]:
                 "mac": mac_text(port.mac),
                 "rate_bps": p.rate_bps,
                 "buffer_bytes": p.buffer_bytes,
+                "ecn_threshold_bytes": p.ecn_threshold_bytes,
                 "last_hop": last_hop,
             }
         )

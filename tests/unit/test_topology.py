@@ -251,6 +251,23 @@ def test_python_switch_configs_validate() -> None:
             assert lasthop == set()
 
 
+def test_ecn_threshold_of_python_switch_ports() -> None:
+    config = pytest.importorskip("mrcswitch.config")
+    for params, want in (
+        (LabParams(), 32 * 1024),  # half the buffer by default
+        (LabParams(buffer_kb=128), 64 * 1024),
+        (LabParams(ecn_kb=16), 16 * 1024),
+    ):
+        plan = Plan(params)
+        node = next(iter(plan.switches()))
+        cfg = config.config_from_dict(pyswitch.switch_config(plan, node, "/tmp/x.json"))
+        assert {p.ecn_threshold_bytes for p in cfg.ports} == {want}
+    for bad in (0, 65, -1, True, 1.5):
+        with pytest.raises(ParamError, match="ecn_kb"):
+            LabParams(ecn_kb=bad)
+    assert resolve(None, ecn_kb=8).ecn_threshold_bytes == 8192
+
+
 def test_host_info_for_the_nic() -> None:
     plan = Plan(LabParams(planes=2))
     info = plan.host_info(3)
