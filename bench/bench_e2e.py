@@ -214,8 +214,8 @@ def bench_single(a: argparse.Namespace) -> dict[str, Any]:
 def _switch_us_per_frame_hop(r: dict[str, Any] | None, cpu: dict[str, Any]) -> float | None:
     """Switch CPU (all switch processes, user + system, over the run) per data frame sent
     and switch it crossed (3 across the T1 tier, 1 under one T0): what forwarding costs."""
-    if not r or not cpu or cpu.get("switch_cpu_s") is None:
-        return None
+    if not r or not cpu or cpu.get("switch_cpu_s") is None or r.get("switch_mode") == "kernel":
+        return None  # kernel switches: no processes, their work is in the hosts' softirqs
     frames = sum(q.get("tx_data_packets", 0) for q in r.get("qp_stats") or [])
     hops = 1 if r.get("same_t0") else 3
     if frames <= 0:

@@ -3,7 +3,9 @@
 
 #include <errno.h>
 #include <sys/epoll.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "mrc_equeue.h"
 #include "mrc_fcache.h"
@@ -11,11 +13,31 @@
 
 #define MAX_EVENTS 32 /* events per wait: the others stay ready (level-triggered) */
 #define MAX_PORTS 1024
+#define GO_ON (-1000000) /* rx_batch: nothing to report, next batch (not an errno) */
 
 static int64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* epoll_pwait2 (Linux 5.11: a nanosecond timeout) through syscall(2), so that an older C
+ * library still builds this file; an older kernel says ENOSYS once and the loop waits with
+ * epoll_wait and a timeout rounded up to whole milliseconds from then on. */
+static int wait_events(struct mrc_sw *sw, struct epoll_event *evs, int max, int64_t wait_ns) {
+    int epfd = sw->epfd;
+#ifdef SYS_epoll_pwait2
+    if (!sw->wait_ms_only) {
+        struct timespec ts = {.tv_sec = wait_ns / 1000000000, .tv_nsec = wait_ns % 1000000000};
+        long r = syscall(SYS_epoll_pwait2, epfd, evs, max, &ts, NULL, (size_t)0);
+        if (r >= 0 || errno != ENOSYS) {
+            return (int)r;
+        }
+        sw->wait_ms_only = 1;
+    }
+#endif
+    int64_t ms = (wait_ns + 999999) / 1000000;
+    return epoll_wait(epfd, evs, max, ms > 1000000 ? 1000000 : (int)ms);
 }
 
 static int netdown(int64_t e) { return e == ENETDOWN || e == ENXIO || e == ENODEV; }
@@ -82,7 +104,7 @@ static int64_t serve(struct mrc_sw *sw, int64_t now, int64_t *down, int64_t *err
     return next;
 }
 
-/* One received batch of port pi (Switch._rx): returns a code to report, or -1 to go on. */
+/* One received batch of port pi (Switch._rx): returns a code to report, a -errno, or GO_ON. */
 static int rx_batch(struct mrc_sw *sw, uint32_t pi, int64_t now, int64_t *out, int *n_out) {
     struct mrc_sw_port *p = &sw->ports[pi];
     uint32_t np = sw->n_ports;
@@ -106,7 +128,7 @@ static int rx_batch(struct mrc_sw *sw, uint32_t pi, int64_t now, int64_t *out, i
         return n;
     }
     if (n == 0) {
-        return -1;
+        return GO_ON;
     }
     out[1] = pi;
     out[2] = n;
@@ -153,7 +175,7 @@ static int rx_batch(struct mrc_sw *sw, uint32_t pi, int64_t now, int64_t *out, i
         out[1] = down;
         return MRC_SW_LINK_DOWN;
     }
-    return -1;
+    return GO_ON;
 }
 
 static int check(const struct mrc_sw *sw) {
@@ -198,12 +220,11 @@ int mrc_sw_poll(struct mrc_sw *sw, int64_t deadline_ns, int64_t *out) {
             return out[0] = MRC_SW_DEADLINE;
         }
         int64_t until = deadline_ns;
-        if (next != INT64_MAX && next + sw->timer_slack_ns < until) {
+        if (next != INT64_MAX && next < until - sw->timer_slack_ns) { /* no overflow */
             until = next + sw->timer_slack_ns;
         }
         int64_t wait = until > now ? until - now : 0;
-        struct timespec ts = {.tv_sec = wait / 1000000000, .tv_nsec = wait % 1000000000};
-        int ne = epoll_pwait2(sw->epfd, evs, MAX_EVENTS, &ts, NULL);
+        int ne = wait_events(sw, evs, MAX_EVENTS, wait);
         if (ne < 0) {
             if (errno == EINTR) {
                 return out[0] = MRC_SW_EINTR;
@@ -239,7 +260,7 @@ int mrc_sw_poll(struct mrc_sw *sw, int64_t deadline_ns, int64_t *out) {
                 }
                 int n = 0;
                 int code = rx_batch(sw, pi, t, out, &n);
-                if (code >= 0 || code < -1) {
+                if (code != GO_ON) {
                     out[0] = code >= 0 ? code : 0;
                     return code;
                 }

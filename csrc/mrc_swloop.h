@@ -89,8 +89,10 @@ struct mrc_sw {
     int64_t *stamp_ns;
     int64_t *totals; /* 2 */
     /* counters (in/out) */
-    int64_t wakeups;   /* epoll waits that returned events */
+    int64_t wakeups;       /* epoll waits that returned events */
     int64_t timer_wakeups; /* waits that ended by timeout */
+    int32_t wait_ms_only;  /* set by the loop: no epoll_pwait2 here (ENOSYS), epoll_wait in ms */
+    int32_t spare;
 };
 
 /* Run until something needs Python (see MRC_SW_*). out[0..3] as above (out[0] = the code).

@@ -19,7 +19,6 @@ from enum import IntEnum
 from . import batch_io
 
 _mod = batch_io._mod
-WAKE_RES_LEN = 5  # csrc/mrc_fcache.h MRC_WAKE_RES_LEN
 
 
 class Wake(IntEnum):
@@ -126,6 +125,12 @@ class CLoop:
             raise OSError(-r, f"mrc_sw_poll: {os.strerror(-r)}")
         return Wake(r)
 
+    def downed(self) -> list:
+        """Ports the loop took down (a send failed with a link error) that Python still
+        thinks are up: every one, whatever the last poll reported."""
+        cports = self._cports
+        return [p for p in self.ports if p.up and not cports[p.index].up]
+
     def fold(self) -> None:
         """Move what the loop counted into the ports' Python counters."""
         for p in self.ports:
@@ -143,5 +148,5 @@ class CLoop:
                     d[r] = 0
 
     def counters(self) -> dict[str, int]:
-        """The loop's own counters: wake-ups by events and by timer."""
+        """The loop's own counters: wake-ups by events and by timer (in the stats file)."""
         return {"wakeups": self._sw.wakeups, "timer_wakeups": self._sw.timer_wakeups}

@@ -209,7 +209,10 @@ class CEgressQueue:
 def make_egress_queue(
     cfg: PortConfig, lblen: int, now_ns: int, max_frame_bytes: int
 ) -> CEgressQueue | EgressQueue:
-    """The C queue when the C module is in use, else the Python twin."""
-    if _mod is not None:
+    """The C queue when the C module is in use, else the Python twin (also for bounds the C
+    queue does not take: a buffer above 512 MiB, frames above 1 MiB)."""
+    if _mod is not None and _mod.lib.mrc_eq_mem_bytes(
+        cfg.buffer_bytes, cfg.high_buffer_bytes, max_frame_bytes
+    ):
         return CEgressQueue(cfg, lblen, now_ns, max_frame_bytes=max_frame_bytes)
     return EgressQueue(cfg, lblen, now_ns)

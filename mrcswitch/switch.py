@@ -363,6 +363,8 @@ class Switch:
             # batch is one mrc_fwd_wake; "batch": Python decides each batch
             "fwd_path": self._fwd_path(),
             "queue_backend": "c" if getattr(self.ports[0].queue, "ptr", None) else "python",
+            # the C loop's wake-ups: by arriving frames and by paced sends' timers
+            "c_loop": self._cloop.counters() if self._cloop is not None else None,
             "started_unix": self.started_unix,
             "updated_unix": now,
             "uptime_s": now - self.started_unix,
@@ -791,12 +793,17 @@ class Switch:
         while not self._stop:
             why = cl.poll(min(probe_due, stats_due))
             now = monotonic_ns()
+            # Every port the loop took down, whatever this return reports (one batch can
+            # down two ports, or down one and hand back refused frames).
+            for p in cl.downed():
+                self._set_down(p, "send failed: link down")
             if why is cloop.Wake.MISS or why is cloop.Wake.PUNT:
                 self._c_batch(ports[out[1]], why, out[2], out[3], now)
-            elif why is cloop.Wake.LINK_DOWN:
-                self._set_down(ports[out[1]], os.strerror(out[3]))
             elif why is cloop.Wake.SOCK_ERR:
-                self._sock_error(ports[out[1]])
+                p = ports[out[1]]
+                self._sock_error(p)
+                if p.sock is not None:
+                    self._rx(p)  # as the Python loop: read it too, so an error cannot starve it
             elif why is cloop.Wake.OTHER_FD:
                 self._serve_other_fds()
             self._queued.clear()  # the C loop serves every queue

@@ -164,3 +164,21 @@ def test_bad_arguments_are_refused():
     sw = ffi.new("struct mrc_sw *")  # no ports, no arrays
     assert lib.mrc_sw_poll(sw, 0, out) < 0
     assert lib.mrc_sw_poll(ffi.NULL, 0, out) < 0
+
+
+def test_queue_factory_falls_back_to_the_twin_for_bounds_c_does_not_take():
+    from mrcswitch.cqueue import CEgressQueue, make_egress_queue
+    from mrcswitch.queue import EgressQueue
+
+    assert isinstance(make_egress_queue(_port_cfg(), 32, 0, MAX_FRAME), CEgressQueue)
+    huge = _port_cfg(buffer_bytes=1 << 30)  # above the C queue's 512 MiB bound
+    assert type(make_egress_queue(huge, 32, 0, MAX_FRAME)) is EgressQueue
+
+
+def test_downed_lists_ports_the_loop_took_down(rig):
+    p = rig.ports[1]
+    assert rig.loop.downed() == []
+    rig.loop._cports[p.index].up = 0  # as sent() does after ENETDOWN
+    assert rig.loop.downed() == [p]
+    p.up = False  # Python took it down too
+    assert rig.loop.downed() == []
