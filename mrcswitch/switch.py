@@ -477,11 +477,7 @@ class Switch:
         # then takes the path below), deferred frames and counters.
         planner = self.planner
         assert planner is not None
-        bound = p.bound
-        if bound is None or bound[0] is not ring:
-            cache = self._fcaches[p.index]
-            bound = p.bound = (ring, *planner.bind(ring), planner.bind_wake(ring, cache),
-                               cache.insert)  # fmt: skip
+        bound = self._bound_one_call(p, ring)
         wake = bound[4]
         res = planner.res
         ports = self.ports
@@ -514,6 +510,18 @@ class Switch:
                     ring.head = (ring.head + n) % ring.frame_nr
             if n < slots:
                 return
+
+    def _bound_one_call(self, p: Port, ring) -> tuple:
+        """``p.bound`` for the one-call path of ``ring`` (rebuilt when the ring changed):
+        (ring, keys, plan, send, wake, insert into the port's decision cache)."""
+        bound = p.bound
+        if bound is None or bound[0] is not ring or bound[4] is None:
+            planner = self.planner
+            assert planner is not None
+            cache = self._fcaches[p.index]
+            bound = p.bound = (ring, *planner.bind(ring), planner.bind_wake(ring, cache),
+                               cache.insert)  # fmt: skip
+        return bound
 
     def _sent_now(self, out: Port) -> None:
         """Account for what mrc_fwd_wake sent on ``out`` (see _send_now)."""
@@ -817,11 +825,7 @@ class Switch:
         ring = p.ring
         assert ring is not None
         if why is cloop.Wake.MISS:
-            bound = p.bound
-            if bound is None or bound[0] is not ring:
-                cache = self._fcaches[p.index]
-                bound = p.bound = (ring, *self.planner.bind(ring), None, cache.insert)  # type: ignore[union-attr]
-            self._forward_batch(p, ring, n, bound, now)
+            self._forward_batch(p, ring, n, self._bound_one_call(p, ring), now)
             return
         try:
             self._rx_deferred(p, ring, n_punt, now)
