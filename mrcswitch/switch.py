@@ -777,15 +777,20 @@ class Switch:
             stats_due = now + int(self.cfg.stats_interval_s * 1e9)
         return probe_due, stats_due
 
+    def _serve_other_fd(self, fd: int) -> None:
+        """A ready fd that is no port: the signal pipe (drained; the handler has run) or the
+        control socket."""
+        if fd == self._wake_r:
+            with contextlib.suppress(BlockingIOError):
+                os.read(self._wake_r, 512)
+        elif self._ctl is not None and fd == self._ctl.fileno():
+            self._serve_control()
+
     def _serve_other_fds(self) -> None:
-        """The signal pipe and the control socket, if ready (the C loop leaves them to us)."""
-        ctl_fd = self._ctl.fileno() if self._ctl is not None else -1
+        """Every ready fd that is no port (the C loop leaves them to us)."""
         for fd, _ev in self._ep.poll(0):
-            if fd == self._wake_r:
-                with contextlib.suppress(BlockingIOError):
-                    os.read(self._wake_r, 512)
-            elif fd == ctl_fd:
-                self._serve_control()
+            if fd not in self._by_fd:
+                self._serve_other_fd(fd)
 
     def _run_c(self) -> None:
         """The event loop when C runs it (mrc_sw_poll): Python wakes up only for what the C
@@ -837,7 +842,6 @@ class Switch:
         now = time.monotonic_ns()
         stats_due = now + int(self.cfg.stats_interval_s * 1e9)
         probe_due = now + int(LINK_PROBE_INTERVAL_S * 1e9)
-        ctl_fd = self._ctl.fileno() if self._ctl is not None else -1
         # one wake-up per frame is the common case at a few thousand frames/s per switch:
         # keep what the loop does per wake-up (outside _rx) to a handful of operations
         poll = self._ep.poll
@@ -859,11 +863,8 @@ class Switch:
                         self._sock_error(p)
                     if p.sock is not None:
                         rx(p)
-                elif fd == self._wake_r:
-                    with contextlib.suppress(BlockingIOError):
-                        os.read(self._wake_r, 512)
-                elif fd == ctl_fd:
-                    self._serve_control()
+                else:
+                    self._serve_other_fd(fd)
             now = monotonic_ns()
             if queued:
                 for p in tuple(queued):
