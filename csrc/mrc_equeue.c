@@ -353,6 +353,34 @@ static void pop_head(struct mrc_equeue *q, struct ring r, uint32_t len, int is_h
     }
 }
 
+/* Pop up to max head frames (high first) that the tokens cover and that fit in room bytes
+ * together, as the twin's dequeue loop does; their offsets in mem and lengths go to offs and
+ * lens. Popped frames keep their bytes until the next enqueue, so the caller copies or sends
+ * them from there. Returns how many. */
+static size_t take(struct mrc_equeue *q, size_t max, size_t room, uint32_t *offs,
+                   uint32_t *lens) {
+    double tokens = q->tokens;
+    size_t n = 0, at = 0;
+    while (n < max) {
+        struct ring r;
+        uint64_t off;
+        uint32_t len;
+        int is_high;
+        if (!head_frame(q, &r, &off, &len, &is_high) || (double)len > tokens ||
+            len > room - at) {
+            break;
+        }
+        tokens -= len;
+        offs[n] = (uint32_t)off;
+        lens[n] = len;
+        at += len;
+        n++;
+        pop_head(q, r, len, is_high);
+    }
+    q->tokens = tokens;
+    return n;
+}
+
 int mrc_eq_dequeue(struct mrc_equeue *q, int64_t now_ns, size_t max, uint8_t *out,
                    size_t out_len, uint32_t *lens) {
     if (!initialised(q) || (max > 0 && (out == NULL || lens == NULL))) {
@@ -365,24 +393,20 @@ int mrc_eq_dequeue(struct mrc_equeue *q, int64_t now_ns, size_t max, uint8_t *ou
         max = INT32_MAX;
     }
     refill(q, now_ns);
-    double tokens = q->tokens;
     size_t n = 0, at = 0;
-    while (n < max) {
-        struct ring r;
-        uint64_t off;
-        uint32_t len;
-        int is_high;
-        if (!head_frame(q, &r, &off, &len, &is_high) || (double)len > tokens ||
-            len > out_len - at) {
+    while (n < max) { /* in chunks of a stack array of offsets */
+        uint32_t offs[MRC_EQ_SEND_BATCH];
+        size_t want = max - n < MRC_EQ_SEND_BATCH ? max - n : MRC_EQ_SEND_BATCH;
+        size_t k = take(q, want, out_len - at, offs, lens + n);
+        for (size_t j = 0; j < k; j++) {
+            memcpy(out + at, q->mem + offs[j], lens[n + j]);
+            at += lens[n + j];
+        }
+        n += k;
+        if (k < want) {
             break;
         }
-        tokens -= len;
-        memcpy(out + at, q->mem + off, len);
-        lens[n++] = len;
-        at += len;
-        pop_head(q, r, len, is_high);
     }
-    q->tokens = tokens;
     return (int)n;
 }
 
@@ -400,26 +424,11 @@ int mrc_eq_send(struct mrc_equeue *q, int fd, int64_t now_ns, int64_t *out) {
     uint16_t idx[MRC_EQ_SEND_BATCH];
     int total = 0;
     for (;;) {
-        /* a batch: the twin's dequeue(now_ns, MRC_EQ_SEND_BATCH). The frames stay where
-         * they are in the rings until the next enqueue, so they are sent from there. */
-        double tokens = q->tokens;
-        size_t n = 0;
-        while (n < MRC_EQ_SEND_BATCH) {
-            struct ring r;
-            uint64_t off;
-            uint32_t len;
-            int is_high;
-            if (!head_frame(q, &r, &off, &len, &is_high) || (double)len > tokens) {
-                break;
-            }
-            tokens -= len;
-            offs[n] = (uint32_t)off;
-            lens[n] = len;
-            idx[n] = (uint16_t)n;
-            n++;
-            pop_head(q, r, len, is_high);
+        /* a batch: the twin's dequeue(now_ns, MRC_EQ_SEND_BATCH), sent from the rings */
+        size_t n = take(q, MRC_EQ_SEND_BATCH, SIZE_MAX, offs, lens);
+        for (size_t j = 0; j < n; j++) {
+            idx[j] = (uint16_t)j;
         }
-        q->tokens = tokens;
         total += (int)n;
         if (n == 0) {
             break;

@@ -1000,28 +1000,7 @@ class QueuePair:
         plen = end - 4 - _OFF_BTH - 40
         st.rx_placed_bytes += plen
         rxw.received_bytes += plen
-        msg_bytes = self._rx_msg_bytes
-        got = msg_bytes.get(msn, 0) + plen
-        if got >= length:
-            msg_bytes.pop(msn, None)
-            if self._rx_imm_pending:
-                pend = self._rx_imm_pending.pop(msn, None)
-                if pend is not None:
-                    self._rx_imm_complete(pend, now_s)
-        else:
-            msg_bytes[msn] = got
-        if ce:
-            self._ce_run[ev] = self._ce_run.get(ev, 0) + 1
-            rxw.ece_pending = True
-        elif self._ce_run:
-            self._ce_run.pop(ev, None)
-        rtx = w1 & (_RTX_BIT << 24) != 0
-        if ce or rtx or w2 & _ACKREQ or rxw.pending >= rxw.ack_every:
-            self._send_sack(psn, ev, ts_ns, ce, ev % self.planes, twice=rtx)
-        else:
-            self._ack_trigger = (psn, ev, ts_ns, ce)
-            if self._ack_deadline is None:
-                self._ack_deadline = now_s + self._ack_delay
+        self._rx_placed(psn, msn, length, plen, ev, ts_ns, ce, w1, w2, now_s)
 
     def _rx_data(self, data, end: int, w0: int, op: int, now_s: float) -> None:  # noqa: ANN001
         st = self.stats
@@ -1077,13 +1056,31 @@ class QueuePair:
         plen = end - 4 - hdr_end
         st.rx_placed_bytes += plen
         rxw.received_bytes += plen
-        # message accounting: completion when every byte of the message is placed
-        msg_bytes = self._rx_msg_bytes
-        got = msg_bytes.get(msn, 0) + plen
         if imm:
             if self._rx_imm_check(rqmsn, now_s):
                 return
             self._rx_imm_pending[msn] = (rqmsn, _IMM.unpack_from(data, _OFF_BTH + 40)[0], length)
+        self._rx_placed(psn, msn, length, plen, ev, ts_ns, ce, w1, w2, now_s)
+
+    def _rx_placed(
+        self,
+        psn: int,
+        msn: int,
+        length: int,
+        plen: int,
+        ev: int,
+        ts_ns: int,
+        ce: bool,
+        w1: int,
+        w2: int,
+        now_s: float,
+    ) -> None:
+        """After a new packet's payload is placed (both receive paths): message accounting,
+        the CE-run heuristic, and whether to acknowledge now."""
+        rxw = self.rxwin
+        # message accounting: completion when every byte of the message is placed
+        msg_bytes = self._rx_msg_bytes
+        got = msg_bytes.get(msn, 0) + plen
         if got >= length:
             msg_bytes.pop(msn, None)
             if self._rx_imm_pending:
@@ -1094,8 +1091,7 @@ class QueuePair:
             msg_bytes[msn] = got
         # the ALWAYS_SKIP heuristic: a run of CE marks on one EV
         if ce:
-            run = self._ce_run.get(ev, 0) + 1
-            self._ce_run[ev] = run
+            self._ce_run[ev] = self._ce_run.get(ev, 0) + 1
             rxw.ece_pending = True
         elif self._ce_run:
             self._ce_run.pop(ev, None)

@@ -47,6 +47,12 @@ _mod = _load()
 BACKEND = "c" if _mod is not None else "python"
 
 
+def c_module_with(symbol: str):
+    """The C module if it is in use and has ``symbol`` (a build older than a new C file has
+    not), else None: how each C-backed piece decides between C and its twin."""
+    return _mod if _mod is not None and hasattr(_mod.lib, symbol) else None
+
+
 class RecvRing:
     """A receive ring of ``slots`` frames of ``slot_len`` bytes each."""
 

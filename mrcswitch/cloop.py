@@ -18,7 +18,7 @@ from enum import IntEnum
 
 from . import batch_io
 
-_mod = batch_io._mod
+_mod = batch_io.c_module_with("mrc_sw_poll")
 
 
 class Wake(IntEnum):
@@ -35,7 +35,7 @@ class Wake(IntEnum):
 
 def available() -> bool:
     """Whether the C module has the loop (not with MRC_PURE_PYTHON=1)."""
-    return _mod is not None and hasattr(_mod.lib, "mrc_sw_poll")
+    return _mod is not None
 
 
 class CLoop:

@@ -25,14 +25,7 @@ _MARKED = int(Verdict.MARKED)  # a plain int: comparing with an IntEnum member i
 _MIN_OUT_BYTES = 64 * 1024
 
 
-def _load():
-    mod = batch_io._mod
-    if mod is None or not hasattr(mod.lib, "mrc_eq_init"):
-        return None
-    return mod
-
-
-_mod = _load()
+_mod = batch_io.c_module_with("mrc_eq_init")
 BACKEND = "c" if _mod is not None else "python"
 
 
