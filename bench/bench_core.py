@@ -1,5 +1,5 @@
 """Benchmark of the C core against its pure-Python twin: ns per operation, through the Python
-API users get (mrcnic.fast with BACKEND "c" vs mrcnic.fast_twin), plus the raw cffi call cost.
+API users get (mrcnic.fast with BACKEND "c" vs mrcnic.fast.twin), plus the raw cffi call cost.
 
     .venv/bin/python bench/bench_core.py --out results/bench-core.json   (or: make bench-core)
 
@@ -28,7 +28,8 @@ from typing import Any
 
 import cffi
 
-from mrcnic import fast, fast_twin
+from mrcnic import fast
+from mrcnic.fast import twin as fast_twin
 
 MASK = 0xFFFFFF
 SRC = bytes.fromhex("fcbb0bb0010010000000000000000002")
@@ -417,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
             "clock": "time.perf_counter_ns; cpu = time.process_time_ns",
             "repeats": args.repeats,
             "gc": "disabled while timing",
-            "api": "mrcnic.fast (BACKEND c) vs mrcnic.fast_twin, called as users call them",
+            "api": "mrcnic.fast (BACKEND c) vs mrcnic.fast.twin, called as users call them",
             "loop_overhead_ns": result.loop_overhead_ns,
             "elapsed_s": round(time.perf_counter() - t0, 2),
         },

@@ -2,7 +2,7 @@
 """NSCC / RTO robustness benchmark -> results/bench-nscc.json.
 
 Runs mrc-sim scenarios (8 planes x 4 paths, 100 Mb/s ports: the lab's 1/1000 scale) and an
-N-to-1 incast (``mrcnic.sim_incast``) and reports, per scenario, the median over seeds of the
+N-to-1 incast (``mrcnic.sim.incast``) and reports, per scenario, the median over seeds of the
 goodput fraction, retransmissions, timeouts and *spurious* timeouts, plus recovery in base
 RTTs for the plane failure.  A spurious timeout is counted from outside the QP, so the same
 count works on any revision: a timed-out transmission (PSN, timestamp) that the responder
@@ -101,7 +101,7 @@ def run_scenario(name: str, seed: int, spray: str | None) -> dict:
     if spray is not None:
         import dataclasses
 
-        from mrcnic import ev
+        from mrcnic.transport import ev
 
         fields = {f.name for f in dataclasses.fields(ev.EvConfig)}
         if "spray" in fields:  # older revisions have only the random choice
@@ -111,14 +111,15 @@ def run_scenario(name: str, seed: int, spray: str | None) -> dict:
                 k.setdefault("spray", spray)
                 return base(*a, **k)
 
-            import mrcnic.sim
-            import mrcnic.sim_incast
+            import mrcnic.sim.incast
 
-            mrcnic.sim.EvConfig = patched
-            mrcnic.sim_incast.EvConfig = patched
+            import mrcnic.sim.transfer
+
+            mrcnic.sim.transfer.EvConfig = patched
+            mrcnic.sim.incast.EvConfig = patched
     sc = SCENARIOS[name]
     if "sim" in sc:
-        from mrcnic import sim
+        from mrcnic.sim import transfer as sim
 
         args = sim.build_parser().parse_args([*FABRIC, *sc["sim"], "--seed", str(seed)])
         s = sim.Simulation(sim.config_from_args(args))
@@ -128,7 +129,7 @@ def run_scenario(name: str, seed: int, spray: str | None) -> dict:
         recovery_rtts = None if rec is None else round(rec / r["base_rtt_s"], 2)
         out = _row(r, probes, {"recovery_rtts": recovery_rtts}, r["cpu_s"])
     else:
-        from mrcnic import sim_incast
+        from mrcnic.sim import incast as sim_incast
 
         cfg = sim_incast.IncastConfig(seed=seed, **sc["incast"])
         inc = sim_incast.Incast(cfg)

@@ -6,7 +6,7 @@
    several rounds, with the C core and with its pure-Python twin as the in-script baseline.
 2. mrc-sim goodput_fraction on 8 planes x 4 paths (100 Mb/s ports, the lab's 1/1000 scale):
    lossless, 0.1% and 1% random loss, one whole plane failed mid-transfer; the same four for
-   the RoCEv2 baseline (``mrcnic.rocev2``: one QP per plane as deployed, each pinned to one
+   the RoCEv2 baseline (``mrcnic.rocev2.qp``: one QP per plane as deployed, each pinned to one
    ECMP-hashed path, go-back-N, DCQCN; docs/rocev2.md), run in the same script.  Median
    over seeds, and the ratio MRC / RoCEv2 per scenario.
 
@@ -28,10 +28,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mrcnic import fast, sim, usid  # noqa: E402
-from mrcnic.ev import EvConfig  # noqa: E402
-from mrcnic.memory import MemoryTable  # noqa: E402
-from mrcnic.qp import NetConfig, PortAddr, QpConfig, QueuePair  # noqa: E402
+from mrcnic import fast
+from mrcnic.sim import transfer as sim
+from mrcnic.transport.ev import EvConfig  # noqa: E402
+from mrcnic.transport.memory import MemoryTable  # noqa: E402
+from mrcnic.transport.qp import NetConfig, PortAddr, QpConfig, QueuePair  # noqa: E402
+from mrcnic.wire import usid  # noqa: E402
 
 SCENARIOS = {
     "lossless": [],

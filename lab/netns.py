@@ -9,22 +9,18 @@ that opens it, so no ``ip netns exec sysctl`` fork per setting is needed.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
 import shlex
 import subprocess
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-NETNS_DIR = "/run/netns"
-CLONE_NEWNET = 0x40000000
-
-_libc = ctypes.CDLL(None, use_errno=True)
+from mrcnic.errors import MrcError
+from mrcnic.io.netns import NETNS_DIR, in_netns, netns_path  # noqa: F401 (the lab's names too)
 
 
-class LabError(RuntimeError):
+class LabError(MrcError, RuntimeError):
     """A lab operation that failed; the message says which command and why."""
 
 
@@ -120,10 +116,6 @@ def run_batches(batches: Iterable[Batch], *, parallel: int = 8) -> None:
 # --- namespaces ------------------------------------------------------------------------
 
 
-def netns_path(name: str) -> str:
-    return os.path.join(NETNS_DIR, name)
-
-
 def netns_exists(name: str) -> bool:
     return os.path.exists(netns_path(name))
 
@@ -133,29 +125,6 @@ def list_netns() -> list[str]:
         return sorted(os.listdir(NETNS_DIR))
     except FileNotFoundError:
         return []
-
-
-@contextlib.contextmanager
-def in_netns(name: str) -> Iterator[None]:
-    """Run the body with this thread inside namespace ``name`` (then switch back)."""
-    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    try:
-        target = os.open(netns_path(name), os.O_RDONLY)
-    except FileNotFoundError:
-        os.close(own)
-        raise LabError(f"network namespace {name} does not exist") from None
-    try:
-        if _libc.setns(target, CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise LabError(f"setns({name}): {os.strerror(err)}")
-        try:
-            yield
-        finally:
-            if _libc.setns(own, CLONE_NEWNET) != 0:  # pragma: no cover - cannot really fail
-                raise LabError("could not return to the original network namespace")
-    finally:
-        os.close(target)
-        os.close(own)
 
 
 def write_sysctls(netns: str, settings: dict[str, str | int]) -> None:

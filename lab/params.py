@@ -25,7 +25,8 @@ from typing import Any
 
 import yaml
 
-from mrcnic.usid import MAX_INDEX, MAX_PLANES, UsidError, UsidFormat
+from mrcnic.errors import MrcError
+from mrcnic.wire.usid import MAX_INDEX, MAX_PLANES, UsidError, UsidFormat
 
 # Every namespace of a lab is "<name>-<node>"; every interface "<name>-<suffix>" (<= 15
 # characters), every nft table "<name>-...". A name is "mrc" + up to 6 lowercase letters or
@@ -38,7 +39,7 @@ MIN_MTU = 4192
 SWITCH_MODES = ("python", "kernel")
 
 
-class ParamError(ValueError):
+class ParamError(MrcError, ValueError):
     """A lab parameter that cannot be used; the message names the parameter."""
 
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mrcnic.bench_common import pid_cpu_s
+from lab.bench.common import pid_cpu_s
 
 from .analysis import FaultWindow, Outage
 from .faults import Faults
@@ -398,7 +398,7 @@ def bench_argv() -> list[str]:
     if exe.exists():
         return [str(exe)]
     found = shutil.which("mrc-bench")
-    return [found] if found else [sys.executable, "-m", "mrcnic.bench"]
+    return [found] if found else [sys.executable, "-m", "lab.bench.cli"]
 
 
 def bench_available() -> str | None:
@@ -406,7 +406,7 @@ def bench_available() -> str | None:
     if os.environ.get("MRC_BENCH"):
         return None
     try:
-        import mrcnic.bench  # noqa: F401
+        import lab.bench.cli  # noqa: F401
     except ImportError as e:
         return f"mrc-bench is not available ({e})"
     return None

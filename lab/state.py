@@ -10,7 +10,7 @@ Other tools (the benchmarks, the NIC) read a running lab through :func:`load`::
     from lab import state
     lab = state.load("mrc")
     lab.plan.host_info(0)            # ports, MACs, peer switch MACs, addresses of h0
-    lab.plan.dest_template(0, 3)     # mrcnic.usid.DestTemplate h0 -> h3
+    lab.plan.dest_template(0, 3)     # mrcnic.wire.usid.DestTemplate h0 -> h3
     lab.namespace("h0")              # "mrc-h0"
 """
 

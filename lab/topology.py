@@ -35,8 +35,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from mrcnic import usid
-from mrcnic.usid import ClosShape, DestTemplate, UsidFormat
+from mrcnic.wire import usid
+from mrcnic.wire.usid import ClosShape, DestTemplate, UsidFormat
 
 from .params import LabParams, ParamError
 

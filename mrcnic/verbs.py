@@ -3,10 +3,10 @@ completions (ibverbs in spirit, MRC in substance).  Walkthrough: docs/api.md.
 
 A :class:`Device` owns the host's ports and demultiplexes frames to its QPs; it is itself
 sans-I/O (``receive_frame`` / ``frames_to_send`` / ``get_timer`` / ``handle_timer``), so the
-same object runs over real AF_PACKET ports (``mrcnic.aio``) or over the simulated fabric
+same object runs over real AF_PACKET ports (``mrcnic.io.aio``) or over the simulated fabric
 (:class:`SimNetwork`, no root needed).  A device hosts QPs of more than one transport:
-``create_qp(transport="mrc")`` (this project's MRC, :class:`mrcnic.qp.QueuePair`) or
-``transport="rocev2"`` (the RoCEv2 baseline, ``mrcnic.rocev2.RoceQueuePair``: one path per QP,
+``create_qp(transport="mrc")`` (this project's MRC, :class:`mrcnic.transport.qp.QueuePair`) or
+``transport="rocev2"`` (the RoCEv2 baseline, ``mrcnic.rocev2.qp.RoceQueuePair``: one path per QP,
 go-back-N), both driven through the same sans-I/O surface.
 
     dev = Device(net, port_rate_bps=100e6)
@@ -28,10 +28,10 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from mrcnic import usid
-from mrcnic.ev import EvStateChanged, EvStats
-from mrcnic.memory import Access, MemoryRegion, MemoryTable
-from mrcnic.qp import (
+from mrcnic.sim.fabric import Fabric, FabricSpec, host_net
+from mrcnic.transport.ev import EvStateChanged, EvStats
+from mrcnic.transport.memory import Access, MemoryRegion, MemoryTable
+from mrcnic.transport.qp import (
     Event,
     ImmReceived,
     NetConfig,
@@ -45,7 +45,7 @@ from mrcnic.qp import (
     WriteCompleted,
     peek_dest_qp,
 )
-from mrcnic.sim_fabric import Fabric, FabricSpec, host_net
+from mrcnic.wire import usid
 
 __all__ = [
     "Access",
@@ -207,10 +207,10 @@ def _core_class(transport: str) -> type:
         return QueuePair
     if transport == "rocev2":
         try:
-            from mrcnic.rocev2 import RoceQueuePair  # lazy: the baseline is optional
+            from mrcnic.rocev2.qp import RoceQueuePair  # lazy: the baseline is optional
         except ImportError as e:
             raise ValueError(
-                "transport 'rocev2' needs mrcnic.rocev2.RoceQueuePair, which this installation "
+                "transport 'rocev2' needs mrcnic.rocev2.qp.RoceQueuePair, which this installation "
                 f"does not have ({e})"
             ) from None
         return RoceQueuePair
@@ -327,7 +327,7 @@ class Device:
 
 
 class SimNetwork:
-    """Two devices (h0, h1) over the simulated fabric of ``mrcnic.sim_fabric``, in virtual
+    """Two devices (h0, h1) over the simulated fabric of ``mrcnic.sim.fabric``, in virtual
     time: the API without root, for examples, tests and experiments."""
 
     def __init__(self, spec: FabricSpec | None = None, seed: int = 1) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from enum import IntEnum
 
-from . import batch_io
+from mrcnic.io import batch as batch_io
 
 _mod = batch_io.c_module_with("mrc_sw_poll")
 

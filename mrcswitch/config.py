@@ -17,6 +17,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from mrcnic.errors import MrcError
+
 # Eth + IPv6 + UDP + BTH + METH + timestamp ext + RETH: the smallest legal trim (MRC-BRIEF).
 MIN_TRIM_BYTES = 14 + 40 + 8 + 12 + 4 + 8 + 16
 DEFAULT_BLOCK = "fcbb:bb00::/32"
@@ -32,7 +34,7 @@ RX_RING_BURST_S = 0.002
 MAX_RX_RING_FRAMES = 65536
 
 
-class ConfigError(ValueError):
+class ConfigError(MrcError, ValueError):
     """A config that cannot be used; ``field`` names where the problem is."""
 
     def __init__(self, field_path: str, reason: str) -> None:

@@ -15,7 +15,8 @@ missing (as batch_io does).
 
 from __future__ import annotations
 
-from . import batch_io
+from mrcnic.io import batch as batch_io
+
 from .config import MAX_FRAME_BYTES, PortConfig
 from .queue import NS_PER_S, EgressQueue, Verdict
 

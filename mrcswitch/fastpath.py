@@ -23,7 +23,8 @@ from array import array
 from collections.abc import Sequence
 from functools import partial
 
-from . import batch_io
+from mrcnic.io import batch as batch_io
+
 from .fcache import KEY_LEN, DecisionCache, lookup_py
 from .pipeline import OFF_HOP, OFF_L4, rewrite
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import errno
 import struct
 
-from . import batch_io
+from mrcnic.io import batch as batch_io
 
 ENTRY_BYTES = 64  # csrc/mrc_fcache.h MRC_FCACHE_ENTRY
 PROBES = 8  # MRC_FCACHE_PROBES

@@ -37,7 +37,9 @@ import time
 from array import array
 from pathlib import Path
 
-from . import batch_io, cloop
+from mrcnic.io import batch as batch_io
+
+from . import cloop
 from .config import ConfigError, PortConfig, SwitchConfig, load_config
 from .cqueue import make_egress_queue
 from .fastpath import QUEUE, WAKE_RES_LEN, Planner

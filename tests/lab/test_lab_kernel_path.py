@@ -8,7 +8,8 @@ import time
 import lab_helpers as H
 import pytest
 
-from mrcnic import usid, wire
+from mrcnic import wire
+from mrcnic.wire import usid
 
 pytestmark = [pytest.mark.lab, H.needs_root]
 

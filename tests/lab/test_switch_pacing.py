@@ -9,7 +9,7 @@ import time
 import pytest
 import switch_helpers as H
 
-from mrcswitch.batch_io import Sender
+from mrcnic.io.batch import Sender
 
 pytestmark = [
     pytest.mark.lab,

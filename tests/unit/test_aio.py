@@ -1,4 +1,4 @@
-"""mrcnic.aio without sockets: the pacer (token bucket + two-class queue) with a fake clock,
+"""mrcnic.io.aio without sockets: the pacer (token bucket + two-class queue) with a fake clock,
 netlink parsing, and two AioNics pumped by a fake event loop whose "wire" hands each sent
 frame to the other NIC's device (no root, no sockets, virtual time)."""
 
@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mrcnic import aio
-from mrcnic.aio import AioNic, PacerConfig, PortPacer, parse_link_messages
-from mrcnic.qp import NetConfig, PortAddr, QpConfig
-from mrcnic.usid import ClosShape
+from mrcnic.io import aio
+from mrcnic.io.aio import AioNic, PacerConfig, PortPacer, parse_link_messages
+from mrcnic.transport.qp import NetConfig, PortAddr, QpConfig
 from mrcnic.verbs import Device, RemoteBuffer, WcStatus
+from mrcnic.wire.usid import ClosShape
 
 RATE = 100e6
 FRAME = 4202

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mrcnic.cc import (
+from mrcnic.transport.cc import (
     HEADER_BYTES,
     AckSample,
     CcParams,

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from mrcnic.ev import TRANSITIONS, EvConfig, EvInput, EvState, EvTable, mermaid, next_state
+from mrcnic.transport.ev import (
+    TRANSITIONS,
+    EvConfig,
+    EvInput,
+    EvState,
+    EvTable,
+    mermaid,
+    next_state,
+)
 
 G, S, B, D = EvState.GOOD, EvState.SKIP, EvState.ASSUMED_BAD, EvState.DENIED
 

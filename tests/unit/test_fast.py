@@ -1,4 +1,4 @@
-"""Behaviour of mrcnic.fast (the C core) and mrcnic.fast_twin (its pure-Python twin).
+"""Behaviour of mrcnic.fast (the C core) and mrcnic.fast.twin (its pure-Python twin).
 
 Every test runs against both implementations; C-vs-Python parity under random inputs is in
 test_fast_parity.py, checksum golden values in test_fast_checksum.py.
@@ -14,7 +14,8 @@ from types import ModuleType
 
 import pytest
 
-from mrcnic import fast, fast_twin
+from mrcnic import fast
+from mrcnic.fast import twin as fast_twin
 
 MASK = 0xFFFFFF
 
@@ -315,7 +316,7 @@ def _run_python(code: str, **env: str) -> str:
 
 def test_backend_pure_python_by_env() -> None:
     code = """
-        import mrcnic.fast as f, mrcnic.fast_twin as t
+        import mrcnic.fast as f, mrcnic.fast.twin as t
         print(f.BACKEND, f.PsnWindow is t.PsnWindow, f.udp6_checksum is t.udp6_checksum)
     """
     assert _run_python(code, MRC_PURE_PYTHON="1") == "python True True"

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mrcnic import fast, fast_twin
+from mrcnic import fast
+from mrcnic.fast import twin as fast_twin
 
 logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
 scapy_layers = pytest.importorskip("scapy.layers.inet6")

@@ -1,5 +1,5 @@
 """Hypothesis parity: the C core (mrcnic.fast with BACKEND "c") and the pure-Python twin
-(mrcnic.fast_twin) give identical results, state and errors on the same inputs."""
+(mrcnic.fast.twin) give identical results, state and errors on the same inputs."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mrcnic import fast
-from mrcnic import fast_twin as twin
+from mrcnic.fast import twin
 
 pytestmark = pytest.mark.skipif(
     fast.BACKEND != "c", reason="C core not loaded (MRC_PURE_PYTHON=1 or mrcnic._mrcfast missing)"

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mrcnic.memory import Access, MemoryRegionError, MemoryTable, PlaceStatus
+from mrcnic.transport.memory import Access, MemoryRegionError, MemoryTable, PlaceStatus
 
 
 def test_register_gives_distinct_nonzero_keys_and_disjoint_ranges():

@@ -12,11 +12,12 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mrcnic.sim.fabric import host_net, trim_frame
 
-from mrcnic import usid, wire
-from mrcnic.ev import EvConfig, EvState, EvStateChanged
-from mrcnic.memory import MemoryTable
-from mrcnic.qp import (
+from mrcnic import wire
+from mrcnic.transport.ev import EvConfig, EvState, EvStateChanged
+from mrcnic.transport.memory import MemoryTable
+from mrcnic.transport.qp import (
     ImmReceived,
     PeerPortStatus,
     QpAttributes,
@@ -28,7 +29,7 @@ from mrcnic.qp import (
     WcStatus,
     WriteCompleted,
 )
-from mrcnic.sim_fabric import host_net, trim_frame
+from mrcnic.wire import usid
 
 MASK = 0xFFFFFF
 # chaos(t, src_host, port, frame) -> list of (delay_s, frame) to deliver (empty = dropped)

@@ -1,4 +1,4 @@
-"""Property: two real QueuePairs through the simulated fabric (``mrcnic.sim_fabric``), both
+"""Property: two real QueuePairs through the simulated fabric (``mrcnic.sim.fabric``), both
 writing at once, under generated schedules of random loss, reordering (paths of different
 delays and rates), duplication, trimming (real queue overflows and forced trims), ECN marks
 (real and forced), and path, plane and port failures with heals, always keeping at least one
@@ -23,10 +23,11 @@ from dataclasses import dataclass
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mrcnic.sim.fabric import Fabric, FabricSpec, Link, LinkSpec, host_net, trim_frame
 
-from mrcnic.ev import EvConfig
-from mrcnic.memory import MemoryTable
-from mrcnic.qp import (
+from mrcnic.transport.ev import EvConfig
+from mrcnic.transport.memory import MemoryTable
+from mrcnic.transport.qp import (
     ImmReceived,
     QpConfig,
     QpErrorEvent,
@@ -35,7 +36,6 @@ from mrcnic.qp import (
     WriteCompleted,
     peek_dest_qp,
 )
-from mrcnic.sim_fabric import Fabric, FabricSpec, Link, LinkSpec, host_net, trim_frame
 
 MASK = 0xFFFFFF
 MTU = 256

@@ -5,10 +5,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mrcnic import usid, wire
-from mrcnic.ev import EvConfig, EvInput
-from mrcnic.memory import MemoryTable
-from mrcnic.qp import NetConfig, PortAddr, QpConfig, QueuePair, peek_dest_qp
+from mrcnic import wire
+from mrcnic.transport.ev import EvConfig, EvInput
+from mrcnic.transport.memory import MemoryTable
+from mrcnic.transport.qp import NetConfig, PortAddr, QpConfig, QueuePair, peek_dest_qp
+from mrcnic.wire import usid
 
 SHAPE = usid.ClosShape(planes=4, t0=2, t1=2, hosts_per_t0=2)
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mrcnic.cc import AckSample, new_ack_sample
-from mrcnic.ev import EvConfig, EvTable
+from mrcnic.transport.cc import AckSample, new_ack_sample
+from mrcnic.transport.ev import EvConfig, EvTable
 
 
 @settings(max_examples=100, deadline=None)

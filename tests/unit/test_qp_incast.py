@@ -1,12 +1,12 @@
-"""N-to-1 incast of real QueuePairs (``mrcnic.sim_incast``): exact bytes, no error, the
+"""N-to-1 incast of real QueuePairs (``mrcnic.sim.incast``): exact bytes, no error, the
 receiver's last hop really congests (trims to TRIMMED_LASTHOP), the run is deterministic."""
 
 from __future__ import annotations
 
 import pytest
+from mrcnic.sim.incast import IncastConfig
 
-from mrcnic import sim_incast
-from mrcnic.sim_incast import IncastConfig
+from mrcnic.sim import incast as sim_incast
 
 SMALL = IncastConfig(
     senders=3, planes=2, paths_per_plane=2, size=256 << 10, msg_size=64 << 10, queue_bytes=16 << 10

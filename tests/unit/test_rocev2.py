@@ -13,11 +13,13 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mrcnic.sim.fabric import host_net
 
-from mrcnic import usid, wire
-from mrcnic.ev import EvState
-from mrcnic.memory import MemoryTable
-from mrcnic.qp import (
+from mrcnic import wire
+from mrcnic.rocev2.qp import RoceConfig, RoceQueuePair, RoceUnsupportedError, peek_dest_qp
+from mrcnic.transport.ev import EvState
+from mrcnic.transport.memory import MemoryTable
+from mrcnic.transport.qp import (
     ImmReceived,
     QpAttributes,
     QpConfig,
@@ -27,15 +29,14 @@ from mrcnic.qp import (
     WcStatus,
     WriteCompleted,
 )
-from mrcnic.rocev2 import RoceConfig, RoceQueuePair, RoceUnsupportedError, peek_dest_qp
-from mrcnic.rocev2_wire import (
+from mrcnic.wire import usid
+from mrcnic.wire.rocev2 import (
     OP_CNP,
     SYN_NAK_PSN_SEQ,
     SYN_NAK_REMOTE_ACCESS,
     rdma_flow_label,
     rdma_udp_sport,
 )
-from mrcnic.sim_fabric import host_net
 
 MASK = 0xFFFFFF
 DELAY = 50e-6

@@ -5,7 +5,14 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mrcnic.sack import MARK_DUP, MARK_NEW, MARK_OOR, ResponderWindow, Scoreboard, TxRecord
+from mrcnic.transport.sack import (
+    MARK_DUP,
+    MARK_NEW,
+    MARK_OOR,
+    ResponderWindow,
+    Scoreboard,
+    TxRecord,
+)
 
 MASK = 0xFFFFFF
 

@@ -1,4 +1,4 @@
-"""mrcnic.scapy_mrc agrees with mrcnic.wire field by field, and scapy accepts our checksums."""
+"""mrcnic.wire.scapy_layers agrees with mrcnic.wire field by field, and scapy accepts our checksums."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Padding, Raw, raw
 from test_wire import FINAL_DST, FIRST_HOP, SRC, mrc_packets
 
-from mrcnic import scapy_mrc as sm
 from mrcnic import wire as w
+from mrcnic.wire import scapy_layers as sm
 
 
 @pytest.fixture(autouse=True, scope="module")

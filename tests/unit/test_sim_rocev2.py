@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from mrcnic import sim
+from mrcnic.sim import transfer as sim
 
 SMALL = ["--planes", "4", "--paths-per-plane", "2", "--size", "2M", "--msg-size", "256K"]
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mrcnic import usid, wire
-from mrcnic.wire import BTH, METH, RETH, Dscp, Ecn, ImmDt, MrcPacket, Opcode, TimestampExt
+from mrcnic import wire
+from mrcnic.wire import BTH, METH, RETH, Dscp, Ecn, ImmDt, MrcPacket, Opcode, TimestampExt, usid
 from mrcswitch import cqueue
 from mrcswitch.config import PortConfig
 from mrcswitch.queue import EgressQueue, Verdict, trim_frame

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mrcswitch import batch_io
+from mrcnic.io import batch as batch_io
 from mrcswitch.config import config_from_dict
 from mrcswitch.fastpath import DROP, HDR_LEN, QUEUE, REFUSED, SEND, Planner
 from mrcswitch.pipeline import SHIFT_UNIT, Drop, DropReason, Forward, Pipeline

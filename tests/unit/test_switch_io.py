@@ -1,4 +1,4 @@
-"""csrc/mrc_io.c vs its Python twin (mrcswitch.batch_io) over AF_UNIX datagram pairs."""
+"""csrc/mrc_io.c vs its Python twin (mrcnic.io.batch) over AF_UNIX datagram pairs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mrcswitch import batch_io
+from mrcnic.io import batch as batch_io
 
 pytestmark = pytest.mark.skipif(batch_io.BACKEND != "c", reason="C module mrc_io not built")
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mrcnic import usid
+from mrcnic.wire import usid
 from mrcswitch.config import config_from_dict
 from mrcswitch.pipeline import Drop, DropCounter, DropReason, Forward, Pipeline
 from mrcswitch.table import build_table
@@ -57,7 +57,7 @@ def addr(*usids: int) -> bytes:
 
 
 def model(dst: bytes, hop: int) -> tuple[int, bytes, int] | DropReason:
-    """Reference: RFC 9800 / seg6local next-csid, built on mrcnic.usid (an independent shift)."""
+    """Reference: RFC 9800 / seg6local next-csid, built on mrcnic.wire.usid (an independent shift)."""
     if dst[:4] != bytes.fromhex("fcbbbb00"):
         return DropReason.WRONG_BLOCK
     active = int.from_bytes(dst[4:6], "big")

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mrcnic import usid, wire
-from mrcnic.wire import BTH, METH, RETH, Dscp, Ecn, ImmDt, MrcPacket, Opcode, TimestampExt
+from mrcnic import wire
+from mrcnic.wire import BTH, METH, RETH, Dscp, Ecn, ImmDt, MrcPacket, Opcode, TimestampExt, usid
 from mrcswitch.config import config_from_dict
 from mrcswitch.queue import EgressQueue, Verdict, dscp_ecn, final_destination, trim_frame
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from lab import kernel_switch, pyswitch
 from lab.params import LabParams, ParamError, load_topology_file, resolve
 from lab.topology import IFNAME_MAX, KIND_T0, KIND_T1, Plan, link_local, mac_text
-from mrcnic import usid
+from mrcnic.wire import usid
 
 shapes = st.builds(
     LabParams,

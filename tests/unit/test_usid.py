@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mrcnic import usid
-from mrcnic.usid import (
+from mrcnic.wire import usid
+from mrcnic.wire.usid import (
     DEFAULT_FORMAT,
     ClosShape,
     DestTemplate,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from mrcnic.sim.fabric import FabricSpec
 
-from mrcnic.qp import PeerPortStatus, QpAttributes, QpStateError
-from mrcnic.sim_fabric import FabricSpec
+from mrcnic.transport.qp import PeerPortStatus, QpAttributes, QpStateError
 from mrcnic.verbs import RemoteBuffer, SimNetwork, WcStatus
 
 

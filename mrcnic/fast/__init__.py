@@ -3,7 +3,7 @@
 Exports the PSN tracking window, out-of-order placement and the Internet checksum. The C
 module is used by default; with MRC_PURE_PYTHON=1 in the environment, or when the C module
 fails to import (reported with a RuntimeWarning naming the cause), every name is bound to its
-pure-Python twin in mrcnic.fast_twin instead, which has the identical API and results.
+pure-Python twin in mrcnic.fast.twin instead, which has the identical API and results.
 BACKEND says which one is live: "c" or "python". See docs/core.md.
 
 The wrappers do only what safety and the documented errors need: C checks every bound, and
@@ -16,8 +16,8 @@ import os
 import warnings
 from types import ModuleType
 
-from mrcnic import fast_twin as _twin
-from mrcnic.fast_twin import (
+from mrcnic.fast import twin as _twin
+from mrcnic.fast.twin import (
     MARK_DUP,
     MARK_NEW,
     MARK_OOR,
@@ -104,7 +104,7 @@ else:
     _c_udp6 = _lib.mrc_udp6_checksum
 
     class PsnWindow:  # type: ignore[no-redef]
-        """The responder's PSN tracking window (see mrcnic.fast_twin.PsnWindow for the
+        """The responder's PSN tracking window (see mrcnic.fast.twin.PsnWindow for the
         semantics). The struct and its bitmap are allocated here; C never allocates."""
 
         __slots__ = ("_bits", "_w")

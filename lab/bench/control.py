@@ -22,12 +22,14 @@ import json
 import time
 from typing import Any
 
+from mrcnic.errors import MrcError
+
 PROTOCOL_VERSION = 1
 DEFAULT_PORT = 18515  # perftest's default port
 MAX_LINE = 1 << 24  # attributes of many QPs fit easily; anything bigger is a bug
 
 
-class ControlError(RuntimeError):
+class ControlError(MrcError, RuntimeError):
     """The control channel failed or the peer reported an error."""
 
 

@@ -19,12 +19,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
+from mrcnic.errors import MrcError
+
 ADDR_BYTES = 16
 ADDR_BITS = 128
 _ADDR_MASK = (1 << ADDR_BITS) - 1
 
 
-class UsidError(ValueError):
+class UsidError(MrcError, ValueError):
     """An address, uSID list or plan parameter that is not valid; the message says what."""
 
 

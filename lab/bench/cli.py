@@ -7,7 +7,7 @@
 Without ``--server``/``--client`` (and for ``allreduce`` without ``--rank``), mrc-bench runs
 every side itself: it starts ``ip netns exec <host namespace> mrc-bench ...`` for each side
 (each its own process with its own NIC on its host's ports), relays the progress lines and
-prints the result.  The sides talk over the lab's management network (mrcnic.control).
+prints the result.  The sides talk over the lab's management network (lab.bench.control).
 Manual page: docs/bench.md.
 """
 
@@ -26,13 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mrcnic import bench_common as bc
-from mrcnic import control
+from lab.bench import common as bc
+from lab.bench import control
+from mrcnic.errors import MrcError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-class UsageError(Exception):
+class UsageError(MrcError):
     pass
 
 
@@ -220,7 +221,7 @@ def _self_host(st: Any, given: str | None) -> int:
 
 
 def _write_params(st: Any, args: argparse.Namespace) -> Any:
-    from mrcnic.bench_write import WriteParams
+    from lab.bench.write import WriteParams
 
     try:
         size = bc.parse_size(args.size)
@@ -266,7 +267,8 @@ def _write_params(st: Any, args: argparse.Namespace) -> Any:
 
 
 def _pair(st: Any, args: argparse.Namespace) -> int:
-    from mrcnic import aio, bench_write
+    from lab.bench import write as bench_write
+    from mrcnic.io import aio
 
     plan = st.plan
     if args.server and args.client:
@@ -334,7 +336,7 @@ def bench_command() -> list[str]:
     script = Path(sys.executable).parent / "mrc-bench"
     if script.exists():
         return [sys.executable, str(script)]
-    return [sys.executable, "-m", "mrcnic.bench"]
+    return [sys.executable, "-m", "lab.bench.cli"]
 
 
 PORT_SLOT = "{port}"  # replaced by the port the listening side reports
@@ -437,8 +439,8 @@ def _stop(procs: list[tuple[subprocess.Popen, Any, str]]) -> None:
 
 
 def _allreduce(st: Any, args: argparse.Namespace) -> int:
-    from mrcnic import aio
-    from mrcnic.bench_allreduce import AllreduceParams, run_rank
+    from lab.bench.allreduce import AllreduceParams, run_rank
+    from mrcnic.io import aio
 
     plan = st.plan
     try:

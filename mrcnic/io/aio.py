@@ -4,7 +4,7 @@ This is the only asyncio code of the NIC.  :class:`AioNic` opens one AF_PACKET s
 port (one veth per plane, in the host's network namespace), and then only moves bytes:
 
 - **receive**: each port's socket is a loop reader; a wake-up reads every waiting frame with
-  ``recvmmsg`` (``mrcswitch.batch_io.RecvRing``, the C module) and hands each one, as a view
+  ``recvmmsg`` (``mrcnic.io.batch.RecvRing``, the C module) and hands each one, as a view
   into the receive ring (no copy), to ``Device.receive_frame``;
 - **pump**: once per loop iteration with something new (frames in, a timer, a posted write):
   ``Device.handle_timer`` when due, ``Device.frames_to_send`` *only when the ports' transmit
@@ -25,7 +25,7 @@ Time is ``time.monotonic()`` seconds, read once per callback and passed into the
 loop timers have millisecond resolution (libuv), so pacing is exact on average and bursts are
 bounded by the token bucket depth (``PacerConfig.burst_s``).
 
-    host = LabHost.load("mrc", "h0")          # mrcnic.labhost: Device + port names of h0
+    host = LabHost.load("mrc", "h0")          # lab.host: Device + port names of h0
     async with host.nic() as nic:              # sockets opened in the host's namespace
         qp = host.device.create_qp(host.qp_config())
         ...
@@ -47,8 +47,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from mrcnic.io import batch as batch_io
+from mrcnic.io.netns import in_netns
 from mrcnic.verbs import Device
-from mrcswitch import batch_io
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
@@ -226,7 +227,6 @@ def _maybe_netns(netns: str | None) -> Iterator[None]:
     if netns is None:
         yield
         return
-    from lab.netns import in_netns  # only when opening sockets in another namespace
 
     with in_netns(netns):
         yield

@@ -1,7 +1,7 @@
 """A host of a running lab, as a NIC process sees it: its Device, ports, namespace and the
 QP configuration that suits the lab (base RTT, RoCEv2 port binding).
 
-Lab and transport policy lives here, not in the asyncio shell (:mod:`mrcnic.aio`), which
+Lab and transport policy lives here, not in the asyncio shell (:mod:`mrcnic.io.aio`), which
 only moves bytes.
 """
 
@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from mrcnic.aio import AioNic
-from mrcnic.qp import NetConfig, PortAddr, QpConfig
+from mrcnic.io.aio import AioNic
+from mrcnic.transport.qp import NetConfig, PortAddr, QpConfig
 from mrcnic.verbs import Device
 
 

@@ -1,7 +1,7 @@
 """Scapy layers for MRC, so a capture of our traffic dissects field by field.
 
     >>> from scapy.all import rdpcap
-    >>> import mrcnic.scapy_mrc  # binds MRC_BTH to UDP destination port 4791
+    >>> import mrcnic.wire.scapy_layers  # binds MRC_BTH to UDP destination port 4791
     >>> rdpcap("capture.pcap")[0].show()
 
 After MRC_BTH the layers follow the opcode and flags, exactly as mrcnic.wire decodes them

@@ -1,14 +1,14 @@
 """``mrc-bench write`` and ``mrc-bench lat``: one client and one server process, each in its
-host's namespace, each with its own NIC (:class:`mrcnic.aio.AioNic`) on its host's ports.
+host's namespace, each with its own NIC (:class:`mrcnic.io.aio.AioNic`) on its host's ports.
 
-Control protocol (JSON lines over TCP on the management network, :mod:`mrcnic.control`):
+Control protocol (JSON lines over TCP on the management network, :mod:`lab.bench.control`):
 
 1. client -> ``hello``: test, transport, QP count, message size, region size, seed, the
    client's QP attributes and live ports;
 2. server -> ``ready``: its QP attributes, the region (va, rkey, length), its live ports;
 3. the client writes; then -> ``done``: how many messages completed;
 4. server -> ``result``: the byte-for-byte check of its region against the seeded pattern
-   (:mod:`mrcnic.bench_common`), its CPU use and QP errors; client -> ``bye``.
+   (:mod:`lab.bench.common`), its CPU use and QP errors; client -> ``bye``.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from mrcnic import bench_common as bc
-from mrcnic import control
-from mrcnic.aio import AioNic
-from mrcnic.labhost import LabHost
-from mrcnic.qp import PeerPortStatus, QpErrorEvent
+from lab.bench import common as bc
+from lab.bench import control
+from lab.host import LabHost
+from mrcnic.io.aio import AioNic
+from mrcnic.transport.qp import PeerPortStatus, QpErrorEvent
 from mrcnic.verbs import QP, RemoteBuffer, WcStatus
 
 DEFAULT_REGION_CAP = 32 << 20

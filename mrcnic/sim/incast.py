@@ -1,8 +1,8 @@
 """Incast in virtual time: N senders write to one receiver at once, through a multi-plane Clos.
 
-``mrc-sim`` (``mrcnic.sim``) joins two hosts; an incast needs more.  This module builds a
-small fabric of its own from the public pieces of ``mrcnic.sim_fabric`` (:class:`Link`,
-:class:`LinkSpec`, :func:`trim_frame`) and drives real :class:`mrcnic.qp.QueuePair` objects
+``mrc-sim`` (``mrcnic.sim.transfer``) joins two hosts; an incast needs more.  This module builds a
+small fabric of its own from the public pieces of ``mrcnic.sim.fabric`` (:class:`Link`,
+:class:`LinkSpec`, :func:`trim_frame`) and drives real :class:`mrcnic.transport.qp.QueuePair` objects
 through it, deterministically (one seeded generator, a heap of events).
 
 Topology (``ClosShape(planes, t0=senders + 1, t1=paths_per_plane, hosts_per_t0=1)``): sender
@@ -20,7 +20,7 @@ ACKs take the mirror path.  Capacity is the receiver's: per plane ``min(port, pa
 path rate)``.  The run reports the aggregate goodput fraction, per-sender completion times
 and Jain's fairness index, retransmissions, timeouts and spurious timeouts, trims, marks.
 
-    python -m mrcnic.sim_incast --senders 4 --size 8M --json
+    python -m mrcnic.sim.incast --senders 4 --size 8M --json
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from mrcnic import usid
-from mrcnic.ev import EvConfig
-from mrcnic.memory import MemoryTable
-from mrcnic.qp import (
+from mrcnic.sim.fabric import Link, LinkSpec, host_net
+from mrcnic.transport.ev import EvConfig
+from mrcnic.transport.memory import MemoryTable
+from mrcnic.transport.qp import (
     QpConfig,
     QpErrorEvent,
     QueuePair,
@@ -44,9 +44,11 @@ from mrcnic.qp import (
     WriteCompleted,
     peek_dest_qp,
 )
-from mrcnic.sim_fabric import Link, LinkSpec, host_net
+from mrcnic.wire import usid
 
-_PKT_OVERHEAD = 110  # wire bytes of a data packet besides the payload (as mrcnic.sim counts)
+_PKT_OVERHEAD = (
+    110  # wire bytes of a data packet besides the payload (as mrcnic.sim.transfer counts)
+)
 _CTRL_BYTES = 120
 
 
@@ -357,10 +359,10 @@ def run(cfg: IncastConfig, qp_config: QpConfig | None = None) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from mrcnic.sim import parse_rate, parse_size, parse_time
+    from mrcnic.sim.transfer import parse_rate, parse_size, parse_time
 
     p = argparse.ArgumentParser(
-        prog="python -m mrcnic.sim_incast", description="N-to-1 incast of MRC queue pairs."
+        prog="python -m mrcnic.sim.incast", description="N-to-1 incast of MRC queue pairs."
     )
     d = IncastConfig()
     p.add_argument("--senders", type=int, default=d.senders)

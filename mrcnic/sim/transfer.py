@@ -1,7 +1,7 @@
 """mrc-sim: the real MRC queue pairs over a deterministic, virtual-time simulated fabric.
 
-No root, no sockets: ``mrcnic.sim_fabric`` models the planes, paths and queues; this module
-sets up two hosts, their queue pairs (MRC, or the RoCEv2 baseline of ``mrcnic.rocev2``),
+No root, no sockets: ``mrcnic.sim.fabric`` models the planes, paths and queues; this module
+sets up two hosts, their queue pairs (MRC, or the RoCEv2 baseline of ``mrcnic.rocev2.qp``),
 runs one transfer with the scheduled failures, verifies the destination bytes and reports.
 The manual (every flag, the JSON keys) is docs/sim.md.
 
@@ -21,9 +21,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from mrcnic.ev import EvConfig, EvStateChanged
-from mrcnic.memory import MemoryTable
-from mrcnic.qp import (
+from mrcnic.rocev2.qp import IB_TIMEOUT_UNIT_S, RoceConfig, RoceQueuePair
+from mrcnic.rocev2.dcqcn import REFERENCE_PORT_BPS
+from mrcnic.sim.fabric import Fabric, FabricSpec, host_net
+from mrcnic.transport.ev import EvConfig, EvStateChanged
+from mrcnic.transport.memory import MemoryTable
+from mrcnic.transport.qp import (
     ImmReceived,
     QpConfig,
     QpErrorEvent,
@@ -32,9 +35,6 @@ from mrcnic.qp import (
     WriteCompleted,
     peek_dest_qp,
 )
-from mrcnic.rocev2 import IB_TIMEOUT_UNIT_S, RoceConfig, RoceQueuePair
-from mrcnic.rocev2_dcqcn import REFERENCE_PORT_BPS
-from mrcnic.sim_fabric import Fabric, FabricSpec, host_net
 
 TRANSPORTS = ("mrc", "rocev2")
 ROCEV2_PORT_POLICIES = ("rail", "hash")

@@ -5,7 +5,7 @@ API calls (:meth:`post_write`, :meth:`port_status`, :meth:`deny_ev`, ...).  Outp
 :meth:`frames_to_send` (``(port_index, frame)`` pairs, honouring the congestion window),
 :meth:`get_timer` (the one deadline the I/O layer must arm) and :meth:`next_event`
 (completions, EV transitions, errors).  No sockets, no clocks: time is always passed in, so
-the simulator (``mrcnic.sim``) and the asyncio shell drive exactly this code.
+the simulator (``mrcnic.sim.transfer``) and the asyncio shell drive exactly this code.
 
 Hot paths avoid dataclasses: each EV has a precomputed template (MACs, addresses, UDP
 source port, the checksum's pseudo-header sum), a frame's headers are written with one
@@ -28,11 +28,20 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from heapq import heappush
 
-from mrcnic import fast, usid, wire
-from mrcnic.cc import CcParams, CongestionControl, make_cc, new_ack_sample
-from mrcnic.ev import EvConfig, EvInput, EvState, EvStateChanged, EvTable
-from mrcnic.memory import MemoryTable, PlaceStatus
-from mrcnic.sack import MARK_DUP, MARK_NEW, MARK_OOR, ResponderWindow, Scoreboard, TxRecord
+from mrcnic import fast, wire
+from mrcnic.errors import MrcError
+from mrcnic.transport.cc import CcParams, CongestionControl, make_cc, new_ack_sample
+from mrcnic.transport.ev import EvConfig, EvInput, EvState, EvStateChanged, EvTable
+from mrcnic.transport.memory import MemoryTable, PlaceStatus
+from mrcnic.transport.sack import (
+    MARK_DUP,
+    MARK_NEW,
+    MARK_OOR,
+    ResponderWindow,
+    Scoreboard,
+    TxRecord,
+)
+from mrcnic.wire import usid
 
 PSN_MASK = 0xFFFFFF
 #: the RTT peak tracker follows a higher sample at once and decays towards lower ones by this
@@ -126,7 +135,7 @@ class WcStatus(enum.Enum):
     FLUSHED = "FLUSHED"  # the QP went to ERROR before this work request finished
 
 
-class QpStateError(RuntimeError):
+class QpStateError(MrcError, RuntimeError):
     """An API call the QP's state does not allow (e.g. post before connect)."""
 
 

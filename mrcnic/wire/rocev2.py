@@ -15,7 +15,8 @@ import hashlib
 import struct
 import zlib
 
-from mrcnic import usid, wire
+from mrcnic import wire
+from mrcnic.wire import usid
 
 OP_CNP = 0x81
 CNP_RESERVED_SIZE = 16

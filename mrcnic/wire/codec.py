@@ -16,13 +16,15 @@ import zlib
 from dataclasses import dataclass
 from enum import IntEnum
 
+from mrcnic.errors import MrcError
+
 BytesLike = bytes | bytearray | memoryview
 
 # --------------------------------------------------------------------------------------------
 # Exception
 
 
-class WireError(ValueError):
+class WireError(MrcError, ValueError):
     """Truncated or malformed input (decode), or a value that does not fit its field (encode).
 
     .header: which header ("BTH", "SACK", "ICRC", ...); .reason: what was wrong;

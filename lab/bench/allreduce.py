@@ -12,7 +12,7 @@ QP) and is written by rank ``r-1`` (its ``prev`` QP):
   same place of the next rank's data, immediate ``(AG, s)``; each arrival is forwarded next.
 
 Immediates arrive in posting order (MRC's RQMSN), so a rank processes them as a sequence.
-Rank 0 coordinates over the management network (:mod:`mrcnic.control`): it gathers every
+Rank 0 coordinates over the management network (:mod:`lab.bench.control`): it gathers every
 rank's QP attributes and buffers, releases each iteration with a barrier, collects step times
 and checks, and prints the result.  ``time`` is the slowest rank's iteration (all ranks share
 the machine's monotonic clock); ``algbw = S / time``, ``busbw = algbw * 2 (n - 1) / n``
@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from mrcnic import bench_common as bc
-from mrcnic import control
-from mrcnic.aio import AioNic
-from mrcnic.labhost import LabHost
+from lab.bench import common as bc
+from lab.bench import control
+from lab.host import LabHost
+from mrcnic.io.aio import AioNic
 from mrcnic.verbs import QP, RemoteBuffer, WcStatus
 
 RS, AG = 0, 1

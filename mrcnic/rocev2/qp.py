@@ -1,5 +1,5 @@
 """The RoCEv2 baseline: a sans-I/O RC queue pair that behaves as RoCEv2 NICs do, with exactly
-:class:`mrcnic.qp.QueuePair`'s interface, so ``verbs.Device``, ``mrc-sim`` and the asyncio
+:class:`mrcnic.transport.qp.QueuePair`'s interface, so ``verbs.Device``, ``mrc-sim`` and the asyncio
 shell host it in place of MRC.  It is the reference the project's claims are measured
 against; docs/rocev2.md records every constant and what it does and does not model.
 
@@ -21,7 +21,7 @@ As deployed:
 - **No reaction to trimming**: data is DSCP NO_TRIM with ECT(0): switches drop, not trim.
 - **DCQCN**: the responder returns a CNP (opcode 0x81) on CE, at most once per 50 us
   (scaled); the requester cuts its rate with alpha and recovers in stages
-  (``mrcnic.rocev2_dcqcn``); the QP paces itself at that rate; plus a window on outstanding
+  (``mrcnic.rocev2.dcqcn``); the QP paces itself at that rate; plus a window on outstanding
   PSNs.
 - **No failover**: a port going down changes nothing; the QP retries until retry_cnt is
   exhausted (that is the real behaviour).
@@ -35,9 +35,11 @@ import zlib
 from collections import deque
 from dataclasses import dataclass, fields
 
-from mrcnic import fast, usid, wire
-from mrcnic.memory import MemoryTable, PlaceStatus
-from mrcnic.qp import (
+from mrcnic import fast, wire
+from mrcnic.errors import MrcError
+from mrcnic.rocev2.dcqcn import CNP_INTERVAL_S, REFERENCE_PORT_BPS, Dcqcn, DcqcnParams
+from mrcnic.transport.memory import MemoryTable, PlaceStatus
+from mrcnic.transport.qp import (
     Event,
     ImmReceived,
     NetConfig,
@@ -55,8 +57,8 @@ from mrcnic.qp import (
     next_state,
     peek_dest_qp,
 )
-from mrcnic.rocev2_dcqcn import CNP_INTERVAL_S, REFERENCE_PORT_BPS, Dcqcn, DcqcnParams
-from mrcnic.rocev2_wire import (
+from mrcnic.wire import usid
+from mrcnic.wire.rocev2 import (
     OP_CNP,
     SYN_ACK,
     SYN_NAK_INVALID_REQUEST,
@@ -103,7 +105,7 @@ _ACK_LEN = 12 + 4 + 4  # BTH AETH ICRC
 _CNP_LEN = 12 + 16 + 4
 
 
-class RoceUnsupportedError(NotImplementedError):
+class RoceUnsupportedError(MrcError, NotImplementedError):
     """An MRC-only operation (EV control) asked of a RoCEv2 QP."""
 
 

@@ -8,7 +8,7 @@ retired EV is replaced from the *same* plane and every plane stays equally loade
 The state machine is the table :data:`TRANSITIONS` (h11 style): every (state, input) pair is
 listed, either moving to a new state or explicitly ignored; a pair that is not listed is a bug
 and raises :class:`EvTransitionError`.  Every real transition produces an
-:class:`EvStateChanged` event.  ``python -m mrcnic.ev`` prints the table as a Mermaid diagram.
+:class:`EvStateChanged` event.  ``python -m mrcnic.transport.ev`` prints the table as a Mermaid diagram.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import enum
 import random
 from collections import deque
 from dataclasses import dataclass
+
+from mrcnic.errors import MrcError
 
 #: unanswered probes double the probe interval, up to 2**PROBE_BACKOFF_MAX times
 PROBE_BACKOFF_MAX = 3
@@ -97,7 +99,7 @@ TRANSITIONS: dict[tuple[EvState, EvInput], EvState] = {
 del G, S, B, D, I
 
 
-class EvTransitionError(RuntimeError):
+class EvTransitionError(MrcError, RuntimeError):
     """A (state, input) pair missing from :data:`TRANSITIONS` (a bug, never peer input)."""
 
 

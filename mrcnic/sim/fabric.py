@@ -22,8 +22,9 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mrcnic import fast, usid
-from mrcnic.qp import NetConfig, PortAddr
+from mrcnic import fast
+from mrcnic.transport.qp import NetConfig, PortAddr
+from mrcnic.wire import usid
 
 _DSCP_TRIMMABLE = (4, 8)  # TRIMMABLE, TRIMMABLE_RETX
 _DSCP_HIGH = (12, 16, 46)  # TRIMMED, TRIMMED_LASTHOP, CONTROL

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from mrcnic import control
+from lab.bench import control
 
 SHIFT_STEP = 64
 SHIFTS = 16

@@ -24,6 +24,7 @@ import secrets
 from dataclasses import dataclass, field
 
 from mrcnic import fast
+from mrcnic.errors import MrcError
 
 
 class Access(enum.IntFlag):
@@ -45,7 +46,7 @@ class PlaceStatus(enum.IntEnum):
 _OK = PlaceStatus.OK
 
 
-class MemoryRegionError(ValueError):
+class MemoryRegionError(MrcError, ValueError):
     """Invalid registration request (empty or read-only buffer, bad address)."""
 
 

@@ -1,0 +1,1 @@
+"""mrc-bench: benchmarks between lab hosts, their control channel and their orchestration."""

@@ -1,0 +1,1 @@
+"""mrc-sim: the real queue pairs over a deterministic virtual-time fabric."""

@@ -1,0 +1,1 @@
+"""The sans-I/O MRC transport: registered memory, EV table, SACK and scoreboard, congestion control, the queue pair."""
