@@ -112,7 +112,6 @@ def run_scenario(name: str, seed: int, spray: str | None) -> dict:
                 return base(*a, **k)
 
             import mrcnic.sim.incast
-
             import mrcnic.sim.transfer
 
             mrcnic.sim.transfer.EvConfig = patched

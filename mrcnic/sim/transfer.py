@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from mrcnic.rocev2.qp import IB_TIMEOUT_UNIT_S, RoceConfig, RoceQueuePair
 from mrcnic.rocev2.dcqcn import REFERENCE_PORT_BPS
+from mrcnic.rocev2.qp import IB_TIMEOUT_UNIT_S, RoceConfig, RoceQueuePair
 from mrcnic.sim.fabric import Fabric, FabricSpec, host_net
 from mrcnic.transport.ev import EvConfig, EvStateChanged
 from mrcnic.transport.memory import MemoryTable

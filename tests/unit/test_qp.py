@@ -12,9 +12,9 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mrcnic.sim.fabric import host_net, trim_frame
 
 from mrcnic import wire
+from mrcnic.sim.fabric import host_net, trim_frame
 from mrcnic.transport.ev import EvConfig, EvState, EvStateChanged
 from mrcnic.transport.memory import MemoryTable
 from mrcnic.transport.qp import (

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mrcnic.sim.fabric import Fabric, FabricSpec, Link, LinkSpec, host_net, trim_frame
 
+from mrcnic.sim.fabric import Fabric, FabricSpec, Link, LinkSpec, host_net, trim_frame
 from mrcnic.transport.ev import EvConfig
 from mrcnic.transport.memory import MemoryTable
 from mrcnic.transport.qp import (

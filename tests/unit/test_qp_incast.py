@@ -4,9 +4,9 @@ receiver's last hop really congests (trims to TRIMMED_LASTHOP), the run is deter
 from __future__ import annotations
 
 import pytest
-from mrcnic.sim.incast import IncastConfig
 
 from mrcnic.sim import incast as sim_incast
+from mrcnic.sim.incast import IncastConfig
 
 SMALL = IncastConfig(
     senders=3, planes=2, paths_per_plane=2, size=256 << 10, msg_size=64 << 10, queue_bytes=16 << 10

@@ -13,10 +13,10 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mrcnic.sim.fabric import host_net
 
 from mrcnic import wire
 from mrcnic.rocev2.qp import RoceConfig, RoceQueuePair, RoceUnsupportedError, peek_dest_qp
+from mrcnic.sim.fabric import host_net
 from mrcnic.transport.ev import EvState
 from mrcnic.transport.memory import MemoryTable
 from mrcnic.transport.qp import (

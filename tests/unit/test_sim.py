@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from mrcnic.sim.fabric import FabricSpec, Link, LinkSpec, trim_frame
 
 from mrcnic.sim import transfer as sim
+from mrcnic.sim.fabric import FabricSpec, Link, LinkSpec, trim_frame
 
 CONTRACT = {
     "goodput_fraction",

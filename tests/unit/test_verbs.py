@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from mrcnic.sim.fabric import FabricSpec
 
+from mrcnic.sim.fabric import FabricSpec
 from mrcnic.transport.qp import PeerPortStatus, QpAttributes, QpStateError
 from mrcnic.verbs import RemoteBuffer, SimNetwork, WcStatus
 
