@@ -130,6 +130,9 @@ class EvConfig:
     backup_per_plane: int = 8
     reverse_per_plane: int = 2
     probe_successes: int = 2  # consecutive answered probes that restore an ASSUMED_BAD EV
+    # the floor of EVs sprayed over (libmrc's ev_min_active): below it, SKIP and then
+    # ASSUMED_BAD EVs of live planes are sent on too, so a QP never stalls with paths left
+    ev_min_active: int = 1
     # "bag": each plane's active EVs are dealt in a fresh random order, each once per round
     # (sampling without replacement); "random": an independent random EV per packet
     spray: str = "bag"
@@ -162,6 +165,11 @@ class EvTable:
             raise ValueError(f"ev_count {config.ev_count} < planes {planes}: need one per plane")
         if config.reverse_per_plane < 1:
             raise ValueError("reverse_per_plane must be >= 1 (one reverse EV per plane at least)")
+        if not 0 <= config.ev_min_active <= config.ev_count:
+            raise ValueError(
+                f"ev_min_active must be in 0..ev_count ({config.ev_count}), "
+                f"not {config.ev_min_active}"
+            )
         if config.spray not in SPRAY_MODES:
             raise ValueError(f"spray must be one of {', '.join(SPRAY_MODES)}, not {config.spray!r}")
         self.planes = planes
@@ -325,29 +333,39 @@ class EvTable:
                 self.apply(slot, EvInput.ROTATION, self.now_s)
 
     def _rebuild(self) -> None:
-        """Recompute the sprayed set: per plane, the first usable EVs of the pool."""
+        """Recompute the sprayed set: per live plane, the first GOOD EVs of its pool, or, when
+        a plane has none GOOD, its SKIP EVs: a plane keeps its share while it has a path that
+        is congested but alive (uneven planes look like incast to the receivers; MRC keeps
+        them equal on purpose). A plane whose EVs are all ASSUMED_BAD or DENIED is out, as a
+        failed port is. Then the floor: with fewer than ``ev_min_active`` EVs, SKIP and then
+        ASSUMED_BAD EVs of live planes are added, so the QP keeps trying (and its retry
+        limit can end a truly dead connection) rather than stalling silently."""
         want = self.active_per_plane
+        state = self.state
+        good, skip = EvState.GOOD, EvState.SKIP
         active: list[int] = []
         for plane in range(self.planes):
             if self.plane_down[plane]:
                 continue
-            n = 0
-            for slot in self.pool[plane]:
-                if self.state[slot] is EvState.GOOD:
-                    active.append(slot)
-                    n += 1
-                    if n == want:
-                        break
-        if not active:
-            # Nothing GOOD: send on SKIP EVs, then on ASSUMED_BAD ones, so the QP keeps trying
-            # (and its retry limit can end a truly dead connection) rather than stalling silently.
+            for wanted in (good, skip):
+                n = 0
+                for slot in self.pool[plane]:
+                    if state[slot] is wanted:
+                        active.append(slot)
+                        n += 1
+                        if n == want:
+                            break
+                if n:
+                    break
+        floor = self.config.ev_min_active
+        if len(active) < floor:
+            have = set(active)
             for fallback in (EvState.SKIP, EvState.ASSUMED_BAD):
-                active = [
-                    s
-                    for s, st in enumerate(self.state)
-                    if st is fallback and not self.plane_down[self.plane_of[s]]
-                ]
-                if active:
+                for s, st in enumerate(state):
+                    if st is fallback and s not in have and not self.plane_down[self.plane_of[s]]:
+                        active.append(s)
+                        have.add(s)
+                if len(active) >= floor:
                     break
         self.active = active
         groups: dict[int, list[int]] = {}

@@ -262,3 +262,37 @@ def test_paths_follow_the_address_plan():
     t = EvTable(planes=8, t1_count=4, config=EvConfig(), seed=1)
     for s, ev in enumerate(t.ev_values):
         assert t.path_of[s] == (ev % 8) * 4 + (ev // 8) % 4
+
+
+def test_a_plane_whose_evs_all_skip_keeps_its_share():
+    """Congestion on every path of a plane does not move its share to the other planes
+    (uneven planes look like incast to the receivers): its SKIP EVs carry it."""
+    t = EvTable(planes=4, t1_count=2, config=EvConfig(ev_count=16, backup_per_plane=2), seed=9)
+    for slot in t.pool[2]:
+        t.apply(slot, EvInput.ECN_ECHO, 1.0)
+    assert all(t.state[s] is S for s in t.pool[2])
+    picks = [t.plane_of[t.pick()] for _ in range(400)]
+    assert [picks.count(p) for p in range(4)] == [100, 100, 100, 100]
+
+
+def test_a_plane_whose_evs_all_failed_is_out():
+    t = EvTable(planes=4, t1_count=2, config=EvConfig(ev_count=16, backup_per_plane=2), seed=9)
+    for slot in t.pool[1]:
+        t.apply(slot, EvInput.TIMEOUT, 1.0)
+    picks = [t.plane_of[t.pick()] for _ in range(300)]
+    assert picks.count(1) == 0
+    assert [picks.count(p) for p in (0, 2, 3)] == [100, 100, 100]
+
+
+def test_ev_min_active_keeps_a_floor_of_paths():
+    t = table(ev_min_active=3)
+    for slot in range(len(t.ev_values)):
+        t.apply(slot, EvInput.TIMEOUT, 1.0)
+    assert len(t.active) >= 3  # every ASSUMED_BAD EV of a live plane is tried again
+    assert all(t.state[s] is B for s in t.active)
+    t0 = table(ev_min_active=0)
+    for slot in range(len(t0.ev_values)):
+        t0.apply(slot, EvInput.TIMEOUT, 1.0)
+    assert t0.active == [] and t0.pick() == -1  # no floor: nothing to send on
+    with pytest.raises(ValueError, match="ev_min_active"):
+        table(ev_min_active=99)
