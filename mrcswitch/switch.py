@@ -8,22 +8,22 @@ says ``"ready": true`` once every port is open) and optionally on a unix socket
 cleanly; starting it again with the same config is a switch reboot. A port whose link goes
 down (ENETDOWN, or no carrier) is counted and skipped, and used again when it comes back.
 
-The loop is single-threaded: epoll over the port sockets, a signal wake-up pipe and the
-control socket. Each port receives into a PACKET_MMAP ring (or with recvmmsg, see
-``rx_ring``); per batch, Python decides every frame (one dict lookup of the pipeline's memo
-in the common case) and csrc/mrc_fwd.c applies the decisions in place; frames whose out-port
-is idle leave straight from the receive buffer (one sendmmsg per port), the others are
-copied into the port's paced egress queue. With a receive ring and the C core, a batch whose
-decisions Python already made is one C call (mrc_fwd_wake: the decisions replayed from a C
-copy of the memo); Python then only does the counters and the deferred frames.
+The loop is single-threaded: epoll over the port sockets, a signal wake-up pipe, the
+control socket and netlink link notifications (:mod:`mrcnic.io.linkstate`; a SIOCGIFFLAGS
+probe every ``LINK_PROBE_INTERVAL_S`` is the fallback). Each port receives into a
+PACKET_MMAP ring (or with recvmmsg, see ``rx_ring``); per batch, Python decides every frame
+(one dict lookup of the pipeline's memo in the common case) and csrc/mrc_fwd.c applies the
+decisions in place; frames whose out-port is idle leave straight from the receive buffer
+(one sendmmsg per port), the others are copied into the port's paced egress queue. With a
+receive ring and the C core, a batch whose decisions Python already made is one C call
+(mrc_fwd_wake: the decisions replayed from a C copy of the memo); Python then only does the
+counters and the deferred frames.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
-import fcntl
 import json
 import logging
 import os
@@ -31,12 +31,12 @@ import resource
 import select
 import signal
 import socket
-import struct
 import sys
 import time
 from array import array
 from pathlib import Path
 
+from mrcnic.io import afpacket, linkstate
 from mrcnic.io import batch as batch_io
 
 from . import cloop
@@ -51,35 +51,17 @@ from .table import build_table
 
 log = logging.getLogger("mrc-switch")
 
-ETH_P_ALL = 0x0003
-SO_RCVBUFFORCE = 33  # Linux: SO_RCVBUF without the rmem_max cap (root)
-SOL_PACKET = 263
-PACKET_STATISTICS = 6  # struct tpacket_stats {tp_packets, tp_drops}; reading resets it
-PACKET_IGNORE_OUTGOING = 23  # do not hand our own transmissions back to us
-SIOCGIFFLAGS = 0x8913
-IFF_UP = 0x1
-IFF_RUNNING = 0x40  # operationally up: carrier present
-LINK_PROBE_INTERVAL_S = 0.2
+LINK_PROBE_INTERVAL_S = 0.2  # the SIOCGIFFLAGS fallback (netlink notifications come first)
 RX_BATCHES_PER_WAKE = 8  # bound the time one busy port can hold the loop
 SMALL_BATCH = 4  # up to this many frames, a batch refreshes only the budgets it needs
 RCVBUF_BYTES = 4 << 20
 TIMER_SLACK_NS = 100_000  # C loop: a paced send may leave this late (fewer timer wake-ups)
-_NETDOWN = (errno.ENETDOWN, errno.ENXIO, errno.ENODEV)
+_NETDOWN = afpacket.NETDOWN_ERRNOS
 _EPOLLERR = select.EPOLLERR
 
 
 def _mac_text(mac: bytes) -> str:
     return ":".join(f"{b:02x}" for b in mac)
-
-
-def link_flags(ifname: str) -> int | None:
-    """SIOCGIFFLAGS in the current netns (sysfs may belong to another one), None if absent."""
-    with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
-        try:
-            res = fcntl.ioctl(s, SIOCGIFFLAGS, struct.pack("16sH14x", ifname.encode(), 0))
-        except OSError:
-            return None
-    return struct.unpack_from("16sH", res)[1]
 
 
 class Port:
@@ -116,47 +98,37 @@ class Port:
         if self.sock is None:
             return
         with contextlib.suppress(OSError):
-            _packets, drops = struct.unpack(
-                "II", self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
-            )
-            self.rx_socket_drops += drops
+            self.rx_socket_drops += afpacket.socket_drops(self.sock)
 
     def open(self) -> None:
-        """Open (or reopen) the AF_PACKET socket bound to the interface."""
+        """Open (or reopen) the AF_PACKET sockets bound to the interface."""
         self.close()
         self.bound = None
         name = self.cfg.interface
-        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-        ring = tx = None
+        rings: list[batch_io.MmapRing] = []
+
+        def add_ring(s: socket.socket) -> None:  # before bind: every frame lands in the ring
+            rings.append(batch_io.MmapRing(s, self.frame_cap, self.ring_frames, self.batch))
+
+        s = tx = None
         try:
-            s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
-            try:
-                s.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
-            except OSError:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF_BYTES)
-            if self.ring_frames:  # before bind, so that every frame lands in the ring
-                ring = batch_io.MmapRing(s, self.frame_cap, self.ring_frames, self.batch)
-            s.bind((name, ETH_P_ALL))
-            s.setblocking(False)
-            addr = s.getsockname()  # (ifname, proto, pkttype, hatype, mac)
-            tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
-            tx.bind((name, 0))
-            tx.setblocking(False)
+            s = afpacket.open_rx_socket(
+                name, rcvbuf=RCVBUF_BYTES, before_bind=add_ring if self.ring_frames else None
+            )
+            tx = afpacket.open_tx_socket(name, sndbuf=None)
         except OSError:
-            if ring is not None:
+            for ring in rings:
                 ring.close()
-            if tx is not None:
-                tx.close()
-            s.close()
+            if s is not None:
+                s.close()
             raise
         self.sock = s
         self.tx_sock = tx
-        self.ring = ring
+        self.ring = rings[0] if rings else None
         self.ifindex = socket.if_nametoindex(name)
         if self.mac is None:
-            self.mac = bytes(addr[4][:6])
-        flags = link_flags(name) or 0
-        self.up = bool(flags & IFF_UP and flags & IFF_RUNNING)
+            self.mac = afpacket.hw_address(s)
+        self.up = linkstate.link_up(name)
 
     def close(self) -> None:
         if self.sock is not None:
@@ -221,9 +193,15 @@ class Switch:
         self._fcaches: list[DecisionCache] = []
         self._cloop: cloop.CLoop | None = None  # the C event loop, when it runs
         self._internal_errors_logged = 0
+        self._links: linkstate.LinkWatcher | None = None  # netlink link notifications
+        self._link_events = 0  # notifications that named a port
 
     # --- set-up -------------------------------------------------------------------------
     def open_ports(self) -> None:
+        # Link notifications before the ports: no change after a port's check at open is missed.
+        self._links = linkstate.LinkWatcher.open()
+        if self._links is not None:
+            self._ep.register(self._links.fileno(), select.EPOLLIN)
         for i, p in enumerate(self.ports):
             try:
                 p.open()
@@ -367,6 +345,11 @@ class Switch:
             "queue_backend": "c" if getattr(self.ports[0].queue, "ptr", None) else "python",
             # the C loop's wake-ups: by arriving frames and by paced sends' timers
             "c_loop": self._cloop.counters() if self._cloop is not None else None,
+            # netlink link notifications (None: none, only the SIOCGIFFLAGS probe): how many
+            # named a port, how often the kernel dropped some
+            "link_watch": {"port_events": self._link_events, "overflows": self._links.overflows}
+            if self._links is not None
+            else None,
             "started_unix": self.started_unix,
             "updated_unix": now,
             "uptime_s": now - self.started_unix,
@@ -424,10 +407,22 @@ class Switch:
         if self._cloop is not None:
             self._cloop.sync(p)
 
+    def _on_link_events(self) -> None:
+        """Netlink link notifications: when one names a port (or some were lost), check the
+        ports now rather than at the next probe."""
+        assert self._links is not None
+        events, lost = self._links.read()
+        names = {p.cfg.interface for p in self.ports}
+        indexes = {p.ifindex for p in self.ports}
+        mine = sum(1 for ev in events if ev.ifname in names or ev.ifindex in indexes)
+        self._link_events += mine
+        if mine or lost:
+            self.probe_links()
+
     def probe_links(self) -> None:
         for p in self.ports:
-            flags = link_flags(p.cfg.interface)
-            up = flags is not None and bool(flags & IFF_UP) and bool(flags & IFF_RUNNING)
+            flags = linkstate.link_flags(p.cfg.interface)
+            up = linkstate.flags_up(flags)
             if not up:
                 if p.up:
                     self._set_down(p, "link down" if flags is not None else "interface gone")
@@ -780,13 +775,15 @@ class Switch:
         return probe_due, stats_due
 
     def _serve_other_fd(self, fd: int) -> None:
-        """A ready fd that is no port: the signal pipe (drained; the handler has run) or the
-        control socket."""
+        """A ready fd that is no port: the signal pipe (drained; the handler has run), the
+        control socket or the link notifications."""
         if fd == self._wake_r:
             with contextlib.suppress(BlockingIOError):
                 os.read(self._wake_r, 512)
         elif self._ctl is not None and fd == self._ctl.fileno():
             self._serve_control()
+        elif self._links is not None and fd == self._links.fileno():
+            self._on_link_events()
 
     def _serve_other_fds(self) -> None:
         """Every ready fd that is no port (the C loop leaves them to us)."""
@@ -886,6 +883,9 @@ class Switch:
             self._ctl.close()
             if self.cfg.control_socket:
                 Path(self.cfg.control_socket).unlink(missing_ok=True)
+        if self._links is not None:
+            self._links.close()  # closing the fd takes it out of the epoll set
+            self._links = None
         self._ep.close()
 
 

@@ -17,7 +17,8 @@ port (one veth per plane, in the host's network namespace), and then only moves 
   fault dropped the frame) and other per-frame refusals count as losses, which the transport
   repairs; ``ENETDOWN`` means the port is down;
 - **link state**: ``ENETDOWN`` on send or receive, netlink ``RTMGRP_LINK`` notifications and
-  a cheap once-a-second ``SIOCGIFFLAGS`` check become ``Device.port_status(port, up, now)``;
+  a cheap once-a-second ``SIOCGIFFLAGS`` check (both :mod:`mrcnic.io.linkstate`) become
+  ``Device.port_status(port, up, now)``;
   a port that comes back gets a fresh receive socket (libuv drops an fd from the loop after
   the EPOLLERR a link-down leaves on it), and every socket is registered again once a second.
 
@@ -36,10 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import fcntl
 import socket
-import struct
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -48,24 +46,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from mrcnic.io import batch as batch_io
+from mrcnic.io.afpacket import NETDOWN_ERRNOS, open_rx_socket, open_tx_socket
+from mrcnic.io.linkstate import LinkWatcher, link_up
 from mrcnic.io.netns import in_netns
 from mrcnic.verbs import Device
 
-ETH_P_ALL = 0x0003
-SOL_PACKET = 263
-PACKET_IGNORE_OUTGOING = 23  # do not hand our own transmissions back to us
-SO_SNDBUFFORCE = 32
-SO_RCVBUFFORCE = 33
-SIOCGIFFLAGS = 0x8913
-IFF_UP = 0x1
-IFF_RUNNING = 0x40
-RTMGRP_LINK = 0x1
-RTM_NEWLINK = 16
-RTM_DELLINK = 17
-_NLMSG = struct.Struct("=IHHII")  # nlmsghdr: len, type, flags, seq, pid
-_IFINFO = struct.Struct("=BxHiII")  # ifinfomsg: family, type, index, flags, change
-_NETDOWN = (errno.ENETDOWN, errno.ENXIO, errno.ENODEV)
-_SOCK_BUF_BYTES = 4 << 20
+_NETDOWN = NETDOWN_ERRNOS
 LINK_POLL_S = 1.0  # fallback link check (netlink is the fast path)
 RX_BATCHES_PER_WAKE = 8  # bound the time one busy port can hold the loop
 MIN_TIMER_S = 0.001  # libuv timers are in ms: a shorter delay would spin the loop
@@ -189,37 +175,7 @@ class PortPacer:
         return n
 
 
-# --- link state -------------------------------------------------------------------------------
-
-
-def parse_link_messages(data: bytes) -> list[tuple[int, int | None]]:
-    """(ifindex, flags) per RTM_NEWLINK in a netlink datagram, flags None for RTM_DELLINK.
-    Malformed tails are ignored (the periodic check covers anything missed)."""
-    out: list[tuple[int, int | None]] = []
-    off = 0
-    n = len(data)
-    while off + _NLMSG.size <= n:
-        length, mtype, _flags, _seq, _pid = _NLMSG.unpack_from(data, off)
-        if length < _NLMSG.size or off + length > n:
-            break
-        if mtype in (RTM_NEWLINK, RTM_DELLINK) and length >= _NLMSG.size + _IFINFO.size:
-            _fam, _type, index, flags, _change = _IFINFO.unpack_from(data, off + _NLMSG.size)
-            out.append((index, flags if mtype == RTM_NEWLINK else None))
-        off += (length + 3) & ~3
-    return out
-
-
-def flags_up(flags: int | None) -> bool:
-    return flags is not None and bool(flags & IFF_UP) and bool(flags & IFF_RUNNING)
-
-
-def link_flags(sock: socket.socket, ifname: str) -> int | None:
-    """SIOCGIFFLAGS through ``sock`` (answered in the socket's namespace); None if absent."""
-    try:
-        res = fcntl.ioctl(sock.fileno(), SIOCGIFFLAGS, struct.pack("16sH14x", ifname.encode(), 0))
-    except OSError:
-        return None
-    return struct.unpack_from("16sH", res)[1]
+# --- the NIC ----------------------------------------------------------------------------------
 
 
 @contextlib.contextmanager
@@ -230,25 +186,6 @@ def _maybe_netns(netns: str | None) -> Iterator[None]:
 
     with in_netns(netns):
         yield
-
-
-# --- the NIC ----------------------------------------------------------------------------------
-
-
-def open_rx_socket(ifname: str) -> socket.socket:
-    """A receive socket on ``ifname`` (in the current namespace): every frame but our own."""
-    # Created with protocol 0 and bound to ETH_P_ALL: binding a socket that already listens
-    # costs the kernel an RCU grace period (synchronize_net), ~10 ms per port.
-    rx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
-    try:
-        rx.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
-        _set_buf(rx, SO_RCVBUFFORCE, socket.SO_RCVBUF)
-        rx.bind((ifname, ETH_P_ALL))
-        rx.setblocking(False)
-    except OSError:
-        rx.close()
-        raise
-    return rx
 
 
 class NicPort:
@@ -292,20 +229,16 @@ class NicPort:
         self.last_errno = 0
 
     def open(self) -> None:
-        tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+        tx = open_tx_socket(self.ifname)  # sends only: it receives nothing, so no wake-ups
         try:
-            # Sends only: bound with protocol 0 it receives nothing, so no wake-ups.
-            _set_buf(tx, SO_SNDBUFFORCE, socket.SO_SNDBUF)
-            tx.bind((self.ifname, 0))
-            tx.setblocking(False)
             self.rx = open_rx_socket(self.ifname)
-        except OSError:
+        except BaseException:
             tx.close()
             raise
         self.tx = tx
         self.rx_fd, self.tx_fd = self.rx.fileno(), tx.fileno()
         self.ifindex = socket.if_nametoindex(self.ifname)  # in the namespace we opened in
-        self.up = flags_up(link_flags(tx, self.ifname))
+        self.up = link_up(self.ifname, tx)
 
     def close(self) -> None:
         for s in (self.rx, self.tx):
@@ -332,13 +265,6 @@ class NicPort:
             "max_queue_data_frames": p.max_data_frames,
             "queue_limit_frames": p.data_limit,
         }
-
-
-def _set_buf(s: socket.socket, force_opt: int, opt: int) -> None:
-    try:
-        s.setsockopt(socket.SOL_SOCKET, force_opt, _SOCK_BUF_BYTES)
-    except OSError:
-        s.setsockopt(socket.SOL_SOCKET, opt, _SOCK_BUF_BYTES)
 
 
 class AioNic:
@@ -382,7 +308,7 @@ class AioNic:
         self.sender = batch_io.Sender()
         self.on_progress: Callable[[float], None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._nl: socket.socket | None = None
+        self._links: LinkWatcher | None = None
         self._pump_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
@@ -409,15 +335,15 @@ class AioNic:
             with _maybe_netns(self.netns):
                 for p in self.ports:
                     p.open()
-                self._nl = self._open_netlink()
+                self._links = LinkWatcher.open()
         except BaseException:
             self._close_sockets()
             raise
         for p in self.ports:
             self._by_ifindex[p.ifindex] = p
             loop.add_reader(p.rx_fd, self._on_readable, p)
-        if self._nl is not None:
-            loop.add_reader(self._nl.fileno(), self._on_netlink)
+        if self._links is not None:
+            loop.add_reader(self._links.fileno(), self._on_netlink)
         self._open = True
         self.device.on_work = self.kick
         now = self.clock()
@@ -426,20 +352,6 @@ class AioNic:
             if not p.up:
                 self.device.port_status(p.index, False, now)
         self.kick()
-
-    @staticmethod
-    def _open_netlink() -> socket.socket | None:
-        try:
-            s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-        except OSError:
-            return None  # the periodic check still works
-        try:
-            s.bind((0, RTMGRP_LINK))
-            s.setblocking(False)
-        except OSError:
-            s.close()
-            return None
-        return s
 
     def close(self) -> None:
         if not self._open:
@@ -454,8 +366,8 @@ class AioNic:
             for p in self.ports:
                 if p.rx_fd >= 0:
                     loop.remove_reader(p.rx_fd)
-            if self._nl is not None:
-                loop.remove_reader(self._nl.fileno())
+            if self._links is not None:
+                loop.remove_reader(self._links.fileno())
         if self.device.on_work == self.kick:
             self.device.on_work = None
         self._close_sockets()
@@ -471,9 +383,9 @@ class AioNic:
         for p in self.ports:
             p.rx = p.tx = None
             p.rx_fd = p.tx_fd = -1
-        if self._nl is not None:
-            socks.append(self._nl)
-            self._nl = None
+        if self._links is not None:
+            self._links.close()
+            self._links = None
         if len(socks) > 2:
             with ThreadPoolExecutor(max_workers=min(16, len(socks))) as ex:
                 list(ex.map(socket.socket.close, socks))
@@ -528,28 +440,21 @@ class AioNic:
         self._pump()
 
     def _on_netlink(self) -> None:
-        assert self._nl is not None
+        assert self._links is not None
         now = self.clock()
-        while True:
-            try:
-                data = self._nl.recv(65536)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError as e:  # ENOBUFS: messages were lost; re-read every port's flags
-                if e.errno == errno.ENOBUFS:
-                    self._poll_links(now)
-                    continue
-                break
-            for ifindex, flags in parse_link_messages(data):
-                p = self._by_ifindex.get(ifindex)
-                if p is not None:
-                    self._set_port(p, flags_up(flags), now)
+        events, lost = self._links.read()
+        for ev in events:
+            p = self._by_ifindex.get(ev.ifindex)
+            if p is not None:
+                self._set_port(p, ev.up, now)
+        if lost:  # the kernel dropped notifications: the ports' flags as they are now
+            self._poll_links(now)
         self.kick()
 
     def _poll_links(self, now: float) -> None:
         for p in self.ports:
             if p.tx is not None:
-                self._set_port(p, flags_up(link_flags(p.tx, p.ifname)), now)
+                self._set_port(p, link_up(p.ifname, p.tx), now)
 
     def _refresh_readers(self) -> None:
         """Register every socket with the loop again.  libuv stops watching an fd for good
@@ -562,8 +467,8 @@ class AioNic:
             if p.rx_fd >= 0:
                 loop.remove_reader(p.rx_fd)
                 loop.add_reader(p.rx_fd, self._on_readable, p)
-        if self._nl is not None:
-            fd = self._nl.fileno()
+        if self._links is not None:
+            fd = self._links.fileno()
             loop.remove_reader(fd)
             loop.add_reader(fd, self._on_netlink)
 

@@ -28,6 +28,14 @@ from array import array
 from collections.abc import Sequence
 from functools import partial
 
+from mrcnic.io.afpacket import (
+    NETDOWN_ERRNOS,
+    PACKET_RX_RING,
+    PACKET_VERSION,
+    SOL_PACKET,
+    TPACKET_V2,
+)
+
 MAX_BATCH = 256  # csrc/mrc_io.c MRC_IO_MAX_BATCH
 
 
@@ -164,7 +172,7 @@ class SendResult:
         self.errno = err
 
 
-_NETDOWN = (errno.ENETDOWN, errno.ENXIO, errno.ENODEV)
+_NETDOWN = NETDOWN_ERRNOS
 
 
 class Sender:
@@ -262,10 +270,7 @@ def send_iov_py(
 
 # --- PACKET_MMAP receive ring (TPACKET_V2) ------------------------------------------------
 
-SOL_PACKET = 263
-PACKET_RX_RING = 5
-PACKET_VERSION = 10
-TPACKET_V2 = 1
+# (the socket options are in mrcnic.io.afpacket; this is the ring's memory layout)
 TP_STATUS_USER = 1
 TP2_HDR_LEN = 32  # sizeof(struct tpacket2_hdr)
 # Where the kernel puts the Ethernet header in a TPACKET_V2 slot of a SOCK_RAW socket:

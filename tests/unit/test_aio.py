@@ -1,18 +1,19 @@
 """mrcnic.io.aio without sockets: the pacer (token bucket + two-class queue) with a fake clock,
-netlink parsing, and two AioNics pumped by a fake event loop whose "wire" hands each sent
-frame to the other NIC's device (no root, no sockets, virtual time)."""
+link events reaching the core, and two AioNics pumped by a fake event loop whose "wire" hands
+each sent frame to the other NIC's device (no root, no sockets, virtual time). The netlink
+parser itself is tests/unit/test_linkstate.py."""
 
 from __future__ import annotations
 
 import heapq
-import struct
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mrcnic.io import aio
-from mrcnic.io.aio import AioNic, PacerConfig, PortPacer, parse_link_messages
+from mrcnic.io.aio import AioNic, PacerConfig, PortPacer
+from mrcnic.io.linkstate import IFF_RUNNING, IFF_UP, LinkEvent
 from mrcnic.transport.qp import NetConfig, PortAddr, QpConfig
 from mrcnic.verbs import Device, RemoteBuffer, WcStatus
 from mrcnic.wire.usid import ClosShape
@@ -96,21 +97,6 @@ def test_token_bucket_conformance(wakes, burst_ms):
     # depth), less at most one frame of debt carried from the previous wake-up.
     earned = sum(max(0.0, min(p.burst_bytes, dt * rate_Bps) - FRAME) for dt in wakes)
     assert sent >= earned
-
-
-def test_parse_link_messages():
-    def msg(mtype: int, index: int, flags: int) -> bytes:
-        body = struct.pack("=BxHiII", 0, 1, index, flags, 0xFFFFFFFF)
-        return struct.pack("=IHHII", 16 + len(body), mtype, 0, 0, 0) + body
-
-    data = msg(aio.RTM_NEWLINK, 5, aio.IFF_UP | aio.IFF_RUNNING) + msg(aio.RTM_DELLINK, 6, 0)
-    data += msg(3, 7, 0)  # another message type: ignored
-    assert parse_link_messages(data) == [(5, aio.IFF_UP | aio.IFF_RUNNING), (6, None)]
-    assert aio.flags_up(aio.IFF_UP | aio.IFF_RUNNING) and not aio.flags_up(aio.IFF_UP)
-    assert not aio.flags_up(None)
-    assert parse_link_messages(data[:-3]) == [(5, aio.IFF_UP | aio.IFF_RUNNING), (6, None)]
-    assert parse_link_messages(b"\xff" * 7) == []
-    assert parse_link_messages(struct.pack("=IHHII", 3, 16, 0, 0, 0)) == []
 
 
 # --- two NICs on a fake event loop --------------------------------------------------------------
@@ -261,3 +247,47 @@ def test_port_down_moves_traffic_and_tells_the_core():
     loop.run(10.0, lambda: bool(done.extend(qa.poll_cq()) or done))
     assert done and done[0].status is WcStatus.SUCCESS and bytes(target) == data
     assert not any(p == 1 and t > t_down for t, p, _ in sent[0])  # nothing sent on the dead port
+
+
+class FakeWatcher:
+    """A LinkWatcher whose read() hands out the given batches of (events, lost)."""
+
+    def __init__(self, batches: list[tuple[list[LinkEvent], bool]]) -> None:
+        self.batches = list(batches)
+
+    def read(self) -> tuple[list[LinkEvent], bool]:
+        return self.batches.pop(0) if self.batches else ([], False)
+
+    def fileno(self) -> int:
+        return -1
+
+
+def test_link_events_reach_the_core():
+    loop = FakeLoop()
+    devs, nics, _sent = _nic_pair(loop)
+    nic = nics[0]
+    for i, p in enumerate(nic.ports):
+        p.ifindex = 20 + i
+        nic._by_ifindex[p.ifindex] = p
+    told: list[tuple[int, bool]] = []
+    real = devs[0].port_status
+    devs[0].port_status = lambda port, up, now: (told.append((port, up)), real(port, up, now))
+    nic._reopen_rx = lambda p: True  # no sockets here
+    polled = []
+    nic._poll_links = lambda now: polled.append(now)
+    up, no_carrier = IFF_UP | IFF_RUNNING, IFF_UP
+    nic._links = FakeWatcher(
+        [
+            # port 1 loses carrier; an unknown interface is ignored; port 0 says up (no change)
+            ([LinkEvent(21, no_carrier, "x0p1"), LinkEvent(99, None), LinkEvent(20, up)], False),
+            ([LinkEvent(21, up, "x0p1")], True),  # back; and some were lost: check them all
+            ([LinkEvent(20, None, "x0p0")], False),  # port 0 deleted
+        ]
+    )
+    nic._on_netlink()
+    assert told == [(1, False)] and not nic.ports[1].up and nic.ports[0].up
+    assert nic.ports[1].link_changes == 1 and not polled
+    nic._on_netlink()
+    assert told == [(1, False), (1, True)] and nic.ports[1].up and len(polled) == 1
+    nic._on_netlink()
+    assert told[-1] == (0, False) and not nic.ports[0].up
