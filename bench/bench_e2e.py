@@ -39,13 +39,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from lab import analysis as an  # noqa: E402
-from lab import lifecycle  # noqa: E402
-from lab.netns import LabError, have_net_admin  # noqa: E402
-from lab.params import LabParams, resolve  # noqa: E402
-from lab.scenario import (  # noqa: E402
+from lab import analysis as an
+from lab import lifecycle
+from lab.netns import LabError, have_net_admin
+from lab.params import LabParams, resolve
+from lab.scenario import (
     CpuMeter,
     Step,
     WriteRun,
@@ -55,7 +53,8 @@ from lab.scenario import (  # noqa: E402
     run_parallel,
     run_write,
 )
-from lab.state import LabState, exists  # noqa: E402
+from lab.state import LabState, exists
+from mrcnic.units import rate_in, size_arg, time_arg, time_in
 
 BENCHMARKS = ("single", "permutation", "failures", "cpu")
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -753,9 +752,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated subset")
     p.add_argument("--name", default="mrcbench", help="lab name [mrcbench]")
     p.add_argument("--out-dir", default=str(RESULTS))
-    p.add_argument("--size", type=int, default=1 << 20, help="bytes per message [1 MiB]")
+    p.add_argument(
+        "--size", type=size_arg, default=1 << 20, metavar="BYTES", help="bytes per message [1M]"
+    )
     p.add_argument("--reps", type=int, default=3, help="repetitions of each single config [3]")
-    p.add_argument("--single-s", type=float, default=8.0, help="seconds per single write [8]")
+    p.add_argument("--single-s", type=time_arg, default=8.0, help="seconds per single write [8]")
     p.add_argument(
         "--no-single-python-loop",
         dest="single_python_loop",
@@ -772,7 +773,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--perm-reps", type=int, default=3, help="repetitions of each permutation config [3]"
     )
-    p.add_argument("--perm-s", type=float, default=8.0, help="seconds per permutation run [8]")
+    p.add_argument("--perm-s", type=time_arg, default=8.0, help="seconds per permutation run [8]")
     p.add_argument("--perm-hosts-per-t0", type=int, default=4, help="hosts = 2 x this [4]")
     p.add_argument("--perm-planes", type=int, default=8)
     p.add_argument(
@@ -791,12 +792,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--perm-rate-mbit",
-        type=float,
+        type=rate_in(1e6),
+        metavar="R",
         default=10.0,
         help="link rate of the multi-plane permutation fabric; the single-plane one runs at "
         "planes x this (CPU bounds what the lab can carry) [10]",
     )
-    p.add_argument("--fail-s", type=float, default=12.0, help="seconds per failure write [12]")
+    p.add_argument("--fail-s", type=time_arg, default=12.0, help="seconds per failure write [12]")
     p.add_argument(
         "--fail-switch",
         default="python,kernel",
@@ -804,12 +806,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--fail-size",
-        type=int,
+        type=size_arg,
         default=1 << 18,
-        help="bytes per message of the failure writes (small: many per timeline bin) [256 KiB]",
+        metavar="BYTES",
+        help="bytes per message of the failure writes (small: many per timeline bin) [256K]",
     )
-    p.add_argument("--reboot-down-ms", type=float, default=2000.0)
-    p.add_argument("--timeline-ms", type=int, default=250)
+    p.add_argument("--reboot-down-ms", type=time_in(1e-3), default=2000.0, metavar="MS")
+    p.add_argument("--timeline-ms", type=time_in(1e-3, whole=True), default=250, metavar="MS")
     p.add_argument("--quick", action="store_true", help="1 rep each, shorter writes (a smoke run)")
     p.add_argument(
         "--report",

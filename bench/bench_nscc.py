@@ -183,7 +183,7 @@ def baseline_tree(rev: str, dest: Path) -> Path:
         subprocess.run(["git", "archive", rev, "mrcnic"], cwd=ROOT, check=True, stdout=f)
     with tarfile.open(tar) as t:
         t.extractall(dest, filter="data")
-    for extra in ["sim_incast.py", *(p.name for p in (ROOT / "mrcnic").glob("_mrcfast*"))]:
+    for extra in ["sim/incast.py", *(p.name for p in (ROOT / "mrcnic").glob("_mrcfast*"))]:
         if not (dest / "mrcnic" / extra).exists():
             shutil.copy2(ROOT / "mrcnic" / extra, dest / "mrcnic" / extra)
     return dest

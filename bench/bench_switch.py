@@ -1,6 +1,6 @@
 """Forwarding rate host -> switch -> host: mrc-switch vs the kernel's seg6local next-csid.
 
-Builds the three-namespace chain of tests/lab/switch_helpers.py twice, side by side: one
+Builds the three-namespace chain of lab/bench/switch_chain.py twice, side by side: one
 with mrc-switch in the middle, one with the Linux kernel (``seg6local End flavors
 next-csid``). Both are offered load by the same sender (one process, one valid uSID frame
 laid out once in a buffer and blasted with sendmmsg through the C core as fast as it can go,
@@ -39,14 +39,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from lab.bench import switch_chain as H
+from mrcnic.units import UnitsError, parse_size, time_arg
+
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = 256  # frames per receive/send batch in the switch
 SENDER_CPU = 0
 SWITCH_CPU = 1
-sys.path.insert(0, str(ROOT / "tests" / "lab"))
-sys.path.insert(0, str(ROOT))
-
-import switch_helpers as H  # noqa: E402
 
 # The sender: the frame is laid out BATCH times in one buffer once, so that each system call
 # costs only the kernel's work (no per-call copy in user space that would slow one side).
@@ -316,14 +315,14 @@ def run_phase(
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="results/bench-switch.json")
-    ap.add_argument("--sizes", default="64,4096", help="UDP payload sizes in bytes")
+    ap.add_argument("--sizes", default="64,4096", help="UDP payload sizes in bytes (64,4K)")
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--duration-s", type=float, default=2.0)
+    ap.add_argument("--duration-s", type=time_arg, default=2.0)
     ap.add_argument("--no-pin", action="store_true",
                     help="do not pin the sender to CPU 0 and mrc-switch to CPU 1")  # fmt: skip
     ap.add_argument("--min-idle-pct", type=float, default=80.0,
                     help="before each run, wait (up to --max-wait-s) for this much idle CPU")  # fmt: skip
-    ap.add_argument("--max-wait-s", type=float, default=10.0, help="per run")
+    ap.add_argument("--max-wait-s", type=time_arg, default=10.0, help="per run")
     ap.add_argument("--nice", type=int, default=-10,
                     help="niceness of the sender and of mrc-switch (the same for both; other "
                     "users' processes on a shared machine keep 0)")  # fmt: skip
@@ -336,7 +335,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     pin = not args.no_pin and (os.cpu_count() or 1) >= 2
     cpu = SENDER_CPU if pin else -1
-    sizes = [int(s) for s in args.sizes.split(",")]
+    try:
+        sizes = [parse_size(s) for s in args.sizes.split(",")]
+    except UnitsError as e:
+        ap.error(f"--sizes: {e}")
     frames = {
         s: H.ipv6_frame(H.usid_addr(H.OWN, H.USID_B), payload=bytes(s), flow=1) for s in sizes
     }

@@ -26,14 +26,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from mrcnic import fast
 from mrcnic.sim import transfer as sim
-from mrcnic.transport.ev import EvConfig  # noqa: E402
-from mrcnic.transport.memory import MemoryTable  # noqa: E402
-from mrcnic.transport.qp import NetConfig, PortAddr, QpConfig, QueuePair  # noqa: E402
-from mrcnic.wire import usid  # noqa: E402
+from mrcnic.transport.ev import EvConfig
+from mrcnic.transport.memory import MemoryTable
+from mrcnic.transport.qp import NetConfig, PortAddr, QpConfig, QueuePair
+from mrcnic.wire import usid
 
 SCENARIOS = {
     "lossless": [],
@@ -103,9 +101,10 @@ def pps(rounds: int, packets: int, mtu: int) -> dict:
 def pps_python_twin(rounds: int, packets: int, mtu: int) -> dict:
     """The same measurement with MRC_PURE_PYTHON=1 (the C core's twin), in a subprocess."""
     env = dict(os.environ, MRC_PURE_PYTHON="1")
-    code = (
-        "import json,sys; sys.path.insert(0, 'bench'); import bench_transport as b; "
-        f"print(json.dumps(b.pps({rounds}, {packets}, {mtu})))"
+    code = (  # this file run as a module of its own, wherever the working directory is
+        "import json, runpy; "
+        f"b = runpy.run_path({str(Path(__file__).resolve())!r}); "
+        f"print(json.dumps(b['pps']({rounds}, {packets}, {mtu})))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True

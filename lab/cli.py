@@ -9,8 +9,10 @@ import sys
 import time
 from typing import Any
 
+from mrcnic.units import rate_in, size_in, time_in
+
 from . import lifecycle
-from .faults import Faults
+from .faults import Faults, tc_rate_arg
 from .netns import LabError, ns_argv
 from .params import DEFAULT_NAME, ParamError, resolve
 from .progress import Progress
@@ -45,12 +47,25 @@ def _topology_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--t0", type=int, help="T0 (leaf) switches per plane [2]")
     g.add_argument("--t1", type=int, help="T1 (spine) switches per plane [2]")
     g.add_argument("--hosts-per-t0", type=int, dest="hosts_per_t0", help="hosts under each T0 [2]")
-    g.add_argument("--rate-mbit", type=float, dest="rate_mbit", help="link rate, Mbit/s [100]")
-    g.add_argument("--buffer-kb", type=int, dest="buffer_kb", help="switch port buffer, KiB [64]")
+    g.add_argument(
+        "--rate-mbit",
+        type=rate_in(1e6),
+        dest="rate_mbit",
+        metavar="R",
+        help="link rate, Mbit/s, or spelled out: 100, 1G, 2.5mbit [100]",
+    )
+    g.add_argument(
+        "--buffer-kb",
+        type=size_in(1024),
+        dest="buffer_kb",
+        metavar="K",
+        help="switch port buffer, KiB, or spelled out: 64, 1.5M [64]",
+    )
     g.add_argument(
         "--ecn-kb",
-        type=int,
+        type=size_in(1024),
         dest="ecn_kb",
+        metavar="K",
         help="python switches: ECN marking threshold of a port's queue, KiB [half the buffer]",
     )
     g.add_argument("--mtu", type=int, help="MTU of fabric links (>= 4192) [4200]")
@@ -184,7 +199,13 @@ def build_parser() -> argparse.ArgumentParser:
     _name_flag(p)
     p.add_argument("a")
     p.add_argument("b")
-    p.add_argument("--period-ms", type=float, required=True, help="one down+up cycle, ms")
+    p.add_argument(
+        "--period-ms",
+        type=time_in(1e-3),
+        required=True,
+        metavar="MS",
+        help="one down+up cycle, ms (or 0.4s...)",
+    )
     p.add_argument("--count", type=int, default=1, help="cycles [1]")
 
     p = cmd(
@@ -210,7 +231,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("a")
     p.add_argument("b")
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--rate", help="tc rate: 10mbit, 500kbit, 1gbit")
+    g.add_argument(
+        "--rate",
+        type=tc_rate_arg,
+        help="rate in bit/s, tc units: 10mbit, 500kbit, 1gbit (also 10M, 2.5mbit)",
+    )
     g.add_argument("--clear", action="store_true", help="back to the lab's link rate")
 
     p = cmd(
@@ -220,7 +245,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _name_flag(p)
     p.add_argument("switch")
-    p.add_argument("--down-ms", type=float, default=1000.0, help="time it stays down [1000]")
+    p.add_argument(
+        "--down-ms",
+        type=time_in(1e-3),
+        default=1000.0,
+        metavar="MS",
+        help="time it stays down, ms (or 2s...) [1000]",
+    )
 
     p = cmd(
         "port",

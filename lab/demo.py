@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mrcnic.units import rate_in, size_arg, time_arg, time_in
+
 from . import analysis as an
 from . import lifecycle
 from .netns import LabError, have_net_admin
@@ -301,20 +303,30 @@ def build_parser() -> argparse.ArgumentParser:
         "schedule; one screen, results/demo.json and results/demo-timeline.png.",
     )
     ap.add_argument("--name", default="mrcdemo", help="lab name [mrcdemo]")
-    ap.add_argument("--duration", type=float, default=30.0, help="seconds per write [30]")
-    ap.add_argument("--timeline-ms", type=int, default=250, help="goodput bin [250]")
+    ap.add_argument(
+        "--duration", type=time_arg, default=30.0, metavar="SECONDS", help="per write [30]"
+    )
+    ap.add_argument(
+        "--timeline-ms",
+        type=time_in(1e-3, whole=True),
+        default=250,
+        metavar="MS",
+        help="goodput bin, ms [250]",
+    )
     ap.add_argument(
         "--size",
-        type=int,
+        type=size_arg,
         default=1 << 18,
-        help="bytes per message [262144: many complete in each timeline bin]",
+        metavar="BYTES",
+        help="bytes per message, or 256K, 1M... [256K: many complete in each timeline bin]",
     )
     ap.add_argument("--src", default="h0")
     ap.add_argument("--dst", default=None, help="default: the last host (under another T0)")
     ap.add_argument("--no-baseline", action="store_true", help="MRC only, no RoCEv2 run")
     ap.add_argument(
         "--budget-s",
-        type=float,
+        type=time_arg,
+        metavar="SECONDS",
         default=300.0,
         help="skip the RoCEv2 run if it would end the demo later than this [300]",
     )
@@ -322,9 +334,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--planes", type=int, default=None, help="lab planes [8]")
     ap.add_argument(
         "--rate-mbit",
-        type=float,
+        type=rate_in(1e6),
         default=None,
-        help="link rate in Mb/s [the lab default, 100]; lower it if this machine's CPU, not the "
+        metavar="R",
+        help="link rate in Mb/s, or spelled out (50M) [the lab default, 100]; lower it if this machine's CPU, not the "
         "fabric, limits the write (see docs/performance.md)",
     )
     ap.add_argument("--out", default=str(RESULTS / "demo.json"))

@@ -24,11 +24,14 @@ port down|up HOST PLANE       ``ip -n NS link set dev IF down|up`` on the host's
 
 from __future__ import annotations
 
+import argparse
 import re
 import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from mrcnic import units
 
 from . import kernel_switch, pyswitch
 from .netns import LabError, argv_text, run
@@ -130,7 +133,7 @@ class Faults:
             self._run(["ip", "netns", "exec", self.plan.namespace(end.node), "nft", script])
 
     # --- shaping (tc tbf) ----------------------------------------------------------------
-    def shape(self, a: str, b: str, rate: str) -> None:
+    def shape(self, a: str, b: str, rate: str | int) -> None:
         rate_bps = parse_rate(rate)
         for end in self._ends(a, b):
             line = kernel_switch.tbf_line(self.plan, end.ifname, rate_bps)
@@ -220,19 +223,32 @@ def _numgen(percent: float) -> str:
     return f"numgen random mod 1000000 < {ppm}"
 
 
-_RATE = re.compile(r"^(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit)?$", re.IGNORECASE)
-_SCALE = {"bit": 1, "kbit": 1_000, "mbit": 1_000_000, "gbit": 1_000_000_000}
-
-
-def parse_rate(text: str) -> int:
-    """``10mbit`` / ``500kbit`` / ``1gbit`` / ``2000000`` (bit/s) -> bit/s."""
-    m = _RATE.match(str(text).strip())
-    if not m:
-        raise LabError(f"rate {text!r}: use e.g. 10mbit, 500kbit, 1gbit (tc units, bits/s)")
-    value = float(m.group(1)) * _SCALE[(m.group(2) or "bit").lower()]
+def parse_rate(text: str | float) -> int:
+    """A ``shape`` rate -> bit/s: what ``mrcnic.units.parse_rate`` reads (``10mbit``,
+    ``500kbit``, ``1gbit``, ``2.5M``, ``2000000``) except the ``bps`` spellings, which tc reads
+    as *bytes* per second (``10mbps`` is 80 Mbit/s to tc): refused rather than guessed."""
+    if re.search(r"bps\s*$", str(text), re.IGNORECASE):
+        raise LabError(
+            f"rate {text!r}: to tc, 'bps' means bytes per second; give bits: 10mbit, 500kbit, 1gbit"
+        )
+    try:
+        value = units.parse_rate(text)
+    except units.UnitsError:
+        raise LabError(
+            f"rate {text!r}: use bits per second with decimal multiples, as tc does: "
+            "10mbit, 500kbit, 1gbit, 2.5M, 2000000"
+        ) from None
     if value < 8000:
         raise LabError(f"rate {text!r}: below 8kbit cannot carry a frame in reasonable time")
-    return int(value)
+    return round(value)
+
+
+def tc_rate_arg(text: str) -> int:
+    """argparse ``type=`` for ``mrc-lab shape --rate``."""
+    try:
+        return parse_rate(text)
+    except LabError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def ensure_nft(echo: Printer = _print) -> None:

@@ -11,6 +11,9 @@ A topology file holds the same keys (dashes or underscores both accepted), e.g.:
     hosts_per_t0: 2
     rate_mbit: 100
 
+Rates and buffer sizes read like everywhere else in mrc (``mrcnic.units``): a plain number is
+in the key's unit (Mbit/s, KiB), a spelled-out one is converted: ``rate_mbit: 1G`` is 1000,
+``buffer_kb: 1.5M`` is 1536, and the flags ``--rate-mbit`` and ``--buffer-kb`` take the same.
 Command-line flags given explicitly win over the file.
 """
 
@@ -26,6 +29,7 @@ from typing import Any
 import yaml
 
 from mrcnic.errors import MrcError
+from mrcnic.units import UnitsError, in_unit
 from mrcnic.wire.usid import MAX_INDEX, MAX_PLANES, UsidError, UsidFormat
 
 # Every namespace of a lab is "<name>-<node>"; every interface "<name>-<suffix>" (<= 15
@@ -141,6 +145,25 @@ def _as_int(key: str, value: Any) -> int:
 
 
 _KEYS = {f.name for f in fields(LabParams)}
+# keys holding a rate or a size: (kind, unit of a plain number, whole units only)
+UNIT_KEYS = {
+    "rate_mbit": ("rate", 1e6, False),
+    "buffer_kb": ("size", 1024, True),
+    "ecn_kb": ("size", 1024, True),
+}
+
+
+def _with_units(values: dict[str, Any], where: str) -> dict[str, Any]:
+    """Spelled-out rates and sizes (``"1G"``, ``"1.5M"``) converted to the keys' units."""
+    out = dict(values)
+    for key, (kind, unit, whole) in UNIT_KEYS.items():
+        value = out.get(key)
+        if isinstance(value, str):
+            try:
+                out[key] = in_unit(kind, value, unit, whole)
+            except UnitsError as e:
+                raise ParamError(f"{where}{key}: {e}") from None
+    return out
 
 
 def _normalise(data: Any, where: str) -> dict[str, Any]:
@@ -152,7 +175,7 @@ def _normalise(data: Any, where: str) -> dict[str, Any]:
         if k not in _KEYS:
             raise ParamError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(_KEYS))})")
         out[k] = value
-    return out
+    return _with_units(out, f"{where}: ")
 
 
 def load_topology_file(path: str | Path) -> dict[str, Any]:
@@ -187,7 +210,7 @@ def resolve(topology_file: str | None = None, **flags: Any) -> LabParams:
     base: dict[str, Any] = {}
     if topology_file:
         base.update(load_topology_file(topology_file))
-    base.update({k: v for k, v in flags.items() if v is not None})
+    base.update(_with_units({k: v for k, v in flags.items() if v is not None}, ""))
     try:
         return LabParams(**base)
     except TypeError as e:  # an unknown keyword reached the constructor

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from mrcnic.sim.fabric import Fabric, FabricSpec, host_net
+from mrcnic.sim.pump import Pump
 from mrcnic.transport.ev import EvStateChanged, EvStats
 from mrcnic.transport.memory import Access, MemoryRegion, MemoryTable
 from mrcnic.transport.qp import (
@@ -343,29 +344,15 @@ class SimNetwork:
                 seed=seed + h,
             )
             self.devices.append(dev)
-        self._timer: list[float | None] = [None, None]
+        self._pump_loop = Pump(self.fabric)
 
     def _deliver(self, host: int, port: int, frame: bytes, t: float) -> None:
         self.devices[host].receive_frame(frame, t)
         self._pump(host)
 
     def _pump(self, host: int) -> None:
-        dev = self.devices[host]
-        now = self.fabric.now
-        for port, frame in dev.frames_to_send(now):
-            self.fabric.send(host, port, frame, now)
-        t = dev.get_timer()
-        if t is not None and t != self._timer[host]:
-            self._timer[host] = t
-
-            def fire(host=host, t=t) -> None:  # noqa: ANN001
-                if self._timer[host] != t:
-                    return
-                self._timer[host] = None
-                self.devices[host].handle_timer(self.fabric.now)
-                self._pump(host)
-
-            self.fabric.at(max(t, now), fire)
+        # events stay queued in the QPs: the user polls them (QP.poll_cq, QP.poll_recv)
+        self._pump_loop.pump(host, self.devices[host], self.fabric.now)
 
     def run_until(self, done: Callable[[], bool], max_s: float = 10.0) -> float:
         """Advance virtual time until ``done()`` or ``max_s`` more seconds; returns the time."""

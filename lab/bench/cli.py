@@ -29,6 +29,7 @@ from typing import Any
 from lab.bench import common as bc
 from lab.bench import control
 from mrcnic.errors import MrcError
+from mrcnic.units import size_arg, time_arg, time_in
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -61,7 +62,12 @@ def _add_common(sp: argparse.ArgumentParser) -> None:
         default=control.DEFAULT_PORT,
         help=f"TCP control port (default {control.DEFAULT_PORT})",
     )
-    sp.add_argument("--timeout-s", type=float, default=None, help="give up after this long")
+    sp.add_argument(
+        "--timeout-s",
+        type=time_arg,
+        default=None,
+        help="give up after this long (seconds, or 500ms...)",
+    )
     sp.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
 
 
@@ -70,8 +76,10 @@ def _add_pair(sp: argparse.ArgumentParser, size_default: str, iters_default: int
     sp.add_argument("--dst", default=None, help="written host (default: the last host)")
     sp.add_argument(
         "--size",
+        type=size_arg,
         default=size_default,
-        help=f"message size, bytes or K/M/G (default {size_default})",
+        metavar="BYTES",
+        help=f"message size: bytes, or binary K/M/G (1.5M, 64KiB) (default {size_default})",
     )
     g = sp.add_mutually_exclusive_group()
     g.add_argument(
@@ -81,7 +89,14 @@ def _add_pair(sp: argparse.ArgumentParser, size_default: str, iters_default: int
         default=None,
         help=f"messages to write (default {iters_default})",
     )
-    g.add_argument("--duration", "-D", type=float, default=None, help="write for this many seconds")
+    g.add_argument(
+        "--duration",
+        "-D",
+        type=time_arg,
+        default=None,
+        metavar="SECONDS",
+        help="write for this long (seconds, or 500ms...)",
+    )
     sp.add_argument(
         "--server",
         action="store_true",
@@ -101,7 +116,9 @@ def _add_pair(sp: argparse.ArgumentParser, size_default: str, iters_default: int
     sp.add_argument("--seed", type=int, default=None, help="data pattern seed (default random)")
     sp.add_argument(
         "--region",
+        type=size_arg,
         default="32M",
+        metavar="BYTES",
         help="server region size cap; messages cycle over it (default 32M)",
     )
 
@@ -126,13 +143,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     w.add_argument(
         "--timeline-ms",
-        type=float,
+        type=time_in(1e-3),
+        metavar="MS",
         default=None,
         help="add a goodput timeline with this bin width to the JSON",
     )
     w.add_argument(
         "--progress-s",
-        type=float,
+        type=time_arg,
+        metavar="SECONDS",
         default=1.0,
         help="seconds between progress lines (default 1; runs over 2 s)",
     )
@@ -148,7 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--hosts", required=False, default=None, help="ring order, e.g. h0,h1,h2,h3 (default: all)"
     )
     ar.add_argument(
-        "--size", default="4M", help="bytes per rank, a multiple of 4 x ranks (default 4M)"
+        "--size",
+        type=size_arg,
+        default="4M",
+        metavar="BYTES",
+        help="bytes per rank, a multiple of 4 x ranks (default 4M)",
     )
     ar.add_argument("--iters", "-n", type=int, default=5, help="timed iterations (default 5)")
     ar.add_argument("--warmup", type=int, default=1, help="untimed iterations first (default 1)")
@@ -223,11 +246,7 @@ def _self_host(st: Any, given: str | None) -> int:
 def _write_params(st: Any, args: argparse.Namespace) -> Any:
     from lab.bench.write import WriteParams
 
-    try:
-        size = bc.parse_size(args.size)
-        region = bc.parse_size(args.region)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    size, region = args.size, args.region
     if size < 1 or size >= 1 << 32:
         raise UsageError("--size must be 1 byte .. 4 GiB - 1 (one RDMA Write)")
     lat = args.test == "lat"
@@ -450,7 +469,7 @@ def _allreduce(st: Any, args: argparse.Namespace) -> int:
             else [plan.host_name(h) for h in range(plan.host_count)]
         )
         hosts = [bc.parse_host(plan, h) for h in names]
-        size = bc.parse_size(args.size)
+        size = args.size
     except ValueError as e:
         raise UsageError(str(e)) from None
     if len(hosts) < 2 or len(set(hosts)) != len(hosts):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lab.bench import control
+from mrcnic.units import parse_size as parse_size  # the one size parser (mrcnic.units)
 
 SHIFT_STEP = 64
 SHIFTS = 16
@@ -256,22 +257,6 @@ def parse_host(plan: Any, text: str) -> int:
     if not 0 <= h < plan.host_count:
         raise ValueError(f"host {text} is not in the lab (h0..h{plan.host_count - 1})")
     return h
-
-
-def parse_size(text: str) -> int:
-    """``65536``, ``64K``, ``4M``, ``1G`` (binary units) -> bytes."""
-    t = str(text).strip().upper().removesuffix("B").removesuffix("I")
-    mult = 1
-    if t and t[-1] in "KMG":
-        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[t[-1]]
-        t = t[:-1]
-    try:
-        v = float(t) * mult
-    except ValueError:
-        raise ValueError(f"size {text!r}: use bytes, or K/M/G (e.g. 65536, 64K, 4M)") from None
-    if v < 0 or v != int(v):
-        raise ValueError(f"size {text!r} is not a whole number of bytes")
-    return int(v)
 
 
 # --- control channel ----------------------------------------------------------------------------

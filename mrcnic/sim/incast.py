@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from mrcnic.sim.fabric import Link, LinkSpec, host_net
+from mrcnic.sim.pump import Pump
 from mrcnic.transport.ev import EvConfig
 from mrcnic.transport.memory import MemoryTable
 from mrcnic.transport.qp import (
@@ -44,6 +45,7 @@ from mrcnic.transport.qp import (
     WriteCompleted,
     peek_dest_qp,
 )
+from mrcnic.units import rate_arg, size_arg, time_arg
 from mrcnic.wire import usid
 
 _PKT_OVERHEAD = (
@@ -200,7 +202,7 @@ class Incast:
         rx = self.fabric.receiver
         self.memories = [MemoryTable(cfg.seed * 31 + h) for h in range(cfg.senders + 1)]
         self.endpoints: list[dict[int, QueuePair]] = [{} for _ in range(cfg.senders + 1)]
-        self._timers: dict[tuple[int, int], float] = {}
+        self.pump = Pump(self.fabric, self._on_event)
         line = cfg.planes * cfg.port_rate_bps
 
         base = qp_config or QpConfig(
@@ -255,39 +257,22 @@ class Incast:
         if ep is None:
             return
         ep.receive_frame(frame, t)
-        self._pump_one(host, qpn, ep, t)
+        self.pump.pump(host, ep, t)
 
-    def _pump_one(self, host: int, qpn: int, ep: QueuePair, t: float) -> None:
-        fab = self.fabric
-        for port, frame in ep.frames_to_send(t):
-            fab.send(host, port, frame, t)
-        while (e := ep.next_event()) is not None:
-            if isinstance(e, WriteCompleted) and host < self.cfg.senders:
-                self.completed[host][e.wr_id] = e.status
-                if len(self.completed[host]) == self.messages[host]:
-                    self.completion_s[host] = t
-                    self._done = all(c is not None for c in self.completion_s)
-            elif isinstance(e, QpErrorEvent):
-                self.qp_errors.append(f"host {host} QP {e.qpn:#x}: {e.status.value}: {e.reason}")
-                self._done = True
-        nt = ep.get_timer()
-        key = (host, qpn)
-        if nt is not None and self._timers.get(key) != nt:
-            self._timers[key] = nt
-
-            def fire(key: tuple[int, int] = key, nt: float = nt, ep: QueuePair = ep) -> None:
-                if self._timers.get(key) != nt:
-                    return
-                del self._timers[key]
-                ep.handle_timer(fab.now)
-                self._pump_one(key[0], key[1], ep, fab.now)
-
-            fab.at(max(nt, t), fire)
+    def _on_event(self, host: int, e: object, t: float) -> None:
+        if isinstance(e, WriteCompleted) and host < self.cfg.senders:
+            self.completed[host][e.wr_id] = e.status
+            if len(self.completed[host]) == self.messages[host]:
+                self.completion_s[host] = t
+                self._done = all(c is not None for c in self.completion_s)
+        elif isinstance(e, QpErrorEvent):
+            self.qp_errors.append(f"host {host} QP {e.qpn:#x}: {e.status.value}: {e.reason}")
+            self._done = True
 
     def run(self) -> dict:
         for h, eps in enumerate(self.endpoints):
-            for qpn, ep in eps.items():
-                self._pump_one(h, qpn, ep, 0.0)
+            for ep in eps.values():
+                self.pump.pump(h, ep, 0.0)
         self.fabric.run(self.cfg.max_time_s, lambda: self._done)
         return self.result()
 
@@ -358,28 +343,47 @@ def run(cfg: IncastConfig, qp_config: QpConfig | None = None) -> dict:
     return Incast(cfg, qp_config).run()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from mrcnic.sim.transfer import parse_rate, parse_size, parse_time
-
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m mrcnic.sim.incast", description="N-to-1 incast of MRC queue pairs."
+        prog="python -m mrcnic.sim.incast",
+        description="N-to-1 incast of MRC queue pairs.",
+        epilog="Units (mrcnic.units): BYTES 4096, 64K, 1.5M (binary: 1K = 1024); RATE in bit/s "
+        "100M, 100Mbit, 1gbit (decimal); TIME 20us, 10ms, 1.5s, or plain seconds.",
     )
     d = IncastConfig()
-    p.add_argument("--senders", type=int, default=d.senders)
-    p.add_argument("--planes", type=int, default=d.planes)
-    p.add_argument("--paths-per-plane", type=int, default=d.paths_per_plane)
-    p.add_argument("--size", type=parse_size, default=d.size, help="bytes per sender")
-    p.add_argument("--msg-size", type=parse_size, default=d.msg_size)
-    p.add_argument("--port-rate", type=parse_rate, default=d.port_rate_bps)
-    p.add_argument("--path-rate", type=parse_rate, default=None)
-    p.add_argument("--delay", type=parse_time, default=d.prop_s)
-    p.add_argument("--queue", type=parse_size, default=d.queue_bytes)
-    p.add_argument("--loss", type=float, default=0.0)
-    p.add_argument("--stagger", type=parse_time, default=0.0, help="sender s starts at s*TIME")
-    p.add_argument("--cc", default=d.cc)
+    p.add_argument("--senders", type=int, default=d.senders, help="senders (default 4)")
+    p.add_argument("--planes", type=int, default=d.planes, help="planes (default 8)")
+    p.add_argument("--paths-per-plane", type=int, default=d.paths_per_plane, help="default 4")
+    p.add_argument(
+        "--size", type=size_arg, default=d.size, metavar="BYTES", help="per sender (default 4M)"
+    )
+    p.add_argument(
+        "--msg-size", type=size_arg, default=d.msg_size, metavar="BYTES", help="default 1M"
+    )
+    p.add_argument(
+        "--port-rate", type=rate_arg, default=d.port_rate_bps, metavar="RATE", help="default 100M"
+    )
+    p.add_argument(
+        "--path-rate", type=rate_arg, default=None, metavar="RATE", help="default: port rate"
+    )
+    p.add_argument(
+        "--delay", type=time_arg, default=d.prop_s, metavar="TIME", help="one way (default 20us)"
+    )
+    p.add_argument(
+        "--queue", type=size_arg, default=d.queue_bytes, metavar="BYTES", help="default 64K"
+    )
+    p.add_argument("--loss", type=float, default=0.0, help="per packet per uplink")
+    p.add_argument(
+        "--stagger", type=time_arg, default=0.0, metavar="TIME", help="sender s starts at s*TIME"
+    )
+    p.add_argument("--cc", default=d.cc, help="congestion control (default nscc)")
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--json", action="store_true")
-    a = p.parse_args(argv)
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
     cfg = IncastConfig(
         senders=a.senders,
         planes=a.planes,

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from mrcnic.rocev2.dcqcn import REFERENCE_PORT_BPS
 from mrcnic.rocev2.qp import IB_TIMEOUT_UNIT_S, RoceConfig, RoceQueuePair
 from mrcnic.sim.fabric import Fabric, FabricSpec, host_net
+from mrcnic.sim.pump import Pump
 from mrcnic.transport.ev import EvConfig, EvStateChanged
 from mrcnic.transport.memory import MemoryTable
 from mrcnic.transport.qp import (
@@ -35,47 +36,12 @@ from mrcnic.transport.qp import (
     WriteCompleted,
     peek_dest_qp,
 )
+from mrcnic.units import parse_rate as parse_rate  # re-exported: mrcnic.sim.transfer.parse_*
+from mrcnic.units import parse_size as parse_size
+from mrcnic.units import parse_time, rate_arg, size_arg, time_arg
 
 TRANSPORTS = ("mrc", "rocev2")
 ROCEV2_PORT_POLICIES = ("rail", "hash")
-
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "": 1.0}
-_RATE_UNITS = {
-    "": 1.0,
-    "bit": 1.0,
-    "k": 1e3,
-    "kbit": 1e3,
-    "m": 1e6,
-    "mbit": 1e6,
-    "g": 1e9,
-    "gbit": 1e9,
-}
-
-
-def parse_size(text: str) -> int:
-    """``4096``, ``64K``, ``256M``, ``1G`` (binary multiples)."""
-    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(i?B)?\s*", text, re.IGNORECASE)
-    if not m:
-        raise ValueError(f"bad size {text!r} (examples: 4096, 64K, 256M, 1G)")
-    return int(m.group(1)) * _UNITS[m.group(2).upper()]
-
-
-def parse_time(text: str) -> float:
-    """``10ms``, ``200us``, ``1.5s`` or plain seconds."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(s|ms|us|ns)?\s*", text)
-    if not m:
-        raise ValueError(f"bad time {text!r} (examples: 10ms, 200us, 1.5s)")
-    return float(m.group(1)) * _TIME_UNITS[m.group(2) or ""]
-
-
-def parse_rate(text: str) -> float:
-    """``100Mbit``, ``1Gbit``, ``800M``, or plain bits per second."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([a-zA-Z]*)\s*", text)
-    unit = m.group(2).lower().removesuffix("/s").removesuffix("ps") if m else None
-    if not m or unit not in _RATE_UNITS:
-        raise ValueError(f"bad rate {text!r} (examples: 100Mbit, 1Gbit)")
-    return float(m.group(1)) * _RATE_UNITS[unit]
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +122,7 @@ class Simulation:
         self.base_rtt_s = base_rtt_s(spec, cfg.mtu)
         self.memories = [MemoryTable(cfg.seed * 2 + 1), MemoryTable(cfg.seed * 2 + 2)]
         self.endpoints: list[dict[int, object]] = [{}, {}]
-        self._timers: dict[tuple[int, int], float] = {}
+        self.pump = Pump(self.fabric, self._on_event)
         nets = [host_net(shape, h) for h in range(2)]
         line = spec.capacity_bps()
         if cfg.transport not in TRANSPORTS:
@@ -256,33 +222,13 @@ class Simulation:
             total = sum(e.stats.rx_placed_bytes for e in self.endpoints[1].values())
             if total != self.placed[-1][1]:
                 self.placed.append((t, total))
-        self._pump_one(host, qpn, ep, t)
+        self.pump.pump(host, ep, t)
 
     def _pump(self, host: int, t: float) -> None:
-        for qpn, ep in self.endpoints[host].items():
-            self._pump_one(host, qpn, ep, t)
+        for ep in self.endpoints[host].values():
+            self.pump.pump(host, ep, t)
 
-    def _pump_one(self, host: int, qpn: int, ep, t: float) -> None:  # noqa: ANN001
-        fab = self.fabric
-        for port, frame in ep.frames_to_send(t):
-            fab.send(host, port, frame, t)
-        while (e := ep.next_event()) is not None:
-            self._on_event(e, t)
-        nt = ep.get_timer()
-        key = (host, qpn)
-        if nt is not None and self._timers.get(key) != nt:
-            self._timers[key] = nt
-
-            def fire(key=key, nt=nt, ep=ep) -> None:  # noqa: ANN001
-                if self._timers.get(key) != nt:
-                    return
-                del self._timers[key]
-                ep.handle_timer(fab.now)
-                self._pump_one(key[0], key[1], ep, fab.now)
-
-            fab.at(nt if nt > t else t, fire)
-
-    def _on_event(self, e: object, t: float) -> None:
+    def _on_event(self, _host: int, e: object, t: float) -> None:
         if isinstance(e, WriteCompleted):
             self.completed[e.wr_id] = e.status
             if len(self.completed) == self.messages:
@@ -472,7 +418,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="mrc-sim",
         description="Run MRC queue pairs over a deterministic simulated multi-plane fabric.",
-        epilog="Manual: docs/sim.md.  Example: mrc-sim --planes 8 --paths-per-plane 4 --size 256M "
+        epilog="Units (mrcnic.units): BYTES 4096, 64K, 1.5M, 1GiB (binary: 1K = 1024); RATE in "
+        "bit/s 800M, 100Mbit, 1gbit, 25Gbps (decimal); TIME 20us, 10ms, 1.5s, or plain seconds.  "
+        "Manual: docs/sim.md.  Example: mrc-sim --planes 8 --paths-per-plane 4 --size 256M "
         "--loss 0.001 --fail 3@10ms --heal 3@200ms --seed 7 --json",
     )
     d = FabricSpec()
@@ -486,39 +434,52 @@ def build_parser() -> argparse.ArgumentParser:
         help="T1 switches per plane (default 4)",
     )
     p.add_argument(
-        "--size", type=parse_size, default=16 << 20, help="bytes to write (e.g. 256M; default 16M)"
+        "--size",
+        type=size_arg,
+        metavar="BYTES",
+        default=16 << 20,
+        help="bytes to write (e.g. 256M, 1.5M; default 16M)",
     )
     p.add_argument(
-        "--msg-size", type=parse_size, default=1 << 20, help="bytes per RDMA write (default 1M)"
+        "--msg-size",
+        type=size_arg,
+        metavar="BYTES",
+        default=1 << 20,
+        help="bytes per RDMA write (default 1M)",
     )
     p.add_argument("--mtu", type=int, default=4096, help="payload bytes per packet (default 4096)")
     p.add_argument(
         "--port-rate",
-        type=parse_rate,
+        type=rate_arg,
+        metavar="RATE",
         default=d.port_rate_bps,
         help="NIC port rate (default 100Mbit)",
     )
     p.add_argument(
         "--path-rate",
-        type=parse_rate,
+        type=rate_arg,
+        metavar="RATE",
         default=None,
         help="fabric path rate (default: the port rate)",
     )
     p.add_argument(
         "--delay",
-        type=parse_time,
+        type=time_arg,
+        metavar="TIME",
         default=d.prop_s,
         help="one-way propagation delay per path (default 20us)",
     )
     p.add_argument(
         "--queue",
-        type=parse_size,
+        type=size_arg,
+        metavar="BYTES",
         default=d.queue_bytes,
         help="switch queue per port in bytes (default 64K)",
     )
     p.add_argument(
         "--ecn",
-        type=parse_size,
+        type=size_arg,
+        metavar="BYTES",
         default=d.ecn_bytes,
         help="ECN marking threshold in bytes (default 16K)",
     )
@@ -573,13 +534,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1, help="seed for everything random (default 1)")
     p.add_argument(
         "--max-time",
-        type=parse_time,
+        type=time_arg,
+        metavar="TIME",
         default=60.0,
         help="stop after this much virtual time (default 60s)",
     )
     p.add_argument(
         "--timeline",
-        type=parse_time,
+        type=time_arg,
         default=None,
         metavar="BIN",
         help="add a goodput timeline with this bin width",

@@ -1,12 +1,10 @@
-"""Two real QueuePairs over a programmable wire: every NACK reason, the EV transitions seen
-from the QP, errors, and property-based schedules of loss, reordering, duplication, trimming,
-ECN marks and path failures."""
+"""Two real QueuePairs over a programmable wire (the ``qp_pair`` fixture of conftest.py):
+every NACK reason, the EV transitions seen from the QP, errors, and property-based schedules
+of loss, reordering, duplication, trimming, ECN marks and path failures."""
 
 from __future__ import annotations
 
-import heapq
 import random
-from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -32,80 +30,7 @@ from mrcnic.transport.qp import (
 from mrcnic.wire import usid
 
 MASK = 0xFFFFFF
-# chaos(t, src_host, port, frame) -> list of (delay_s, frame) to deliver (empty = dropped)
-Chaos = Callable[[float, int, int, bytes], list[tuple[float, bytes]]]
-DELAY = 50e-6
-
-
-class Wire:
-    """Two QPs (h0, h1) and an event queue; ``chaos`` decides each frame's fate."""
-
-    def __init__(
-        self,
-        chaos: Chaos | None = None,
-        planes: int = 2,
-        t1: int = 2,
-        cfg_a: QpConfig | None = None,
-        cfg_b: QpConfig | None = None,
-        attrs_b_for_a: Callable[[QpAttributes], QpAttributes] | None = None,
-    ) -> None:
-        self.shape = usid.ClosShape(planes=planes, t0=2, t1=t1, hosts_per_t0=1)
-        base = QpConfig(mtu_bytes=256, ev=EvConfig(ev_count=8, backup_per_plane=2), base_rtt_s=2e-4)
-        self.mem = [MemoryTable(seed=11), MemoryTable(seed=12)]
-        rate = planes * 100e6
-        self.qa = QueuePair(0x11, host_net(self.shape, 0), self.mem[0], rate, cfg_a or base)
-        self.qb = QueuePair(
-            0x22, host_net(self.shape, 1), self.mem[1], rate, cfg_b or replace(base, seed=2)
-        )
-        attrs_b = self.qb.local_attributes()
-        self.qa.connect(attrs_b_for_a(attrs_b) if attrs_b_for_a else attrs_b)
-        self.qb.connect(self.qa.local_attributes())
-        self.qps = (self.qa, self.qb)
-        self.chaos = chaos or (lambda t, h, p, f: [(DELAY, f)])
-        self.now = 0.0
-        self._heap: list = []
-        self._seq = 0
-        self._timer: list[float | None] = [None, None]
-        self.events: list[list] = [[], []]
-        self.sent: list[list[tuple[float, int, bytes]]] = [[], []]
-
-    def _push(self, t: float, item: tuple) -> None:
-        self._seq += 1
-        heapq.heappush(self._heap, (t, self._seq, item))
-
-    def pump(self, h: int) -> None:
-        q = self.qps[h]
-        for port, frame in q.frames_to_send(self.now):
-            assert port == wire.udp_flow_to_ev(*_sport_flow(frame)) % self.shape.planes
-            self.sent[h].append((self.now, port, frame))
-            for delay, f in self.chaos(self.now, h, port, frame):
-                self._push(self.now + delay, ("rx", 1 - h, f))
-        while (e := q.next_event()) is not None:
-            self.events[h].append(e)
-        t = q.get_timer()
-        if t is not None and t != self._timer[h]:
-            self._timer[h] = t
-            self._push(max(t, self.now), ("timer", h, t))
-
-    def run(self, until: float, stop: Callable[[], bool] | None = None) -> None:
-        self.pump(0)
-        self.pump(1)
-        while self._heap and self._heap[0][0] <= until:
-            t, _, (kind, h, x) = heapq.heappop(self._heap)
-            self.now = t
-            if kind == "rx":
-                self.qps[h].receive_frame(x, t)
-            else:
-                if self._timer[h] != x:
-                    continue
-                self._timer[h] = None
-                self.qps[h].handle_timer(t)
-            self.pump(h)
-            if stop is not None and stop():
-                break
-
-    def of(self, h: int, kind: type) -> list:
-        return [e for e in self.events[h] if isinstance(e, kind)]
+DELAY = 50e-6  # the wire's delay (conftest.DELAY)
 
 
 def _sport_flow(frame: bytes) -> tuple[int, int]:
@@ -124,12 +49,6 @@ def is_data(frame: bytes) -> bool:
     return 0xC6 <= frame[62] <= 0xCB
 
 
-def region(w: Wire, size: int) -> tuple[bytearray, object]:
-    outer = bytearray(b"\xa5" * (size + 64))
-    mr = w.mem[1].register(memoryview(outer)[32 : 32 + size])
-    return outer, mr
-
-
 def payload(n: int, seed: int = 0) -> bytes:
     return random.Random(seed).randbytes(n)
 
@@ -138,9 +57,9 @@ def payload(n: int, seed: int = 0) -> bytes:
 
 
 @pytest.mark.parametrize("size", [1, 255, 256, 257, 5000])
-def test_write_completes_once_and_places_bytes(size):
-    w = Wire()
-    outer, mr = region(w, size)
+def test_write_completes_once_and_places_bytes(qp_pair, size):
+    w = qp_pair("mrc")
+    outer, mr = w.region(size)
     data = payload(size)
     w.qa.post_write(7, data, mr.base_va, mr.rkey)
     w.run(1.0)
@@ -152,19 +71,19 @@ def test_write_completes_once_and_places_bytes(size):
     assert w.qa.idle and w.qa.get_stats().retransmissions == 0
 
 
-def test_zero_length_write_with_immediate():
-    w = Wire()
-    _, mr = region(w, 16)
+def test_zero_length_write_with_immediate(qp_pair):
+    w = qp_pair("mrc")
+    _, mr = w.region(16)
     w.qa.post_write(1, b"", mr.base_va, mr.rkey, imm=0xDEADBEEF)
     w.run(1.0)
     assert [e.wr_id for e in w.of(0, WriteCompleted)] == [1]
     assert [(e.imm, e.byte_len) for e in w.of(1, ImmReceived)] == [(0xDEADBEEF, 0)]
 
 
-def test_psn_wraps_around():
+def test_psn_wraps_around(qp_pair):
     base = QpConfig(mtu_bytes=256, ev=EvConfig(ev_count=8, backup_per_plane=2), base_rtt_s=2e-4)
-    w = Wire(cfg_a=replace(base, start_psn=MASK - 5))
-    _, mr = region(w, 256 * 20)
+    w = qp_pair("mrc", cfg_a=replace(base, start_psn=MASK - 5))
+    _, mr = w.region(256 * 20)
     data = payload(256 * 20)
     w.qa.post_write(1, data, mr.base_va, mr.rkey, imm=1)
     w.run(1.0)
@@ -173,9 +92,9 @@ def test_psn_wraps_around():
     assert w.qa.sb.snd_nxt == (MASK - 5 + 20) & MASK
 
 
-def test_every_data_packet_carries_the_full_reth():
-    w = Wire()
-    _, mr = region(w, 1000)
+def test_every_data_packet_carries_the_full_reth(qp_pair):
+    w = qp_pair("mrc")
+    _, mr = w.region(1000)
     w.qa.post_write(1, payload(1000), mr.base_va, mr.rkey)
     w.run(1.0)
     data = [wire.parse_frame(f) for _, _, f in w.sent[0] if is_data(f)]
@@ -216,7 +135,7 @@ def test_attributes_roundtrip_and_validation():
 # -- write-with-immediate ordering ----------------------------------------------------------------
 
 
-def test_immediates_delivered_in_order_even_when_later_ones_finish_first():
+def test_immediates_delivered_in_order_even_when_later_ones_finish_first(qp_pair):
     first_psn = None
 
     def chaos(t, h, port, f):
@@ -228,8 +147,8 @@ def test_immediates_delivered_in_order_even_when_later_ones_finish_first():
                 return [(5e-3, f)]
         return [(DELAY, f)]
 
-    w = Wire(chaos)
-    _, mr = region(w, 4 * 600)
+    w = qp_pair("mrc", chaos)
+    _, mr = w.region(4 * 600)
     for k in range(4):
         w.qa.post_write(k, payload(600, k), mr.base_va + 600 * k, mr.rkey, imm=100 + k)
     w.run(1.0)
@@ -237,7 +156,7 @@ def test_immediates_delivered_in_order_even_when_later_ones_finish_first():
     assert [e.wr_id for e in w.of(0, WriteCompleted)] == [0, 1, 2, 3]
 
 
-def test_exceeding_max_wimm_inflight_is_fatal_on_both_sides():
+def test_exceeding_max_wimm_inflight_is_fatal_on_both_sides(qp_pair):
     base = QpConfig(mtu_bytes=256, ev=EvConfig(ev_count=8, backup_per_plane=2), base_rtt_s=2e-4)
     first = []
 
@@ -247,12 +166,13 @@ def test_exceeding_max_wimm_inflight_is_fatal_on_both_sides():
             return []  # message 0 stays incomplete
         return [(DELAY, f)]
 
-    w = Wire(
+    w = qp_pair(
+        "mrc",
         chaos,
         cfg_b=replace(base, seed=2, max_wimm_inflight=2),
         attrs_b_for_a=lambda a: replace(a, max_wimm_inflight=100),  # a requester that ignores it
     )
-    _, mr = region(w, 4 * 100)
+    _, mr = w.region(4 * 100)
     for k in range(4):
         w.qa.post_write(k, payload(100, k), mr.base_va + 100 * k, mr.rkey, imm=k)
     w.run(1.0)
@@ -264,10 +184,10 @@ def test_exceeding_max_wimm_inflight_is_fatal_on_both_sides():
     assert {e.status for e in w.of(0, WriteCompleted)} == {WcStatus.FLUSHED}
 
 
-def test_requester_respects_the_peers_max_wimm_inflight():
+def test_requester_respects_the_peers_max_wimm_inflight(qp_pair):
     base = QpConfig(mtu_bytes=256, ev=EvConfig(ev_count=8, backup_per_plane=2), base_rtt_s=2e-4)
-    w = Wire(cfg_b=replace(base, seed=2, max_wimm_inflight=1))
-    _, mr = region(w, 10 * 300)
+    w = qp_pair("mrc", cfg_b=replace(base, seed=2, max_wimm_inflight=1))
+    _, mr = w.region(10 * 300)
     for k in range(10):
         w.qa.post_write(k, payload(300, k), mr.base_va + 300 * k, mr.rkey, imm=k)
     w.run(1.0)
@@ -279,9 +199,9 @@ def test_requester_respects_the_peers_max_wimm_inflight():
 
 
 @pytest.mark.parametrize("case", ["bad_rkey", "out_of_bounds", "deregistered"])
-def test_remote_access_error_refuses_and_writes_nothing(case):
-    w = Wire()
-    outer, mr = region(w, 1000)
+def test_remote_access_error_refuses_and_writes_nothing(qp_pair, case):
+    w = qp_pair("mrc")
+    outer, mr = w.region(1000)
     rkey, va = mr.rkey, mr.base_va
     if case == "bad_rkey":
         rkey ^= 0x5A5A
@@ -306,7 +226,7 @@ def test_remote_access_error_refuses_and_writes_nothing(case):
 
 
 @pytest.mark.parametrize("last_hop", [False, True])
-def test_trimmed_header_is_nacked_and_repaired_on_another_ev(last_hop):
+def test_trimmed_header_is_nacked_and_repaired_on_another_ev(qp_pair, last_hop):
     trimmed: list[bytes] = []
 
     def chaos(t, h, port, f):
@@ -315,8 +235,8 @@ def test_trimmed_header_is_nacked_and_repaired_on_another_ev(last_hop):
             return [(DELAY, trim_frame(f, last_hop))]
         return [(DELAY, f)]
 
-    w = Wire(chaos)
-    _, mr = region(w, 256 * 40)  # long enough for a rotation after the trims
+    w = qp_pair("mrc", chaos)
+    _, mr = w.region(256 * 40)  # long enough for a rotation after the trims
     data = payload(256 * 40)
     w.qa.post_write(1, data, mr.base_va, mr.rkey)
     w.run(1.0)
@@ -341,7 +261,7 @@ def test_trimmed_header_is_nacked_and_repaired_on_another_ev(last_hop):
     assert w.qa.get_stats().timeouts == 0
 
 
-def test_ecn_echo_moves_the_ev_to_skip_for_one_rotation():
+def test_ecn_echo_moves_the_ev_to_skip_for_one_rotation(qp_pair):
     marked: list[int] = []
 
     def chaos(t, h, port, f):
@@ -352,8 +272,8 @@ def test_ecn_echo_moves_the_ev_to_skip_for_one_rotation():
             return [(DELAY, bytes(b))]
         return [(DELAY, f)]
 
-    w = Wire(chaos)
-    _, mr = region(w, 256 * 40)
+    w = qp_pair("mrc", chaos)
+    _, mr = w.region(256 * 40)
     w.qa.post_write(1, payload(256 * 40), mr.base_va, mr.rkey)
     w.run(1.0)
     sacks = [wire.parse_frame(f).mrc.sack for _, _, f in w.sent[1] if _op(f) == 0xDC]
@@ -362,7 +282,7 @@ def test_ecn_echo_moves_the_ev_to_skip_for_one_rotation():
     assert changes == [(EvState.GOOD, EvState.SKIP), (EvState.SKIP, EvState.GOOD)]
 
 
-def test_psn_outside_the_tracking_window_is_nacked_and_recovered():
+def test_psn_outside_the_tracking_window_is_nacked_and_recovered(qp_pair):
     base = QpConfig(mtu_bytes=256, ev=EvConfig(ev_count=8, backup_per_plane=2), base_rtt_s=2e-4)
     held = []
 
@@ -372,13 +292,14 @@ def test_psn_outside_the_tracking_window_is_nacked_and_recovered():
             return [(1e-3, f)]  # the first packet is late: the window cannot advance
         return [(DELAY, f)]
 
-    w = Wire(
+    w = qp_pair(
+        "mrc",
         chaos,
         cfg_a=replace(base, cc="fixed", cc_options=(("window_bytes", 256 * 200),)),
         cfg_b=replace(base, seed=2, window_psns=64),
         attrs_b_for_a=lambda a: replace(a, window_psns=4096),  # the requester was told a lie
     )
-    _, mr = region(w, 256 * 200)
+    _, mr = w.region(256 * 200)
     data = payload(256 * 200)
     w.qa.post_write(1, data, mr.base_va, mr.rkey)
     w.run(2.0)
@@ -391,7 +312,7 @@ def test_psn_outside_the_tracking_window_is_nacked_and_recovered():
 # -- paths: failures, probes, port status, API ---------------------------------------------------
 
 
-def test_dead_plane_goes_assumed_bad_and_probes_restore_it_after_repair():
+def test_dead_plane_goes_assumed_bad_and_probes_restore_it_after_repair(qp_pair):
     heal_at = 0.05
 
     def chaos(t, h, port, f):
@@ -399,8 +320,8 @@ def test_dead_plane_goes_assumed_bad_and_probes_restore_it_after_repair():
             return []
         return [(DELAY, f)]
 
-    w = Wire(chaos)
-    _, mr = region(w, 256 * 100)
+    w = qp_pair("mrc", chaos)
+    _, mr = w.region(256 * 100)
     data = payload(256 * 100)
     w.qa.post_write(1, data, mr.base_va, mr.rkey)
     w.run(0.5)
@@ -422,9 +343,9 @@ def test_dead_plane_goes_assumed_bad_and_probes_restore_it_after_repair():
     assert probes and w.qa.ev_states()["ASSUMED_BAD"] == 0
 
 
-def test_retry_limit_ends_a_dead_connection_clearly():
-    w = Wire(lambda t, h, p, f: [])
-    _, mr = region(w, 600)
+def test_retry_limit_ends_a_dead_connection_clearly(qp_pair):
+    w = qp_pair("mrc", lambda t, h, p, f: [])
+    _, mr = w.region(600)
     w.qa.post_write(1, payload(600), mr.base_va, mr.rkey)
     w.qa.post_write(2, payload(10), mr.base_va, mr.rkey)
     w.run(60.0)
@@ -437,9 +358,9 @@ def test_retry_limit_ends_a_dead_connection_clearly():
     assert w.qa.state is QpState.ERROR and w.qa.get_timer() is None or w.qa.state is QpState.ERROR
 
 
-def test_port_down_takes_the_plane_out_and_tells_the_peer():
-    w = Wire()
-    _, mr_b = region(w, 256 * 40)
+def test_port_down_takes_the_plane_out_and_tells_the_peer(qp_pair):
+    w = qp_pair("mrc")
+    _, mr_b = w.region(256 * 40)
     mr_a = w.mem[0].register(bytearray(256 * 40))
     w.run(0.001)
     w.qa.port_status(1, False, w.now)
@@ -459,8 +380,8 @@ def test_port_down_takes_the_plane_out_and_tells_the_peer():
     assert w.qa.ev_states()["ASSUMED_BAD"] == 0 and w.qb.ev_states()["ASSUMED_BAD"] == 0
 
 
-def test_deny_and_allow_through_the_api():
-    w = Wire()
+def test_deny_and_allow_through_the_api(qp_pair):
+    w = qp_pair("mrc")
     ev = w.qa.evs.ev_values[w.qa.evs.active[0]]
     w.qa.deny_ev(ev, 0.0)
     w.qa.allow_ev(ev, 0.0)
@@ -473,15 +394,15 @@ def test_deny_and_allow_through_the_api():
         w.qa.deny_ev(12345, 0.0)
     ev = w.qa.evs.ev_values[0]
     w.qa.deny_ev(ev, 0.0)
-    _, mr = region(w, 256 * 30)
+    _, mr = w.region(256 * 30)
     w.qa.post_write(1, payload(256 * 30), mr.base_va, mr.rkey)
     w.run(1.0)
     assert all(wire.udp_flow_to_ev(*_sport_flow(f)) != ev for _, _, f in w.sent[0] if is_data(f))
 
 
-def test_duplicated_frames_are_idempotent():
-    w = Wire(lambda t, h, p, f: [(DELAY, f), (DELAY * 3, f), (DELAY * 7, f)])
-    outer, mr = region(w, 256 * 10)
+def test_duplicated_frames_are_idempotent(qp_pair):
+    w = qp_pair("mrc", lambda t, h, p, f: [(DELAY, f), (DELAY * 3, f), (DELAY * 7, f)])
+    outer, mr = w.region(256 * 10)
     for k in range(5):
         w.qa.post_write(k, payload(512, k), mr.base_va + 512 * k, mr.rkey, imm=k)
     w.run(1.0)
@@ -490,11 +411,13 @@ def test_duplicated_frames_are_idempotent():
     assert w.qb.get_stats().rx_duplicates >= 20
 
 
-@settings(max_examples=300, deadline=None)
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(junk=st.binary(max_size=200), cut=st.integers(0, 400), flip=st.integers(0, 399))
-def test_garbage_never_raises(junk, cut, flip):
-    w = Wire()
-    _, mr = region(w, 300)
+def test_garbage_never_raises(qp_pair, junk, cut, flip):
+    w = qp_pair("mrc")
+    _, mr = w.region(300)
     w.qa.post_write(1, payload(300), mr.base_va, mr.rkey)
     frames = [f for _, f in w.qa.frames_to_send(0.0)]
     w.qb.receive_frame(junk, 0.0)
@@ -527,9 +450,13 @@ def schedules(draw):
     }
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(s=schedules())
-def test_property_bytes_exact_completions_once_in_order_no_error(s):
+def test_property_bytes_exact_completions_once_in_order_no_error(qp_pair, s):
     rng = random.Random(s["seed"])
 
     def chaos(t, h, port, f):
@@ -552,7 +479,7 @@ def test_property_bytes_exact_completions_once_in_order_no_error(s):
             out.append((d + rng.random() * 1e-3, f))
         return out
 
-    w = Wire(chaos)
+    w = qp_pair("mrc", chaos)
     total = sum(s["sizes"])
     outer = bytearray(b"\x5a" * (max(total, 1) + 64))
     mr = w.mem[1].register(memoryview(outer)[32 : 32 + max(total, 1)])
@@ -598,12 +525,12 @@ def _is_rtx(frame: bytes) -> bool:
     return bool(frame[66] & 0x20)
 
 
-def test_first_rto_covers_a_whole_first_window():
-    w = Wire()
+def test_first_rto_covers_a_whole_first_window(qp_pair):
+    w = qp_pair("mrc")
     assert w.qa.get_stats().rto_s == pytest.approx(8 * 2e-4)
 
 
-def test_probe_answers_do_not_feed_the_data_rtt():
+def test_probe_answers_do_not_feed_the_data_rtt(qp_pair):
     """Probes and their answers are small high-priority packets: their RTT says nothing
     about data.  Data takes 1 ms each way here, control 20 us."""
 
@@ -612,8 +539,8 @@ def test_probe_answers_do_not_feed_the_data_rtt():
             return []  # plane 1 dead for 20 ms: its EVs go ASSUMED_BAD and get probed
         return [(1e-3 if is_data(f) else 20e-6, f)]
 
-    w = Wire(chaos, cfg_a=replace(BASE, base_rtt_s=2e-3))
-    _, mr = region(w, 256 * 200)
+    w = qp_pair("mrc", chaos, cfg_a=replace(BASE, base_rtt_s=2e-3))
+    _, mr = w.region(256 * 200)
     w.qa.post_write(1, payload(256 * 200), mr.base_va, mr.rkey)
     w.run(0.2)
     assert [e.status for e in w.of(0, WriteCompleted)] == [WcStatus.SUCCESS]
@@ -621,7 +548,7 @@ def test_probe_answers_do_not_feed_the_data_rtt():
     assert w.qa.cc.min_rtt_s > 1e-3 and w.qa.get_stats().srtt_s > 1e-3
 
 
-def test_timer_uses_the_rto_of_now_not_of_the_send_time():
+def test_timer_uses_the_rto_of_now_not_of_the_send_time(qp_pair):
     """The RTO grows (queues build) while a packet is in flight: its timer follows."""
     state = {"write2": False, "first": None}
 
@@ -634,8 +561,8 @@ def test_timer_uses_the_rto_of_now_not_of_the_send_time():
             return [(0.42e-3 if _psn(f) == state["first"] else 0.3e-3, f)]
         return [(DELAY, f)]
 
-    w = Wire(chaos)
-    _, mr = region(w, 256 * 20)
+    w = qp_pair("mrc", chaos)
+    _, mr = w.region(256 * 20)
     w.qa.post_write(1, payload(256 * 4), mr.base_va, mr.rkey)
     w.run(0.01)
     assert w.qa.get_stats().rto_s == pytest.approx(0.4e-3)  # min_rto: 2 base RTTs
@@ -646,7 +573,7 @@ def test_timer_uses_the_rto_of_now_not_of_the_send_time():
     assert w.qa.get_stats().timeouts == 0 and w.qa.get_stats().retransmissions == 0
 
 
-def test_spurious_timeout_is_detected_and_the_rto_learns_from_it():
+def test_spurious_timeout_is_detected_and_the_rto_learns_from_it(qp_pair):
     held: dict = {"on": False}
 
     def chaos(t, h, port, f):
@@ -657,8 +584,8 @@ def test_spurious_timeout_is_detected_and_the_rto_learns_from_it():
             return [(0.9e-3, f)]  # the original is slow, not lost
         return [(DELAY, f)]
 
-    w = Wire(chaos)
-    _, mr = region(w, 256 * 5)
+    w = qp_pair("mrc", chaos)
+    _, mr = w.region(256 * 5)
     w.qa.post_write(1, payload(256 * 4), mr.base_va, mr.rkey)
     w.run(5e-3)
     assert w.qa.get_stats().rto_s == pytest.approx(0.4e-3)
@@ -674,7 +601,7 @@ def test_spurious_timeout_is_detected_and_the_rto_learns_from_it():
 
 
 @pytest.mark.parametrize(("planes", "spray"), [(1, "bag"), (1, "random"), (2, "bag")])
-def test_retransmission_after_a_timeout_never_uses_the_ev_that_lost_it(planes, spray):
+def test_retransmission_after_a_timeout_never_uses_the_ev_that_lost_it(qp_pair, planes, spray):
     lost: dict[int, int] = {}  # psn -> EV of the transmission that was lost
 
     def chaos(t, h, port, f):
@@ -684,8 +611,8 @@ def test_retransmission_after_a_timeout_never_uses_the_ev_that_lost_it(planes, s
         return [(DELAY, f)]
 
     cfg = replace(BASE, ev=EvConfig(ev_count=4 * planes, backup_per_plane=2, spray=spray))
-    w = Wire(chaos, planes=planes, cfg_a=cfg)
-    _, mr = region(w, 256 * 30)
+    w = qp_pair("mrc", chaos, planes=planes, cfg_a=cfg)
+    _, mr = w.region(256 * 30)
     data = payload(256 * 30)
     w.qa.post_write(1, data, mr.base_va, mr.rkey)
     w.run(1.0)
@@ -700,12 +627,12 @@ def test_retransmission_after_a_timeout_never_uses_the_ev_that_lost_it(planes, s
                 assert ev % planes != lost[psn] % planes
 
 
-def test_a_healthy_path_whose_ack_was_lost_is_answered_on_two_planes():
+def test_a_healthy_path_whose_ack_was_lost_is_answered_on_two_planes(qp_pair):
     """SACKs for duplicates and retransmissions go out twice, on the arrival plane and on
     another one: a retransmission answered only on a dead way back would time out again and
     condemn the healthy EV that carried it."""
-    w = Wire()
-    _, mr = region(w, 256 * 4)
+    w = qp_pair("mrc")
+    _, mr = w.region(256 * 4)
     frames = [f for _, f in w.qa.frames_to_send(0.0)]
     w.qa.post_write(1, payload(256), mr.base_va, mr.rkey)
     frames = [f for _, f in w.qa.frames_to_send(0.0)]
@@ -721,7 +648,7 @@ def test_a_healthy_path_whose_ack_was_lost_is_answered_on_two_planes():
 # -- hot paths: PSN wrap, duplicates ------------------------------------------------------------
 
 
-def test_long_transfer_across_the_psn_wrap_with_loss_reordering_and_duplicates():
+def test_long_transfer_across_the_psn_wrap_with_loss_reordering_and_duplicates(qp_pair):
     rng = random.Random(4)
 
     def chaos(t, h, port, f):
@@ -734,9 +661,9 @@ def test_long_transfer_across_the_psn_wrap_with_loss_reordering_and_duplicates()
         return out
 
     start = MASK - 700
-    w = Wire(chaos, cfg_a=replace(BASE, start_psn=start))
+    w = qp_pair("mrc", chaos, cfg_a=replace(BASE, start_psn=start))
     n = 2000  # packets: crosses 2^24 after 700
-    outer, mr = region(w, 256 * n)
+    outer, mr = w.region(256 * n)
     data = payload(256 * n, 9)
     for k in range(8):
         part = 256 * n // 8
@@ -752,7 +679,7 @@ def test_long_transfer_across_the_psn_wrap_with_loss_reordering_and_duplicates()
     assert st.rx_duplicates > 0 and st.rx_trimmed > 0 and w.qa.get_stats().retransmissions > 0
 
 
-def test_replayed_and_stale_sacks_never_complete_anything_twice_or_early():
+def test_replayed_and_stale_sacks_never_complete_anything_twice_or_early(qp_pair):
     sacks: list[bytes] = []
     hold = {"on": False}
 
@@ -763,8 +690,8 @@ def test_replayed_and_stale_sacks_never_complete_anything_twice_or_early():
             return [(5e-3, f)]  # write 2's data is slow
         return [(DELAY, f)]
 
-    w = Wire(chaos)
-    _, mr = region(w, 256 * 20)
+    w = qp_pair("mrc", chaos)
+    _, mr = w.region(256 * 20)
     w.qa.post_write(1, payload(256 * 10), mr.base_va, mr.rkey)
     w.run(0.01)
     assert [e.wr_id for e in w.of(0, WriteCompleted)] == [1]

@@ -1,11 +1,10 @@
-"""Two RoceQueuePairs over a programmable wire: byte-identical delivery, in-order acceptance,
-one NAK per gap, go-back-N, the local ACK timeout and retry exhaustion, DCQCN on ECN marks,
-memory protection, the ECMP-hashed single path, and property-based schedules of loss,
-reordering and duplication."""
+"""Two RoceQueuePairs over a programmable wire (the ``qp_pair`` fixture of conftest.py):
+byte-identical delivery, in-order acceptance, one NAK per gap, go-back-N, the local ACK
+timeout and retry exhaustion, DCQCN on ECN marks, memory protection, the ECMP-hashed single
+path, and property-based schedules of loss, reordering and duplication."""
 
 from __future__ import annotations
 
-import heapq
 import random
 from collections.abc import Callable
 from dataclasses import replace
@@ -15,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mrcnic import wire
-from mrcnic.rocev2.qp import RoceConfig, RoceQueuePair, RoceUnsupportedError, peek_dest_qp
+from mrcnic.rocev2.qp import RoceConfig, RoceQueuePair, RoceUnsupportedError
 from mrcnic.sim.fabric import host_net
 from mrcnic.transport.ev import EvState
 from mrcnic.transport.memory import MemoryTable
@@ -39,84 +38,10 @@ from mrcnic.wire.rocev2 import (
 )
 
 MASK = 0xFFFFFF
-DELAY = 50e-6
+DELAY = 50e-6  # the wire's delay (conftest.DELAY)
 RATE = 100e6  # one port
 Chaos = Callable[[float, int, int, bytes], list[tuple[float, bytes]]]
-
-
-BASE = RoceConfig(mtu_bytes=256, base_rtt_s=2e-4, ack_timeout_s=2e-3)
-
-
-class Wire:
-    """Two RoCEv2 QPs (h0 writes, h1 responds) and an event queue; ``chaos`` decides each
-    frame's fate: a list of (delay, frame) to deliver (empty = dropped)."""
-
-    def __init__(
-        self,
-        chaos: Chaos | None = None,
-        cfg_a: RoceConfig = BASE,
-        cfg_b: RoceConfig | None = None,
-        planes: int = 2,
-        t1: int = 2,
-        qpns: tuple[int, int] = (0x11, 0x22),
-    ) -> None:
-        self.shape = usid.ClosShape(planes=planes, t0=2, t1=t1, hosts_per_t0=1)
-        self.mem = [MemoryTable(seed=11), MemoryTable(seed=12)]
-        self.qa = RoceQueuePair(qpns[0], host_net(self.shape, 0), self.mem[0], RATE, cfg_a)
-        self.qb = RoceQueuePair(
-            qpns[1], host_net(self.shape, 1), self.mem[1], RATE, cfg_b or replace(cfg_a, seed=2)
-        )
-        self.qa.connect(self.qb.local_attributes())
-        self.qb.connect(self.qa.local_attributes())
-        self.qps = (self.qa, self.qb)
-        self.chaos = chaos or (lambda t, h, p, f: [(DELAY, f)])
-        self.now = 0.0
-        self._heap: list = []
-        self._seq = 0
-        self._timer: list[float | None] = [None, None]
-        self.events: list[list] = [[], []]
-        self.sent: list[list[tuple[float, int, bytes]]] = [[], []]
-
-    def _push(self, t: float, item: tuple) -> None:
-        self._seq += 1
-        heapq.heappush(self._heap, (t, self._seq, item))
-
-    def pump(self, h: int) -> None:
-        q = self.qps[h]
-        for port, frame in q.frames_to_send(self.now):
-            self.sent[h].append((self.now, port, frame))
-            for delay, f in self.chaos(self.now, h, port, frame):
-                self._push(self.now + delay, ("rx", 1 - h, f))
-        while (e := q.next_event()) is not None:
-            self.events[h].append(e)
-        t = q.get_timer()
-        if t is not None and t != self._timer[h]:
-            self._timer[h] = t
-            self._push(max(t, self.now), ("timer", h, t))
-
-    def run(self, until: float, stop: Callable[[], bool] | None = None) -> None:
-        self.pump(0)
-        self.pump(1)
-        while self._heap and self._heap[0][0] <= until:
-            t, _, (kind, h, x) = heapq.heappop(self._heap)
-            self.now = t
-            if kind == "rx":
-                assert peek_dest_qp(x) == self.qps[h].qpn
-                self.qps[h].receive_frame(x, t)
-            else:
-                if self._timer[h] != x:
-                    continue
-                self._timer[h] = None
-                self.qps[h].handle_timer(t)
-            self.pump(h)
-            if stop is not None and stop():
-                break
-
-    def of(self, h: int, kind: type) -> list:
-        return [e for e in self.events[h] if isinstance(e, kind)]
-
-    def data_psns(self) -> list[int]:
-        return [psn(f) for _, _, f in self.sent[0] if is_data(f)]
+BASE = RoceConfig(mtu_bytes=256, base_rtt_s=2e-4, ack_timeout_s=2e-3)  # conftest.ROCE_BASE
 
 
 def op(frame: bytes) -> int:
@@ -133,12 +58,6 @@ def is_data(frame: bytes) -> bool:
 
 def syndrome(frame: bytes) -> int:
     return frame[74]
-
-
-def region(w: Wire, size: int) -> tuple[bytearray, object]:
-    outer = bytearray(b"\xa5" * (size + 64))
-    mr = w.mem[1].register(memoryview(outer)[32 : 32 + size])
-    return outer, mr
 
 
 def payload(n: int, seed: int = 0) -> bytes:
@@ -162,9 +81,9 @@ def drop_first(match: Callable[[int, bytes], bool], count: int = 1) -> Chaos:
 
 
 @pytest.mark.parametrize("size", [1, 255, 256, 257, 5000])
-def test_write_completes_once_and_places_bytes(size):
-    w = Wire()
-    outer, mr = region(w, size)
+def test_write_completes_once_and_places_bytes(qp_pair, size):
+    w = qp_pair("rocev2")
+    outer, mr = w.region(size)
     data = payload(size)
     w.qa.post_write(7, data, mr.base_va, mr.rkey)
     w.run(1.0)
@@ -177,18 +96,18 @@ def test_write_completes_once_and_places_bytes(size):
     assert w.qb.get_stats().tx_acks >= 1 and w.qb.get_stats().tx_nacks == 0
 
 
-def test_zero_length_write_with_immediate():
-    w = Wire()
-    _, mr = region(w, 16)
+def test_zero_length_write_with_immediate(qp_pair):
+    w = qp_pair("rocev2")
+    _, mr = w.region(16)
     w.qa.post_write(1, b"", mr.base_va, mr.rkey, imm=0xDEADBEEF)
     w.run(1.0)
     assert [e.wr_id for e in w.of(0, WriteCompleted)] == [1]
     assert [(e.imm, e.byte_len) for e in w.of(1, ImmReceived)] == [(0xDEADBEEF, 0)]
 
 
-def test_rc_wire_format_reth_only_on_first_and_no_trim_dscp():
-    w = Wire()
-    _, mr = region(w, 1000)
+def test_rc_wire_format_reth_only_on_first_and_no_trim_dscp(qp_pair):
+    w = qp_pair("rocev2")
+    _, mr = w.region(1000)
     w.qa.post_write(1, payload(1000), mr.base_va, mr.rkey, imm=9)
     w.run(1.0)
     frames = [wire.parse_frame(f) for _, _, f in w.sent[0]]
@@ -205,9 +124,9 @@ def test_rc_wire_format_reth_only_on_first_and_no_trim_dscp():
     assert all(wire.verify_udp_checksum(fr, w.qa._final) for fr in frames)
 
 
-def test_one_path_per_qp_from_the_flow_hash():
-    w = Wire(planes=4, t1=4)
-    _, mr = region(w, 4000)
+def test_one_path_per_qp_from_the_flow_hash(qp_pair):
+    w = qp_pair("rocev2", planes=4, t1=4)
+    _, mr = w.region(4000)
     w.qa.post_write(1, payload(4000), mr.base_va, mr.rkey)
     w.run(1.0)
     evs = {wire.parse_frame(f).ev for _, _, f in w.sent[0]}
@@ -247,7 +166,7 @@ def test_qps_hash_independently_and_collide_like_ecmp():
 # -- in-order delivery and go-back-N ---------------------------------------------------------------
 
 
-def test_a_lost_packet_costs_one_nak_and_go_back_n_resends_everything_after_it():
+def test_a_lost_packet_costs_one_nak_and_go_back_n_resends_everything_after_it(qp_pair):
     lost_psn = []
 
     def chaos(t, h, port, f):
@@ -256,8 +175,8 @@ def test_a_lost_packet_costs_one_nak_and_go_back_n_resends_everything_after_it()
             return []
         return [(DELAY, f)]
 
-    w = Wire(chaos)
-    _, mr = region(w, 256 * 12)
+    w = qp_pair("rocev2", chaos)
+    _, mr = w.region(256 * 12)
     data = payload(256 * 12)
     w.qa.post_write(1, data, mr.base_va, mr.rkey)
     w.run(1.0)
@@ -276,7 +195,7 @@ def test_a_lost_packet_costs_one_nak_and_go_back_n_resends_everything_after_it()
     assert sa.timeouts == 0
 
 
-def test_reordering_is_a_gap_too():
+def test_reordering_is_a_gap_too(qp_pair):
     held = []
 
     def chaos(t, h, port, f):
@@ -285,8 +204,8 @@ def test_reordering_is_a_gap_too():
             return [(DELAY * 3, f)]  # arrives after its successors: dropped as out of order
         return [(DELAY, f)]
 
-    w = Wire(chaos)
-    _, mr = region(w, 256 * 8)
+    w = qp_pair("rocev2", chaos)
+    _, mr = w.region(256 * 8)
     data = payload(256 * 8, 1)
     w.qa.post_write(1, data, mr.base_va, mr.rkey)
     w.run(1.0)
@@ -297,12 +216,12 @@ def test_reordering_is_a_gap_too():
     assert w.qb.get_stats().tx_nacks == w.qa.get_stats().gbn_rewinds
 
 
-def test_duplicates_are_reacked_and_never_complete_twice():
+def test_duplicates_are_reacked_and_never_complete_twice(qp_pair):
     def chaos(t, h, port, f):
         return [(DELAY, f), (DELAY * 2.5, f)]  # everything twice, ACKs and NAKs included
 
-    w = Wire(chaos)
-    _, mr = region(w, 3000)
+    w = qp_pair("rocev2", chaos)
+    _, mr = w.region(3000)
     data = payload(3000, 2)
     w.qa.post_write(1, data, mr.base_va, mr.rkey, imm=5)
     w.qa.post_write(2, data[:100], mr.base_va, mr.rkey, imm=6)
@@ -313,7 +232,7 @@ def test_duplicates_are_reacked_and_never_complete_twice():
     assert bytes(mr.buffer)[:100] == data[:100] and bytes(mr.buffer)[100:] == data[100:]
 
 
-def test_a_lost_nak_is_repaired_by_the_local_ack_timeout():
+def test_a_lost_nak_is_repaired_by_the_local_ack_timeout(qp_pair):
     drops = {"data": 0, "nak": 0}
 
     def chaos(t, h, port, f):
@@ -325,8 +244,8 @@ def test_a_lost_nak_is_repaired_by_the_local_ack_timeout():
             return []
         return [(DELAY, f)]
 
-    w = Wire(chaos)
-    _, mr = region(w, 256 * 10)
+    w = qp_pair("rocev2", chaos)
+    _, mr = w.region(256 * 10)
     data = payload(256 * 10, 3)
     w.qa.post_write(1, data, mr.base_va, mr.rkey)
     w.run(1.0)
@@ -336,17 +255,17 @@ def test_a_lost_nak_is_repaired_by_the_local_ack_timeout():
     assert w.of(0, WriteCompleted)[0].time_s >= BASE.ack_timeout_s
 
 
-def test_lost_acks_are_covered_by_later_cumulative_acks():
-    w = Wire(drop_first(lambda h, f: h == 1 and op(f) == 0x11, count=2))
-    _, mr = region(w, 256 * 20)
+def test_lost_acks_are_covered_by_later_cumulative_acks(qp_pair):
+    w = qp_pair("rocev2", drop_first(lambda h, f: h == 1 and op(f) == 0x11, count=2))
+    _, mr = w.region(256 * 20)
     w.qa.post_write(1, payload(256 * 20), mr.base_va, mr.rkey)
     w.run(1.0)
     assert len(w.of(0, WriteCompleted)) == 1 and w.qa.get_stats().retransmissions == 0
 
 
-def test_psn_wraps_around():
-    w = Wire(cfg_a=replace(BASE, start_psn=MASK - 5))
-    _, mr = region(w, 256 * 20)
+def test_psn_wraps_around(qp_pair):
+    w = qp_pair("rocev2", cfg_a=replace(BASE, start_psn=MASK - 5))
+    _, mr = w.region(256 * 20)
     data = payload(256 * 20, 4)
     w.qa.post_write(1, data, mr.base_va, mr.rkey, imm=1)
     w.run(1.0)
@@ -354,9 +273,9 @@ def test_psn_wraps_around():
     assert bytes(mr.buffer) == data and w.qa.snd_una == (MASK - 5 + 20) & MASK
 
 
-def test_the_window_limits_outstanding_psns():
-    w = Wire(cfg_a=replace(BASE, max_outstanding_psns=5))
-    _, mr = region(w, 256 * 40)
+def test_the_window_limits_outstanding_psns(qp_pair):
+    w = qp_pair("rocev2", cfg_a=replace(BASE, max_outstanding_psns=5))
+    _, mr = w.region(256 * 40)
     w.qa.post_write(1, payload(256 * 40), mr.base_va, mr.rkey)
     w.qa.frames_to_send(0.0)
     out = (w.qa.snd_nxt - w.qa.snd_una) & MASK
@@ -368,12 +287,12 @@ def test_the_window_limits_outstanding_psns():
 # -- timeouts and errors ------------------------------------------------------------------------
 
 
-def test_retry_exhaustion_ends_in_a_qp_error_with_backoff():
+def test_retry_exhaustion_ends_in_a_qp_error_with_backoff(qp_pair):
     def chaos(t, h, port, f):
         return [] if h == 0 and t > 0.001 else [(DELAY, f)]  # the path dies at 1 ms
 
-    w = Wire(chaos)
-    _, mr = region(w, 256 * 200)
+    w = qp_pair("rocev2", chaos)
+    _, mr = w.region(256 * 200)
     w.qa.post_write(1, payload(256 * 100), mr.base_va, mr.rkey)
     w.qa.post_write(2, payload(256 * 100), mr.base_va + 256 * 100, mr.rkey)
     w.qa.post_write(3, b"x", mr.base_va, mr.rkey)
@@ -401,13 +320,13 @@ def test_retry_exhaustion_ends_in_a_qp_error_with_backoff():
         w.qa.post_write(9, b"y", mr.base_va, mr.rkey)
 
 
-def test_port_down_no_failover_until_retries_run_out():
+def test_port_down_no_failover_until_retries_run_out(qp_pair):
     def chaos(t, h, port, f):
         return [] if h == 0 and down[0] else [(DELAY, f)]
 
     down = [False]
-    w = Wire(chaos, planes=4)
-    _, mr = region(w, 256 * 400)  # about 9 ms at 100 Mb/s
+    w = qp_pair("rocev2", chaos, planes=4)
+    _, mr = w.region(256 * 400)  # about 9 ms at 100 Mb/s
     w.qa.post_write(1, payload(256 * 400), mr.base_va, mr.rkey)
     w.run(0.002)
     assert not w.of(0, WriteCompleted)
@@ -419,12 +338,12 @@ def test_port_down_no_failover_until_retries_run_out():
     assert w.qa.get_stats().tx_on_down_port > 0
 
 
-def test_a_short_outage_is_survived_by_retrying():
+def test_a_short_outage_is_survived_by_retrying(qp_pair):
     def chaos(t, h, port, f):
         return [] if h == 0 and 0.002 < t < 0.010 else [(DELAY, f)]
 
-    w = Wire(chaos)
-    _, mr = region(w, 256 * 100)
+    w = qp_pair("rocev2", chaos)
+    _, mr = w.region(256 * 100)
     data = payload(256 * 100, 5)
     w.qa.post_write(1, data, mr.base_va, mr.rkey)
     w.run(10.0)
@@ -432,9 +351,9 @@ def test_a_short_outage_is_survived_by_retrying():
     assert bytes(mr.buffer) == data and 1 <= w.qa.get_stats().timeouts <= 3
 
 
-def test_wrong_rkey_fails_at_the_requester_and_leaves_the_target_untouched():
-    w = Wire()
-    outer, mr = region(w, 4096)
+def test_wrong_rkey_fails_at_the_requester_and_leaves_the_target_untouched(qp_pair):
+    w = qp_pair("rocev2")
+    outer, mr = w.region(4096)
     good = payload(600, 6)
     w.qa.post_write(1, good, mr.base_va, mr.rkey)
     w.qa.post_write(2, payload(1000, 7), mr.base_va + 1000, mr.rkey ^ 0x5A5A)
@@ -456,9 +375,9 @@ def test_wrong_rkey_fails_at_the_requester_and_leaves_the_target_untouched():
 
 
 @pytest.mark.parametrize("where", ["out_of_bounds", "deregistered_midway"])
-def test_bounds_and_deregistration_are_refused(where):
-    w = Wire()
-    outer, mr = region(w, 1024)
+def test_bounds_and_deregistration_are_refused(qp_pair, where):
+    w = qp_pair("rocev2")
+    outer, mr = w.region(1024)
     if where == "out_of_bounds":
         w.qa.post_write(1, payload(2000), mr.base_va, mr.rkey)
         w.run(1.0)
@@ -475,14 +394,9 @@ def test_bounds_and_deregistration_are_refused(where):
 # -- write-with-immediate ---------------------------------------------------------------------
 
 
-def test_immediates_complete_in_order_under_loss():
-    rng = random.Random(9)
-
-    def chaos(t, h, port, f):
-        return [] if rng.random() < 0.1 else [(DELAY, f)]
-
-    w = Wire(chaos)
-    _, mr = region(w, 256 * 60)
+def test_immediates_complete_in_order_under_loss(qp_pair):
+    w = qp_pair("rocev2", loss=0.1, seed=9)
+    _, mr = w.region(256 * 60)
     sizes = [256 * 3, 10, 0, 256 * 5 + 7, 300]
     off = 0
     for k, n in enumerate(sizes):
@@ -499,7 +413,7 @@ def test_immediates_complete_in_order_under_loss():
 # -- DCQCN -------------------------------------------------------------------------------------
 
 
-def test_ce_marks_bring_cnps_a_rate_cut_and_then_recovery():
+def test_ce_marks_bring_cnps_a_rate_cut_and_then_recovery(qp_pair):
     marking = [True]
 
     def chaos(t, h, port, f):
@@ -510,8 +424,8 @@ def test_ce_marks_bring_cnps_a_rate_cut_and_then_recovery():
         return [(DELAY, f)]
 
     cfg = replace(BASE, lab_scale=10.0)  # DCQCN times 10x hardware: CNP interval 0.5 ms
-    w = Wire(chaos, cfg_a=cfg)
-    _, mr = region(w, 256 * 4000)
+    w = qp_pair("rocev2", chaos, cfg_a=cfg)
+    _, mr = w.region(256 * 4000)
     w.qa.post_write(1, payload(256 * 4000), mr.base_va, mr.rkey)
     w.run(0.01)  # 10 ms of marks
     sa, sb = w.qa.get_stats(), w.qb.get_stats()
@@ -531,9 +445,9 @@ def test_ce_marks_bring_cnps_a_rate_cut_and_then_recovery():
     assert sa.min_rate_bps < 0.5 * RATE
 
 
-def test_pacing_follows_the_dcqcn_rate():
-    w = Wire()
-    _, mr = region(w, 256 * 400)
+def test_pacing_follows_the_dcqcn_rate(qp_pair):
+    w = qp_pair("rocev2")
+    _, mr = w.region(256 * 400)
     w.qa.post_write(1, payload(256 * 400), mr.base_va, mr.rkey)
     for _ in range(3):
         w.qa.dcqcn.on_cnp(w.now)  # noqa: SLF001
@@ -546,7 +460,7 @@ def test_pacing_follows_the_dcqcn_rate():
     assert sent_bits / span == pytest.approx(rate, rel=0.1)
 
 
-def test_no_dcqcn_means_no_cnps():
+def test_no_dcqcn_means_no_cnps(qp_pair):
     def chaos(t, h, port, f):
         if h == 0 and is_data(f):
             b = bytearray(f)
@@ -555,8 +469,8 @@ def test_no_dcqcn_means_no_cnps():
         return [(DELAY, f)]
 
     cfg = replace(BASE, dcqcn=False)
-    w = Wire(chaos, cfg_a=cfg, cfg_b=replace(cfg, seed=2))
-    _, mr = region(w, 256 * 30)
+    w = qp_pair("rocev2", chaos, cfg_a=cfg, cfg_b=replace(cfg, seed=2))
+    _, mr = w.region(256 * 30)
     w.qa.post_write(1, payload(256 * 30), mr.base_va, mr.rkey)
     w.run(1.0)
     assert w.qb.get_stats().tx_cnps == 0 and w.qb.get_stats().rx_ecn_marked > 0
@@ -615,11 +529,13 @@ def test_hardware_timeout_encoding_scaled_to_the_lab():
     assert q.cnp_interval_s == pytest.approx(0.05)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.binary(max_size=200), st.integers(0, 199), st.integers(0, 255))
-def test_malformed_frames_never_raise(junk, pos, byte):
-    w = Wire()
-    _, mr = region(w, 600)
+def test_malformed_frames_never_raise(qp_pair, junk, pos, byte):
+    w = qp_pair("rocev2")
+    _, mr = w.region(600)
     w.qa.post_write(1, payload(600), mr.base_va, mr.rkey)
     frames = [f for _, f in w.qa.frames_to_send(0.0)]
     for f in [junk, *frames]:
@@ -637,7 +553,11 @@ def test_malformed_frames_never_raise(junk, pos, byte):
 @settings(
     max_examples=25,
     deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
 )
 @given(
     seed=st.integers(0, 2**32 - 1),
@@ -646,20 +566,10 @@ def test_malformed_frames_never_raise(junk, pos, byte):
     reorder=st.floats(0.0, 0.2),
     sizes=st.lists(st.integers(0, 3000), min_size=1, max_size=5),
 )
-def test_any_schedule_delivers_every_byte_once_in_order(seed, loss, dup, reorder, sizes):
-    rng = random.Random(seed)
-
-    def chaos(t, h, port, f):
-        if rng.random() < loss:
-            return []
-        out = [(DELAY * (1 + 3 * rng.random()) if rng.random() < reorder else DELAY, f)]
-        if rng.random() < dup:
-            out.append((DELAY * 2, f))
-        return out
-
-    w = Wire(chaos)
+def test_any_schedule_delivers_every_byte_once_in_order(qp_pair, seed, loss, dup, reorder, sizes):
+    w = qp_pair("rocev2", loss=loss, reorder=reorder, dup=dup, seed=seed)
     total = sum(sizes)
-    _, mr = region(w, max(total, 1))
+    _, mr = w.region(max(total, 1))
     data = payload(total, seed)
     off = 0
     for k, n in enumerate(sizes):
