@@ -14,7 +14,8 @@
 #include "mrc_io.h"
 
 #define KEY_LEN MRC_FWD_HDR_LEN
-#define CODE_AT 56
+#define KEY_AT MRC_FCACHE_KEY_AT
+#define CODE_AT MRC_FCACHE_CODE_AT
 
 static int table_ok(const uint8_t *table, size_t table_len) {
     size_t entries = table_len / MRC_FCACHE_ENTRY;
@@ -38,7 +39,7 @@ static const uint8_t *find(const uint8_t *table, size_t entries, const uint8_t *
         if (e[0] == 0) {
             return NULL; /* entries are never removed: the key is not further on */
         }
-        if (memcmp(e + 1, key, KEY_LEN) == 0) {
+        if (memcmp(e + KEY_AT, key, KEY_LEN) == 0) {
             return e;
         }
     }
@@ -55,13 +56,13 @@ int mrc_fcache_insert(uint8_t *table, size_t table_len, const uint8_t *key, size
     uint8_t *slot = table + home * MRC_FCACHE_ENTRY; /* evicted when the window is full */
     for (size_t j = 0; j < MRC_FCACHE_PROBES && j < entries; j++) {
         uint8_t *e = table + ((home + j) & (entries - 1)) * MRC_FCACHE_ENTRY;
-        if (e[0] == 0 || memcmp(e + 1, key, KEY_LEN) == 0) {
+        if (e[0] == 0 || memcmp(e + KEY_AT, key, KEY_LEN) == 0) {
             slot = e;
             break;
         }
     }
     slot[0] = 1;
-    memcpy(slot + 1, key, KEY_LEN);
+    memcpy(slot + KEY_AT, key, KEY_LEN);
     memcpy(slot + CODE_AT, &code, 4);
     return 0;
 }
@@ -79,39 +80,35 @@ int mrc_fcache_lookup(const uint8_t *table, size_t table_len, const uint8_t *key
     return 1;
 }
 
-int mrc_fwd_wake(uint8_t *ring, size_t ring_len, size_t block_size, size_t frame_size,
-                 size_t frame_nr, size_t head, size_t max, uint32_t *offs, uint32_t *lens,
-                 size_t cap, const uint8_t *table, size_t table_len, int32_t *dec,
-                 uint8_t *verdict, const uint8_t *l2, size_t l2_len, size_t block_bytes,
-                 int64_t *budget, int64_t *port_bytes, uint32_t *port_count, uint32_t *port_start,
-                 size_t n_ports, uint16_t *order, uint16_t *defer, int64_t *hist,
-                 size_t hist_len, int64_t *totals, const int32_t *fds, int64_t *port_out,
-                 int64_t *res, int64_t now_ns, const double *rate_per_ns,
-                 const int64_t *burst, int64_t *stamp_ns) {
-    if (!table_ok(table, table_len) || dec == NULL || fds == NULL || port_out == NULL ||
-        res == NULL || rate_per_ns == NULL || burst == NULL || stamp_ns == NULL ||
-        budget == NULL || n_ports == 0 || n_ports > 0x10000u || max > 0xFFFFu) {
+int mrc_fwd_wake(struct mrc_fwd_batch *b, const struct mrc_fwd_rx *rx, size_t head,
+                 int64_t now_ns) {
+    if (b == NULL || rx == NULL || !table_ok(rx->table, rx->table_len) || b->dec == NULL ||
+        b->fds == NULL || b->sent == NULL || b->sent_ports == NULL || b->rate_per_ns == NULL ||
+        b->burst == NULL || b->stamp_ns == NULL || b->budget == NULL || b->n_ports == 0 ||
+        b->n_ports > MRC_FWD_MAX_PORTS || rx->slots > b->max_batch ||
+        rx->slots > MRC_FWD_MAX_BATCH) {
         return -EINVAL;
     }
-    int n = mrc_ring_collect(ring, ring_len, block_size, frame_size, frame_nr, head, max, offs,
-                             lens);
+    uint8_t *ring = rx->buf;
+    size_t ring_len = rx->buf_len;
+    uint32_t *offs = rx->offs, *lens = rx->lens;
+    int n = mrc_ring_collect(ring, ring_len, rx->block_size, rx->frame_size, rx->frame_nr, head,
+                             rx->slots, offs, lens);
     if (n < 0) {
         return n;
     }
-    for (size_t k = 0; k < MRC_WAKE_RES_LEN; k++) {
-        res[k] = 0;
-    }
-    res[0] = n;
+    struct mrc_fwd_result *res = &b->res;
+    *res = (struct mrc_fwd_result){.n = n};
     if (n == 0) {
         return 0;
     }
-    size_t entries = table_len / MRC_FCACHE_ENTRY;
+    size_t entries = rx->table_len / MRC_FCACHE_ENTRY;
     int64_t misses = 0;
     for (size_t i = 0; i < (size_t)n; i++) {
         uint8_t key[KEY_LEN];
         size_t k = lens[i]; /* as mrc_fwd_keys: the first 54 bytes, zero-filled */
-        if (k > cap) {
-            k = cap;
+        if (k > rx->cap) {
+            k = rx->cap;
         }
         if (k > ring_len - offs[i]) { /* collect keeps offs[i] <= ring_len */
             k = ring_len - offs[i];
@@ -121,60 +118,55 @@ int mrc_fwd_wake(uint8_t *ring, size_t ring_len, size_t block_size, size_t frame
         }
         memcpy(key, ring + offs[i], k);
         memset(key + k, 0, KEY_LEN - k);
-        const uint8_t *e = find(table, entries, key);
+        const uint8_t *e = find(rx->table, entries, key);
         if (e == NULL) {
             misses++;
         } else {
-            memcpy(&dec[i], e + CODE_AT, 4);
+            memcpy(&b->dec[i], e + CODE_AT, 4);
         }
     }
     if (misses) {
-        res[1] = misses;
+        res->misses = misses;
         return n;
     }
-    for (size_t p = 0; p < n_ports; p++) { /* the tokens earned since the budget was set */
-        if (budget[p] >= 0 && now_ns > stamp_ns[p]) {
-            double t = (double)budget[p] + (double)(now_ns - stamp_ns[p]) * rate_per_ns[p];
-            budget[p] = t < (double)burst[p] ? (int64_t)t : burst[p];
-            stamp_ns[p] = now_ns;
+    for (size_t p = 0; p < b->n_ports; p++) { /* the tokens earned since the budget was set */
+        if (b->budget[p] >= 0 && now_ns > b->stamp_ns[p]) {
+            double earned = (double)(now_ns - b->stamp_ns[p]) * b->rate_per_ns[p];
+            double t = (double)b->budget[p] + earned;
+            b->budget[p] = t < (double)b->burst[p] ? (int64_t)t : b->burst[p];
+            b->stamp_ns[p] = now_ns;
         }
     }
-    int n_defer = mrc_fwd_plan(ring, ring_len, offs, lens, cap, dec, verdict, (size_t)n, l2,
-                               l2_len, block_bytes, budget, port_bytes, port_count, port_start,
-                               n_ports, order, defer, hist, hist_len, totals);
+    int n_defer = mrc_fwd_plan(b, rx, (size_t)n);
     if (n_defer < 0) {
         return n_defer;
     }
-    res[2] = n_defer;
     int64_t n_sent_ports = 0;
-    for (size_t p = 0; p < n_ports; p++) {
-        if (port_count[p] == 0) {
+    for (size_t p = 0; p < b->n_ports; p++) {
+        uint32_t count = b->port_count[p];
+        if (count == 0) {
             continue;
         }
-        int64_t *out = port_out + 4 * p;
-        if (fds[p] < 0) {
-            out[0] = 0;
-            out[1] = port_count[p];
-            out[2] = EBADF;
-            out[3] = 0;
+        struct mrc_fwd_sent *out = &b->sent[p];
+        if (b->fds[p] < 0) {
+            *out = (struct mrc_fwd_sent){.failed = count, .err = EBADF};
         } else {
             int64_t io[3];
-            int sent = mrc_io_send_iov(fds[p], ring, ring_len, offs, lens, (size_t)n,
-                                       order + port_start[p], port_count[p], io);
+            int sent = mrc_io_send_iov(b->fds[p], ring, ring_len, offs, lens, (size_t)n,
+                                       b->order + b->port_start[p], count, io);
             if (sent < 0) {
                 return sent; /* cannot happen: plan's order[] is in range */
             }
-            out[0] = sent;
-            out[1] = io[0];
-            out[2] = io[1];
-            out[3] = io[2];
+            *out = (struct mrc_fwd_sent){.sent = sent, .failed = io[0], .err = io[1],
+                                         .bytes = io[2]};
         }
-        res[MRC_WAKE_RES_LEN + n_sent_ports++] = (int64_t)p;
+        b->sent_ports[n_sent_ports++] = (uint32_t)p;
     }
-    res[4] = n_sent_ports;
+    res->n_sent_ports = n_sent_ports;
     if (n_defer == 0) {
-        mrc_ring_release(ring, ring_len, block_size, frame_size, frame_nr, head, (size_t)n);
-        res[3] = 1;
+        mrc_ring_release(ring, ring_len, rx->block_size, rx->frame_size, rx->frame_nr, head,
+                         (size_t)n);
+        res->released = 1;
     }
     return n;
 }

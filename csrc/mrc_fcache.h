@@ -2,6 +2,8 @@
 #define MRC_FCACHE_H
 #include <stddef.h>
 #include <stdint.h>
+
+#include "mrc_fwd.h"
 /* mrc-switch's per-wake-up fast path (mrcswitch/fcache.py is the Python twin): a bounded
  * memo of Python's forwarding decisions, and one call that forwards a whole receive batch
  * with it. C still makes no decision: it only replays the ones Python stored.
@@ -16,7 +18,8 @@
 enum {
     MRC_FCACHE_ENTRY = 64,
     MRC_FCACHE_PROBES = 8,
-    MRC_WAKE_RES_LEN = 5 /* res[] holds at least this + n_ports entries */
+    MRC_FCACHE_KEY_AT = 1, /* entry bytes: the key (MRC_FWD_HDR_LEN bytes) */
+    MRC_FCACHE_CODE_AT = 56 /* entry bytes: the decision record */
 };
 
 /* Store key -> code: in the key's entry if present, else the first free one in its probe
@@ -29,31 +32,28 @@ int mrc_fcache_insert(uint8_t *table, size_t table_len, const uint8_t *key, size
 int mrc_fcache_lookup(const uint8_t *table, size_t table_len, const uint8_t *key, size_t key_len,
                       int32_t *code);
 
-/* One wake-up of one port with a PACKET_MMAP ring (geometry as mrc_ring_collect):
- * 1. collect up to max frames from slot head (offs/lens as mrc_ring_collect);
- * 2. look each frame's key up in table; if any frame misses: res[1] = misses and stop
- *    (frames untouched, nothing sent or released: the caller decides in Python, stores the
- *    decisions and runs the batch itself);
+/* One wake-up of one port: rx is a PACKET_MMAP ring (buf, geometry) with the in-port's
+ * decision cache (rx->table), b as for mrc_fwd_plan (mrc_fwd.h) plus the out-ports' send
+ * sockets and token buckets:
+ * 1. collect up to rx->slots frames from ring slot head into rx->offs/lens (as
+ *    mrc_ring_collect);
+ * 2. look each frame's key up in the table; if any frame misses: res.misses = how many, and
+ *    stop (frames untouched, nothing sent or released: the caller decides in Python, stores
+ *    the decisions and runs the batch itself);
  * 3. else every port p whose budget[p] >= 0 is refilled as its token bucket is:
  *    budget[p] = min(burst[p], budget[p] + (now_ns - stamp_ns[p]) * rate_per_ns[p]) (in
  *    double, truncated), stamp_ns[p] = now_ns (only if now_ns > stamp_ns[p]); so a budget
  *    set to the bucket's tokens at stamp_ns stays at most the tokens (the caller keeps
  *    both in step: what is sent at once leaves both); then dec[i] = the stored records and
- *    mrc_fwd_plan runs on the batch (same arguments, same results);
- * 4. for every port p with SENT frames: mrc_io_send_iov(fds[p], its frames) with
- *    port_out[4p..4p+3] = sent, failed, errno, bytes (an fd < 0 fails them all with EBADF);
- *    res[5..5+res[4]) lists those ports in increasing order;
- * 5. if no frame was deferred (res[2] = n_defer = 0) the n slots go back to the kernel
- *    (res[3] = 1); otherwise the caller releases them once it has copied the deferred ones.
- * res[0] = n. res needs MRC_WAKE_RES_LEN + n_ports entries, port_out 4 * n_ports.
+ *    mrc_fwd_plan runs on the batch (same results);
+ * 4. for every port p with SENT frames: mrc_io_send_iov(fds[p], its frames), sent[p] says
+ *    what it did (an fd < 0 fails them all with EBADF); sent_ports[0..res.n_sent_ports)
+ *    lists those ports in increasing order;
+ * 5. if no frame was deferred (res.n_defer = 0) the n slots go back to the kernel
+ *    (res.released = 1); otherwise the caller releases them once it has copied the deferred
+ *    ones.
+ * b->res says what happened (res.n = n; fields a step did not reach are 0).
  * Returns n (0 when the ring is empty), or -EINVAL (bad arguments: nothing done). */
-int mrc_fwd_wake(uint8_t *ring, size_t ring_len, size_t block_size, size_t frame_size,
-                 size_t frame_nr, size_t head, size_t max, uint32_t *offs, uint32_t *lens,
-                 size_t cap, const uint8_t *table, size_t table_len, int32_t *dec,
-                 uint8_t *verdict, const uint8_t *l2, size_t l2_len, size_t block_bytes,
-                 int64_t *budget, int64_t *port_bytes, uint32_t *port_count, uint32_t *port_start,
-                 size_t n_ports, uint16_t *order, uint16_t *defer, int64_t *hist,
-                 size_t hist_len, int64_t *totals, const int32_t *fds, int64_t *port_out,
-                 int64_t *res, int64_t now_ns, const double *rate_per_ns,
-                 const int64_t *burst, int64_t *stamp_ns);
+int mrc_fwd_wake(struct mrc_fwd_batch *b, const struct mrc_fwd_rx *rx, size_t head,
+                 int64_t now_ns);
 #endif

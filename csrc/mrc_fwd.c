@@ -12,17 +12,19 @@
 #include <errno.h>
 #include <string.h>
 
-#define OFF_PLEN 18
-#define OFF_HOP 21
-#define OFF_DST 38
-#define MAX_BATCH 65535u /* indices are uint16_t */
+#define PORT_OF(d) ((size_t)(d) & (MRC_FWD_MAX_PORTS - 1u))
 
-int mrc_fwd_keys(const uint8_t *buf, size_t buf_len, const uint32_t *offs, const uint32_t *lens,
-                 size_t cap, size_t n, uint8_t *keys, size_t keys_len) {
-    if ((n > 0 && (buf == NULL || offs == NULL || lens == NULL || keys == NULL)) ||
-        n > MAX_BATCH || keys_len / MRC_FWD_HDR_LEN < n) {
+static int rx_ok(const struct mrc_fwd_rx *rx, size_t n) {
+    return rx != NULL && rx->slots <= MRC_FWD_MAX_BATCH && n <= rx->slots &&
+           (n == 0 || (rx->buf != NULL && rx->offs != NULL && rx->lens != NULL));
+}
+
+int mrc_fwd_keys(const struct mrc_fwd_rx *rx, size_t n, uint8_t *keys, size_t keys_len) {
+    if (!rx_ok(rx, n) || (n > 0 && keys == NULL) || keys_len / MRC_FWD_HDR_LEN < n) {
         return -EINVAL;
     }
+    const uint32_t *offs = rx->offs, *lens = rx->lens;
+    size_t buf_len = rx->buf_len;
     for (size_t i = 0; i < n; i++) {
         if (offs[i] > buf_len) {
             return -EINVAL;
@@ -31,8 +33,8 @@ int mrc_fwd_keys(const uint8_t *buf, size_t buf_len, const uint32_t *offs, const
     for (size_t i = 0; i < n; i++) {
         size_t avail = buf_len - offs[i];
         size_t k = lens[i];
-        if (k > cap) {
-            k = cap;
+        if (k > rx->cap) {
+            k = rx->cap;
         }
         if (k > avail) {
             k = avail;
@@ -41,85 +43,86 @@ int mrc_fwd_keys(const uint8_t *buf, size_t buf_len, const uint32_t *offs, const
             k = MRC_FWD_HDR_LEN;
         }
         uint8_t *key = keys + i * MRC_FWD_HDR_LEN;
-        memcpy(key, buf + offs[i], k);
+        memcpy(key, rx->buf + offs[i], k);
         memset(key + k, 0, MRC_FWD_HDR_LEN - k);
     }
     return 0;
 }
 
 /* The verdict for frame i, with the in-place rewrite of a forward (nothing else written). */
-static uint8_t apply_one(uint8_t *buf, size_t buf_len, const uint32_t *offs, uint32_t *lens,
-                         size_t cap, int32_t d, size_t i, const uint8_t *l2, size_t block_bytes,
-                         size_t n_ports, size_t hist_len, int64_t *budget, int64_t *port_bytes) {
-    size_t off = offs[i], len = lens[i];
-    if (len < MRC_FWD_HDR_LEN || len > cap || off > buf_len || len > buf_len - off) {
+static uint8_t apply_one(struct mrc_fwd_batch *b, const struct mrc_fwd_rx *rx, int32_t d,
+                         size_t i) {
+    size_t off = rx->offs[i], len = rx->lens[i];
+    if (len < MRC_FWD_HDR_LEN || len > rx->cap || off > rx->buf_len ||
+        len > rx->buf_len - off) {
         return MRC_FWD_REFUSED;
     }
-    uint8_t *f = buf + off;
-    size_t need = MRC_FWD_HDR_LEN + ((size_t)f[OFF_PLEN] << 8 | f[OFF_PLEN + 1]);
+    uint8_t *f = rx->buf + off;
+    size_t need = MRC_FWD_HDR_LEN + ((size_t)f[MRC_FWD_OFF_PLEN] << 8 | f[MRC_FWD_OFF_PLEN + 1]);
     if (need > len) {
         return MRC_FWD_REFUSED;
     }
     if (d < 0) {
         int64_t reason = -(int64_t)d;
-        return ((uint64_t)reason < hist_len) ? MRC_FWD_DROP : MRC_FWD_REFUSED;
+        return ((uint64_t)reason < b->hist_len) ? MRC_FWD_DROP : MRC_FWD_REFUSED;
     }
-    size_t port = (size_t)d & 0xFFFFu;
-    size_t shift_bytes = 2 * ((size_t)d >> 16);
-    size_t tail = 16 - block_bytes; /* destination bytes after the locator block */
-    if (port >= n_ports || shift_bytes > tail || f[OFF_HOP] <= 1) {
+    size_t port = PORT_OF(d);
+    size_t shift_bytes = 2 * ((size_t)d >> MRC_FWD_SHIFT_BITS);
+    size_t tail = 16 - b->block_bytes; /* destination bytes after the locator block */
+    if (port >= b->n_ports || shift_bytes > tail || f[MRC_FWD_OFF_HOP] <= 1) {
         return MRC_FWD_REFUSED;
     }
-    f[OFF_HOP] -= 1;
+    f[MRC_FWD_OFF_HOP] -= 1;
     if (shift_bytes) {
-        uint8_t *after = f + OFF_DST + block_bytes;
+        uint8_t *after = f + MRC_FWD_OFF_DST + b->block_bytes;
         memmove(after, after + shift_bytes, tail - shift_bytes);
         memset(after + tail - shift_bytes, 0, shift_bytes);
     }
-    memcpy(f, l2 + 12 * port, 12);
-    lens[i] = (uint32_t)need; /* ipv6_rcv cuts what follows the payload */
-    if (budget[port] >= (int64_t)need) {
-        budget[port] -= (int64_t)need;
-        port_bytes[port] += (int64_t)need;
+    memcpy(f, b->l2 + MRC_FWD_L2_LEN * port, MRC_FWD_L2_LEN);
+    rx->lens[i] = (uint32_t)need; /* ipv6_rcv cuts what follows the payload */
+    if (b->budget[port] >= (int64_t)need) {
+        b->budget[port] -= (int64_t)need;
+        b->port_bytes[port] += (int64_t)need;
         return MRC_FWD_SEND;
     }
-    budget[port] = -1; /* everything after this frame queues behind it */
+    b->budget[port] = -1; /* everything after this frame queues behind it */
     return MRC_FWD_QUEUE;
 }
 
-int mrc_fwd_plan(uint8_t *buf, size_t buf_len, const uint32_t *offs, uint32_t *lens, size_t cap,
-                 const int32_t *dec, uint8_t *verdict, size_t n, const uint8_t *l2, size_t l2_len,
-                 size_t block_bytes, int64_t *budget, int64_t *port_bytes, uint32_t *port_count,
-                 uint32_t *port_start, size_t n_ports, uint16_t *order, uint16_t *defer,
-                 int64_t *hist, size_t hist_len, int64_t *totals) {
-    if (n > MAX_BATCH || n_ports == 0 || n_ports > 0x10000u || block_bytes < 1 ||
-        block_bytes > 14 || l2 == NULL || l2_len / 12 < n_ports || budget == NULL ||
-        port_bytes == NULL || port_count == NULL || port_start == NULL || hist == NULL ||
-        hist_len == 0 || totals == NULL) {
+static int batch_ok(const struct mrc_fwd_batch *b, size_t n) {
+    return b != NULL && n <= b->max_batch && b->max_batch <= MRC_FWD_MAX_BATCH &&
+           b->n_ports > 0 && b->n_ports <= MRC_FWD_MAX_PORTS && b->block_bytes >= 1 &&
+           b->block_bytes <= 14 && b->l2 != NULL && b->l2_len / MRC_FWD_L2_LEN >= b->n_ports &&
+           b->budget != NULL && b->port_bytes != NULL && b->port_count != NULL &&
+           b->port_start != NULL && b->hist != NULL && b->hist_len > 0 &&
+           (n == 0 || (b->dec != NULL && b->verdict != NULL && b->order != NULL &&
+                       b->defer != NULL));
+}
+
+int mrc_fwd_plan(struct mrc_fwd_batch *b, const struct mrc_fwd_rx *rx, size_t n) {
+    if (!batch_ok(b, n) || !rx_ok(rx, n)) {
         return -EINVAL;
     }
-    if (n > 0 && (buf == NULL || offs == NULL || lens == NULL || dec == NULL ||
-                  verdict == NULL || order == NULL || defer == NULL)) {
-        return -EINVAL;
-    }
+    size_t n_ports = b->n_ports;
+    const int32_t *dec = b->dec;
+    uint32_t *port_count = b->port_count, *port_start = b->port_start;
     for (size_t p = 0; p < n_ports; p++) {
-        port_bytes[p] = 0;
+        b->port_bytes[p] = 0;
         port_count[p] = 0;
     }
     int64_t rx_bytes = 0, drops = 0;
     size_t n_defer = 0;
     for (size_t i = 0; i < n; i++) {
-        rx_bytes += lens[i];
-        uint8_t v = apply_one(buf, buf_len, offs, lens, cap, dec[i], i, l2, block_bytes,
-                              n_ports, hist_len, budget, port_bytes);
-        verdict[i] = v;
+        rx_bytes += rx->lens[i];
+        uint8_t v = apply_one(b, rx, dec[i], i);
+        b->verdict[i] = v;
         if (v == MRC_FWD_SEND) {
-            port_count[(size_t)dec[i] & 0xFFFFu] += 1;
+            port_count[PORT_OF(dec[i])] += 1;
         } else if (v == MRC_FWD_DROP) {
-            hist[-(int64_t)dec[i]] += 1;
+            b->hist[-(int64_t)dec[i]] += 1;
             drops += 1;
         } else {
-            defer[n_defer++] = (uint16_t)i;
+            b->defer[n_defer++] = (uint16_t)i;
         }
     }
     /* counting sort of the SENT frames by port, keeping arrival order within a port */
@@ -129,14 +132,20 @@ int mrc_fwd_plan(uint8_t *buf, size_t buf_len, const uint32_t *offs, uint32_t *l
         start += port_count[p];
     }
     for (size_t i = 0; i < n; i++) {
-        if (verdict[i] == MRC_FWD_SEND) {
-            order[port_start[(size_t)dec[i] & 0xFFFFu]++] = (uint16_t)i;
+        if (b->verdict[i] == MRC_FWD_SEND) {
+            b->order[port_start[PORT_OF(dec[i])]++] = (uint16_t)i;
         }
     }
     for (size_t p = 0; p < n_ports; p++) {
         port_start[p] -= port_count[p];
     }
-    totals[0] = rx_bytes;
-    totals[1] = drops;
+    struct mrc_fwd_result *res = &b->res;
+    res->n = (int64_t)n;
+    res->misses = 0;
+    res->n_defer = (int64_t)n_defer;
+    res->released = 0;
+    res->n_sent_ports = 0;
+    res->rx_bytes = rx_bytes;
+    res->drops = drops;
     return (int)n_defer;
 }

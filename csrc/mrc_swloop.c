@@ -12,7 +12,6 @@
 #include "mrc_io.h"
 
 #define MAX_EVENTS 32 /* events per wait: the others stay ready (level-triggered) */
-#define MAX_PORTS 1024
 #define GO_ON (-1000000) /* rx_batch: nothing to report, next batch (not an errno) */
 
 static int64_t now_ns(void) {
@@ -44,7 +43,7 @@ static int netdown(int64_t e) { return e == ENETDOWN || e == ENXIO || e == ENODE
 
 static void count_drop(const struct mrc_sw *sw, struct mrc_sw_port *p, int32_t reason,
                        int64_t n) {
-    if (reason > 0 && (size_t)reason < sw->hist_len) {
+    if (reason > 0 && (size_t)reason < sw->fwd.hist_len) {
         p->drops[reason] += n;
     }
 }
@@ -56,25 +55,25 @@ static void link_down(const struct mrc_sw *sw, struct mrc_sw_port *p) {
 }
 
 /* Account for what a send on p did; returns 1 if its link went down. */
-static int sent(const struct mrc_sw *sw, struct mrc_sw_port *p, const int64_t *o) {
-    p->tx_packets += o[0];
-    p->tx_bytes += o[3];
-    if (o[1] == 0) {
+static int sent(const struct mrc_sw *sw, struct mrc_sw_port *p, const struct mrc_fwd_sent *o) {
+    p->tx_packets += o->sent;
+    p->tx_bytes += o->bytes;
+    if (o->failed == 0) {
         return 0;
     }
-    if (netdown(o[2])) {
-        count_drop(sw, p, sw->reason_port_down, o[1]);
+    if (netdown(o->err)) {
+        count_drop(sw, p, sw->reason_port_down, o->failed);
         link_down(sw, p);
         return 1;
     }
-    count_drop(sw, p, sw->reason_tx_error, o[1]);
+    count_drop(sw, p, sw->reason_tx_error, o->failed);
     return 0;
 }
 
 /* Send what every queue may send by now (Switch._tx); a port whose link went down is
- * reported through *down (its index) and the serving stops there. Returns the earliest time
- * a queued frame may leave afterwards (INT64_MAX if none). */
-static int64_t serve(struct mrc_sw *sw, int64_t now, int64_t *down, int64_t *err) {
+ * reported in ev (LINK_DOWN: port, err) and the serving stops there (returns -1). Returns
+ * the earliest time a queued frame may leave afterwards (INT64_MAX if none). */
+static int64_t serve(struct mrc_sw *sw, int64_t now, struct mrc_sw_event *ev) {
     int64_t next = INT64_MAX;
     for (uint32_t i = 0; i < sw->n_ports; i++) {
         struct mrc_sw_port *p = &sw->ports[i];
@@ -90,10 +89,12 @@ static int64_t serve(struct mrc_sw *sw, int64_t now, int64_t *down, int64_t *err
         if (t >= 0 && t <= now) {
             int64_t o[4] = {0, 0, 0, 0};
             mrc_eq_send(q, p->tx_fd, now, o);
-            if (sent(sw, p, o)) {
-                *down = i;
-                *err = o[2];
-                return next;
+            struct mrc_fwd_sent s = {.sent = o[0], .failed = o[1], .err = o[2], .bytes = o[3]};
+            if (sent(sw, p, &s)) {
+                ev->why = MRC_SW_LINK_DOWN;
+                ev->port = (int32_t)i;
+                ev->err = (int32_t)s.err;
+                return -1;
             }
             t = mrc_eq_next_send_ns(q, now);
         }
@@ -104,25 +105,22 @@ static int64_t serve(struct mrc_sw *sw, int64_t now, int64_t *down, int64_t *err
     return next;
 }
 
-/* One received batch of port pi (Switch._rx): returns a code to report, a -errno, or GO_ON. */
-static int rx_batch(struct mrc_sw *sw, uint32_t pi, int64_t now, int64_t *out, int *n_out) {
+/* One received batch of port pi (Switch._rx): returns a code to report (ev filled), a
+ * -errno, or GO_ON. */
+static int rx_batch(struct mrc_sw *sw, uint32_t pi, int64_t now, struct mrc_sw_event *ev,
+                    int *n_out) {
     struct mrc_sw_port *p = &sw->ports[pi];
+    struct mrc_fwd_batch *b = &sw->fwd;
     uint32_t np = sw->n_ports;
     for (uint32_t j = 0; j < np; j++) { /* what may leave at once: the queues' budgets */
         struct mrc_sw_port *o = &sw->ports[j];
         int ok = o->up && o->tx_fd >= 0;
-        sw->budget[j] = ok ? mrc_eq_fast_budget(o->q, now) : -1;
-        sw->stamp_ns[j] = o->q->last_ns;
-        sw->fds[j] = ok ? o->tx_fd : -1;
+        b->budget[j] = ok ? mrc_eq_fast_budget(o->q, now) : -1;
+        b->stamp_ns[j] = o->q->last_ns;
+        b->fds[j] = ok ? o->tx_fd : -1;
     }
-    int64_t *res = sw->res;
-    int n = mrc_fwd_wake(p->ring, p->ring_len, p->block_size, p->frame_size, p->frame_nr,
-                         p->head, sw->slots, p->offs, p->lens, sw->cap, p->fcache,
-                         p->fcache_len, sw->dec, sw->verdict, sw->l2, 12 * (size_t)np,
-                         sw->block_bytes, sw->budget, sw->port_bytes, sw->port_count,
-                         sw->port_start, np, sw->order, sw->defer, p->drops, sw->hist_len,
-                         sw->totals, sw->fds, sw->port_out, res, now, sw->rate_per_ns,
-                         sw->burst, sw->stamp_ns);
+    b->hist = p->drops; /* drops decided on this in-port */
+    int n = mrc_fwd_wake(b, &p->rx, p->head, now);
     *n_out = n;
     if (n < 0) {
         return n;
@@ -130,94 +128,107 @@ static int rx_batch(struct mrc_sw *sw, uint32_t pi, int64_t now, int64_t *out, i
     if (n == 0) {
         return GO_ON;
     }
-    out[1] = pi;
-    out[2] = n;
-    if (res[1]) {
+    const struct mrc_fwd_result *res = &b->res;
+    ev->port = (int32_t)pi;
+    ev->frames = n;
+    if (res->misses) {
         return MRC_SW_MISS;
     }
     p->rx_packets += n;
-    p->rx_bytes += sw->totals[0];
-    int64_t down = -1;
-    for (int64_t k = 0; k < res[4]; k++) {
-        int64_t j = res[MRC_WAKE_RES_LEN + k];
+    p->rx_bytes += res->rx_bytes;
+    int32_t down = -1;
+    for (int64_t k = 0; k < res->n_sent_ports; k++) {
+        uint32_t j = b->sent_ports[k]; /* < np: wake lists only its ports */
         struct mrc_sw_port *o = &sw->ports[j];
-        mrc_eq_consume(o->q, sw->port_bytes[j]);
-        if (sent(sw, o, sw->port_out + 4 * j)) {
-            down = j;
-            out[3] = sw->port_out[4 * j + 2];
+        mrc_eq_consume(o->q, b->port_bytes[j]);
+        if (sent(sw, o, &b->sent[j])) {
+            down = (int32_t)j;
+            ev->err = (int32_t)b->sent[j].err;
         }
     }
-    int64_t n_defer = res[2], n_punt = 0;
+    int64_t n_defer = res->n_defer, n_punt = 0;
     for (int64_t k = 0; k < n_defer; k++) {
-        uint16_t i = sw->defer[k];
-        if (sw->verdict[i] != 1 /* MRC_FWD_QUEUE */) {
-            sw->defer[n_punt++] = i; /* refused: Python decides it */
+        uint16_t i = b->defer[k];
+        if (b->verdict[i] != MRC_FWD_QUEUE) {
+            b->defer[n_punt++] = i; /* refused: Python decides it */
             continue;
         }
-        uint32_t oi = (uint32_t)sw->dec[i] & 0xFFFFu; /* < np: plan checked it */
+        uint32_t oi = (uint32_t)b->dec[i] & (MRC_FWD_MAX_PORTS - 1u); /* < np: plan checked it */
         struct mrc_sw_port *o = &sw->ports[oi];
         if (!o->up) {
             count_drop(sw, o, sw->reason_port_down, 1);
-        } else if (mrc_eq_enqueue(o->q, p->ring + p->offs[i], p->lens[i]) == MRC_EQ_DROPPED) {
+        } else if (mrc_eq_enqueue(o->q, p->rx.buf + p->rx.offs[i], p->rx.lens[i]) ==
+                   MRC_EQ_DROPPED) {
             count_drop(sw, o, sw->reason_queue_full, 1);
         }
     }
     if (n_punt) {
-        out[3] = n_punt;
+        ev->n_punt = n_punt;
+        ev->err = 0; /* a port this batch downed is up == 0: the caller finds it there */
         return MRC_SW_PUNT; /* the caller releases the batch */
     }
-    if (!res[3]) {
-        mrc_ring_release(p->ring, p->ring_len, p->block_size, p->frame_size, p->frame_nr,
-                         p->head, (size_t)n);
+    if (!res->released) {
+        mrc_ring_release(p->rx.buf, p->rx.buf_len, p->rx.block_size, p->rx.frame_size,
+                         p->rx.frame_nr, p->head, (size_t)n);
     }
-    p->head = (p->head + (size_t)n) % p->frame_nr;
+    p->head = (p->head + (size_t)n) % p->rx.frame_nr;
     if (down >= 0) {
-        out[1] = down;
+        ev->port = down;
         return MRC_SW_LINK_DOWN;
     }
+    ev->port = -1;
+    ev->frames = 0;
+    ev->err = 0;
     return GO_ON;
 }
 
 static int check(const struct mrc_sw *sw) {
-    if (sw == NULL || sw->ports == NULL || sw->n_ports == 0 || sw->n_ports > MAX_PORTS ||
-        sw->slots == 0 || sw->slots > 0xFFFFu || sw->batches_per_wake == 0 ||
-        sw->hist_len == 0 || sw->l2 == NULL || sw->dec == NULL || sw->verdict == NULL ||
-        sw->order == NULL || sw->defer == NULL || sw->budget == NULL ||
-        sw->port_bytes == NULL || sw->port_count == NULL || sw->port_start == NULL ||
-        sw->fds == NULL || sw->port_out == NULL || sw->res == NULL ||
-        sw->rate_per_ns == NULL || sw->burst == NULL || sw->stamp_ns == NULL ||
-        sw->totals == NULL || sw->timer_slack_ns < 0) {
+    if (sw == NULL || sw->ports == NULL || sw->n_ports == 0 ||
+        sw->n_ports > MRC_SW_MAX_PORTS || sw->batches_per_wake == 0 ||
+        sw->timer_slack_ns < 0) {
+        return 0;
+    }
+    const struct mrc_fwd_batch *b = &sw->fwd;
+    if (b->n_ports != sw->n_ports || b->max_batch == 0 || b->max_batch > MRC_FWD_MAX_BATCH ||
+        b->hist_len == 0 || b->l2 == NULL || b->l2_len / MRC_FWD_L2_LEN < b->n_ports ||
+        b->dec == NULL || b->verdict == NULL || b->order == NULL || b->defer == NULL ||
+        b->budget == NULL || b->port_bytes == NULL || b->port_count == NULL ||
+        b->port_start == NULL || b->fds == NULL || b->sent == NULL || b->sent_ports == NULL ||
+        b->rate_per_ns == NULL || b->burst == NULL || b->stamp_ns == NULL) {
         return 0;
     }
     for (uint32_t i = 0; i < sw->n_ports; i++) {
         const struct mrc_sw_port *p = &sw->ports[i];
+        const struct mrc_fwd_rx *rx = &p->rx;
         if (p->q == NULL || p->q->mem == NULL || p->drops == NULL ||
-            (p->rx_fd >= 0 && (p->ring == NULL || p->offs == NULL || p->lens == NULL ||
-                               p->fcache == NULL || p->frame_nr == 0 ||
-                               p->head >= p->frame_nr))) {
+            (p->rx_fd >= 0 &&
+             (rx->buf == NULL || rx->offs == NULL || rx->lens == NULL || rx->table == NULL ||
+              rx->slots == 0 || rx->slots > b->max_batch || rx->frame_nr == 0 ||
+              p->head >= rx->frame_nr))) {
             return 0;
         }
     }
     return 1;
 }
 
-int mrc_sw_poll(struct mrc_sw *sw, int64_t deadline_ns, int64_t *out) {
-    if (out == NULL || !check(sw)) {
+static void clear(struct mrc_sw_event *ev) {
+    *ev = (struct mrc_sw_event){.why = MRC_SW_DEADLINE, .port = -1, .fd = -1};
+}
+
+int mrc_sw_poll(struct mrc_sw *sw, int64_t deadline_ns, struct mrc_sw_event *ev) {
+    if (ev == NULL || !check(sw)) {
         return -EINVAL;
     }
-    for (int k = 0; k < 4; k++) {
-        out[k] = 0;
-    }
+    clear(ev);
     struct epoll_event evs[MAX_EVENTS];
     for (;;) {
-        int64_t now = now_ns(), down = -1;
-        int64_t next = serve(sw, now, &down, &out[3]); /* what already waits leaves first */
-        if (down >= 0) {
-            out[1] = down;
-            return out[0] = MRC_SW_LINK_DOWN;
+        int64_t now = now_ns();
+        int64_t next = serve(sw, now, ev); /* what already waits leaves first */
+        if (next < 0) {
+            return ev->why; /* LINK_DOWN */
         }
         if (now >= deadline_ns) {
-            return out[0] = MRC_SW_DEADLINE;
+            return ev->why = MRC_SW_DEADLINE;
         }
         int64_t until = deadline_ns;
         if (next != INT64_MAX && next < until - sw->timer_slack_ns) { /* no overflow */
@@ -227,7 +238,7 @@ int mrc_sw_poll(struct mrc_sw *sw, int64_t deadline_ns, int64_t *out) {
         int ne = wait_events(sw, evs, MAX_EVENTS, wait);
         if (ne < 0) {
             if (errno == EINTR) {
-                return out[0] = MRC_SW_EINTR;
+                return ev->why = MRC_SW_EINTR;
             }
             return -errno;
         }
@@ -243,28 +254,25 @@ int mrc_sw_poll(struct mrc_sw *sw, int64_t deadline_ns, int64_t *out) {
                 pi++;
             }
             if (pi == sw->n_ports) {
-                out[1] = fd;
-                return out[0] = MRC_SW_OTHER_FD;
+                ev->fd = fd;
+                return ev->why = MRC_SW_OTHER_FD;
             }
             if (evs[e].events & EPOLLERR) {
-                out[1] = pi;
-                return out[0] = MRC_SW_SOCK_ERR;
+                ev->port = (int32_t)pi;
+                return ev->why = MRC_SW_SOCK_ERR;
             }
-            for (uint32_t b = 0; b < sw->batches_per_wake; b++) {
+            for (uint32_t k = 0; k < sw->batches_per_wake; k++) {
                 int64_t t = now_ns();
-                down = -1;
-                serve(sw, t, &down, &out[3]);
-                if (down >= 0) {
-                    out[1] = down;
-                    return out[0] = MRC_SW_LINK_DOWN;
+                if (serve(sw, t, ev) < 0) {
+                    return ev->why; /* LINK_DOWN */
                 }
                 int n = 0;
-                int code = rx_batch(sw, pi, t, out, &n);
+                int code = rx_batch(sw, pi, t, ev, &n);
                 if (code != GO_ON) {
-                    out[0] = code >= 0 ? code : 0;
+                    ev->why = code >= 0 ? code : MRC_SW_DEADLINE;
                     return code;
                 }
-                if (n < (int)sw->slots) {
+                if (n < (int)sw->ports[pi].rx.slots) {
                     break;
                 }
             }

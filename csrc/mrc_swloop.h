@@ -2,6 +2,8 @@
 #define MRC_SWLOOP_H
 #include <stddef.h>
 #include <stdint.h>
+
+#include "mrc_fwd.h"
 /* mrc-switch's event loop for the common case, in C: the Python loop of
  * mrcswitch/switch.py (Switch._run_python: epoll, Switch._rx, Switch._tx) is its twin.
  * At a few thousand frames/s per switch nearly every frame is a wake-up of its own, and the
@@ -19,37 +21,41 @@
 
 enum {
     MRC_SW_DEADLINE = 0,  /* deadline_ns reached */
-    MRC_SW_OTHER_FD = 1,  /* out[1] = a ready fd that is no port's rx_fd */
-    MRC_SW_MISS = 2,      /* port out[1]: out[2] frames collected, a key not cached; nothing
-                           * done with the batch (offs/lens filled, head unchanged) */
-    MRC_SW_PUNT = 3,      /* port out[1]: batch of out[2] frames done except the out[3]
-                           * frames listed first in defer[] (their decision does not fit
+    MRC_SW_OTHER_FD = 1,  /* ev.fd: a ready fd that is no port's rx_fd */
+    MRC_SW_MISS = 2,      /* ev.port: ev.frames frames collected, a key not cached; nothing
+                           * done with the batch (rx.offs/lens filled, head unchanged) */
+    MRC_SW_PUNT = 3,      /* ev.port: batch of ev.frames frames done except the ev.n_punt
+                           * frames listed first in fwd.defer[] (their decision does not fit
                            * them: Python decides them), then the caller releases all
-                           * out[2] frames from head on */
-    MRC_SW_LINK_DOWN = 4, /* port out[1] failed to send with errno out[3]: the loop set its
+                           * ev.frames frames from head on */
+    MRC_SW_LINK_DOWN = 4, /* ev.port failed to send with errno ev.err: the loop set its
                            * up = 0, flushed its queue (counted PORT_DOWN) */
-    MRC_SW_SOCK_ERR = 5,  /* port out[1]'s rx_fd reported EPOLLERR (nothing read) */
+    MRC_SW_SOCK_ERR = 5,  /* ev.port's rx_fd reported EPOLLERR (nothing read) */
     MRC_SW_EINTR = 6      /* a signal interrupted the wait */
 };
 
+enum { MRC_SW_MAX_PORTS = 1024 };
+
+/* Why mrc_sw_poll returned; a field that does not apply to ev.why is -1 (port, fd) or 0. */
+struct mrc_sw_event {
+    int32_t why;    /* MRC_SW_* */
+    int32_t port;   /* MISS, PUNT, LINK_DOWN, SOCK_ERR: the port's index */
+    int32_t fd;     /* OTHER_FD: the ready fd */
+    int32_t err;    /* LINK_DOWN: errno of the failed send */
+    int64_t frames; /* MISS, PUNT: frames collected in the batch */
+    int64_t n_punt; /* PUNT: refused frames, listed first in fwd.defer[] */
+};
+
 struct mrc_sw_port {
-    /* receive: the port's PACKET_MMAP ring (geometry as mrc_ring_collect) */
-    uint8_t *ring;
-    size_t ring_len;
-    size_t block_size;
-    size_t frame_size;
-    size_t frame_nr;
-    size_t head;    /* next ring slot to read: in/out */
-    uint32_t *offs; /* collect arrays of sw->slots entries each */
-    uint32_t *lens;
-    const uint8_t *fcache; /* this in-port's decision cache (mrc_fcache.h) */
-    size_t fcache_len;
-    int32_t rx_fd; /* registered in epfd with data.fd = rx_fd; -1: none */
-    int32_t tx_fd; /* sends; -1: none */
-    int32_t up;    /* 0: frames to it are dropped (PORT_DOWN), its queue not served */
+    struct mrc_fwd_rx rx; /* receive: the port's PACKET_MMAP ring, its collect arrays
+                           * (rx.slots entries, <= fwd.max_batch) and decision cache */
+    size_t head;          /* next ring slot to read: in/out */
+    int32_t rx_fd;        /* registered in epfd with data.fd = rx_fd; -1: none */
+    int32_t tx_fd;        /* sends; -1: none */
+    int32_t up;           /* 0: frames to it are dropped (PORT_DOWN), its queue not served */
     int32_t spare;
     struct mrc_equeue *q; /* its egress queue (mrc_equeue.h) */
-    int64_t *drops;       /* sw->hist_len counters by drop reason (in/out) */
+    int64_t *drops;       /* fwd.hist_len counters by drop reason (in/out) */
     /* what the loop did (in/out: the caller reads and zeroes them) */
     int64_t rx_packets;
     int64_t rx_bytes;
@@ -59,35 +65,16 @@ struct mrc_sw_port {
 
 struct mrc_sw {
     int32_t epfd;
-    uint32_t n_ports; /* 1..1024 */
+    uint32_t n_ports; /* 1..MRC_SW_MAX_PORTS */
     struct mrc_sw_port *ports;
-    size_t slots;        /* frames per batch: <= every port's offs/lens, <= 65535 */
-    size_t cap;          /* receive slot: frames longer were cut */
     uint32_t batches_per_wake; /* rx batches per port per ready event (>= 1) */
     int32_t reason_port_down;  /* drop reason numbers (pipeline.DropReason) */
     int32_t reason_queue_full;
     int32_t reason_tx_error;
     int64_t timer_slack_ns; /* a paced send may be this late (fewer, fuller wake-ups) */
-    size_t hist_len;        /* entries of each port's drops */
-    const uint8_t *l2;      /* 12 bytes per port: Ethernet dst + src */
-    size_t block_bytes;
-    /* per-batch scratch (as mrc_fwd_wake's arguments): slots entries */
-    int32_t *dec;
-    uint8_t *verdict;
-    uint16_t *order;
-    uint16_t *defer;
-    /* n_ports entries */
-    int64_t *budget;
-    int64_t *port_bytes;
-    uint32_t *port_count;
-    uint32_t *port_start;
-    int32_t *fds;
-    int64_t *port_out; /* 4 * n_ports */
-    int64_t *res;      /* MRC_WAKE_RES_LEN + n_ports */
-    double *rate_per_ns;
-    int64_t *burst;
-    int64_t *stamp_ns;
-    int64_t *totals; /* 2 */
+    /* mrc_fwd_wake's scratch and out-ports (n_ports of them); the loop sets its budget,
+     * stamp_ns and fds from the queues, and hist to the in-port's drops, for each batch */
+    struct mrc_fwd_batch fwd;
     /* counters (in/out) */
     int64_t wakeups;       /* epoll waits that returned events */
     int64_t timer_wakeups; /* waits that ended by timeout */
@@ -95,7 +82,7 @@ struct mrc_sw {
     int32_t spare;
 };
 
-/* Run until something needs Python (see MRC_SW_*). out[0..3] as above (out[0] = the code).
- * Returns the code, or -EINVAL (bad arguments: nothing done). */
-int mrc_sw_poll(struct mrc_sw *sw, int64_t deadline_ns, int64_t *out);
+/* Run until something needs Python (see MRC_SW_*); *ev says why (ev->why = the code).
+ * Returns the code, or -EINVAL (bad arguments: nothing done), or -errno of a failed wait. */
+int mrc_sw_poll(struct mrc_sw *sw, int64_t deadline_ns, struct mrc_sw_event *ev);
 #endif

@@ -2,9 +2,10 @@
 
 :class:`CLoop` owns ``struct mrc_sw`` and one ``struct mrc_sw_port`` per port, pointing at
 memory Python already owns (each port's receive ring, decision cache and C egress queue,
-the :class:`~mrcswitch.fastpath.Planner`'s scratch arrays). :meth:`CLoop.poll` runs the
-loop until something needs Python and says what (:class:`Wake`); the caller handles it and
-calls again. The Python loop in :mod:`mrcswitch.switch` is the twin: same decisions (the
+the :class:`~mrcswitch.fastpath.Planner`'s scratch arrays, copied in as the loop's
+``struct mrc_fwd_batch``). :meth:`CLoop.poll` runs the loop until something needs Python
+and says what (:class:`Wake`, with the details in :attr:`CLoop.event`); the caller handles
+it and calls again. The Python loop in :mod:`mrcswitch.switch` is the twin: same decisions (the
 pipeline's, replayed from the caches), same queues, same counters.
 
 What the loop counted (packets, bytes, drops by reason) accumulates in the C structs;
@@ -18,18 +19,21 @@ from enum import IntEnum
 
 from mrcnic.io import batch as batch_io
 
+from .fastpath import fill_rx
+
 _mod = batch_io.c_module_with("mrc_sw_poll")
 
 
 class Wake(IntEnum):
-    """Why :meth:`CLoop.poll` returned (csrc/mrc_swloop.h MRC_SW_*)."""
+    """Why :meth:`CLoop.poll` returned (csrc/mrc_swloop.h MRC_SW_*; the details are in
+    :attr:`CLoop.event`, a ``struct mrc_sw_event``)."""
 
     DEADLINE = 0
-    OTHER_FD = 1  # out[1]: a ready fd that is not a port (signal pipe, control socket)
-    MISS = 2  # port out[1]: out[2] frames collected, not all decided yet: Python decides
-    PUNT = 3  # port out[1]: out[3] refused frames listed first in defer[], then release out[2]
-    LINK_DOWN = 4  # port out[1]: a send failed with errno out[3]; the loop downed it
-    SOCK_ERR = 5  # port out[1]: EPOLLERR on its receive socket
+    OTHER_FD = 1  # event.fd: a ready fd that is not a port (signal pipe, control socket)
+    MISS = 2  # port event.port: event.frames collected, not all decided yet: Python decides
+    PUNT = 3  # port event.port: event.n_punt refused frames first in defer[]; release all
+    LINK_DOWN = 4  # port event.port: a send failed with errno event.err; the loop downed it
+    SOCK_ERR = 5  # port event.port: EPOLLERR on its receive socket
     EINTR = 6  # a signal
 
 
@@ -40,10 +44,11 @@ def available() -> bool:
 
 class CLoop:
     """``struct mrc_sw`` for one switch. ``ports``: the switch's Port objects (ring,
-    socket, queue with a ``ptr``), ``caches``: one DecisionCache per port."""
+    socket, queue with a ``ptr``), ``caches``: one DecisionCache per port. ``event``: the
+    ``struct mrc_sw_event`` of the last :meth:`poll` (why, port, fd, err, frames, n_punt)."""
 
-    __slots__ = ("ports", "caches", "out", "_sw", "_cports", "_drops", "_poll", "_hist_len",
-                 "_keep")  # fmt: skip
+    __slots__ = ("ports", "caches", "event", "_sw", "_cports", "_drops", "_poll", "_hist_len",
+                 "_slots", "_cap", "_keep")  # fmt: skip
 
     def __init__(
         self, epfd: int, ports: list, caches: list, planner, *, slots: int, cap: int,
@@ -52,31 +57,26 @@ class CLoop:
         if not available():
             raise RuntimeError("the C module mrcnic._mrcfast with mrc_sw_poll is not available")
         ffi, lib = _mod.ffi, _mod.lib
+        fwd = planner.c_batch()
+        if fwd.hist_len != hist_len or fwd.n_ports != len(ports) or slots > fwd.max_batch:
+            raise ValueError("the planner's ports, batch and histogram must match the loop's")
         self.ports = ports
         self.caches = caches
         self._hist_len = hist_len
+        self._slots, self._cap = slots, cap
         n = len(ports)
         sw = self._sw = ffi.new("struct mrc_sw *")
         self._cports = ffi.new("struct mrc_sw_port[]", n)
         self._drops = [ffi.new("int64_t[]", hist_len) for _ in ports]
-        self.out = ffi.new("int64_t[4]")
+        self.event = ffi.new("struct mrc_sw_event *")
         sw.epfd = epfd
         sw.n_ports = n
         sw.ports = self._cports
-        sw.slots = slots
-        sw.cap = cap
         sw.batches_per_wake = batches_per_wake
         sw.reason_port_down, sw.reason_queue_full, sw.reason_tx_error = reasons
         sw.timer_slack_ns = timer_slack_ns
-        sw.hist_len = hist_len
-        c = planner.c_arrays()
-        sw.l2 = c["l2"]
-        sw.block_bytes = planner.block_bytes
-        for name in ("dec", "verdict", "order", "defer", "budget", "port_bytes", "port_count",
-                     "port_start", "fds", "port_out", "res", "rate_per_ns", "burst",
-                     "stamp_ns", "totals"):  # fmt: skip
-            setattr(sw, name, c[name])
-        self._keep = c  # the arrays must outlive the struct that points at them
+        sw.fwd = fwd[0]  # a copy: the loop points its hist at each in-port's drops
+        self._keep = planner  # the arrays must outlive the struct that points at them
         self._poll = lib.mrc_sw_poll
         for p in ports:
             self.sync(p)
@@ -85,22 +85,16 @@ class CLoop:
         """Copy port ``p``'s Python state (ring, sockets, up, queue) into its C port."""
         cp = self._cports[p.index]
         ring = p.ring
+        cache = self.caches[p.index]
         if p.sock is not None and ring is not None and ring.ptr is not None:
-            cp.ring = ring.ptr
-            cp.ring_len = ring.buf_len
-            cp.block_size = ring.block_size
-            cp.frame_size = ring.frame_size
-            cp.frame_nr = ring.frame_nr
+            fill_rx(cp.rx, ring, cache, slots=self._slots, cap=self._cap)
             cp.head = ring.head
-            cp.offs = ring.c_offs
-            cp.lens = ring.c_lens
             cp.rx_fd = p.sock.fileno()
         else:
-            cp.ring = _mod.ffi.NULL
+            cp.rx.buf = _mod.ffi.NULL
             cp.rx_fd = -1
-        cache = self.caches[p.index]
-        cp.fcache = cache.ptr
-        cp.fcache_len = cache.table_len
+        cp.rx.table = cache.ptr
+        cp.rx.table_len = cache.table_len
         cp.tx_fd = p.tx_sock.fileno() if p.tx_sock is not None else -1
         cp.up = 1 if p.up else 0
         cp.q = p.queue.ptr
@@ -112,12 +106,12 @@ class CLoop:
 
     def poll(self, deadline_ns: int) -> Wake:
         """Run the loop until ``deadline_ns`` (time.monotonic_ns) or until something needs
-        Python; ``out`` holds the details. Ring heads are copied in and back out."""
+        Python; :attr:`event` holds the details. Ring heads are copied in and back out."""
         cports = self._cports
         for p in self.ports:
             if p.ring is not None:
                 cports[p.index].head = p.ring.head
-        r = self._poll(self._sw, deadline_ns, self.out)
+        r = self._poll(self._sw, deadline_ns, self.event)
         for p in self.ports:
             if p.ring is not None:
                 p.ring.head = cports[p.index].head

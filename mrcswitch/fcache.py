@@ -17,12 +17,14 @@ import struct
 
 from mrcnic.io import batch as batch_io
 
-ENTRY_BYTES = 64  # csrc/mrc_fcache.h MRC_FCACHE_ENTRY
+# csrc/mrc_fcache.h (tests/unit/test_switch_c_constants.py holds each to the C module's value)
+ENTRY_BYTES = 64  # MRC_FCACHE_ENTRY
 PROBES = 8  # MRC_FCACHE_PROBES
-KEY_LEN = 54
+KEY_LEN = 54  # MRC_FWD_HDR_LEN
+KEY_AT = 1  # MRC_FCACHE_KEY_AT: an entry's key starts here (byte 0: used)
+CODE_AT = 56  # MRC_FCACHE_CODE_AT: its decision record (int32, native order)
 DEFAULT_ENTRIES = 4096
 _CODE = struct.Struct("=i")
-_CODE_AT = 56
 
 _mod = batch_io._mod
 
@@ -51,12 +53,12 @@ def insert_py(table: memoryview, key: bytes, code: int) -> int:
     at = home * ENTRY_BYTES
     for j in range(min(PROBES, entries)):
         e = ((home + j) & (entries - 1)) * ENTRY_BYTES
-        if table[e] == 0 or table[e + 1 : e + 1 + KEY_LEN] == key:
+        if table[e] == 0 or table[e + KEY_AT : e + KEY_AT + KEY_LEN] == key:
             at = e
             break
     table[at] = 1
-    table[at + 1 : at + 1 + KEY_LEN] = key
-    _CODE.pack_into(table, at + _CODE_AT, code)
+    table[at + KEY_AT : at + KEY_AT + KEY_LEN] = key
+    _CODE.pack_into(table, at + CODE_AT, code)
     return 0
 
 
@@ -70,8 +72,8 @@ def lookup_py(table: memoryview, key: bytes) -> int | None:
         e = ((home + j) & (entries - 1)) * ENTRY_BYTES
         if table[e] == 0:
             return None
-        if table[e + 1 : e + 1 + KEY_LEN] == key:
-            return _CODE.unpack_from(table, e + _CODE_AT)[0]
+        if table[e + KEY_AT : e + KEY_AT + KEY_LEN] == key:
+            return _CODE.unpack_from(table, e + CODE_AT)[0]
     return None
 
 

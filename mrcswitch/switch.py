@@ -42,7 +42,7 @@ from mrcnic.io import batch as batch_io
 from . import cloop
 from .config import ConfigError, PortConfig, SwitchConfig, load_config
 from .cqueue import make_egress_queue
-from .fastpath import QUEUE, WAKE_RES_LEN, Planner
+from .fastpath import QUEUE, Planner
 from .fcache import DecisionCache
 from .pipeline import DropCounter, DropReason, Pipeline
 from .queue import Verdict
@@ -476,7 +476,8 @@ class Switch:
         assert planner is not None
         bound = self._bound_one_call(p, ring)
         wake = bound[4]
-        res = planner.res
+        res = planner.res  # struct mrc_fwd_result: what the last wake did
+        sent_ports = planner.sent_ports
         ports = self.ports
         queued = self._queued
         monotonic_ns = time.monotonic_ns
@@ -489,15 +490,15 @@ class Switch:
             n = wake(now)
             if n <= 0:
                 return
-            if res[1]:  # a miss: Python decides the batch (and stores the decisions)
+            if res.misses:  # a miss: Python decides the batch (and stores the decisions)
                 self._forward_batch(p, ring, n, bound, now)
             else:
                 self._count_rx(p, n)
-                k = res[4]
+                k = res.n_sent_ports
                 if k:
-                    for j in res[WAKE_RES_LEN : WAKE_RES_LEN + k]:
+                    for j in sent_ports[:k]:
                         self._sent_now(ports[j])
-                n_defer = res[2]
+                n_defer = res.n_defer
                 if n_defer:
                     try:
                         self._rx_deferred(p, ring, n_defer, now)
@@ -524,19 +525,18 @@ class Switch:
         """Account for what mrc_fwd_wake sent on ``out`` (see _send_now)."""
         planner = self.planner
         assert planner is not None
-        j = out.index
-        po = planner.port_out
-        self._count_sent(out, po[4 * j], po[4 * j + 1], po[4 * j + 2], po[4 * j + 3])
+        s = planner.sent[out.index]  # struct mrc_fwd_sent
+        self._count_sent(out, s.sent, s.failed, s.err, s.bytes)
 
     def _count_rx(self, p: Port, n: int) -> None:
-        """Account for a planned batch of n frames received on ``p`` (totals and drops per
-        reason from the last plan; the histogram is emptied)."""
+        """Account for a planned batch of n frames received on ``p`` (bytes and drops per
+        reason from the last plan's ``res``; the histogram is emptied)."""
         planner = self.planner
         assert planner is not None
-        totals, hist = planner.totals, planner.hist
+        res, hist = planner.res, planner.hist
         p.rx_packets += n
-        p.rx_bytes += totals[0]
-        if totals[1]:
+        p.rx_bytes += res.rx_bytes
+        if res.drops:
             in_drops = p.drops.by_reason
             for r in range(1, len(hist)):
                 if hist[r]:
@@ -796,7 +796,7 @@ class Switch:
         loop hands back (see cloop.Wake), and for link probes and stats when they are due."""
         cl = self._cloop
         assert cl is not None
-        out = cl.out
+        ev = cl.event  # struct mrc_sw_event: the details of why the loop returned
         ports = self.ports
         monotonic_ns = time.monotonic_ns
         now = monotonic_ns()
@@ -810,9 +810,9 @@ class Switch:
             for p in cl.downed():
                 self._set_down(p, "send failed: link down")
             if why is cloop.Wake.MISS or why is cloop.Wake.PUNT:
-                self._c_batch(ports[out[1]], why, out[2], out[3], now)
+                self._c_batch(ports[ev.port], why, ev.frames, ev.n_punt, now)
             elif why is cloop.Wake.SOCK_ERR:
-                p = ports[out[1]]
+                p = ports[ev.port]
                 self._sock_error(p)
                 if p.sock is not None:
                     self._rx(p)  # as the Python loop: read it too, so an error cannot starve it

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import select
 import socket
+import struct
 import time
 from types import SimpleNamespace
 
@@ -104,6 +105,8 @@ def test_queued_frames_leave_paced_in_order_and_are_counted(rig):
     # the bucket holds 2 frames: the other 10 need 10 ms at 1 byte/us
     why = rig.loop.poll(t0 + 200_000_000)
     assert why is cloop.Wake.DEADLINE
+    ev = rig.loop.event
+    assert (ev.why, ev.port, ev.fd, ev.err, ev.frames, ev.n_punt) == (why, -1, -1, 0, 0, 0)
     got = _recv_all(rig.socks[0][1])
     assert [int.from_bytes(f[54:58], "big") for f in got] == list(range(n))
     rig.loop.fold()
@@ -152,7 +155,8 @@ def test_another_fd_hands_control_back(rig):
     os.write(w, b"x")
     t0 = time.monotonic_ns()
     why = rig.loop.poll(t0 + 5_000_000_000)
-    assert why is cloop.Wake.OTHER_FD and rig.loop.out[1] == r
+    ev = rig.loop.event
+    assert why is cloop.Wake.OTHER_FD and ev.why == why and ev.fd == r and ev.port == -1
     assert time.monotonic_ns() - t0 < 4_000_000_000  # it returned, not the deadline
 
 
@@ -160,10 +164,10 @@ def test_bad_arguments_are_refused():
     from mrcnic import _mrcfast
 
     ffi, lib = _mrcfast.ffi, _mrcfast.lib
-    out = ffi.new("int64_t[4]")
+    ev = ffi.new("struct mrc_sw_event *")
     sw = ffi.new("struct mrc_sw *")  # no ports, no arrays
-    assert lib.mrc_sw_poll(sw, 0, out) < 0
-    assert lib.mrc_sw_poll(ffi.NULL, 0, out) < 0
+    assert lib.mrc_sw_poll(sw, 0, ev) < 0
+    assert lib.mrc_sw_poll(ffi.NULL, 0, ev) < 0
 
 
 def test_queue_factory_falls_back_to_the_twin_for_bounds_c_does_not_take():
@@ -182,3 +186,121 @@ def test_downed_lists_ports_the_loop_took_down(rig):
     assert rig.loop.downed() == [p]
     p.up = False  # Python took it down too
     assert rig.loop.downed() == []
+
+
+def test_the_loop_refuses_a_planner_that_does_not_match(rig):
+    planner = Planner([bytes(12)] * 3, 4, 8, max(DropReason) + 1)  # 3 ports, the loop has 2
+    with pytest.raises(ValueError):
+        cloop.CLoop(
+            -1, rig.ports, [DecisionCache(64) for _ in rig.ports], planner, slots=8,
+            cap=MAX_FRAME, hist_len=max(DropReason) + 1, batches_per_wake=1, timer_slack_ns=0,
+            reasons=(DropReason.PORT_DOWN, DropReason.QUEUE_FULL, DropReason.TX_ERROR),
+        )  # fmt: skip
+
+
+def test_a_bad_fwd_batch_is_refused(rig):
+    from mrcnic import _mrcfast
+
+    sw, poll, ev = rig.loop._sw, _mrcfast.lib.mrc_sw_poll, rig.loop.event
+    sw.fwd.n_ports = 3  # its per-port arrays would not match the loop's ports
+    assert poll(sw, 0, ev) < 0
+    sw.fwd.n_ports = 2
+    sw.fwd.sent = _mrcfast.ffi.NULL
+    assert poll(sw, 0, ev) < 0
+
+
+# --- the receive path on a synthetic TPACKET_V2 ring (an fd made readable by a pipe) --------
+
+R_FSIZE, R_BLOCK, R_NR = 256, 512, 8
+_TP = struct.Struct("=IIIH")  # tpacket2_hdr: status, len, snaplen, mac
+
+
+def _ip_frame(tag: int, hop: int = 64) -> bytes:
+    payload = bytes([tag]) * 30
+    ip = (6 << 28).to_bytes(4, "big") + len(payload).to_bytes(2, "big") + bytes([17, hop])
+    return b"\x02" * 12 + b"\x86\xdd" + ip + bytes(32) + payload
+
+
+@pytest.fixture
+def rx_rig():
+    from mrcnic import _mrcfast
+    from mrcnic.io import batch as batch_io
+    from mrcswitch.cqueue import CEgressQueue
+
+    ffi = _mrcfast.ffi
+    ptr = ffi.new("uint8_t[]", R_BLOCK * (R_NR * R_FSIZE // R_BLOCK))
+    c_offs, c_lens = ffi.new("uint32_t[]", 4), ffi.new("uint32_t[]", 4)
+    ring = SimpleNamespace(
+        ptr=ptr, view=memoryview(ffi.buffer(ptr)), buf_len=len(ffi.buffer(ptr)),
+        block_size=R_BLOCK, frame_size=R_FSIZE, frame_nr=R_NR, head=0, slots=4, cap=MAX_FRAME,
+        c_offs=c_offs, c_lens=c_lens,
+    )  # fmt: skip
+    mac = batch_io.TP2_MAC_OFFSET
+
+    def put(k: int, f: bytes) -> None:
+        at = k * R_FSIZE
+        _TP.pack_into(ring.view, at, 1, len(f), len(f), mac)
+        ring.view[at + mac : at + mac + len(f)] = f
+
+    r, w = os.pipe()
+    os.write(w, b"x")  # the in-port's "socket" stays readable: every wait returns at once
+    tx = [socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in range(2)]
+    for _, b in tx:
+        b.setblocking(False)
+    now = time.monotonic_ns()
+    ports = [
+        SimpleNamespace(
+            index=i, ring=ring if i == 0 else None,
+            sock=SimpleNamespace(fileno=lambda: r) if i == 0 else None, tx_sock=tx[i][0],
+            up=True, queue=CEgressQueue(_port_cfg(name=f"p{i}"), 32, now, max_frame_bytes=MAX_FRAME),
+            drops=DropCounter(), rx_packets=0, rx_bytes=0, tx_packets=0, tx_bytes=0,
+        )
+        for i in range(2)
+    ]  # fmt: skip
+    caches = [DecisionCache(64) for _ in ports]
+    planner = Planner([bytes(range(12))] * 2, 4, 4, max(DropReason) + 1)
+    ep = select.epoll()
+    ep.register(r, select.EPOLLIN)
+    loop = cloop.CLoop(
+        ep.fileno(), ports, caches, planner, slots=4, cap=MAX_FRAME,
+        hist_len=max(DropReason) + 1, batches_per_wake=1, timer_slack_ns=0,
+        reasons=(DropReason.PORT_DOWN, DropReason.QUEUE_FULL, DropReason.TX_ERROR),
+    )  # fmt: skip
+    yield SimpleNamespace(loop=loop, ports=ports, ring=ring, put=put, cache=caches[0], tx=tx,
+                          planner=planner)  # fmt: skip
+    ep.close()
+    os.close(r)
+    os.close(w)
+    for a, b in tx:
+        a.close()
+        b.close()
+
+
+def test_rx_miss_then_forward_then_punt_report_through_the_event(rx_rig):
+    loop, ring, ev = rx_rig.loop, rx_rig.ring, rx_rig.loop.event
+    f0, f1, f2, f3 = _ip_frame(1), _ip_frame(2), _ip_frame(3, hop=1), _ip_frame(4)
+    rx_rig.put(0, f0)
+    rx_rig.put(1, f1)
+    # not decided yet: the batch goes to Python untouched
+    assert loop.poll(time.monotonic_ns() + 50_000_000) is cloop.Wake.MISS
+    assert (ev.port, ev.frames, ev.n_punt, ev.fd) == (0, 2, 0, -1) and ring.head == 0
+    # decided (port 1): sent at once, released, counted; the loop runs on to the deadline
+    rx_rig.cache.insert(f0[:54], 1)
+    rx_rig.cache.insert(f1[:54], 1)
+    assert loop.poll(time.monotonic_ns() + 20_000_000) is cloop.Wake.DEADLINE
+    assert ring.head == 2 and ring.view[0] == ring.view[R_FSIZE] == 0  # back to the kernel
+    got = _recv_all(rx_rig.tx[1][1])
+    assert [g[54] for g in got] == [1, 2] and got[0][:12] == bytes(range(12))
+    assert got[0][21] == 63  # hop limit
+    # a drop is counted on the in-port; a record that does not fit (port 7) is punted
+    rx_rig.put(2, f2)
+    rx_rig.put(3, f3)
+    rx_rig.cache.insert(f2[:54], -int(DropReason.HOP_LIMIT))
+    rx_rig.cache.insert(f3[:54], 7)
+    assert loop.poll(time.monotonic_ns() + 50_000_000) is cloop.Wake.PUNT
+    assert (ev.port, ev.frames, ev.n_punt) == (0, 2, 1)
+    assert rx_rig.planner.defer[0] == 1  # the batch's second frame: Python decides it
+    loop.fold()
+    p0, p1 = rx_rig.ports
+    assert p0.rx_packets == 4 and p0.drops.by_reason[DropReason.HOP_LIMIT] == 1
+    assert p1.tx_packets == 2 and p1.tx_bytes == 2 * len(f0)

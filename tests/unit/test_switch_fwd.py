@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from mrcnic.io import batch as batch_io
 from mrcswitch.config import config_from_dict
-from mrcswitch.fastpath import DROP, HDR_LEN, QUEUE, REFUSED, SEND, Planner
+from mrcswitch.fastpath import DROP, HDR_LEN, QUEUE, REFUSED, SEND, Planner, result_fields
 from mrcswitch.pipeline import SHIFT_UNIT, Drop, DropReason, Forward, Pipeline
 from mrcswitch.table import build_table
 
@@ -122,7 +122,7 @@ def test_plan_and_keys_c_and_twin_agree(batch, raw_codes, budgets, data):
         results.append((
             keys, k, bytes(ring.view), list(ring.lens[:n]), list(pl.verdict[:n]),
             list(pl.order[: sum(pl.port_count)]), list(pl.port_count), list(pl.port_start),
-            list(pl.port_bytes), list(pl.budget), list(pl.hist), list(pl.totals),
+            list(pl.port_bytes), list(pl.budget), list(pl.hist), result_fields(pl.res),
             list(pl.defer[:k]),
         ))  # fmt: skip
     assert results[0] == results[1]
@@ -136,6 +136,35 @@ def test_plan_refuses_bad_arguments_in_both():
         pl = Planner([bytes(12)], 15, 4, HIST, use_c=use_c)  # block of 15 bytes: no uSID
         with pytest.raises(ValueError):
             pl.plan(ring, 1)
+
+
+def test_c_and_twin_check_batch_bounds_themselves():
+    """The structs carry the arrays' sizes: a batch longer than the planner's scratch or the
+    ring's offs/lens is refused by C (and the twin), not only by Planner's own checks."""
+    from mrcnic import _mrcfast
+    from mrcswitch import fastpath
+
+    lib, ffi = _mrcfast.lib, _mrcfast.ffi
+    for use_c in (True, False):
+        ring = batch_io.RecvRing(SLOT, 8, use_c=use_c)
+        load(ring, [frame(addr(OWN, B))] * 8)
+        for max_batch, too_long in ((4, 5), (16, 9)):  # the planner's bound, the ring's
+            pl = Planner(new_pipe().l2_headers, 4, max_batch, HIST, use_c=use_c)
+            rx, b = pl.new_rx(ring), pl._b
+            if use_c:
+                keys = ffi.new("uint8_t[]", HDR_LEN * 16)
+                c_plan = lambda n, b=b, rx=rx: lib.mrc_fwd_plan(b, rx, n)  # noqa: E731
+                c_keys = lambda n, rx=rx, k=keys: lib.mrc_fwd_keys(rx, n, k, HDR_LEN * 16)  # noqa: E731
+            else:
+                keys = memoryview(bytearray(HDR_LEN * 16))
+                c_plan = lambda n, b=b, rx=rx: fastpath.plan_py(b, rx, n)  # noqa: E731
+                c_keys = lambda n, rx=rx, k=keys: fastpath.keys_py(rx, n, k)  # noqa: E731
+            before = result_fields(pl.res)
+            assert c_plan(too_long) == -errno.EINVAL
+            assert result_fields(pl.res) == before  # nothing written
+            assert c_keys(9) == -errno.EINVAL  # the ring has 8 slots
+            assert c_plan(too_long - 1) >= 0 and pl.res.n == too_long - 1
+            assert c_keys(8) == 0
 
 
 @settings(max_examples=40, deadline=None)
@@ -328,7 +357,7 @@ def test_drops_are_counted_per_reason_and_short_frames_refused():
     lying = frame(addr(OWN, B), plen=100)  # claims more than it has
     for use_c in (True, False):
         got, pl = batch_path(pipe, [hop1, hop1, good[:40], lying, good], [10**6] * 3, use_c)
-        assert pl.hist[DropReason.HOP_LIMIT] == 2 and pl.totals[1] == 2
+        assert pl.hist[DropReason.HOP_LIMIT] == 2 and pl.res.drops == 2
         assert [pl.verdict[i] for i in range(5)] == [DROP, DROP, REFUSED, REFUSED, SEND]
         assert got[2] == got[3] == ("drop", DropReason.MALFORMED)
 
@@ -348,7 +377,6 @@ def test_header_memo_is_per_in_port_and_bounded():
 
 from types import SimpleNamespace  # noqa: E402
 
-from mrcswitch.fastpath import WAKE_RES_LEN  # noqa: E402
 from mrcswitch.fcache import DecisionCache  # noqa: E402
 
 W_FSIZE, W_PER_BLOCK, W_BLOCKS = 256, 2, 4
@@ -419,19 +447,17 @@ def run_wake(use_c, slots_data, head, max_frames, entries, stored, budgets, fd_k
             if s:
                 s[0].close()
                 s[1].close()
-    res = list(pl.res)
-    k_defer = res[2]
-    sent_ports = res[WAKE_RES_LEN : WAKE_RES_LEN + res[4]]
-    out = [list(pl.port_out[4 * p : 4 * p + 4]) for p in sent_ports]
-    for o in out:  # errno text is the kernel's; only "some error or none" must agree
-        o[2] = bool(o[2])
-    planned = not res[1]
+    res = result_fields(pl.res)
+    sent_ports = list(pl.sent_ports[: res["n_sent_ports"]])
+    # errno text is the kernel's; only "some error or none" must agree
+    out = [(p, pl.sent[p].sent, pl.sent[p].failed, bool(pl.sent[p].err), pl.sent[p].bytes)
+           for p in sent_ports]  # fmt: skip
+    planned = not res["misses"]
     return (
         n, res, out, received, bytes(ring.view), list(ring.offs[:n]), list(ring.lens[:n]),
-        list(pl.verdict[:n]) if planned else None, list(pl.defer[:k_defer]),
+        list(pl.verdict[:n]) if planned else None, list(pl.defer[: res["n_defer"]]),
         list(pl.order[: sum(pl.port_count)]) if planned else None, list(pl.budget),
-        list(pl.hist), list(pl.totals) if planned else None, bytes(cache.view) == table_before,
-        list(pl.stamp_ns),
+        list(pl.hist), bytes(cache.view) == table_before, list(pl.stamp_ns),
     )  # fmt: skip
 
 
@@ -468,7 +494,11 @@ def test_wake_c_and_twin_agree(slots_data, head, max_frames, entries, budgets, f
     ]
     assert got[0] == got[1]
     n, res = got[0][0], got[0][1]
-    assert res[0] == n and (res[1] == 0 or res[4] == res[2] == res[3] == 0)
+    assert res["n"] == n
+    if res["misses"]:  # nothing else was done
+        assert res["n_sent_ports"] == res["n_defer"] == res["released"] == res["rx_bytes"] == 0
+    else:
+        assert res["released"] == (res["n_defer"] == 0 and n > 0)
 
 
 def test_wake_forwards_like_the_pipeline_and_misses_touch_nothing():
@@ -482,17 +512,21 @@ def test_wake_forwards_like_the_pipeline_and_misses_touch_nothing():
         got = run_wake(use_c, slots_data, 0, 16, 64, stored, [10**6] * 3, ["ok"] * 3)
         n, res, _out, received = got[:4]
         want = [new_pipe().process(f, 0) for f in good]
-        assert n == 3 and res[1:5] == [0, 0, 1, 2]
+        assert n == 3 and res == {"n": 3, "misses": 0, "n_defer": 0, "released": 1,
+                                  "n_sent_ports": 2, "rx_bytes": sum(map(len, good)),
+                                  "drops": 0}  # fmt: skip
         assert received[1] == [bytes(want[0].frame), bytes(want[2].frame)]
         assert received[2] == [bytes(want[1].frame)]
         assert got[4][0:4] == bytes(4)  # TP_STATUS_KERNEL again
         # one miss: nothing applied, sent or released
         got = run_wake(use_c, slots_data, 0, 16, 64, stored[:2], [10**6] * 3, ["ok"] * 3)
-        assert got[1][:5] == [3, 1, 0, 0, 0] and got[3] == [[], [], []]
+        assert got[1] == dict.fromkeys(got[1], 0) | {"n": 3, "misses": 1}
+        assert got[3] == [[], [], []]
         assert got[4] == bytes(mmap_ring(use_c, slots_data, 0, 16).view)
         # a down port (budget -1) sends nothing: its frames are deferred to Python
         got = run_wake(use_c, slots_data, 0, 16, 64, stored, [10**6, -1, 10**6], ["ok"] * 3)
-        assert got[1][2:5] == [2, 0, 1] and got[8] == [0, 2]
+        assert (got[1]["n_defer"], got[1]["released"], got[1]["n_sent_ports"]) == (2, 0, 1)
+        assert got[8] == [0, 2] and got[2] == [(2, 1, 0, False, len(want[1].frame))]
 
 
 def test_wake_refills_budgets_like_the_token_bucket():
@@ -507,7 +541,7 @@ def test_wake_refills_budgets_like_the_token_bucket():
         bucket = ((1.0, 10**6, 1000), (1.0, 10**6, 1000), (1.0, 10**6, 1000))
         got = run_wake(use_c, slots_data, 0, 16, 64, stored, [0, 0, -1], ["ok"] * 3, bucket, t)
         assert got[7] == [SEND, QUEUE] and got[10] == [t - 1000, -1, -1]
-        assert got[14] == [t, t, 1000]
+        assert got[13] == [t, t, 1000]
         bucket = ((1.0, 10, 1000), (1.0, 10, 1000), (1.0, 10, 1000))
         got = run_wake(use_c, slots_data, 0, 16, 64, stored, [5, 0, 3], ["ok"] * 3, bucket, t)
         assert got[7] == [QUEUE, QUEUE] and got[10] == [10, -1, 10]
