@@ -7,6 +7,8 @@
 
 #include <string.h>
 
+#include "mrc_wire.h"
+
 static inline uint64_t add_carry64(uint64_t a, uint64_t b) {
     uint64_t r = a + b;
     return r + (r < b); /* end-around carry */
@@ -67,16 +69,17 @@ static inline uint64_t be16_at(const uint8_t *p) {
 
 int32_t mrc_udp6_checksum(const uint8_t *src, size_t src_len, const uint8_t *dst,
                           size_t dst_len, const uint8_t *udp, size_t udp_len) {
-    if (src == NULL || dst == NULL || src_len != 16 || dst_len != 16) {
+    if (src == NULL || dst == NULL || src_len != MRC_WIRE_IPV6_ADDR_SIZE ||
+        dst_len != MRC_WIRE_IPV6_ADDR_SIZE) {
         return MRC_CSUM_ERR_ADDR;
     }
     uint64_t s = (udp != NULL && udp_len > 0) ? sum_be16(udp, udp_len) : 0;
-    for (size_t i = 0; i < 16; i += 2) {
+    for (size_t i = 0; i < MRC_WIRE_IPV6_ADDR_SIZE; i += 2) {
         s += be16_at(src + i) + be16_at(dst + i);
     }
-    /* pseudo-header: 32-bit upper-layer length, three zero bytes, next header 17 */
+    /* pseudo-header: 32-bit upper-layer length, three zero bytes, next header UDP */
     uint32_t ulen = (uint32_t)udp_len;
-    s += (ulen >> 16) + (ulen & 0xFFFFu) + 17u;
+    s += (ulen >> 16) + (ulen & 0xFFFFu) + (uint32_t)MRC_WIRE_IPPROTO_UDP;
     uint16_t c = (uint16_t)~fold64_to16(s);
     return c == 0 ? 0xFFFF : c;
 }

@@ -19,6 +19,7 @@
 
 #include "mrc_checksum.h"
 #include "mrc_io.h"
+#include "mrc_wire.h"
 
 #define REC_HDR 8u
 #define SKIP 0xFFFFFFFFu
@@ -26,21 +27,15 @@
 #define MAX_BOUND (1LL << 29) /* keeps every offset in the block within uint32 */
 #define MAX_FRAME (1LL << 20)
 
-#define DSCP_TRIMMABLE 4
-#define DSCP_TRIMMABLE_RETX 8
-#define DSCP_TRIMMED 12
-#define DSCP_TRIMMED_LASTHOP 16
-#define DSCP_CONTROL 46
-
-#define OFF_UDP 54
-#define OFF_BTH 62
-#define BTH_SIZE 12
-#define METH_SIZE 4
-#define TS_SIZE 8
-#define RETH_SIZE 16
-#define IMM_SIZE 4
-#define MRC_UDP_PORT 4791
-#define TS_FLAG 0x10
+/* the wire facts: mrc_wire.h (held to mrcnic/wire/layout.py by tests/unit/test_wire_facts.py) */
+#define OFF_UDP MRC_WIRE_OFF_UDP
+#define OFF_BTH MRC_WIRE_OFF_BTH
+#define OFF_TC_HI MRC_WIRE_OFF_TC_HI
+#define OFF_TC_LO MRC_WIRE_OFF_TC_LO
+#define OFF_UDP_LENGTH MRC_WIRE_OFF_UDP_LENGTH
+#define OFF_UDP_CHECKSUM MRC_WIRE_OFF_UDP_CHECKSUM
+#define ADDR_SIZE MRC_WIRE_IPV6_ADDR_SIZE
+#define USID_SIZE MRC_WIRE_USID_SIZE
 
 /* one class's ring, a view of the struct's private fields */
 struct ring {
@@ -171,22 +166,23 @@ static void note_depth(struct mrc_equeue *q) {
 
 /* queue.mrc_header_end: offset past the MRC data headers, or 0 (not trimmable). */
 static size_t mrc_header_end(const uint8_t *f, size_t len) {
-    if (len < OFF_BTH + BTH_SIZE || f[20] != 17) {
+    if (len < OFF_BTH + MRC_WIRE_BTH_SIZE || f[MRC_WIRE_OFF_NEXT_HEADER] != MRC_WIRE_IPPROTO_UDP) {
         return 0;
     }
-    if ((f[OFF_UDP + 2] << 8 | f[OFF_UDP + 3]) != MRC_UDP_PORT) {
+    if ((f[MRC_WIRE_OFF_UDP_DST_PORT] << 8 | f[MRC_WIRE_OFF_UDP_DST_PORT + 1]) !=
+        MRC_WIRE_MRC_UDP_PORT) {
         return 0;
     }
     uint8_t op = f[OFF_BTH];
-    if (op < 0xC6 || op > 0xCB) {
+    if (op < MRC_WIRE_OP_WRITE_FIRST || op > MRC_WIRE_OP_WRITE_ONLY_IMM) {
         return 0;
     }
-    size_t end = OFF_BTH + BTH_SIZE + METH_SIZE + RETH_SIZE;
-    if (f[OFF_BTH + 4] & TS_FLAG) {
-        end += TS_SIZE;
+    size_t end = OFF_BTH + MRC_WIRE_BTH_SIZE + MRC_WIRE_METH_SIZE + MRC_WIRE_RETH_SIZE;
+    if (f[MRC_WIRE_OFF_BTH_FLAGS] & MRC_WIRE_BTH_FLAG_TS) {
+        end += MRC_WIRE_TS_SIZE;
     }
-    if (op == 0xC9 || op == 0xCB) {
-        end += IMM_SIZE;
+    if (op == MRC_WIRE_OP_WRITE_LAST_IMM || op == MRC_WIRE_OP_WRITE_ONLY_IMM) {
+        end += MRC_WIRE_IMM_SIZE;
     }
     return end <= len ? end : 0;
 }
@@ -194,14 +190,14 @@ static size_t mrc_header_end(const uint8_t *f, size_t len) {
 /* queue.final_destination: shift the carrier after the block left by one uSID until the
  * bits after its first uSID are all zero. */
 static void final_destination(const uint8_t *dst, int lblen, uint8_t *out) {
-    memcpy(out, dst, 16);
+    memcpy(out, dst, ADDR_SIZE);
     size_t lb = (size_t)lblen / 8;
-    if (lb + 2 >= 16) {
+    if (lb + USID_SIZE >= ADDR_SIZE) {
         return; /* room for one uSID only: already final */
     }
     for (;;) {
         int tail_zero = 1;
-        for (size_t i = lb + 2; i < 16; i++) {
+        for (size_t i = lb + USID_SIZE; i < ADDR_SIZE; i++) {
             if (out[i]) {
                 tail_zero = 0;
                 break;
@@ -210,8 +206,8 @@ static void final_destination(const uint8_t *dst, int lblen, uint8_t *out) {
         if (tail_zero) {
             return;
         }
-        memmove(out + lb, out + lb + 2, 16 - lb - 2);
-        out[14] = out[15] = 0;
+        memmove(out + lb, out + lb + USID_SIZE, ADDR_SIZE - lb - USID_SIZE);
+        memset(out + ADDR_SIZE - USID_SIZE, 0, USID_SIZE);
     }
 }
 
@@ -254,18 +250,19 @@ static int enqueue_trimmed(struct mrc_equeue *q, const uint8_t *frame, size_t le
         return MRC_EQ_DROPPED;
     }
     memcpy(t, frame, keep);
-    int dscp = q->last_hop ? DSCP_TRIMMED_LASTHOP : DSCP_TRIMMED;
-    t[14] = (uint8_t)((t[14] & 0xF0) | (dscp >> 2));
-    t[15] = (uint8_t)((t[15] & 0x3F) | ((dscp & 3) << 6));
+    int dscp = q->last_hop ? MRC_WIRE_DSCP_TRIMMED_LASTHOP : MRC_WIRE_DSCP_TRIMMED;
+    t[OFF_TC_HI] = (uint8_t)((t[OFF_TC_HI] & ~MRC_WIRE_TC_HI_DSCP_MASK) | (dscp >> 2));
+    t[OFF_TC_LO] = (uint8_t)((t[OFF_TC_LO] & ~MRC_WIRE_TC_LO_DSCP_MASK) | ((dscp & 3) << 6));
     size_t ulen = keep - OFF_UDP;
-    t[18] = t[OFF_UDP + 4] = (uint8_t)(ulen >> 8);
-    t[19] = t[OFF_UDP + 5] = (uint8_t)(ulen & 0xFF);
-    t[OFF_UDP + 6] = t[OFF_UDP + 7] = 0;
-    uint8_t final[16];
-    final_destination(t + 38, q->lblen, final);
-    int32_t c = mrc_udp6_checksum(t + 22, 16, final, 16, t + OFF_UDP, ulen);
-    t[OFF_UDP + 6] = (uint8_t)(c >> 8);
-    t[OFF_UDP + 7] = (uint8_t)(c & 0xFF);
+    t[MRC_WIRE_OFF_PAYLOAD_LENGTH] = t[OFF_UDP_LENGTH] = (uint8_t)(ulen >> 8);
+    t[MRC_WIRE_OFF_PAYLOAD_LENGTH + 1] = t[OFF_UDP_LENGTH + 1] = (uint8_t)(ulen & 0xFF);
+    t[OFF_UDP_CHECKSUM] = t[OFF_UDP_CHECKSUM + 1] = 0;
+    uint8_t final[ADDR_SIZE];
+    final_destination(t + MRC_WIRE_OFF_DST, q->lblen, final);
+    int32_t c = mrc_udp6_checksum(t + MRC_WIRE_OFF_SRC, ADDR_SIZE, final, ADDR_SIZE, t + OFF_UDP,
+                                  ulen);
+    t[OFF_UDP_CHECKSUM] = (uint8_t)(c >> 8);
+    t[OFF_UDP_CHECKSUM + 1] = (uint8_t)(c & 0xFF);
     ring_commit(r, (uint32_t)keep);
     q->high_bytes += (int64_t)keep;
     q->high_frames++;
@@ -281,9 +278,10 @@ int mrc_eq_enqueue(struct mrc_equeue *q, const uint8_t *frame, size_t len) {
     if (frame == NULL || len < MIN_FRAME || len > (uint64_t)q->max_frame_bytes) {
         return MRC_EQ_DROPPED;
     }
-    int tc = (frame[14] & 0x0F) << 4 | frame[15] >> 4;
+    int tc = (frame[OFF_TC_HI] & MRC_WIRE_TC_HI_DSCP_MASK) << 4 | frame[OFF_TC_LO] >> 4;
     int dscp = tc >> 2;
-    if (dscp == DSCP_CONTROL || dscp == DSCP_TRIMMED || dscp == DSCP_TRIMMED_LASTHOP) {
+    if (dscp == MRC_WIRE_DSCP_CONTROL || dscp == MRC_WIRE_DSCP_TRIMMED ||
+        dscp == MRC_WIRE_DSCP_TRIMMED_LASTHOP) {
         return enqueue_high(q, frame, len) ? MRC_EQ_HIGH : MRC_EQ_DROPPED;
     }
     if (q->data_bytes + (int64_t)len <= q->buffer_bytes) {
@@ -295,8 +293,9 @@ int mrc_eq_enqueue(struct mrc_equeue *q, const uint8_t *frame, size_t len) {
         memcpy(at, frame, len);
         int verdict = MRC_EQ_QUEUED;
         int ecn = tc & 3;
-        if (q->ecn_on && q->data_bytes > q->ecn_threshold_bytes && (ecn == 1 || ecn == 2)) {
-            at[15] |= 0x30; /* ECN = CE */
+        if (q->ecn_on && q->data_bytes > q->ecn_threshold_bytes &&
+            (ecn == MRC_WIRE_ECN_ECT1 || ecn == MRC_WIRE_ECN_ECT0)) {
+            at[OFF_TC_LO] |= MRC_WIRE_TC_LO_ECN_MASK; /* ECN = CE */
             q->ecn_marks++;
             verdict = MRC_EQ_MARKED;
         }
@@ -306,7 +305,7 @@ int mrc_eq_enqueue(struct mrc_equeue *q, const uint8_t *frame, size_t len) {
         note_depth(q);
         return verdict;
     }
-    if (q->trim_on && (dscp == DSCP_TRIMMABLE || dscp == DSCP_TRIMMABLE_RETX)) {
+    if (q->trim_on && (dscp == MRC_WIRE_DSCP_TRIMMABLE || dscp == MRC_WIRE_DSCP_TRIMMABLE_RETX)) {
         return enqueue_trimmed(q, frame, len);
     }
     return MRC_EQ_DROPPED;

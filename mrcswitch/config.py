@@ -18,9 +18,10 @@ from types import MappingProxyType
 from typing import Any
 
 from mrcnic.errors import MrcError
+from mrcnic.wire import layout
 
 # Eth + IPv6 + UDP + BTH + METH + timestamp ext + RETH: the smallest legal trim (MRC-BRIEF).
-MIN_TRIM_BYTES = 14 + 40 + 8 + 12 + 4 + 8 + 16
+MIN_TRIM_BYTES = layout.FRAME_HEADERS_SIZE + layout.MRC_DATA_HEADERS_SIZE  # 102
 DEFAULT_BLOCK = "fcbb:bb00::/32"
 USID_BITS = 16
 MAX_FRAME_BYTES = 65535

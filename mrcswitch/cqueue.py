@@ -16,6 +16,7 @@ missing (as batch_io does).
 from __future__ import annotations
 
 from mrcnic.io import batch as batch_io
+from mrcnic.wire import layout
 
 from .config import MAX_FRAME_BYTES, PortConfig
 from .queue import NS_PER_S, EgressQueue, Verdict
@@ -132,7 +133,7 @@ class CEgressQueue:
         if v < 0:
             raise RuntimeError(f"mrc_eq_enqueue: error {v}")
         if v == _MARKED and isinstance(frame, bytearray):
-            frame[15] |= 0x30  # the twin marks the caller's frame itself
+            layout.set_ce(frame)  # the twin marks the caller's frame itself
         return _VERDICTS[v]
 
     def dequeue(self, now_ns: int, max_frames: int = 64) -> list[bytearray]:

@@ -31,17 +31,24 @@ from collections.abc import Sequence
 from enum import IntEnum
 from typing import NamedTuple
 
+from mrcnic.wire import layout, usid
+
 from .config import USID_BITS
 from .table import StaticTable
 
-ETH_LEN = 14
-IPV6_LEN = 40
-OFF_IP = ETH_LEN
-OFF_HOP = OFF_IP + 7
-OFF_SRC = OFF_IP + 8
-OFF_DST = OFF_IP + 24
-OFF_L4 = OFF_IP + IPV6_LEN
-ADDR_BITS = 128
+ETH_LEN = layout.ETH_SIZE
+IPV6_LEN = layout.IPV6_SIZE
+OFF_IP = layout.OFF_IPV6
+OFF_HOP = layout.OFF_HOP_LIMIT
+OFF_SRC = layout.OFF_SRC
+OFF_DST = layout.OFF_DST
+OFF_L4 = layout.OFF_UDP  # where the Ethernet + IPv6 headers end: a decision's key length
+_OFF_PLEN = layout.OFF_PAYLOAD_LENGTH
+_OFF_ETHERTYPE = layout.OFF_ETHERTYPE
+_ETHERTYPE_HI, _ETHERTYPE_LO = layout.ETHERTYPE_IPV6.to_bytes(2, "big")
+ADDR_BITS = usid.ADDR_BITS
+_ETHERTYPE_IPV6 = layout.ETHERTYPE_IPV6
+_IPV6_VERSION = layout.IPV6_VERSION
 _ZERO16 = bytes(16)
 _LOOPBACK = bytes(15) + b"\x01"
 _BAD_SOURCES = frozenset((_ZERO16, _LOOPBACK))
@@ -146,8 +153,7 @@ class Pipeline:
         "_key_len",
         "_key_end",
         "_blk_end",
-        "_blk_mask",
-        "_arg_mask",
+        "_shifter",
         "_tail_mask",
         "_macs",
         "_l2",
@@ -168,10 +174,8 @@ class Pipeline:
         self._key_len = (lb + USID_BITS) // 8
         self._key_end = OFF_DST + self._key_len
         self._blk_end = OFF_DST + lb // 8
-        after_block = ADDR_BITS - lb
-        self._blk_mask = ((1 << lb) - 1) << after_block  # the locator block bits
-        self._arg_mask = (1 << after_block) - 1  # everything after the block
-        self._tail_mask = (1 << (after_block - USID_BITS)) - 1  # after the active uSID
+        self._shifter = usid.shifter(lb, USID_BITS)  # the one uSID shift
+        self._tail_mask = self._shifter.tail_mask  # after the active uSID
         self._macs = [bytes(m) for m in port_macs]
         self._l2 = [bytes(p) + bytes(m) for m, p in zip(port_macs, peer_macs, strict=True)]
         # destination -> code; the table never changes, so entries never go stale
@@ -198,15 +202,11 @@ class Pipeline:
 
     def shift(self, addr: int) -> int:
         """The uSID shift on a 128-bit address: drop the active uSID, zero-fill the tail."""
-        return (addr & self._blk_mask) | ((addr << USID_BITS) & self._arg_mask)
+        return self._shifter.shift(addr)
 
     def final_address(self, addr: int) -> int:
         """The address a packet carries at its destination: shifted until end of carrier."""
-        for _ in range(ADDR_BITS // USID_BITS):
-            if not addr & self._tail_mask:
-                break
-            addr = self.shift(addr)
-        return addr
+        return self._shifter.final(addr)
 
     def route(self, dst: bytes) -> int:
         """The decision for a destination address alone (memoised by :meth:`decide_header`):
@@ -220,11 +220,13 @@ class Pipeline:
                 return -DropReason.WRONG_BLOCK
             return -DropReason.NOT_MINE
         a = int.from_bytes(dst, "big")
+        shift = self._shifter.shift
+        tail_mask = self._tail_mask
         shifts = 0
         while True:
-            if not a & self._tail_mask:
+            if not a & tail_mask:
                 return -DropReason.END_OF_CARRIER
-            a = (a & self._blk_mask) | ((a << USID_BITS) & self._arg_mask)  # the uSID shift
+            a = shift(a)
             shifts += 1
             key = a.to_bytes(16, "big")[: self._key_len]
             if key not in self._own_keys:  # the kernel re-enters seg6local for its own uSID
@@ -253,9 +255,9 @@ class Pipeline:
         eth_dst, ethertype, ver, _plen, hop, src, dst = _HDR.unpack_from(hdr)
         if eth_dst != self._macs[in_port]:
             return -DropReason.NOT_MY_MAC
-        if ethertype != 0x86DD:
+        if ethertype != _ETHERTYPE_IPV6:
             return -DropReason.NOT_IPV6
-        if ver >> 4 != 6:
+        if ver >> 4 != _IPV6_VERSION:
             return -DropReason.MALFORMED
         s0 = src[0]
         if s0 == 0xFF or (s0 == 0xFE and src[1] & 0xC0 == 0x80) or src in _BAD_SOURCES:
@@ -284,13 +286,13 @@ class Pipeline:
                 return -DropReason.MALFORMED
             if f[0:6] != self._macs[in_port]:
                 return -DropReason.NOT_MY_MAC
-            if f[12] != 0x86 or f[13] != 0xDD:
+            if f[_OFF_ETHERTYPE] != _ETHERTYPE_HI or f[_OFF_ETHERTYPE + 1] != _ETHERTYPE_LO:
                 return -DropReason.NOT_IPV6
             return -DropReason.MALFORMED
         code = self.decide_header(bytes(f[:OFF_L4]), in_port)
         if code < 0 and -code in _PRE_LENGTH:
             return code
-        end = OFF_L4 + (f[18] << 8 | f[19])
+        end = OFF_L4 + (f[_OFF_PLEN] << 8 | f[_OFF_PLEN + 1])
         if end != n:
             if end > n:
                 return -DropReason.MALFORMED

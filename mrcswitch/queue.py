@@ -28,30 +28,40 @@ from __future__ import annotations
 from collections import deque
 from enum import IntEnum
 
-from mrcnic.fast import udp6_checksum
-from mrcnic.wire import (
-    BTH_SIZE,
-    IMM_SIZE,
-    IPPROTO_UDP,
-    METH_SIZE,
-    MRC_UDP_PORT,
-    OFF_BTH,
-    OFF_UDP,
-    RETH_SIZE,
-    TS_SIZE,
-    Dscp,
-    Ecn,
-)
+from mrcnic import wire
+from mrcnic.wire import layout, usid
+from mrcnic.wire.layout import dscp_ecn
 
-from .config import USID_BITS, PortConfig
+from .config import PortConfig
 
-_HIGH_DSCP = frozenset((Dscp.CONTROL, Dscp.TRIMMED, Dscp.TRIMMED_LASTHOP))
-_TRIMMABLE_DSCP = frozenset((Dscp.TRIMMABLE, Dscp.TRIMMABLE_RETX))
-_DATA_OPCODES = frozenset(range(0xC6, 0xCC))  # MRC RDMA Write First..Only-with-Imm
-_IMM_OPCODES = frozenset((0xC9, 0xCB))
-_TS_FLAG = 0x10  # BTH byte 4 bit 4: timestamp extension present
-_ECN_CAPABLE = frozenset((Ecn.ECT0, Ecn.ECT1))
+__all__ = [
+    "EgressQueue",
+    "Verdict",
+    "dscp_ecn",
+    "final_destination",
+    "mrc_header_end",
+    "trim_frame",
+]
+
+_HIGH_DSCP = layout.HIGH_PRIORITY_DSCPS
+_TRIMMABLE_DSCP = layout.TRIMMABLE_DSCPS
+_ECN_CAPABLE = layout.ECN_CAPABLE
+_OFF_TC_HI = layout.OFF_TC_HI
+_OFF_TC_LO = layout.OFF_TC_LO
+_DSCP_HI = layout.TC_HI_DSCP_MASK
+_ECN_BITS = layout.TC_LO_ECN_MASK
 NS_PER_S = 1_000_000_000
+
+# what mrc_header_end reads
+_MIN_LEN = layout.OFF_BTH + layout.BTH_SIZE
+_OFF_NH = layout.OFF_NEXT_HEADER
+_OFF_DPORT = layout.OFF_UDP_DST_PORT
+_OFF_BTH = layout.OFF_BTH
+_OFF_FLAGS = layout.OFF_BTH_FLAGS
+_TS_FLAG = layout.BTH_FLAG_TS
+_DATA_OPCODES = layout.MRC_DATA_OPS  # MRC RDMA Write First..Only-with-Imm (never RC's)
+_IMM_OPCODES = layout.MRC_IMM_OPS
+_DATA_END = _OFF_BTH + layout.BTH_SIZE + layout.METH_SIZE + layout.RETH_SIZE  # no TS, no ImmDt
 
 
 class Verdict(IntEnum):
@@ -62,74 +72,43 @@ class Verdict(IntEnum):
     HIGH = 4  # queued at high priority as it came (control / already trimmed)
 
 
-def dscp_ecn(frame: bytes | bytearray) -> tuple[int, int]:
-    """DSCP and ECN of an Ethernet+IPv6 frame (traffic class = DSCP << 2 | ECN)."""
-    tc = (frame[14] & 0x0F) << 4 | frame[15] >> 4
-    return tc >> 2, tc & 3
-
-
-def set_dscp(frame: bytearray, dscp: int) -> None:
-    frame[14] = (frame[14] & 0xF0) | (dscp >> 2)
-    frame[15] = (frame[15] & 0x3F) | ((dscp & 3) << 6)
-
-
 def final_destination(dst: bytes | bytearray, lblen: int) -> bytes:
-    """Shift a uSID carrier until end of carrier: the address the destination host sees."""
-    a = int.from_bytes(dst, "big")
-    after_block = 128 - lblen
-    blk_mask = ((1 << lblen) - 1) << after_block
-    arg_mask = (1 << after_block) - 1
-    tail_mask = (1 << (after_block - USID_BITS)) - 1
-    while a & tail_mask:
-        a = (a & blk_mask) | ((a << USID_BITS) & arg_mask)
-    return a.to_bytes(16, "big")
+    """Shift a uSID carrier until end of carrier: the address the destination host sees
+    (``usid.final_destination``, the one uSID shift)."""
+    return usid.final_destination(dst, lblen)
 
 
 def mrc_header_end(frame: bytes | bytearray) -> int | None:
     """Offset just past the MRC data headers (BTH METH [TS] RETH [ImmDt]), or None when the
-    frame is not a complete MRC data packet (then it is not trimmable)."""
-    if len(frame) < OFF_BTH + BTH_SIZE or frame[20] != IPPROTO_UDP:
+    frame is not a complete MRC data packet over UDP to port 4791 (then it is not trimmable)."""
+    if len(frame) < _MIN_LEN or frame[_OFF_NH] != layout.IPPROTO_UDP:
         return None
-    if (frame[OFF_UDP + 2] << 8 | frame[OFF_UDP + 3]) != MRC_UDP_PORT:
+    if (frame[_OFF_DPORT] << 8 | frame[_OFF_DPORT + 1]) != layout.MRC_UDP_PORT:
         return None
-    op = frame[OFF_BTH]
+    op = frame[_OFF_BTH]
     if op not in _DATA_OPCODES:
         return None
-    end = OFF_BTH + BTH_SIZE + METH_SIZE + RETH_SIZE
-    if frame[OFF_BTH + 4] & _TS_FLAG:
-        end += TS_SIZE
+    end = _DATA_END  # what wire.headers_size(op, ts) says, without its checks
+    if frame[_OFF_FLAGS] & _TS_FLAG:
+        end += layout.TS_SIZE
     if op in _IMM_OPCODES:
-        end += IMM_SIZE
+        end += layout.IMM_SIZE
     return end if end <= len(frame) else None
 
 
 def trim_frame(
     frame: bytes | bytearray, *, last_hop: bool, trim_bytes: int, lblen: int
 ) -> bytearray | None:
-    """The trimmed copy of a trimmable frame, or None if it is not a complete MRC data packet.
-
-    Keeps max(trim_bytes, the MRC headers) bytes (never more than the frame has), sets the
-    DSCP to TRIMMED / TRIMMED_LASTHOP (ECN bits kept), fixes IPv6 payload length and UDP
-    length, and recomputes the UDP checksum over the final destination.
+    """The trimmed copy of a trimmable frame, or None if it is not a complete MRC data packet
+    (:func:`mrc_header_end`). The trim is ``wire.trim_frame`` (the one trim): it keeps
+    max(trim_bytes, the MRC headers) bytes (never more than the frame has), sets the DSCP to
+    TRIMMED / TRIMMED_LASTHOP (ECN kept), fixes IPv6 payload length and UDP length, and
+    recomputes the UDP checksum over the final destination (the current one shifted until end
+    of carrier with an ``lblen``-bit block).
     """
-    end = mrc_header_end(frame)
-    if end is None:
+    if mrc_header_end(frame) is None:
         return None
-    keep = min(len(frame), max(end, trim_bytes))
-    t = bytearray(frame[:keep])
-    set_dscp(t, Dscp.TRIMMED_LASTHOP if last_hop else Dscp.TRIMMED)
-    ulen = keep - OFF_UDP
-    t[18] = ulen >> 8
-    t[19] = ulen & 0xFF
-    t[OFF_UDP + 4] = ulen >> 8
-    t[OFF_UDP + 5] = ulen & 0xFF
-    t[OFF_UDP + 6] = 0
-    t[OFF_UDP + 7] = 0
-    final = final_destination(t[38:54], lblen)
-    c = udp6_checksum(bytes(t[22:38]), final, t[OFF_UDP:])
-    t[OFF_UDP + 6] = c >> 8
-    t[OFF_UDP + 7] = c & 0xFF
-    return t
+    return bytearray(wire.trim_frame(frame, lasthop=last_hop, keep=trim_bytes, lblen=lblen))
 
 
 class EgressQueue:
@@ -199,7 +178,7 @@ class EgressQueue:
 
     def enqueue(self, frame: bytearray, now_ns: int = 0) -> Verdict:
         """Admit one forwarded frame (Ethernet first, IPv6, already rewritten)."""
-        tc = (frame[14] & 0x0F) << 4 | frame[15] >> 4
+        tc = (frame[_OFF_TC_HI] & _DSCP_HI) << 4 | frame[_OFF_TC_LO] >> 4
         dscp = tc >> 2
         if dscp in _HIGH_DSCP:
             return Verdict.HIGH if self._enqueue_high(frame) else Verdict.DROPPED
@@ -207,7 +186,7 @@ class EgressQueue:
         if self.data_bytes + n <= self._buffer:
             verdict = Verdict.QUEUED
             if self._ecn_on and self.data_bytes > self._threshold and (tc & 3) in _ECN_CAPABLE:
-                frame[15] |= 0x30  # ECN = CE
+                frame[_OFF_TC_LO] |= _ECN_BITS  # ECN = CE
                 self.ecn_marks += 1
                 verdict = Verdict.MARKED
             self.data.append(frame)

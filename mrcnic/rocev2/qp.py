@@ -57,8 +57,9 @@ from mrcnic.transport.qp import (
     next_state,
     peek_dest_qp,
 )
-from mrcnic.wire import usid
+from mrcnic.wire import layout, usid
 from mrcnic.wire.rocev2 import (
+    CNP_RESERVED_SIZE,
     OP_CNP,
     SYN_ACK,
     SYN_NAK_INVALID_REQUEST,
@@ -73,16 +74,22 @@ from mrcnic.wire.rocev2 import (
     rdma_udp_sport,
 )
 
-PSN_MASK = 0xFFFFFF
+PSN_MASK = layout.PSN_MASK
 _HALF = 1 << 23
 IB_TIMEOUT_UNIT_S = 4.096e-6  # IB local ACK timeout = 4.096 us x 2^n
 
-_OFF_IP = 14
-_OFF_UDP = 54
-_OFF_ULEN = 58
-_OFF_UCSUM = 60
-_OFF_BTH = 62
-_PREFIX = 62
+# frame layout: the facts are mrcnic.wire.layout's
+_OFF_IP = layout.OFF_IPV6
+_OFF_UDP = layout.OFF_UDP
+_OFF_ULEN = layout.OFF_UDP_LENGTH
+_OFF_UCSUM = layout.OFF_UDP_CHECKSUM
+_OFF_BTH = layout.OFF_BTH
+_PREFIX = layout.FRAME_HEADERS_SIZE  # Ethernet + IPv6 + UDP: the per-QP template
+_BTH_SIZE = layout.BTH_SIZE
+_RETH_SIZE = layout.RETH_SIZE
+_IMM_SIZE = layout.IMM_SIZE
+_ICRC_SIZE = layout.ICRC_SIZE
+_PKEY = layout.DEFAULT_PKEY
 _BTH = struct.Struct(">BBHII")
 _BTH_RETH = struct.Struct(">BBHIIQII")
 _BTH_WORDS = struct.Struct(">II")  # at BTH + 4: flags|dest QP, AckReq|PSN
@@ -92,17 +99,35 @@ _U32 = struct.Struct(">I")
 _IPW0_PLEN = struct.Struct(">IH")
 _RX_HEAD = struct.Struct(">HIHBB")
 
-_RC_FIRST, _RC_MIDDLE, _RC_LAST, _RC_LAST_IMM, _RC_ONLY, _RC_ONLY_IMM = range(0x06, 0x0C)
-_RC_ACK = 0x11
-_RETH_OPS = (_RC_FIRST, _RC_ONLY, _RC_ONLY_IMM)
-_IMM_OPS = (_RC_LAST_IMM, _RC_ONLY_IMM)
-_LAST_OPS = (_RC_LAST, _RC_LAST_IMM, _RC_ONLY, _RC_ONLY_IMM)
-_ACKREQ = 0x80000000
+_O = layout.Opcode
+_RC_FIRST, _RC_MIDDLE, _RC_LAST = (
+    int(_O.RC_WRITE_FIRST),
+    int(_O.RC_WRITE_MIDDLE),
+    int(_O.RC_WRITE_LAST),
+)
+_RC_LAST_IMM, _RC_ONLY = int(_O.RC_WRITE_LAST_IMM), int(_O.RC_WRITE_ONLY)
+_RC_ONLY_IMM, _RC_ACK = int(_O.RC_WRITE_ONLY_IMM), int(_O.RC_ACK)
+del _O
+# the receive path tests "_RC_FIRST <= op <= _RC_ONLY_IMM": hold it to the layout
+assert frozenset(range(_RC_FIRST, _RC_ONLY_IMM + 1)) == layout.RC_DATA_OPS
+_RETH_OPS = layout.RC_RETH_OPS
+_IMM_OPS = layout.RC_IMM_OPS
+_LAST_OPS = layout.RC_LAST_OPS
+_ACKREQ = layout.BTH_ACKREQ
+_IPV6_W0 = layout.IPV6_W0_VERSION
+_DSCP_SHIFT = layout.DSCP_SHIFT
+_ECN_SHIFT = layout.ECN_SHIFT
 _DSCP_NO_TRIM = int(wire.Dscp.NO_TRIM)
 _DSCP_CONTROL = int(wire.Dscp.CONTROL)
 _ECT0 = int(wire.Ecn.ECT0)
-_ACK_LEN = 12 + 4 + 4  # BTH AETH ICRC
-_CNP_LEN = 12 + 16 + 4
+_CE = int(wire.Ecn.CE)
+_OFF_ETHERTYPE = layout.OFF_ETHERTYPE
+_ETHERTYPE_IPV6 = layout.ETHERTYPE_IPV6
+_IPV6_VERSION = layout.IPV6_VERSION
+_IPPROTO_UDP = layout.IPPROTO_UDP
+_UDP_SIZE = layout.UDP_SIZE
+_ACK_LEN = _BTH_SIZE + layout.AETH_SIZE + _ICRC_SIZE
+_CNP_LEN = _BTH_SIZE + CNP_RESERVED_SIZE + _ICRC_SIZE
 
 
 class RoceUnsupportedError(MrcError, NotImplementedError):
@@ -324,7 +349,7 @@ class RoceQueuePair:
         self.ev = ev_for_path(shape, sport, flow, self.plane, self.t1)
         port = self.net.ports[self.plane]
         _, fl16 = wire.ev_to_udp_flow(self.ev)
-        self._w0 = 0x60000000 | fl16
+        self._w0 = _IPV6_W0 | fl16
         self._src = src
         self._final = final
         self._pre = (
@@ -531,24 +556,27 @@ class RoceQueuePair:
     def _data_frame(self, psn: int, m: _Msg, off: int, n: int, op: int, ackreq: bool) -> bytes:
         reth = op in _RETH_OPS
         imm = op in _IMM_OPS
-        hdr = 12 + (16 if reth else 0) + (4 if imm else 0)
-        total = _PREFIX + hdr + n + 4
+        hdr = _BTH_SIZE + (_RETH_SIZE if reth else 0) + (_IMM_SIZE if imm else 0)
+        total = _PREFIX + hdr + n + _ICRC_SIZE
         buf = bytearray(total)
         buf[:_PREFIX] = self._pre
         ulen = total - _OFF_UDP
-        _IPW0_PLEN.pack_into(buf, _OFF_IP, self._w0 | _DSCP_NO_TRIM << 22 | _ECT0 << 20, ulen)
+        _IPW0_PLEN.pack_into(
+            buf, _OFF_IP, self._w0 | _DSCP_NO_TRIM << _DSCP_SHIFT | _ECT0 << _ECN_SHIFT, ulen
+        )
         _U16.pack_into(buf, _OFF_ULEN, ulen)
         w2 = (_ACKREQ | psn) if ackreq else psn
         qp = self.peer.qpn
         if reth:
-            _BTH_RETH.pack_into(buf, _OFF_BTH, op, 0, 0xFFFF, qp, w2, m.va, m.rkey, m.length)
+            _BTH_RETH.pack_into(buf, _OFF_BTH, op, 0, _PKEY, qp, w2, m.va, m.rkey, m.length)
         else:
-            _BTH.pack_into(buf, _OFF_BTH, op, 0, 0xFFFF, qp, w2)
+            _BTH.pack_into(buf, _OFF_BTH, op, 0, _PKEY, qp, w2)
         if imm:
-            _U32.pack_into(buf, _PREFIX + hdr - 4, m.imm)
+            _U32.pack_into(buf, _PREFIX + hdr - _IMM_SIZE, m.imm)
         if n:
             buf[_PREFIX + hdr : _PREFIX + hdr + n] = m.buf[off : off + n]
-        _U32.pack_into(buf, total - 4, zlib.crc32(memoryview(buf)[_OFF_BTH : total - 4]))
+        icrc_at = total - _ICRC_SIZE
+        _U32.pack_into(buf, icrc_at, zlib.crc32(memoryview(buf)[_OFF_BTH:icrc_at]))
         _U16.pack_into(
             buf, _OFF_UCSUM, fast.udp6_checksum(self._src, self._final, memoryview(buf)[_OFF_UDP:])
         )
@@ -560,7 +588,7 @@ class RoceQueuePair:
         buf = bytearray(total)
         buf[:_PREFIX] = self._pre
         ulen = total - _OFF_UDP
-        _IPW0_PLEN.pack_into(buf, _OFF_IP, self._w0 | _DSCP_CONTROL << 22, ulen)
+        _IPW0_PLEN.pack_into(buf, _OFF_IP, self._w0 | _DSCP_CONTROL << _DSCP_SHIFT, ulen)
         _U16.pack_into(buf, _OFF_ULEN, ulen)
         buf[_PREFIX:] = mrc
         _U16.pack_into(
@@ -571,7 +599,7 @@ class RoceQueuePair:
     def _send_ack(self, syndrome: int, psn: int) -> None:
         if self.peer is None:
             return
-        body = _BTH.pack(_RC_ACK, 0, 0xFFFF, self.peer.qpn, psn) + _U32.pack(
+        body = _BTH.pack(_RC_ACK, 0, _PKEY, self.peer.qpn, psn) + _U32.pack(
             syndrome << 24 | self._rx_msn
         )
         self._ctrl.append(self._ctrl_frame(body + _U32.pack(zlib.crc32(body))))
@@ -599,19 +627,25 @@ class RoceQueuePair:
             return
         st = self.stats
         n = len(data)
-        if n < _OFF_BTH + 12 + 4:
+        if n < _OFF_BTH + _BTH_SIZE + _ICRC_SIZE:
             st.rx_malformed += 1
             return
-        ethertype, w0, plen, nh, _hop = _RX_HEAD.unpack_from(data, 12)
+        ethertype, w0, plen, nh, _hop = _RX_HEAD.unpack_from(data, _OFF_ETHERTYPE)
         end = _OFF_UDP + plen
-        if ethertype != 0x86DD or w0 >> 28 != 6 or nh != 17 or end > n or plen < 8 + 16:
+        if (
+            ethertype != _ETHERTYPE_IPV6
+            or w0 >> 28 != _IPV6_VERSION
+            or nh != _IPPROTO_UDP
+            or end > n
+            or plen < _UDP_SIZE + _BTH_SIZE + _ICRC_SIZE
+        ):
             st.rx_malformed += 1
             return
-        icrc = _U32.unpack_from(data, end - 4)[0]
-        if zlib.crc32(memoryview(data)[_OFF_BTH : end - 4]) != icrc:
+        icrc = _U32.unpack_from(data, end - _ICRC_SIZE)[0]
+        if zlib.crc32(memoryview(data)[_OFF_BTH : end - _ICRC_SIZE]) != icrc:
             st.rx_malformed += 1  # also a trimmed frame: a trimmed RC packet has no ICRC
             return
-        w1, w2 = _BTH_WORDS.unpack_from(data, _OFF_BTH + 4)
+        w1, w2 = _BTH_WORDS.unpack_from(data, _OFF_BTH + layout.BTH_OFF_FLAGS)
         if w1 & PSN_MASK != self.qpn:
             st.rx_malformed += 1
             return
@@ -619,7 +653,7 @@ class RoceQueuePair:
         if _RC_FIRST <= op <= _RC_ONLY_IMM:
             self._rx_data(data, end, w0, op, w2, now_s)
         elif op == _RC_ACK and end - _OFF_BTH == _ACK_LEN:
-            self._rx_ack(w2 & PSN_MASK, _U32.unpack_from(data, _OFF_BTH + 12)[0], now_s)
+            self._rx_ack(w2 & PSN_MASK, _U32.unpack_from(data, _OFF_BTH + _BTH_SIZE)[0], now_s)
         elif op == OP_CNP and end - _OFF_BTH == _CNP_LEN:
             st.rx_cnps += 1
             if self.dcqcn is not None and self.dcqcn.on_cnp(now_s):
@@ -631,12 +665,12 @@ class RoceQueuePair:
         st = self.stats
         reth = op in _RETH_OPS
         imm_op = op in _IMM_OPS
-        hdr = 12 + (16 if reth else 0) + (4 if imm_op else 0)
-        if end < _PREFIX + hdr + 4:
+        hdr = _BTH_SIZE + (_RETH_SIZE if reth else 0) + (_IMM_SIZE if imm_op else 0)
+        if end < _PREFIX + hdr + _ICRC_SIZE:
             st.rx_malformed += 1
             return
         st.rx_data_packets += 1
-        if (w0 >> 20) & 3 == 3:
+        if (w0 >> _ECN_SHIFT) & 3 == _CE:
             st.rx_ecn_marked += 1
             if self.dcqcn is not None:
                 self._maybe_cnp(now_s)
@@ -657,10 +691,10 @@ class RoceQueuePair:
         if first == self._rx_in_msg:  # FIRST inside a message, or MIDDLE/LAST outside one
             self._refuse(SYN_NAK_INVALID_REQUEST, psn, "opcode out of sequence", now_s)
             return
-        off = _PREFIX + 12
+        off = _PREFIX + _BTH_SIZE
         if first:
             va, rkey, length = _RETH.unpack_from(data, off)
-            off += 16
+            off += _RETH_SIZE
             status = self.memory.check(rkey, va, length)
             if status is not PlaceStatus.OK:
                 self._refuse(
@@ -675,8 +709,8 @@ class RoceQueuePair:
         imm = None
         if imm_op:
             imm = _U32.unpack_from(data, off)[0]
-            off += 4
-        plen = end - 4 - off
+            off += _IMM_SIZE
+        plen = end - _ICRC_SIZE - off
         got = self._rx_got + plen
         if got > self._rx_len or (last and got != self._rx_len):
             self._refuse(
@@ -685,7 +719,7 @@ class RoceQueuePair:
             return
         if plen:
             status = self.memory.place(
-                self._rx_rkey, self._rx_va + self._rx_got, memoryview(data)[off : end - 4]
+                self._rx_rkey, self._rx_va + self._rx_got, memoryview(data)[off : end - _ICRC_SIZE]
             )
             if status is not PlaceStatus.OK:  # e.g. deregistered in the middle of a message
                 self._refuse(

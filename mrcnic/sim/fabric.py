@@ -22,13 +22,17 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mrcnic import fast
+from mrcnic import wire
 from mrcnic.transport.qp import NetConfig, PortAddr
-from mrcnic.wire import usid
+from mrcnic.wire import layout, usid
 
-_DSCP_TRIMMABLE = (4, 8)  # TRIMMABLE, TRIMMABLE_RETX
-_DSCP_HIGH = (12, 16, 46)  # TRIMMED, TRIMMED_LASTHOP, CONTROL
-_TRIM_KEEP = 62 + 40  # Ethernet+IPv6+UDP + BTH METH TS RETH (ImmDt added for imm opcodes)
+_DSCP_TRIMMABLE = layout.TRIMMABLE_DSCPS
+_DSCP_HIGH = layout.HIGH_PRIORITY_DSCPS  # control and trimmed headers: served first, never cut
+_DST = slice(layout.OFF_DST, layout.OFF_DST + layout.IPV6_ADDR_SIZE)
+_OFF_TC_HI = layout.OFF_TC_HI
+_OFF_TC_LO = layout.OFF_TC_LO
+_DSCP_HI = layout.TC_HI_DSCP_MASK
+_ECN_BITS = layout.TC_LO_ECN_MASK
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +84,7 @@ class Link:
             self.losses += 1
             return None
         n = len(frame)
-        dscp = (frame[14] & 0x0F) << 2 | frame[15] >> 6
+        dscp = (frame[_OFF_TC_HI] & _DSCP_HI) << 2 | frame[_OFF_TC_LO] >> 6
         busy = self.busy_until
         backlog = (busy - t) * self.bytes_per_s if busy > t else 0.0
         if dscp not in _DSCP_HIGH:
@@ -93,10 +97,14 @@ class Link:
                 else:
                     self.drops += 1
                     return None
-            elif spec.ecn_bytes is not None and backlog > spec.ecn_bytes and frame[15] & 0x30:
+            elif (
+                spec.ecn_bytes is not None
+                and backlog > spec.ecn_bytes
+                and frame[_OFF_TC_LO] & _ECN_BITS
+            ):
                 self.marks += 1
                 b = bytearray(frame)
-                b[15] |= 0x30  # CE
+                layout.set_ce(b)
                 frame = bytes(b)
         if backlog > self.max_backlog:
             self.max_backlog = int(backlog)
@@ -126,25 +134,10 @@ def host_net(shape: usid.ClosShape, host: int) -> NetConfig:
 
 
 def trim_frame(frame: bytes, last_hop: bool) -> bytes:
-    """Cut a data packet to its headers, as a switch does: DSCP TRIMMED(_LASTHOP), IPv6 payload
-    length and UDP length and checksum fixed."""
-    op = frame[62]
-    keep = _TRIM_KEEP + (4 if op in (0xC9, 0xCB) else 0)
-    b = bytearray(frame[:keep])
-    dscp = 16 if last_hop else 12
-    tc = dscp << 2 | (b[15] >> 4) & 3
-    b[14] = 0x60 | tc >> 4
-    b[15] = (tc & 0x0F) << 4 | (b[15] & 0x0F)
-    plen = keep - 54
-    b[18:20] = plen.to_bytes(2, "big")
-    b[58:60] = plen.to_bytes(2, "big")
-    b[60:62] = b"\x00\x00"
-    try:
-        final = usid.final_of(bytes(b[38:54]))
-        b[60:62] = fast.udp6_checksum(bytes(b[22:38]), final, memoryview(b)[54:]).to_bytes(2, "big")
-    except usid.UsidError:
-        pass
-    return bytes(b)
+    """Cut a data packet to its headers, as a switch does (``wire.trim_frame``, the one trim:
+    DSCP TRIMMED(_LASTHOP), lengths fixed, UDP checksum over the final destination, which the
+    simulator computes from the unshifted path address the frame still carries)."""
+    return wire.trim_frame(frame, lasthop=last_hop)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,10 +220,10 @@ class Fabric:
 
     def send(self, host: int, port: int, frame: bytes, t: float) -> None:
         """Host ``host`` hands ``frame`` to its port ``port`` at time ``t``."""
-        t1 = self._route.get(frame[38:54])
+        t1 = self._route.get(frame[_DST])
         if t1 is None:
             try:
-                info = usid.decode_path(self.shape, bytes(frame[38:54]))
+                info = usid.decode_path(self.shape, bytes(frame[_DST]))
             except usid.UsidError:
                 self.misrouted += 1
                 return
@@ -238,7 +231,7 @@ class Fabric:
                 self.misrouted += 1
                 return
             t1 = info.t1
-            self._route[bytes(frame[38:54])] = t1
+            self._route[bytes(frame[_DST])] = t1
         d = host
         stages = (self.nic[d][port], self.path[d][port][t1], self.last[d][port])
         self._seq += 1

@@ -41,9 +41,9 @@ from mrcnic.transport.sack import (
     Scoreboard,
     TxRecord,
 )
-from mrcnic.wire import usid
+from mrcnic.wire import layout, usid
 
-PSN_MASK = 0xFFFFFF
+PSN_MASK = layout.PSN_MASK
 #: the RTT peak tracker follows a higher sample at once and decays towards lower ones by this
 #: fraction per sample (about 64 SACKs: a few RTTs), so it remembers the recent tail
 RTT_PEAK_RELEASE = 1 / 64
@@ -56,17 +56,17 @@ INITIAL_RTO_RTTS = 8
 SPURIOUS_RTT_FRACTION = 0.5
 _HALF = 1 << 23
 
-# -- frame layout (offsets in a whole Ethernet frame) -----------------------------------------
-_OFF_UDP = 54
-_OFF_UCSUM = 60
-_OFF_BTH = 62
+# -- frame layout (offsets in a whole Ethernet frame; the facts are mrcnic.wire.layout's) ------
+_OFF_UDP = layout.OFF_UDP
+_OFF_UCSUM = layout.OFF_UDP_CHECKSUM
+_OFF_BTH = layout.OFF_BTH
 # Ethernet, IPv6, UDP, BTH, METH, TS, RETH (102 bytes), and the same + ImmDt (106 bytes)
 _FRAME_DATA = struct.Struct(">6s6sHIHBB16s16sHHHHBBHIIHHQQII")
 _FRAME_DATA_IMM = struct.Struct(">6s6sHIHBB16s16sHHHHBBHIIHHQQIII")
 _FRAME_CTRL = struct.Struct(">6s6sHIHBB16s16sHHHHBBHII")  # Ethernet .. BTH (74 bytes)
 _SACK_BODY = "IHBxQIH2xQQ"  # wire.SACK (40 bytes)
 _FRAME_SACK = struct.Struct(_FRAME_CTRL.format + _SACK_BODY)  # Ethernet .. SACK body
-_CTRL_MAX_BODY = 40  # the largest control body (SACK)
+_CTRL_MAX_BODY = layout.SACK_SIZE  # the largest control body
 _IMM = struct.Struct(">I")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
@@ -76,22 +76,27 @@ _ENDPOINT = struct.Struct(">B3xIIIQ")
 _RX_HEAD = struct.Struct(">HIHBB")  # at 12: ethertype, ip w0, payload length, next header, hop
 _RX_DATA = struct.Struct(">IIHHQQII")  # at 66: BTH words 1-2, METH, TS, RETH
 _RX_SACK = struct.Struct(">IIIHBxQIH2xQQ")  # at 66: BTH words 1-2, the SACK body
-_SACK_FRAME_END = _OFF_BTH + 12 + wire.SACK_SIZE + 4
+_SACK_FRAME_END = _OFF_BTH + layout.BTH_SIZE + layout.SACK_SIZE + layout.ICRC_SIZE
 
-_TS_BIT = 0x10
-_RTX_BIT = 0x20
-_ACKREQ = 0x80000000
-_OP_FIRST, _OP_MIDDLE, _OP_LAST, _OP_LAST_IMM, _OP_ONLY, _OP_ONLY_IMM = range(0xC6, 0xCC)
-_OP_ACK, _OP_EP_REQ, _OP_EP_RESP, _OP_SACK, _OP_NACK, _OP_RPROBE = (
-    0xD1,
-    0xD8,
-    0xD9,
-    0xDC,
-    0xDD,
-    0xDE,
+_TS_BIT = layout.BTH_FLAG_TS
+_RTX_BIT = layout.BTH_FLAG_RTX
+_ACKREQ = layout.BTH_ACKREQ
+_O = layout.Opcode
+_OP_FIRST, _OP_MIDDLE, _OP_LAST = int(_O.WRITE_FIRST), int(_O.WRITE_MIDDLE), int(_O.WRITE_LAST)
+_OP_LAST_IMM, _OP_ONLY, _OP_ONLY_IMM = (
+    int(_O.WRITE_LAST_IMM), int(_O.WRITE_ONLY), int(_O.WRITE_ONLY_IMM)
+)  # fmt: skip
+_OP_ACK, _OP_EP_REQ, _OP_EP_RESP = int(_O.ACK), int(_O.EP_REQUEST), int(_O.EP_RESPONSE)
+_OP_SACK, _OP_NACK, _OP_RPROBE = int(_O.SACK), int(_O.NACK), int(_O.RPROBE)
+del _O
+# the hot paths test "op in [first, only_imm]" and "op < last" on these: hold them to the layout
+assert frozenset(range(_OP_FIRST, _OP_ONLY_IMM + 1)) == layout.MRC_DATA_OPS
+_DSCP_DATA_ECT0 = (
+    int(wire.Dscp.TRIMMABLE) << layout.DSCP_SHIFT | int(wire.Ecn.ECT0) << layout.ECN_SHIFT
 )
-_DSCP_DATA_ECT0 = int(wire.Dscp.TRIMMABLE) << 22 | int(wire.Ecn.ECT0) << 20
-_DSCP_CTRL_ECT0 = int(wire.Dscp.CONTROL) << 22 | int(wire.Ecn.ECT0) << 20
+_DSCP_CTRL_ECT0 = (
+    int(wire.Dscp.CONTROL) << layout.DSCP_SHIFT | int(wire.Ecn.ECT0) << layout.ECN_SHIFT
+)
 _PLACE_OK = PlaceStatus.OK
 _MARK_SKIP_ONCE = int(wire.SackMark.SKIP_ONCE)
 _MARK_ALWAYS_SKIP = int(wire.SackMark.ALWAYS_SKIP)
@@ -100,8 +105,8 @@ _from_bytes = int.from_bytes
 _csum_partial = fast.csum_partial
 _DSCP_TRIMMED = int(wire.Dscp.TRIMMED)
 _DSCP_TRIMMED_LH = int(wire.Dscp.TRIMMED_LASTHOP)
-_DSCPS_TRIMMED = frozenset((_DSCP_TRIMMED, _DSCP_TRIMMED_LH))
-_IMM_OPS = frozenset((_OP_LAST_IMM, _OP_ONLY_IMM))
+_DSCPS_TRIMMED = layout.TRIMMED_DSCPS
+_IMM_OPS = layout.MRC_IMM_OPS
 
 
 #: see QueuePair._make_tmpl

@@ -16,11 +16,11 @@ import struct
 import zlib
 
 from mrcnic import wire
-from mrcnic.wire import usid
+from mrcnic.wire import layout, usid
 
 OP_CNP = 0x81
 CNP_RESERVED_SIZE = 16
-BECN_BIT = 0x40000000  # in BTH word 1 (with the destination QP)
+BECN_BIT = layout.BTH_FLAG_BECN << 24  # in BTH word 1 (with the destination QP)
 
 # AETH syndromes (IBTA): 0x00 ACK (low 5 bits = credit count, left 0); 0x60 | code = NAK
 SYN_ACK = 0x00
@@ -93,9 +93,9 @@ _U32 = struct.Struct(">I")
 
 def encode_cnp(dest_qp: int) -> bytes:
     """The CNP's part after UDP: BTH (opcode 0x81, BECN, dest QP, PSN 0), 16 zero bytes, ICRC."""
-    body = _BTH.pack(OP_CNP, 0, 0xFFFF, BECN_BIT | (dest_qp & 0xFFFFFF), 0) + bytes(
-        CNP_RESERVED_SIZE
-    )
+    body = _BTH.pack(
+        OP_CNP, 0, layout.DEFAULT_PKEY, BECN_BIT | (dest_qp & layout.QPN_MASK), 0
+    ) + bytes(CNP_RESERVED_SIZE)
     return body + _U32.pack(zlib.crc32(body))
 
 

@@ -18,6 +18,7 @@ import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from functools import cache
 
 from mrcnic.errors import MrcError
 
@@ -82,6 +83,62 @@ class UsidFormat:
 
 
 DEFAULT_FORMAT = UsidFormat()
+
+
+class UsidShift:
+    """The uSID shift (RFC 9800 NEXT-C-SID, Linux ``seg6local End flavors next-csid``) for one
+    carrier format, on a 128-bit address held as an int: the one place it is written. Every
+    shift in the project (this module's :func:`shift`, the switch's pipeline and its queue's
+    trims, the simulator's trims) is :attr:`shift` or :meth:`final`. No validation: callers
+    that need a well-formed carrier check it first (:func:`validate`).
+
+    ``block_mask``: the locator block's bits; ``carrier_mask``: every bit after the block;
+    ``tail_mask``: every bit after the active uSID (all zero = end of carrier).
+    """
+
+    __slots__ = ("lblen", "nflen", "block_mask", "carrier_mask", "tail_mask", "shift")
+
+    def __init__(self, lblen: int = 32, nflen: int = 16) -> None:
+        if lblen <= 0 or nflen <= 0 or lblen + nflen > ADDR_BITS:
+            raise UsidError(f"no room for a {nflen}-bit uSID after a {lblen}-bit block")
+        after_block = ADDR_BITS - lblen
+        self.lblen = lblen
+        self.nflen = nflen
+        self.carrier_mask = carrier = (1 << after_block) - 1
+        self.block_mask = block = _ADDR_MASK & ~carrier
+        self.tail_mask = (1 << (after_block - nflen)) - 1
+
+        # A closure, not a method: the switch calls it on its hot path, and a plain function
+        # over local constants is cheaper than a bound method reading its instance.
+        def shift(value: int) -> int:
+            """Consume the active uSID: keep the block, move the rest left by one uSID,
+            zero-filling the tail."""
+            return (value & block) | ((value << nflen) & carrier)
+
+        self.shift = shift
+
+    def final(self, value: int) -> int:
+        """Shifted until end of carrier (nothing after the active uSID): the address the
+        destination sees, and the one a UDP checksum covers."""
+        tail = self.tail_mask
+        shift = self.shift
+        while value & tail:
+            value = shift(value)
+        return value
+
+
+@cache
+def shifter(lblen: int = 32, nflen: int = 16) -> UsidShift:
+    """The (shared) :class:`UsidShift` of a carrier format."""
+    return UsidShift(lblen, nflen)
+
+
+def final_destination(
+    addr: bytes | bytearray | memoryview, lblen: int = 32, nflen: int = 16
+) -> bytes:
+    """``addr`` (16 bytes) shifted until end of carrier, unvalidated: what a switch computes
+    for a packet it trims mid-fabric (the destination's block and uSIDs are not checked)."""
+    return shifter(lblen, nflen).final(int.from_bytes(addr, "big")).to_bytes(ADDR_BYTES, "big")
 
 
 def _as_int(addr: bytes | bytearray | memoryview) -> int:
@@ -152,27 +209,20 @@ def shift(addr: bytes, fmt: UsidFormat = DEFAULT_FORMAT) -> bytes:
     """Consume the active uSID: shift the rest left by one uSID, zero-filling the tail."""
     value = _as_int(addr)
     _check_block(value, fmt)
-    tail_bits = ADDR_BITS - fmt.lblen
-    tail_mask = (1 << tail_bits) - 1
-    # The whole uN behaviour in one expression: keep the block, move the tail up one slot.
-    shifted = (value & ~tail_mask & _ADDR_MASK) | ((value << fmt.nflen) & tail_mask)
-    return shifted.to_bytes(ADDR_BYTES, "big")
+    return shifter(fmt.lblen, fmt.nflen).shift(value).to_bytes(ADDR_BYTES, "big")
 
 
 def is_end_of_carrier(addr: bytes, fmt: UsidFormat = DEFAULT_FORMAT) -> bool:
     """True when nothing follows the active uSID (RFC 9800 "end of carrier")."""
     value = _as_int(addr)
     _check_block(value, fmt)
-    rest_bits = ADDR_BITS - fmt.lblen - fmt.nflen
-    return value & ((1 << rest_bits) - 1) == 0
+    return value & shifter(fmt.lblen, fmt.nflen).tail_mask == 0
 
 
 def final_of(addr: bytes, fmt: UsidFormat = DEFAULT_FORMAT) -> bytes:
     """The address a packet carries after its last shift (the one UDP checksums cover)."""
     validate(addr, fmt)
-    while not is_end_of_carrier(addr, fmt):
-        addr = shift(addr, fmt)
-    return addr
+    return shifter(fmt.lblen, fmt.nflen).final(_as_int(addr)).to_bytes(ADDR_BYTES, "big")
 
 
 def to_text(addr: bytes) -> str:

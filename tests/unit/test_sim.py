@@ -89,7 +89,8 @@ def test_link_queue_ecn_trim_and_priority():
     frame = bytearray(1200)
     frame[12:14] = b"\x86\xdd"
     frame[14], frame[15] = 0x61, 0x20  # DSCP 4 (trimmable), ECT0
-    frame[62] = 0xCA
+    frame[62] = 0xCA  # WRITE_ONLY
+    frame[66] = 0x10  # with a timestamp extension, as the QP sends: 102 bytes of headers
     t1, f1 = link.transmit(0.0, bytes(frame), rng)
     assert t1 == pytest.approx(1200e-6) and f1[15] & 0x30 == 0x20
     _, f2 = link.transmit(0.0, bytes(frame), rng)  # 1200 B backlog > 1000: CE

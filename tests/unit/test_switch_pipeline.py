@@ -6,7 +6,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mrcnic.wire import usid
 from mrcswitch.config import config_from_dict
 from mrcswitch.pipeline import Drop, DropCounter, DropReason, Forward, Pipeline
 from mrcswitch.table import build_table
@@ -57,7 +56,8 @@ def addr(*usids: int) -> bytes:
 
 
 def model(dst: bytes, hop: int) -> tuple[int, bytes, int] | DropReason:
-    """Reference: RFC 9800 / seg6local next-csid, built on mrcnic.wire.usid (an independent shift)."""
+    """Reference: RFC 9800 / seg6local next-csid, shifting bytes (independent of usid.UsidShift,
+    the one shift the switch and mrcnic.wire.usid share)."""
     if dst[:4] != bytes.fromhex("fcbbbb00"):
         return DropReason.WRONG_BLOCK
     active = int.from_bytes(dst[4:6], "big")
@@ -66,9 +66,9 @@ def model(dst: bytes, hop: int) -> tuple[int, bytes, int] | DropReason:
             return DropReason.NOT_MINE
     else:
         while int.from_bytes(dst[4:6], "big") in OWNS:
-            if usid.is_end_of_carrier(dst):
+            if not any(dst[6:]):  # nothing after the active uSID
                 return DropReason.END_OF_CARRIER
-            dst = usid.shift(dst)
+            dst = dst[:4] + dst[6:] + bytes(2)  # drop the active uSID, zero-fill
         active = int.from_bytes(dst[4:6], "big")
         if active not in ROUTES:
             return DropReason.ZERO_USID if active == 0 else DropReason.NO_ROUTE
