@@ -86,6 +86,20 @@ def test_every_c_wire_fact_is_the_layout_value():
     assert _lib.mrc_wire_layout_version() == layout.LAYOUT_VERSION  # the build is not stale
 
 
+# Wire facts other C headers still keep a copy of (their own enums), held to the same values.
+C_COPIES: dict[str, int] = {
+    "MRC_FWD_HDR_LEN": layout.OFF_UDP,  # csrc/mrc_fwd.h: Ethernet + IPv6 headers
+    "MRC_FWD_OFF_PLEN": layout.OFF_PAYLOAD_LENGTH,
+    "MRC_FWD_OFF_HOP": layout.OFF_HOP_LIMIT,
+    "MRC_FWD_OFF_DST": layout.OFF_DST,
+}
+
+
+@needs_c
+def test_the_copies_in_other_c_headers_are_the_layout_values():
+    assert {n: getattr(_lib, n) for n in C_COPIES} == C_COPIES
+
+
 def test_the_sets_c_derives_from_its_constants_are_the_layout_sets():
     # mrc_equeue.c: data = WRITE_FIRST..WRITE_ONLY_IMM, ImmDt on WRITE_LAST_IMM/WRITE_ONLY_IMM
     assert set(range(Opcode.WRITE_FIRST, Opcode.WRITE_ONLY_IMM + 1)) == layout.MRC_DATA_OPS
