@@ -30,7 +30,8 @@ from mrcnic import fast
 from mrcnic.sim import transfer as sim
 from mrcnic.transport.ev import EvConfig
 from mrcnic.transport.memory import MemoryTable
-from mrcnic.transport.qp import NetConfig, PortAddr, QpConfig, QueuePair
+from mrcnic.transport.qp import QueuePair
+from mrcnic.transport.qp_types import NetConfig, PortAddr, QpConfig
 from mrcnic.wire import usid
 
 SCENARIOS = {

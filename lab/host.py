@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mrcnic.io.aio import AioNic
-from mrcnic.transport.qp import NetConfig, PortAddr, QpConfig
+from mrcnic.transport.qp_types import NetConfig, PortAddr, QpConfig
 from mrcnic.verbs import Device
 
 

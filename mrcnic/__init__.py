@@ -28,16 +28,16 @@ _API = {
     "EvConfig": "mrcnic.transport.ev",
     "EvState": "mrcnic.transport.ev",
     "EvStateChanged": "mrcnic.transport.ev",
-    "NetConfig": "mrcnic.transport.qp",
-    "PortAddr": "mrcnic.transport.qp",
-    "QpConfig": "mrcnic.transport.qp",
-    "QpAttributes": "mrcnic.transport.qp",
-    "QpErrorEvent": "mrcnic.transport.qp",
-    "QpStateError": "mrcnic.transport.qp",
-    "ImmReceived": "mrcnic.transport.qp",
-    "WriteCompleted": "mrcnic.transport.qp",
-    "PeerPortStatus": "mrcnic.transport.qp",
-    "WcStatus": "mrcnic.transport.qp",
+    "NetConfig": "mrcnic.transport.qp_types",
+    "PortAddr": "mrcnic.transport.qp_types",
+    "QpConfig": "mrcnic.transport.qp_types",
+    "QpAttributes": "mrcnic.transport.qp_types",
+    "QpErrorEvent": "mrcnic.transport.qp_types",
+    "QpStateError": "mrcnic.transport.qp_types",
+    "ImmReceived": "mrcnic.transport.qp_types",
+    "WriteCompleted": "mrcnic.transport.qp_types",
+    "PeerPortStatus": "mrcnic.transport.qp_types",
+    "WcStatus": "mrcnic.transport.qp_types",
     "Device": "mrcnic.verbs",
     "QP": "mrcnic.verbs",
     "RemoteBuffer": "mrcnic.verbs",
@@ -66,7 +66,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from mrcnic.io.aio import AioNic  # noqa: F401
     from mrcnic.transport.ev import EvConfig, EvState, EvStateChanged  # noqa: F401
     from mrcnic.transport.memory import Access, MemoryRegion  # noqa: F401
-    from mrcnic.transport.qp import (  # noqa: F401
+    from mrcnic.transport.qp_types import (  # noqa: F401
         ImmReceived,
         NetConfig,
         PeerPortStatus,

@@ -32,7 +32,8 @@ from mrcnic.sim.fabric import Fabric, FabricSpec, host_net
 from mrcnic.sim.pump import Pump
 from mrcnic.transport.ev import EvStateChanged, EvStats
 from mrcnic.transport.memory import Access, MemoryRegion, MemoryTable
-from mrcnic.transport.qp import (
+from mrcnic.transport.qp import QueuePair
+from mrcnic.transport.qp_types import (
     Event,
     ImmReceived,
     NetConfig,
@@ -41,7 +42,6 @@ from mrcnic.transport.qp import (
     QpErrorEvent,
     QpState,
     QpStats,
-    QueuePair,
     WcStatus,
     WriteCompleted,
     peek_dest_qp,

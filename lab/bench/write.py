@@ -26,7 +26,7 @@ from lab.bench import common as bc
 from lab.bench import control
 from lab.host import LabHost
 from mrcnic.io.aio import AioNic
-from mrcnic.transport.qp import PeerPortStatus, QpErrorEvent
+from mrcnic.transport.qp_types import PeerPortStatus, QpErrorEvent
 from mrcnic.verbs import QP, RemoteBuffer, WcStatus
 
 DEFAULT_REGION_CAP = 32 << 20

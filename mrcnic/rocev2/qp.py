@@ -39,7 +39,7 @@ from mrcnic import fast, wire
 from mrcnic.errors import MrcError
 from mrcnic.rocev2.dcqcn import CNP_INTERVAL_S, REFERENCE_PORT_BPS, Dcqcn, DcqcnParams
 from mrcnic.transport.memory import MemoryTable, PlaceStatus
-from mrcnic.transport.qp import (
+from mrcnic.transport.qp_types import (
     Event,
     ImmReceived,
     NetConfig,

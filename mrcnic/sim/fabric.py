@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mrcnic import wire
-from mrcnic.transport.qp import NetConfig, PortAddr
+from mrcnic.transport.qp_types import NetConfig, PortAddr
 from mrcnic.wire import layout, usid
 
 _DSCP_TRIMMABLE = layout.TRIMMABLE_DSCPS

@@ -37,14 +37,8 @@ from mrcnic.sim.fabric import Link, LinkSpec, host_net
 from mrcnic.sim.pump import Pump
 from mrcnic.transport.ev import EvConfig
 from mrcnic.transport.memory import MemoryTable
-from mrcnic.transport.qp import (
-    QpConfig,
-    QpErrorEvent,
-    QueuePair,
-    WcStatus,
-    WriteCompleted,
-    peek_dest_qp,
-)
+from mrcnic.transport.qp import QueuePair
+from mrcnic.transport.qp_types import QpConfig, QpErrorEvent, WcStatus, WriteCompleted, peek_dest_qp
 from mrcnic.units import rate_arg, size_arg, time_arg
 from mrcnic.wire import usid
 

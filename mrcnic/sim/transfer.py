@@ -27,11 +27,11 @@ from mrcnic.sim.fabric import Fabric, FabricSpec, host_net
 from mrcnic.sim.pump import Pump
 from mrcnic.transport.ev import EvConfig, EvStateChanged
 from mrcnic.transport.memory import MemoryTable
-from mrcnic.transport.qp import (
+from mrcnic.transport.qp import QueuePair
+from mrcnic.transport.qp_types import (
     ImmReceived,
     QpConfig,
     QpErrorEvent,
-    QueuePair,
     WcStatus,
     WriteCompleted,
     peek_dest_qp,

@@ -21,7 +21,7 @@ import pytest
 from lab.faults import Faults
 from lab.host import LabHost
 from mrcnic.io.aio import run
-from mrcnic.transport.qp import QpErrorEvent, QpState
+from mrcnic.transport.qp_types import QpErrorEvent, QpState
 from mrcnic.verbs import RemoteBuffer, WcStatus
 
 pytestmark = [pytest.mark.lab, H.needs_root]

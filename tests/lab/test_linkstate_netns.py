@@ -20,7 +20,7 @@ from pyroute2.netlink.rtnl.marshal import MarshalRtnl
 from mrcnic.io import aio, linkstate
 from mrcnic.io.linkstate import RTM_DELLINK, RTM_NEWLINK, LinkEvent, LinkWatcher
 from mrcnic.io.netns import in_netns
-from mrcnic.transport.qp import NetConfig, PortAddr
+from mrcnic.transport.qp_types import NetConfig, PortAddr
 from mrcnic.verbs import Device
 from mrcnic.wire.usid import ClosShape
 

@@ -33,7 +33,8 @@ from mrcnic.sim.fabric import host_net
 from mrcnic.sim.pump import Pump
 from mrcnic.transport.ev import EvConfig
 from mrcnic.transport.memory import MemoryRegion, MemoryTable
-from mrcnic.transport.qp import QpAttributes, QpConfig, QueuePair, peek_dest_qp
+from mrcnic.transport.qp import QueuePair
+from mrcnic.transport.qp_types import QpAttributes, QpConfig, peek_dest_qp
 from mrcnic.wire import usid
 
 # chaos(t, src_host, port, frame) -> list of (delay_s, frame) to deliver (empty = dropped)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from mrcnic.io import aio
 from mrcnic.io.aio import AioNic, PacerConfig, PortPacer
 from mrcnic.io.linkstate import IFF_RUNNING, IFF_UP, LinkEvent
-from mrcnic.transport.qp import NetConfig, PortAddr, QpConfig
+from mrcnic.transport.qp_types import NetConfig, PortAddr, QpConfig
 from mrcnic.verbs import Device, RemoteBuffer, WcStatus
 from mrcnic.wire.usid import ClosShape
 

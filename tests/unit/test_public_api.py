@@ -37,7 +37,7 @@ def test_all_errors_share_the_base() -> None:
     from lab.netns import LabError
     from lab.params import ParamError
     from mrcnic.transport.memory import MemoryRegionError
-    from mrcnic.transport.qp import QpStateError
+    from mrcnic.transport.qp_types import QpStateError
     from mrcnic.wire import WireError
     from mrcnic.wire.usid import UsidError
     from mrcswitch.config import ConfigError

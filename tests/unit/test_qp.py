@@ -15,7 +15,8 @@ from mrcnic import wire
 from mrcnic.sim.fabric import host_net, trim_frame
 from mrcnic.transport.ev import EvConfig, EvState, EvStateChanged
 from mrcnic.transport.memory import MemoryTable
-from mrcnic.transport.qp import (
+from mrcnic.transport.qp import QueuePair
+from mrcnic.transport.qp_types import (
     ImmReceived,
     PeerPortStatus,
     QpAttributes,
@@ -23,7 +24,6 @@ from mrcnic.transport.qp import (
     QpErrorEvent,
     QpState,
     QpStateError,
-    QueuePair,
     WcStatus,
     WriteCompleted,
 )

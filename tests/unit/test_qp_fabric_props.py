@@ -27,11 +27,11 @@ from hypothesis import strategies as st
 from mrcnic.sim.fabric import Fabric, FabricSpec, Link, LinkSpec, host_net, trim_frame
 from mrcnic.transport.ev import EvConfig
 from mrcnic.transport.memory import MemoryTable
-from mrcnic.transport.qp import (
+from mrcnic.transport.qp import QueuePair
+from mrcnic.transport.qp_types import (
     ImmReceived,
     QpConfig,
     QpErrorEvent,
-    QueuePair,
     WcStatus,
     WriteCompleted,
     peek_dest_qp,

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from mrcnic import wire
 from mrcnic.transport.ev import EvConfig, EvInput
 from mrcnic.transport.memory import MemoryTable
-from mrcnic.transport.qp import NetConfig, PortAddr, QpConfig, QueuePair, peek_dest_qp
+from mrcnic.transport.qp import QueuePair
+from mrcnic.transport.qp_types import NetConfig, PortAddr, QpConfig, peek_dest_qp
 from mrcnic.wire import usid
 
 SHAPE = usid.ClosShape(planes=4, t0=2, t1=2, hosts_per_t0=2)

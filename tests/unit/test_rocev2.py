@@ -18,7 +18,7 @@ from mrcnic.rocev2.qp import RoceConfig, RoceQueuePair, RoceUnsupportedError
 from mrcnic.sim.fabric import host_net
 from mrcnic.transport.ev import EvState
 from mrcnic.transport.memory import MemoryTable
-from mrcnic.transport.qp import (
+from mrcnic.transport.qp_types import (
     ImmReceived,
     QpAttributes,
     QpConfig,

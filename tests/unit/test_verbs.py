@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from mrcnic.sim.fabric import FabricSpec
-from mrcnic.transport.qp import PeerPortStatus, QpAttributes, QpStateError
+from mrcnic.transport.qp_types import PeerPortStatus, QpAttributes, QpStateError
 from mrcnic.verbs import RemoteBuffer, SimNetwork, WcStatus
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from mrcnic import wire
 from mrcnic.rocev2 import qp as roce_qp
 from mrcnic.sim import fabric
-from mrcnic.transport import qp as mrc_qp
+from mrcnic.transport import frames as mrc_qp
 from mrcnic.wire import BTH, METH, RETH, ImmDt, MrcPacket, Opcode, TimestampExt, layout, usid
 from mrcnic.wire.layout import Dscp, Ecn
 from mrcswitch import config as sw_config
@@ -142,7 +142,7 @@ _FACT_NAME = re.compile(
     r"HIGH_DSCP|TRIMMABLE_DSCP|DATA_OPCODES|ETH_LEN|IPV6_LEN)"
 )
 _FACT_MODULES = (
-    "mrcnic/transport/qp.py",
+    "mrcnic/transport/frames.py",
     "mrcnic/rocev2/qp.py",
     "mrcnic/sim/fabric.py",
     "mrcswitch/queue.py",

@@ -1,0 +1,264 @@
+"""The queue pair's vocabulary: its states, the events it emits, its configuration, the
+attributes peers exchange, its statistics, and the checks every transport shares
+(the RoCEv2 baseline uses them too)."""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import asdict, dataclass, field
+
+from mrcnic.errors import MrcError
+from mrcnic.transport.ev import EvConfig, EvStateChanged
+from mrcnic.transport.frames import _OFF_BTH, PSN_MASK
+from mrcnic.wire import layout, usid
+
+
+class QpState(enum.Enum):
+    INIT = "INIT"  # created; attributes can be exported
+    READY = "READY"  # connected to its peer (ibverbs RTS)
+    ERROR = "ERROR"  # fatal: outstanding work flushed, nothing more sent
+
+
+class QpInput(enum.Enum):
+    CONNECT = "CONNECT"
+    FATAL = "FATAL"
+
+
+QP_TRANSITIONS: dict[tuple[QpState, QpInput], QpState] = {
+    (QpState.INIT, QpInput.CONNECT): QpState.READY,
+    (QpState.INIT, QpInput.FATAL): QpState.ERROR,
+    (QpState.READY, QpInput.FATAL): QpState.ERROR,
+    (QpState.ERROR, QpInput.FATAL): QpState.ERROR,
+}
+
+
+class WcStatus(enum.Enum):
+    SUCCESS = "SUCCESS"
+    REMOTE_ACCESS_ERROR = "REMOTE_ACCESS_ERROR"  # peer refused: bad R_Key, bounds, permission
+    RETRY_EXCEEDED = "RETRY_EXCEEDED"  # a packet timed out retry_limit times
+    REMOTE_OP_ERROR = "REMOTE_OP_ERROR"  # peer reported a fatal protocol error (UNEXP_EVENT)
+    FLUSHED = "FLUSHED"  # the QP went to ERROR before this work request finished
+
+
+class QpStateError(MrcError, RuntimeError):
+    """An API call the QP's state does not allow (e.g. post before connect)."""
+
+
+# -- events -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WriteCompleted:
+    """Requester completion: every PSN of the write is acknowledged (or it failed)."""
+
+    wr_id: int
+    status: WcStatus
+    byte_len: int
+    time_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ImmReceived:
+    """Responder completion of a write-with-immediate, delivered in the sender's order."""
+
+    imm: int
+    byte_len: int
+    rqmsn: int
+    time_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class QpErrorEvent:
+    """The QP entered ERROR; ``reason`` says why in words."""
+
+    qpn: int
+    status: WcStatus
+    reason: str
+    time_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class PeerPortStatus:
+    """The peer reported its port up/down mask (bit p = port p up)."""
+
+    port_mask: int
+    time_s: float
+
+
+Event = WriteCompleted | ImmReceived | QpErrorEvent | PeerPortStatus | EvStateChanged
+
+
+# -- configuration and attributes ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QpConfig:
+    """Per-QP knobs.  Times are seconds; defaults suit the 1/1000-scale lab (ms RTTs)."""
+
+    mtu_bytes: int = 4096
+    ev: EvConfig = field(default_factory=EvConfig)
+    cc: str = "nscc"
+    cc_options: tuple[tuple[str, object], ...] = ()
+    window_psns: int = 65536  # responder tracking window (power of two)
+    ack_every: int = 4
+    ack_delay_s: float | None = None  # default base_rtt_s / 8
+    base_rtt_s: float = 1e-3  # unloaded RTT estimate (CC target and first RTO)
+    min_rto_s: float | None = None  # default 2 * base_rtt_s
+    max_rto_s: float = 1.0
+    retry_limit: int = 7
+    probe_interval_s: float | None = None  # default: the current RTO
+    max_wimm_inflight: int = 64
+    seed: int = 1
+    start_psn: int | None = None  # default: random from the seed
+
+
+@dataclass(frozen=True, slots=True)
+class PortAddr:
+    """One local port (= one plane): its MAC and the MAC of the T0 port it is wired to."""
+
+    mac: bytes
+    peer_mac: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class NetConfig:
+    """Where this QP's host sits in the fabric: the Clos shape, its host index, its ports."""
+
+    shape: usid.ClosShape
+    host: int
+    ports: tuple[PortAddr, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class QpAttributes:
+    """What a peer needs to connect (exchanged out of band; see :meth:`to_json`)."""
+
+    qpn: int
+    host: int
+    start_psn: int
+    window_psns: int
+    max_wimm_inflight: int
+    mtu_bytes: int
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> QpAttributes:
+        d = json.loads(text)
+        try:
+            attrs = cls(**{k: int(d[k]) for k in cls.__dataclass_fields__})
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"bad QP attributes: {e}") from None
+        if not 0 < attrs.qpn <= PSN_MASK or not 0 <= attrs.start_psn <= PSN_MASK:
+            raise ValueError("bad QP attributes: qpn/start_psn out of range")
+        if attrs.window_psns < 64 or attrs.max_wimm_inflight < 1 or attrs.mtu_bytes < 1:
+            raise ValueError("bad QP attributes: window/max_wimm_inflight/mtu out of range")
+        return attrs
+
+
+@dataclass(slots=True)
+class QpStats:
+    tx_data_packets: int = 0
+    tx_data_bytes: int = 0
+    retransmissions: int = 0
+    rx_data_packets: int = 0
+    rx_duplicates: int = 0
+    rx_trimmed: int = 0
+    rx_ecn_marked: int = 0
+    rx_placed_bytes: int = 0
+    tx_sacks: int = 0
+    tx_nacks: int = 0
+    rx_sacks: int = 0
+    rx_nacks: int = 0
+    timeouts: int = 0
+    spurious_timeouts: int = 0  # timed out, but the original transmission was acknowledged
+    probes_sent: int = 0
+    rx_malformed: int = 0
+    rx_refused: int = 0
+    completions: int = 0
+    cwnd_bytes: float = 0.0
+    srtt_s: float = 0.0
+    rto_s: float = 0.0
+
+
+class TxMessage:
+    __slots__ = (
+        "wr_id",
+        "buf",
+        "length",
+        "remote_va",
+        "rkey",
+        "imm",
+        "msn",
+        "rqmsn",
+        "next_off",
+        "last_psn",
+        "done",
+    )
+
+    def __init__(self, wr_id, buf, remote_va, rkey, imm, msn, rqmsn) -> None:  # noqa: ANN001
+        self.wr_id = wr_id
+        self.buf = buf
+        self.length = len(buf)
+        self.remote_va = remote_va
+        self.rkey = rkey
+        self.imm = imm
+        self.msn = msn
+        self.rqmsn = rqmsn
+        self.next_off = 0
+        self.last_psn = -1  # set when the last packet is built
+        self.done = False
+
+
+def check_qp_args(qpn: int, net: NetConfig) -> None:
+    """What every transport checks of a new QP's number and ports."""
+    if not 0 < qpn <= PSN_MASK or qpn == layout.EV_PROBE_QPN:
+        raise ValueError(f"qpn {qpn} is not a usable QP number")
+    if len(net.ports) != net.shape.planes:
+        raise ValueError(f"need one port per plane: {len(net.ports)} != {net.shape.planes}")
+
+
+def default_start_psn(seed: int, qpn: int) -> int:
+    """The first PSN when the config gives none: spread over the PSN space by seed and QPN."""
+    return (seed * 2654435761 + qpn * 40503) & PSN_MASK
+
+
+def next_state(qpn: int, state: QpState, inp: QpInput) -> QpState:
+    """The QP state after ``inp`` (QP_TRANSITIONS), or QpStateError if it is not allowed."""
+    try:
+        return QP_TRANSITIONS[(state, inp)]
+    except KeyError:
+        raise QpStateError(f"QP {qpn}: {inp.name} not allowed in {state.name}") from None
+
+
+def checked_write(
+    qpn: int,
+    state: QpState,
+    local: bytes | bytearray | memoryview,
+    remote_va: int,
+    rkey: int,
+    imm: int | None,
+) -> memoryview:
+    """What every transport checks before queueing a write: the QP is READY, the fields fit
+    their headers; returns the payload as a byte view (read when packets are built)."""
+    if state is not QpState.READY:
+        raise QpStateError(f"QP {qpn} is {state.name}: cannot post")
+    if imm is not None and not 0 <= imm <= 0xFFFFFFFF:
+        raise ValueError("imm must be a 32-bit unsigned value")
+    if not 0 <= remote_va < 1 << 64 or not 0 <= rkey <= 0xFFFFFFFF:
+        raise ValueError("remote_va must fit 64 bits and rkey 32 bits")
+    buf = memoryview(local).cast("B") if not isinstance(local, bytes) else memoryview(local)
+    if len(buf) >= 1 << 32:
+        raise ValueError("a single write is limited to 4 GiB - 1 (RETH length is 32 bits)")
+    return buf
+
+
+def peek_dest_qp(frame: bytes | memoryview) -> int | None:
+    """Destination QP number of an MRC frame (for demultiplexing), or None if not MRC."""
+    if len(frame) < _OFF_BTH + 12 or frame[12] != 0x86 or frame[13] != 0xDD:
+        return None
+    if frame[20] != 17 or frame[56] != 0x12 or frame[57] != 0xB7:  # UDP to port 4791
+        return None
+    return int.from_bytes(frame[_OFF_BTH + 5 : _OFF_BTH + 8], "big")

@@ -1,0 +1,509 @@
+"""The requester half of the queue pair: segmenting posted writes into data frames on
+sprayed EVs, retransmission, and everything a SACK or NACK tells the sender (RTT, RTO,
+spurious timeouts, completions). A mixin of :class:`mrcnic.transport.qp.QueuePair`, which
+owns the state it reads."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from heapq import heappush
+
+from mrcnic import wire
+from mrcnic.transport.cc import new_ack_sample
+from mrcnic.transport.ev import EvInput
+from mrcnic.transport.frames import (
+    _ACKREQ,
+    _DSCP_DATA_ECT0,
+    _FRAME_DATA,
+    _FRAME_DATA_IMM,
+    _HALF,
+    _MARK_SKIP_ONCE,
+    _OFF_BTH,
+    _OFF_UCSUM,
+    _OP_ACK,
+    _OP_FIRST,
+    _OP_LAST,
+    _OP_LAST_IMM,
+    _OP_MIDDLE,
+    _OP_ONLY,
+    _OP_ONLY_IMM,
+    _RTX_BIT,
+    _RX_SACK,
+    _SACK_FRAME_END,
+    _TS_BIT,
+    _U16,
+    _U32,
+    PSN_MASK,
+    _crc32,
+    _csum_partial,
+    _from_bytes,
+    _Template,
+)
+from mrcnic.transport.qp_types import (
+    QpAttributes,
+    QpState,
+    TxMessage,
+    WcStatus,
+    WriteCompleted,
+    checked_write,
+)
+from mrcnic.transport.sack import TxRecord
+
+#: the RTT peak tracker follows a higher sample at once and decays towards lower ones by this
+#: fraction per sample (about 64 SACKs: a few RTTs), so it remembers the recent tail
+RTT_PEAK_RELEASE = 1 / 64
+#: the RTO is at least this multiple of the recent RTT peak
+RTO_PEAK_GAIN = 1.5
+#: an acknowledgment this soon (x min RTT) after a retransmission was caused by the original
+SPURIOUS_RTT_FRACTION = 0.5
+
+
+class Requester:
+    """Sending, retransmitting, and reading acknowledgments (see the module docstring)."""
+
+    def post_write(
+        self,
+        wr_id: int,
+        local: bytes | bytearray | memoryview,
+        remote_va: int,
+        rkey: int,
+        imm: int | None = None,
+    ) -> None:
+        """Queue an RDMA Write (with immediate if ``imm`` is given) of ``local`` to the peer."""
+        buf = checked_write(self.qpn, self.state, local, remote_va, rkey, imm)
+        msg = TxMessage(wr_id, buf, remote_va, rkey, imm, self._msn, self._rqmsn)
+        self._msn = (self._msn + 1) & 0xFFFF
+        if imm is not None:
+            self._rqmsn = (self._rqmsn + 1) & 0xFFFF
+        self._sendq.append(msg)
+
+    def frames_to_send(self, now_s: float) -> list[tuple[int, bytes]]:
+        """Everything that may leave now: control first, then retransmissions, then new data
+        while the window allows.  The port index is the plane of the frame's EV."""
+        out = self._ctrl
+        self._ctrl = []
+        if self.state is not QpState.READY:
+            return out
+        self.evs.now_s = now_s
+        sb = self.sb
+        cc = self.cc
+        window = self.peer.window_psns if self.peer else 0
+        rtxq = self._rtxq
+        if rtxq:
+            deferred: list[TxRecord] = []
+            while rtxq and sb.inflight_bytes < cc.cwnd_bytes:
+                rec = rtxq.popleft()
+                if rec.psn not in sb.records or not rec.lost:
+                    continue
+                if ((rec.psn - sb.snd_una) & PSN_MASK) >= window:
+                    deferred.append(rec)  # beyond the peer's tracking window: later
+                    continue
+                frame = self._send_record(rec, now_s, rtx=True)
+                if frame is None:
+                    rtxq.appendleft(rec)
+                    break
+                out.append(frame)
+            if deferred:
+                rtxq.extendleft(reversed(deferred))
+        # (the window test here too: a window-limited QP is asked often, and answers cheaply)
+        if self._sendq and self.peer is not None and sb.inflight_bytes < cc.cwnd_bytes:
+            self._send_new(out, now_s, window)
+        return out
+
+    def _send_new(self, out: list[tuple[int, bytes]], now_s: float, window: int) -> None:
+        """Segment posted writes into new packets while the window allows.  The hot path:
+        what _send_record, _data_frame, Scoreboard.add and Scoreboard.arm do, inline, with
+        the per-message and per-call values hoisted out of the per-packet loop."""
+        (
+            sendq, sb, cc, pick, plane_of, tx_packets, tmpls, records, heap, mtu, w1, scratch,
+            head, mrc, udp, head_imm, mrc_imm, udp_imm,
+        ) = self._tx_ctx  # fmt: skip
+        seq = sb.seq
+        nxt = sb.snd_nxt
+        una = sb.snd_una
+        inflight = sb.inflight_bytes
+        limit = window - 1
+        wimm_max = self.peer.max_wimm_inflight
+        ts_ns = int(now_s * 1e9) or 1  # 0 means "no timestamp" in a SACK: a clock at 0 is 1 ns
+        rto = self._rto  # a new packet has no retries yet
+        max_rto = self.config.max_rto_s
+        deadline = now_s + (rto if rto < max_rto else max_rto)
+        fifo = sb.fifo
+        in_order = not fifo or fifo[-1][0] <= deadline  # every packet here has this deadline
+        fifo_append = fifo.append
+        pack, pack_imm = _FRAME_DATA.pack_into, _FRAME_DATA_IMM.pack_into
+        crc32 = _crc32
+        from_bytes = _from_bytes
+        csum_partial = _csum_partial
+        u16_into = _U16.pack_into
+        u32 = _U32.pack
+        join = b"".join
+        sent = sent_bytes = 0
+        cur = None
+        while sendq and inflight < cc.cwnd_bytes and ((nxt - una) & PSN_MASK) < limit:
+            msg = sendq[0]
+            off = msg.next_off
+            if off == 0:
+                if msg.imm is not None:
+                    if self._wimm_outstanding >= wimm_max:
+                        break
+                    self._wimm_outstanding += 1
+                self._inflight_msgs.append(msg)
+            if msg is not cur:
+                cur = msg
+                length = msg.length
+                imm = msg.imm
+                mbuf = msg.buf
+                msn = msg.msn
+                rqmsn = msg.rqmsn
+                rkey = msg.rkey
+                va = msg.remote_va
+            n = length - off
+            if n > mtu:
+                n = mtu
+            first = off == 0
+            last = off + n >= length
+            if first and last:
+                op = _OP_ONLY if imm is None else _OP_ONLY_IMM
+            elif first:
+                op = _OP_FIRST
+            elif last:
+                op = _OP_LAST if imm is None else _OP_LAST_IMM
+            else:
+                op = _OP_MIDDLE
+            slot = pick(-1)
+            if slot < 0:
+                if first:  # undo the start bookkeeping; retry later
+                    self._inflight_msgs.pop()
+                    if imm is not None:
+                        self._wimm_outstanding -= 1
+                break
+            # the frame (see _data_frame)
+            eth_dst, eth_src, w0, src, dst, sport, psum = tmpls[slot]
+            payload = mbuf[off : off + n]
+            w0 |= _DSCP_DATA_ECT0
+            if last:
+                w2 = _ACKREQ | nxt
+                if imm is not None:
+                    ulen = n + 56
+                    pack_imm(
+                        scratch, 0, eth_dst, eth_src, 0x86DD, w0, ulen, 17, 64, src, dst, sport,
+                        4791, ulen, 0, op, 0, 0xFFFF, w1, w2, msn, rqmsn, ts_ns, va + off, rkey,
+                        length, imm,
+                    )  # fmt: skip
+                    icrc = crc32(payload, crc32(mrc_imm))
+                    total = psum + ulen + from_bytes(udp_imm, "big")
+                    hdr = head_imm
+                else:
+                    ulen = n + 52
+                    pack(
+                        scratch, 0, eth_dst, eth_src, 0x86DD, w0, ulen, 17, 64, src, dst, sport,
+                        4791, ulen, 0, op, 0, 0xFFFF, w1, w2, msn, rqmsn, ts_ns, va + off, rkey,
+                        length,
+                    )  # fmt: skip
+                    icrc = crc32(payload, crc32(mrc))
+                    total = psum + ulen + from_bytes(udp, "big")
+                    hdr = head
+                total += icrc << 8 if n & 1 else icrc
+            else:  # a full MTU: never empty
+                ulen = n + 52
+                pack(
+                    scratch, 0, eth_dst, eth_src, 0x86DD, w0, ulen, 17, 64, src, dst, sport,
+                    4791, ulen, 0, op, 0, 0xFFFF, w1, nxt, msn, rqmsn, ts_ns, va + off, rkey,
+                    length,
+                )  # fmt: skip
+                icrc = crc32(payload, crc32(mrc))
+                total = psum + ulen + from_bytes(udp, "big") + (icrc << 8 if n & 1 else icrc)
+                hdr = head
+            if n:
+                total += csum_partial(payload)
+            u16_into(scratch, _OFF_UCSUM, 0xFFFF - total % 0xFFFF)
+            frame = join((hdr, payload, u32(icrc)))
+            # the record and its timer
+            rec = TxRecord(nxt, msg, off, n, op)
+            rec.slot = slot
+            rec.sent_s = now_s
+            rec.tx_ts_ns = ts_ns
+            seq += 1
+            rec.timer_seq = seq
+            if in_order:  # Scoreboard.arm
+                fifo_append((deadline, seq, nxt))
+            else:
+                heappush(heap, (deadline, seq, nxt))
+            records[nxt] = rec
+            tx_packets[slot] += 1
+            sent += 1
+            sent_bytes += n
+            inflight += n
+            out.append((plane_of[slot], frame))
+            if last:
+                msg.next_off = length
+                msg.last_psn = nxt
+                sendq.popleft()
+            else:
+                msg.next_off = off + n
+            nxt = (nxt + 1) & PSN_MASK
+        sb.seq = seq
+        sb.snd_nxt = nxt
+        sb.inflight_bytes = inflight
+        st = self.stats
+        st.tx_data_packets += sent
+        st.tx_data_bytes += sent_bytes
+
+    def _send_record(self, rec: TxRecord, now_s: float, rtx: bool) -> tuple[int, bytes] | None:
+        evs = self.evs
+        slot = evs.pick(rec.slot if rtx else -1)
+        if slot < 0:
+            return None
+        ts_ns = int(now_s * 1e9) or 1  # 0 means "no timestamp" in a SACK: a clock at 0 is 1 ns
+        frame = self._data_frame(
+            self._slot_tmpl[slot], rec.opcode, rec.psn, rec.msg, rec.offset, rec.length, ts_ns, rtx
+        )
+        rec.slot = slot
+        rec.sent_s = now_s
+        rec.tx_ts_ns = ts_ns
+        evs.tx_packets[slot] += 1
+        st = self.stats
+        if rtx:
+            self.sb.resent(rec)
+            rec.ever_rtx = True
+            st.retransmissions += 1
+        else:
+            st.tx_data_packets += 1
+            st.tx_data_bytes += rec.length
+        rto = self._rto * (1 << rec.retries)
+        self.sb.arm(rec, now_s + (rto if rto < self.config.max_rto_s else self.config.max_rto_s))
+        return (evs.plane_of[slot], frame)
+
+    def _data_frame(
+        self,
+        t: _Template,
+        op: int,
+        psn: int,
+        msg: TxMessage,
+        off: int,
+        n: int,
+        ts_ns: int,
+        rtx: bool,
+    ) -> bytes:
+        """One data frame: headers packed into the scratch buffer, the payload copied once
+        (by the join) from the message's buffer, ICRC and UDP checksum chained over both."""
+        eth_dst, eth_src, w0, src, dst, sport, psum = t
+        payload = msg.buf[off : off + n]
+        w1 = (_TS_BIT | _RTX_BIT if rtx else _TS_BIT) << 24 | self.peer.qpn
+        w2 = psn if op < _OP_LAST else _ACKREQ | psn  # the last packet asks for an ACK
+        w0 |= (8 if rtx else 4) << 22 | 2 << 20  # TRIMMABLE_RETX / TRIMMABLE, ECT0
+        if op in (_OP_LAST_IMM, _OP_ONLY_IMM):
+            ulen = n + 56  # UDP 8 + BTH..RETH 40 + ImmDt 4 + ICRC 4
+            _FRAME_DATA_IMM.pack_into(
+                self._scratch, 0, eth_dst, eth_src, 0x86DD, w0, ulen, 17, 64, src, dst,
+                sport, 4791, ulen, 0, op, 0, 0xFFFF, w1, w2, msg.msn, msg.rqmsn, ts_ns,
+                msg.remote_va + off, msg.rkey, msg.length, msg.imm,
+            )  # fmt: skip
+            head, mrc, udp = self._views[1]
+        else:
+            ulen = n + 52  # UDP 8 + BTH..RETH 40 + ICRC 4
+            _FRAME_DATA.pack_into(
+                self._scratch, 0, eth_dst, eth_src, 0x86DD, w0, ulen, 17, 64, src, dst,
+                sport, 4791, ulen, 0, op, 0, 0xFFFF, w1, w2, msg.msn, msg.rqmsn, ts_ns,
+                msg.remote_va + off, msg.rkey, msg.length,
+            )  # fmt: skip
+            head, mrc, udp = self._views[0]
+        icrc = _crc32(payload, _crc32(mrc))
+        # One's complement sum of the UDP datagram = its value modulo 0xFFFF (2^16 = 1 mod
+        # 0xFFFF): the headers' bytes as one integer, the payload's sum from the C core, the
+        # ICRC one byte up when the payload length is odd; plus the pseudo-header (psum, ulen).
+        total = psum + ulen + _from_bytes(udp, "big") + (icrc << 8 if n & 1 else icrc)
+        if n:
+            total += _csum_partial(payload)
+        _U16.pack_into(self._scratch, _OFF_UCSUM, 0xFFFF - total % 0xFFFF)
+        return b"".join((head, payload, _U32.pack(icrc)))
+
+    def _rx_sack_frame(self, data, op: int, now_s: float) -> None:  # noqa: ANN001
+        """A SACK or probe answer of the right length: decoded at fixed offsets (what
+        wire.decode_mrc would check: the ICRC and a defined mark; then our QP number)."""
+        if (
+            _crc32(memoryview(data)[_OFF_BTH : _SACK_FRAME_END - 4])
+            != _U32.unpack_from(data, _SACK_FRAME_END - 4)[0]
+        ):
+            self.stats.rx_malformed += 1
+            return
+        w1, _w2, w0, offset, pen, bitmap, ev, _ooo, ts_ns, _rb = _RX_SACK.unpack_from(
+            data, _OFF_BTH + 4
+        )
+        mark = w0 >> 30
+        if mark == 3 or w1 & 0xFFFFFF != self.qpn:
+            self.stats.rx_malformed += 1
+            return
+        self._rx_sack(
+            w0 & PSN_MASK, offset, bitmap, ev, mark, w0 & 0x20000000 != 0, pen & 0x7F, ts_ns,
+            op == _OP_ACK, now_s,
+        )  # fmt: skip
+
+    def _rx_sack(
+        self,
+        cack_psn: int,
+        offset: int,
+        bitmap: int,
+        ev: int,
+        mark: int,
+        ece: bool,
+        rcv_cwnd_pen: int,
+        reflected_ts_ns: int,
+        is_probe_answer: bool,
+        now_s: float,
+    ) -> None:
+        """Apply one SACK (or probe answer; ``mark`` is the wire value of wire.SackMark)."""
+        self.stats.rx_sacks += 1
+        evs = self.evs
+        acked = self.sb.on_sack(cack_psn, offset, bitmap)
+        acked_bytes = 0
+        if acked:
+            # EvTable.note_delivered, inline: the path of each acknowledged packet is alive
+            acked_packets = evs.acked_packets
+            evidence_s = evs.evidence_s
+            path_of = evs.path_of
+            path_evidence_s = evs.path_evidence_s
+            path_ack_s = evs.path_ack_s
+            t_ack = evs.now_s
+            for rec in acked:
+                if rec.to_sent_s >= 0 and self._spurious(rec, ev, reflected_ts_ns, now_s):
+                    # the timed-out original got through, not the retransmission: credit its
+                    # path
+                    slot = rec.to_slot
+                    sent_s = rec.to_sent_s
+                else:
+                    slot = rec.slot
+                    sent_s = rec.sent_s
+                acked_packets[slot] += 1
+                if sent_s > evidence_s[slot]:
+                    evidence_s[slot] = sent_s
+                path = path_of[slot]
+                if sent_s > path_evidence_s[path]:
+                    path_evidence_s[path] = sent_s
+                path_ack_s[path] = t_ack
+                acked_bytes += rec.length
+        rtt = None
+        # A probe's answer times a small high-priority packet, not data: it would drag the
+        # base RTT (NSCC's queueing delay, the RTO) far below what data packets see.
+        if reflected_ts_ns and not is_probe_answer:
+            rtt = now_s - reflected_ts_ns * 1e-9
+            if rtt > 0:
+                self._rtt_sample(rtt)
+            else:
+                rtt = None
+        if is_probe_answer:
+            slot = evs.slot_of.get(ev, -1)
+            if slot >= 0:
+                evs.on_probe_answer(slot, reflected_ts_ns, mark != 0, now_s)
+        elif mark:
+            slot = evs.slot_of.get(ev, -1)
+            if slot >= 0:
+                evs.ecn_echoes[slot] += 1
+                inp = EvInput.ECN_ECHO if mark == _MARK_SKIP_ONCE else EvInput.ALWAYS_SKIP
+                evs.apply(slot, inp, now_s)
+        if acked_bytes or ece:
+            self.cc.on_ack(new_ack_sample(acked_bytes, rtt, ece, now_s))
+        if rcv_cwnd_pen:
+            self.cc.on_rcv_penalty(rcv_cwnd_pen, now_s)
+        if acked:
+            self._complete_messages(now_s)
+
+    def _rtt_sample(self, r: float) -> None:
+        # RFC 6298 estimator; the reflected timestamp names one transmission, so no Karn issue.
+        if self._srtt is None:
+            self._srtt = r
+            self._rttvar = r / 2
+        else:
+            self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self._srtt - r)
+            self._srtt = 0.875 * self._srtt + 0.125 * r
+        if r < self._min_rtt or not self._rtt_measured:
+            self._min_rtt = r
+            self._rtt_measured = True
+        peak = self._rtt_peak
+        self._rtt_peak = r if r > peak else peak + (r - peak) * RTT_PEAK_RELEASE
+        self._update_rto()
+
+    def _update_rto(self) -> None:
+        # Spraying makes RTTs heavy-tailed (each packet sees its own path's queue): srtt +
+        # 4 rttvar alone is overtaken by the tail; the recent peak keeps the RTO above it.
+        srtt = self._srtt if self._srtt is not None else 0.0
+        rto = max(srtt + 4 * self._rttvar, RTO_PEAK_GAIN * self._rtt_peak)
+        self._rto = min(max(rto, self._min_rto), self.config.max_rto_s)
+
+    def _spurious(self, rec: TxRecord, ev: int, reflected_ts_ns: int, now_s: float) -> bool:
+        """A PSN that timed out is acknowledged: if the SACK was triggered by the very
+        transmission that timed out (its EV and timestamp), or the retransmission cannot have
+        caused it (not sent yet, or sent less than half a min RTT ago), the original made it
+        and the timeout was spurious.  Its delay is an RTT the estimator missed: feed it to
+        the peak so the RTO covers it next time (the Eifel idea, RFC 3522)."""
+        by_original = reflected_ts_ns == rec.to_ts_ns and ev == self.evs.ev_values[rec.to_slot]
+        if (
+            not by_original
+            and not rec.lost
+            and now_s - rec.sent_s >= SPURIOUS_RTT_FRACTION * self._min_rtt
+        ):
+            return False
+        self.stats.spurious_timeouts += 1
+        delay = now_s - rec.to_sent_s
+        if delay > self._rtt_peak:
+            self._rtt_peak = delay
+            self._update_rto()
+        return True
+
+    def _complete_messages(self, now_s: float) -> None:
+        msgs = self._inflight_msgs
+        una = self.sb.snd_una
+        while msgs:
+            m = msgs[0]
+            if m.last_psn < 0 or not 0 < ((una - m.last_psn) & PSN_MASK) < _HALF:
+                break  # not fully sent, or its last PSN is not behind snd_una yet
+            msgs.popleft()
+            m.done = True
+            if m.imm is not None:
+                self._wimm_outstanding -= 1
+            self.stats.completions += 1
+            self._events.append(WriteCompleted(m.wr_id, WcStatus.SUCCESS, m.length, now_s))
+
+    def _rx_nack(self, n: wire.NACK, now_s: float) -> None:
+        st = self.stats
+        st.rx_nacks += 1
+        reason = n.reason
+        R = wire.NackReason
+        if reason == R.UNEXP_EVENT:
+            self._fatal(
+                WcStatus.REMOTE_OP_ERROR, "peer reported an unexpected event (UNEXP_EVENT)", now_s
+            )
+            return
+        rec = self.sb.records.get(n.psn)
+        if rec is None:
+            return  # already acknowledged: stale
+        if reason == R.REMOTE_ACCESS_ERROR:
+            m = rec.msg
+            self._fatal(
+                WcStatus.REMOTE_ACCESS_ERROR,
+                f"peer refused write wr_id={m.wr_id} (R_Key {m.rkey:#x}, VA {m.remote_va:#x}, "
+                f"{m.length} bytes): remote access error",
+                now_s,
+                failed=m,
+            )
+            return
+        if rec.lost or rec.tx_ts_ns != n.reflected_ts_ns:
+            return  # about an older transmission of this PSN: already being repaired
+        evs = self.evs
+        if reason == R.TRIMMED or reason == R.TRIMMED_LASTHOP:
+            evs.trims[rec.slot] += 1
+            evs.note_delivered(rec.slot, rec.sent_s)  # a trimmed header proves the path alive
+            evs.acked_packets[rec.slot] -= 1
+            if reason == R.TRIMMED:
+                evs.apply(rec.slot, EvInput.TRIMMED, now_s)
+            self.cc.on_trim(reason == R.TRIMMED_LASTHOP, now_s)
+            self.sb.mark_lost(rec)
+            self._rtxq.appendleft(rec)  # repair at once, on another EV
+        else:  # PSN_OOR_WINDOW, NO_BITMAP, NO_PKT_BUFFER: resend once the window allows
+            if reason == R.PSN_OOR_WINDOW and self.peer is not None:
+                span = (n.psn - n.cack_psn) & PSN_MASK
+                if 64 <= span < self.peer.window_psns:
+                    self.peer = QpAttributes(**{**asdict(self.peer), "window_psns": span})
+            self.sb.mark_lost(rec)
+            self._rtxq.append(rec)

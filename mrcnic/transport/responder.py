@@ -1,0 +1,274 @@
+"""The responder half of the queue pair: accepting and placing data packets, message
+accounting and write-with-immediate delivery, and the SACK/NACK it sends back by the
+coalescing rule (mrcnic.transport.sack). A mixin of :class:`mrcnic.transport.qp.QueuePair`,
+which owns the state it reads."""
+
+from __future__ import annotations
+
+from mrcnic import wire
+from mrcnic.transport.frames import (
+    _ACKREQ,
+    _DSCP_CTRL_ECT0,
+    _DSCP_TRIMMED,
+    _DSCP_TRIMMED_LH,
+    _FRAME_SACK,
+    _HALF,
+    _IMM,
+    _MARK_ALWAYS_SKIP,
+    _MARK_SKIP_ONCE,
+    _NACK,
+    _OFF_BTH,
+    _OFF_UCSUM,
+    _OFF_UDP,
+    _OP_LAST_IMM,
+    _OP_NACK,
+    _OP_ONLY_IMM,
+    _OP_SACK,
+    _PLACE_OK,
+    _RTX_BIT,
+    _RX_DATA,
+    _U16,
+    _U32,
+    PSN_MASK,
+    _crc32,
+    _from_bytes,
+)
+from mrcnic.transport.qp_types import ImmReceived, WcStatus
+from mrcnic.transport.sack import MARK_NEW
+
+
+class Responder:
+    """Receiving data and acknowledging it (see the module docstring)."""
+
+    def _rx_new_data(
+        self,
+        data,  # noqa: ANN001
+        end: int,
+        w0: int,
+        w1: int,
+        w2: int,
+        psn: int,
+        msn: int,
+        ts_ns: int,
+        length: int,
+        now_s: float,
+    ) -> None:
+        """The rest of receive_frame's common case, once the payload is placed: exactly what
+        _rx_data does for a new packet without an immediate."""
+        rxw = self.rxwin
+        ev = (data[_OFF_UDP] << 24) | (data[_OFF_UDP + 1] << 16) | (w0 & 0xFFFF)
+        ce = (w0 >> 20) & 3 == 3
+        st = self.stats
+        st.rx_data_packets += 1
+        if ce:
+            st.rx_ecn_marked += 1
+        rxw.receive(psn)
+        plen = end - 4 - _OFF_BTH - 40
+        st.rx_placed_bytes += plen
+        rxw.received_bytes += plen
+        self._rx_placed(psn, msn, length, plen, ev, ts_ns, ce, w1, w2, now_s)
+
+    def _rx_data(self, data, end: int, w0: int, op: int, now_s: float) -> None:  # noqa: ANN001
+        st = self.stats
+        dscp = (w0 >> 22) & 0x3F
+        trimmed = dscp in (_DSCP_TRIMMED, _DSCP_TRIMMED_LH)
+        imm = op in (_OP_LAST_IMM, _OP_ONLY_IMM)
+        hdr_end = _OFF_BTH + 44 if imm else _OFF_BTH + 40
+        if end < hdr_end + (0 if trimmed else 4):
+            st.rx_malformed += 1
+            return
+        mv = memoryview(data)
+        if not trimmed and _crc32(mv[_OFF_BTH : end - 4]) != _U32.unpack_from(data, end - 4)[0]:
+            st.rx_malformed += 1
+            return
+        w1, w2, msn, rqmsn, ts_ns, va, rkey, length = _RX_DATA.unpack_from(data, _OFF_BTH + 4)
+        if w1 & 0xFFFFFF != self.qpn:
+            st.rx_malformed += 1
+            return
+        psn = w2 & PSN_MASK
+        ev = (data[_OFF_UDP] << 24) | (data[_OFF_UDP + 1] << 16) | (w0 & 0xFFFF)
+        ce = (w0 >> 20) & 3 == 3
+        st.rx_data_packets += 1
+        if ce:
+            st.rx_ecn_marked += 1
+        rxw = self.rxwin
+        if trimmed:
+            st.rx_trimmed += 1
+            reason = (
+                wire.NackReason.TRIMMED
+                if dscp == _DSCP_TRIMMED
+                else wire.NackReason.TRIMMED_LASTHOP
+            )
+            if not rxw.win.test(psn):
+                self._send_nack(int(reason), psn, ev, ts_ns, ev % self.planes)
+            return
+        d = (psn - rxw.expected) & PSN_MASK
+        if d < _HALF and d >= rxw.size:
+            self._send_nack(int(wire.NackReason.PSN_OOR_WINDOW), psn, ev, ts_ns, ev % self.planes)
+            return
+        # d == 0 is the cumulative ack's next PSN, which is never marked (receive() advances
+        # past it at once): no need to ask the window
+        if d >= _HALF or (d and rxw.win.test(psn)):
+            st.rx_duplicates += 1
+            self._send_sack(psn, ev, ts_ns, ce, ev % self.planes, twice=True)  # rule 2
+            return
+        payload = mv[hdr_end : end - 4]
+        if self.memory.place(rkey, va, payload) is not _PLACE_OK:
+            st.rx_refused += 1
+            self._send_nack(int(wire.NackReason.REMOTE_ACCESS_ERROR), psn, ev, ts_ns, -1)
+            return
+        mark = rxw.receive(psn)
+        assert mark == MARK_NEW
+        plen = end - 4 - hdr_end
+        st.rx_placed_bytes += plen
+        rxw.received_bytes += plen
+        if imm:
+            if self._rx_imm_check(rqmsn, now_s):
+                return
+            self._rx_imm_pending[msn] = (rqmsn, _IMM.unpack_from(data, _OFF_BTH + 40)[0], length)
+        self._rx_placed(psn, msn, length, plen, ev, ts_ns, ce, w1, w2, now_s)
+
+    def _rx_placed(
+        self,
+        psn: int,
+        msn: int,
+        length: int,
+        plen: int,
+        ev: int,
+        ts_ns: int,
+        ce: bool,
+        w1: int,
+        w2: int,
+        now_s: float,
+    ) -> None:
+        """After a new packet's payload is placed (both receive paths): message accounting,
+        the CE-run heuristic, and whether to acknowledge now."""
+        rxw = self.rxwin
+        # message accounting: completion when every byte of the message is placed
+        msg_bytes = self._rx_msg_bytes
+        got = msg_bytes.get(msn, 0) + plen
+        if got >= length:
+            msg_bytes.pop(msn, None)
+            if self._rx_imm_pending:
+                pend = self._rx_imm_pending.pop(msn, None)
+                if pend is not None:
+                    self._rx_imm_complete(pend, now_s)
+        else:
+            msg_bytes[msn] = got
+        # the ALWAYS_SKIP heuristic: a run of CE marks on one EV
+        if ce:
+            self._ce_run[ev] = self._ce_run.get(ev, 0) + 1
+            rxw.ece_pending = True
+        elif self._ce_run:
+            self._ce_run.pop(ev, None)
+        rtx = w1 & (_RTX_BIT << 24) != 0
+        # the coalescing rule (ResponderWindow.wants_ack) for a new packet
+        if ce or rtx or w2 & _ACKREQ or rxw.pending >= rxw.ack_every:
+            self._send_sack(psn, ev, ts_ns, ce, ev % self.planes, twice=rtx)
+        else:
+            self._ack_trigger = (psn, ev, ts_ns, ce)
+            if self._ack_deadline is None:
+                self._ack_deadline = now_s + self._ack_delay
+
+    def _rx_imm_check(self, rqmsn: int, now_s: float) -> bool:
+        """A write-with-immediate beyond max_wimm_inflight is a protocol violation: fatal."""
+        ahead = (rqmsn - self._rx_rqmsn) & 0xFFFF
+        if ahead >= self.config.max_wimm_inflight and ahead < 0x8000:
+            self._send_nack(int(wire.NackReason.UNEXP_EVENT), 0, 0, 0, -1)
+            self._fatal(
+                WcStatus.REMOTE_OP_ERROR,
+                f"peer has {ahead + 1} write-with-immediate messages in flight, "
+                f"max_wimm_inflight is {self.config.max_wimm_inflight}",
+                now_s,
+            )
+            return True
+        return False
+
+    def _rx_imm_complete(self, pend: tuple[int, int, int], now_s: float) -> None:
+        rqmsn, imm, length = pend
+        self._rx_imm_done[rqmsn] = (imm, length)
+        done = self._rx_imm_done
+        while self._rx_rqmsn in done:  # deliver in sender order, holding early ones back
+            imm, length = done.pop(self._rx_rqmsn)
+            self._events.append(ImmReceived(imm, length, self._rx_rqmsn, now_s))
+            self._rx_rqmsn = (self._rx_rqmsn + 1) & 0xFFFF
+
+    def _send_sack(
+        self,
+        psn: int,
+        ev: int,
+        ts_ns: int,
+        ce: bool,
+        plane: int,
+        op: int = _OP_SACK,
+        twice: bool = False,
+    ) -> None:
+        """Queue a SACK about ``psn`` on ``plane`` (-1: round robin).  ``twice`` (for
+        duplicates and retransmissions: the requester is repairing, maybe because our ACKs
+        are lost) sends a copy on another live plane too: the arrival plane is alive one
+        way, and the other copy survives a failure of its way back."""
+        rxw = self.rxwin
+        ece = ce or rxw.ece_pending
+        cack, offset, bitmap, ooo, received, pen = rxw.sack_values(psn)
+        if ce:
+            mark = _MARK_ALWAYS_SKIP if self._ce_run.get(ev, 0) >= 8 else _MARK_SKIP_ONCE
+            w0 = mark << 30 | 0x20000000 | cack
+        else:
+            w0 = 0x20000000 | cack if ece else cack
+        self._ack_deadline = None
+        self.stats.tx_sacks += 1
+        if self.peer is None:
+            return
+        evs = self.evs
+        ctrl = self._ctrl
+        # _queue_ctrl, with the SACK's fields packed straight into the frame
+        out_ev = evs.next_reverse_ev() if plane < 0 else evs.reverse_ev_on(plane)
+        ctrl.append(
+            self._sack_frame(op, cack, w0, offset, pen, bitmap, ev, ooo, ts_ns, received, out_ev)
+        )
+        if twice and plane >= 0:
+            for _ in range(len(evs.reverse)):
+                other = evs.next_reverse_ev()
+                if other % self.planes != plane:
+                    ctrl.append(
+                        self._sack_frame(
+                            op, cack, w0, offset, pen, bitmap, ev, ooo, ts_ns, received, other
+                        )
+                    )
+                    break
+
+    def _sack_frame(
+        self,
+        op: int,
+        cack: int,
+        w0: int,
+        offset: int,
+        pen: int,
+        bitmap: int,
+        ev: int,
+        ooo: int,
+        ts_ns: int,
+        received: int,
+        out_ev: int,
+    ) -> tuple[int, bytes]:
+        """A SACK/ACK frame on ``out_ev``: what _ctrl_frame builds from the packed SACK body
+        (fields in wire order: ``w0`` = mark, ece and cack_psn), with one pack_into for the
+        headers and the body."""
+        tmpl = self._tmpl.get(out_ev) or self._make_tmpl(out_ev)
+        eth_dst, eth_src, w0_ip, src, dst, sport, psum = tmpl
+        ulen = _FRAME_SACK.size + 4 - _OFF_UDP
+        _FRAME_SACK.pack_into(
+            self._ctrl_scratch, 0, eth_dst, eth_src, 0x86DD, w0_ip | _DSCP_CTRL_ECT0, ulen, 17,
+            64, src, dst, sport, 4791, ulen, 0, op, 0, 0xFFFF, self.peer.qpn, cack, w0, offset,
+            pen, bitmap, ev, ooo, ts_ns, received,
+        )  # fmt: skip
+        mrc, udp, whole = self._sack_views
+        _U32.pack_into(self._ctrl_scratch, _FRAME_SACK.size, _crc32(mrc))
+        csum = 0xFFFF - (psum + ulen + _from_bytes(udp, "big")) % 0xFFFF
+        _U16.pack_into(self._ctrl_scratch, _OFF_UCSUM, csum)
+        return (out_ev % self.planes, bytes(whole))
+
+    def _send_nack(self, reason: int, psn: int, ev: int, ts_ns: int, plane: int) -> None:
+        body = _NACK.pack(reason << 24 | psn, ev, (self.rxwin.expected - 1) & PSN_MASK, ts_ns)
+        self.stats.tx_nacks += 1
+        self._queue_ctrl(_OP_NACK, psn, body, plane)
