@@ -337,6 +337,14 @@ class RoceQueuePair:
         s.alpha = dc.alpha if dc is not None else 0.0
         return s
 
+    def control_frames_to_send(self) -> list[tuple[int, bytes]]:
+        """Only the control frames waiting (acknowledgments, NACKs, probes, port status): what
+        the I/O shell takes even when every port's data queue is full, so control never waits
+        behind data."""
+        out = self._ctrl
+        self._ctrl = []
+        return out
+
     def next_event(self) -> Event | None:
         return self._events.popleft() if self._events else None
 

@@ -292,6 +292,14 @@ class QueuePair(Requester, Responder):
         s.rto_s = self._rto
         return s
 
+    def control_frames_to_send(self) -> list[tuple[int, bytes]]:
+        """Only the control frames waiting (acknowledgments, NACKs, probes, port status): what
+        the I/O shell takes even when every port's data queue is full, so control never waits
+        behind data."""
+        out = self._ctrl
+        self._ctrl = []
+        return out
+
     def next_event(self) -> Event | None:
         return self._events.popleft() if self._events else None
 
