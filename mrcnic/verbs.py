@@ -45,6 +45,7 @@ from mrcnic.transport.qp_types import (
     WcStatus,
     WriteCompleted,
     peek_dest_qp,
+    seeded,
 )
 from mrcnic.wire import usid
 
@@ -252,6 +253,7 @@ class Device:
         base = (seed or 0) % 0x1000 if seed is not None else secrets.randbelow(0xFF0000)
         self._next_qpn = 0x10 + base
         self._seed = seed if seed is not None else int(time.time_ns() & 0xFFFF)
+        self._seeded = seed is not None
 
     def register(
         self,
@@ -272,6 +274,8 @@ class Device:
         self._next_qpn += 1
         if config is None:
             config = QpConfig(seed=self._seed + qpn)
+            if self._seeded:  # a seeded device reproduces its runs, first PSNs included
+                config = seeded(config, qpn)
         rate = sum(self.port_rates_bps) if transport == "mrc" else max(self.port_rates_bps)
         core = cls(qpn, self.net, self.memory, rate, config)
         qp = QP(self, core)
@@ -299,6 +303,20 @@ class Device:
         out: list[tuple[int, bytes]] = []
         for core in cores:
             out += core.frames_to_send(now_s)
+        return out
+
+    def control_frames_to_send(self) -> list[tuple[int, bytes]]:
+        """Only the control frames waiting in every QP (ACKs, SACKs, NACKs, probes, port
+        status): what the I/O shell takes on every pump, even when every port's data queue is
+        full, so control never waits behind data.  ``frames_to_send`` returns them too."""
+        cores = self._cores
+        if len(cores) == 1:
+            return cores[0].control_frames_to_send()
+        out: list[tuple[int, bytes]] = []
+        for core in cores:
+            ctrl = core.control_frames_to_send()
+            if ctrl:
+                out += ctrl
         return out
 
     def get_timer(self) -> float | None:

@@ -37,7 +37,7 @@ class RoceConfig:
     dcqcn_options: tuple[tuple[str, object], ...] = ()  # DcqcnParams overrides (lab time)
     max_wimm_inflight: int = 64  # advertised only (RC has receive WQEs, not this limit)
     seed: int = 1
-    start_psn: int | None = None  # default: from the seed
+    start_psn: int | None = None  # default: random (qp_types.initial_psn)
 
     @classmethod
     def from_qp_config(cls, cfg: QpConfig) -> RoceConfig:

@@ -49,9 +49,10 @@ from mrcnic.transport.qp_types import (
     QpState,
     WcStatus,
     WriteCompleted,
+    check_peer,
     check_qp_args,
     checked_write,
-    default_start_psn,
+    initial_psn,
     next_state,
     peek_dest_qp,
 )
@@ -197,10 +198,7 @@ class RoceQueuePair:
             self.dcqcn = Dcqcn(params)
         self.cnp_interval_s = cfg.cnp_interval_s or CNP_INTERVAL_S * self.lab_scale
         self._ack_delay = cfg.ack_delay_s if cfg.ack_delay_s is not None else cfg.base_rtt_s / 8
-        start = cfg.start_psn
-        if start is None:
-            start = default_start_psn(cfg.seed, qpn)
-        self.start_psn = start
+        self.start_psn = initial_psn(cfg.start_psn)
         self.stats = RoceStats()
         self._events: deque[Event] = deque()
         self._ctrl: list[tuple[int, bytes]] = []
@@ -209,7 +207,7 @@ class RoceQueuePair:
         self._sendq: deque[_Msg] = deque()  # not fully segmented
         self._msgs: deque[_Msg] = deque()  # segmented (partly), not completed
         self._pkts: deque[tuple[int, _Msg, int, int, int]] = deque()  # psn msg off n op
-        self.snd_una = self.snd_nxt = self.snd_max = start
+        self.snd_una = self.snd_nxt = self.snd_max = self.start_psn
         self._retries = 0
         self._deadline: float | None = None
         self._nak_rewound: int | None = None  # PSN of the last NAK rewind, until progress
@@ -252,9 +250,11 @@ class RoceQueuePair:
         )
 
     def connect(self, remote: QpAttributes) -> None:
+        """Connect to the peer ``remote`` describes; a record that does not fit this QP
+        raises ValueError and leaves the QP unconnected (INIT)."""
+        next_state(self.qpn, self.state, QpInput.CONNECT)  # allowed now? (raises if not)
+        check_peer(self.net, self.mtu, remote)
         self._transition(QpInput.CONNECT)
-        if remote.host == self.net.host:
-            raise ValueError("loopback QPs (same host) are not supported")
         self.peer = remote
         self._epsn = remote.start_psn
         shape = self.net.shape

@@ -38,7 +38,14 @@ from mrcnic.sim.pump import Pump
 from mrcnic.transport.ev import EvConfig
 from mrcnic.transport.memory import MemoryTable
 from mrcnic.transport.qp import QueuePair
-from mrcnic.transport.qp_types import QpConfig, QpErrorEvent, WcStatus, WriteCompleted, peek_dest_qp
+from mrcnic.transport.qp_types import (
+    QpConfig,
+    QpErrorEvent,
+    WcStatus,
+    WriteCompleted,
+    peek_dest_qp,
+    seeded,
+)
 from mrcnic.units import rate_arg, size_arg, time_arg
 from mrcnic.wire import usid
 
@@ -218,8 +225,10 @@ class Incast:
         for s in range(cfg.senders):
             qa, qb = 0x100 + s, 0x200 + s
             cfg_s = _with_seed(base, cfg.seed * 1000 + s)
-            a = QueuePair(qa, host_net(shape, s), self.memories[s], line, cfg_s)
-            b = QueuePair(qb, rx_net, self.memories[rx], line, _with_seed(base, cfg.seed + 7 * s))
+            a = QueuePair(qa, host_net(shape, s), self.memories[s], line, seeded(cfg_s, qa))
+            b = QueuePair(
+                qb, rx_net, self.memories[rx], line, seeded(_with_seed(base, cfg.seed + 7 * s), qb)
+            )
             a.connect(b.local_attributes())
             b.connect(a.local_attributes())
             self.endpoints[s][qa] = a

@@ -35,6 +35,7 @@ from mrcnic.transport.qp_types import (
     WcStatus,
     WriteCompleted,
     peek_dest_qp,
+    seeded,
 )
 from mrcnic.units import parse_rate as parse_rate  # re-exported: mrcnic.sim.transfer.parse_*
 from mrcnic.units import parse_size as parse_size
@@ -144,8 +145,8 @@ class Simulation:
                     base_rtt_s=self.base_rtt_s,
                     seed=cfg.seed + i,
                 )
-                a = QueuePair(qa, nets[0], self.memories[0], line / qps, qcfg)
-                b = QueuePair(qb, nets[1], self.memories[1], line / qps, qcfg)
+                a = QueuePair(qa, nets[0], self.memories[0], line / qps, seeded(qcfg, qa))
+                b = QueuePair(qb, nets[1], self.memories[1], line / qps, seeded(qcfg, qb))
             else:  # rocev2: one QP per rail as deployed, or ports by hash; T1 by ECMP hash
                 rcfg = RoceConfig(
                     mtu_bytes=cfg.mtu,
@@ -156,8 +157,8 @@ class Simulation:
                     seed=cfg.seed + i,
                 )
                 port = spec.port_rate_bps  # a one-path QP's line rate: its port's
-                a = RoceQueuePair(qa, nets[0], self.memories[0], port, rcfg)
-                b = RoceQueuePair(qb, nets[1], self.memories[1], port, rcfg)
+                a = RoceQueuePair(qa, nets[0], self.memories[0], port, seeded(rcfg, qa))
+                b = RoceQueuePair(qb, nets[1], self.memories[1], port, seeded(rcfg, qb))
             a.connect(b.local_attributes())
             b.connect(a.local_attributes())
             self.endpoints[0][qa] = a

@@ -13,6 +13,10 @@ from mrcnic.wire import layout
 
 PSN_MASK = layout.PSN_MASK
 _HALF = 1 << 23
+#: messages a responder tracks ahead of the next one to complete (MSNs are 16 bits): the
+#: requester never has more under way, and a data packet whose MSN is further ahead is refused
+MSN_WINDOW = 1 << 14
+MSN_MASK = 0xFFFF
 
 # -- frame layout (offsets in a whole Ethernet frame; the facts are mrcnic.wire.layout's) ------
 _OFF_UDP = layout.OFF_UDP

@@ -59,6 +59,8 @@ from mrcnic.transport.frames import (
     _TS_BIT,
     _U16,
     _U32,
+    MSN_MASK,
+    MSN_WINDOW,
     PSN_MASK,
     _crc32,
     _from_bytes,
@@ -80,8 +82,9 @@ from mrcnic.transport.qp_types import (
     TxMessage,
     WcStatus,
     WriteCompleted,
+    check_peer,
     check_qp_args,
-    default_start_psn,
+    initial_psn,
     next_state,
     peek_dest_qp,
 )
@@ -121,12 +124,9 @@ class QueuePair(Requester, Responder):
             CcParams(cfg.mtu_bytes, line_rate_bps, cfg.base_rtt_s, line_rate_bps / self.planes),
             **dict(cfg.cc_options),
         )
-        start = cfg.start_psn
-        if start is None:
-            start = default_start_psn(cfg.seed, qpn)
-        self.start_psn = start
+        self.start_psn = initial_psn(cfg.start_psn)
         self.rxwin = ResponderWindow(cfg.window_psns, 0, cfg.ack_every)  # reset on connect
-        self.sb = Scoreboard(start)
+        self.sb = Scoreboard(self.start_psn)
         self.stats = QpStats()
         self._events: deque[Event] = deque()
         self._ctrl: list[tuple[int, bytes]] = []
@@ -151,10 +151,15 @@ class QueuePair(Requester, Responder):
         self._peer_down = [False] * self.planes
         self._port_seq = 0
         # responder message state
-        self._rx_msg_bytes: dict[int, int] = {}  # msn -> bytes placed so far
-        self._rx_imm_done: dict[int, tuple[int, int]] = {}  # rqmsn -> (imm, length), held back
-        self._rx_imm_pending: dict[int, tuple[int, int, int]] = {}  # msn -> (rqmsn, imm, length)
-        self._rx_rqmsn = 0
+        # Messages complete in MSN order: a write-with-immediate's completion means every
+        # earlier write of the QP is placed (the "data, then the flag" pattern). All three
+        # tables are keyed by MSNs within MSN_WINDOW of _rx_msn, so they stay bounded.
+        self._rx_msg_bytes: dict[int, int] = {}  # msn -> bytes placed so far (under way)
+        self._rx_imm: dict[int, tuple[int, int]] = {}  # msn -> (rqmsn, imm) of a write-with-imm
+        self._rx_done: dict[int, tuple[int, int, int] | None] = {}  # msn -> (rqmsn, imm,
+        # length) for a write-with-imm, None for a plain write: placed, earlier ones not yet
+        self._rx_msn = 0  # the next message to complete
+        self._rx_rqmsn = 0  # the next write-with-immediate to deliver
         # peer, filled by connect()
         self.peer: QpAttributes | None = None
         self._dest: usid.DestTemplate | None = None
@@ -196,9 +201,11 @@ class QueuePair(Requester, Responder):
         )
 
     def connect(self, remote: QpAttributes) -> None:
+        """Connect to the peer ``remote`` describes; a record that does not fit this QP
+        raises ValueError and leaves the QP unconnected (INIT)."""
+        next_state(self.qpn, self.state, QpInput.CONNECT)  # allowed now? (raises if not)
+        check_peer(self.net, self.mtu, remote)
         self._transition(QpInput.CONNECT)
-        if remote.host == self.net.host:
-            raise ValueError("loopback QPs (same host) are not supported")
         self.peer = remote
         self.rxwin = ResponderWindow(
             self.config.window_psns, remote.start_psn, self.config.ack_every
@@ -457,6 +464,7 @@ class QueuePair(Requester, Responder):
                 if (
                     w1 & 0xFFFFFF == self.qpn
                     and d < rxw.size
+                    and (msn - self._rx_msn) & MSN_MASK < MSN_WINDOW
                     and not (d and rxw.win.test(psn))
                     and self.memory.place(rkey, va, mv[_OFF_BTH + 40 : end - 4]) is _PLACE_OK
                 ):

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import asdict, dataclass, field
+import secrets
+from dataclasses import asdict, dataclass, field, replace
+from typing import TypeVar
 
 from mrcnic.errors import MrcError
 from mrcnic.transport.ev import EvConfig, EvStateChanged
 from mrcnic.transport.frames import _OFF_BTH, PSN_MASK
 from mrcnic.wire import layout, usid
+
+_C = TypeVar("_C")
 
 
 class QpState(enum.Enum):
@@ -110,7 +114,7 @@ class QpConfig:
     probe_interval_s: float | None = None  # default: the current RTO
     max_wimm_inflight: int = 64
     seed: int = 1
-    start_psn: int | None = None  # default: random from the seed
+    start_psn: int | None = None  # default: random (qp_types.initial_psn)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,11 +155,44 @@ class QpAttributes:
             attrs = cls(**{k: int(d[k]) for k in cls.__dataclass_fields__})
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"bad QP attributes: {e}") from None
-        if not 0 < attrs.qpn <= PSN_MASK or not 0 <= attrs.start_psn <= PSN_MASK:
-            raise ValueError("bad QP attributes: qpn/start_psn out of range")
-        if attrs.window_psns < 64 or attrs.max_wimm_inflight < 1 or attrs.mtu_bytes < 1:
-            raise ValueError("bad QP attributes: window/max_wimm_inflight/mtu out of range")
+        problem = attrs.problem()
+        if problem:
+            raise ValueError(f"bad QP attributes: {problem}")
         return attrs
+
+    def problem(self) -> str:
+        """What is wrong with these attributes on their own ("" when nothing is)."""
+        if not 0 < self.qpn <= PSN_MASK or self.qpn == layout.EV_PROBE_QPN:
+            return f"qpn {self.qpn} is not a usable QP number"
+        if not 0 <= self.start_psn <= PSN_MASK:
+            return f"start_psn {self.start_psn} is not a 24-bit PSN"
+        w = self.window_psns
+        if not 64 <= w <= 1 << 23 or w & (w - 1):
+            return f"window_psns {w} is not a power of two in 64..2^23"
+        if not 1 <= self.max_wimm_inflight <= 0x8000:
+            return f"max_wimm_inflight {self.max_wimm_inflight} is not in 1..32768"
+        if not 1 <= self.mtu_bytes <= 0xFFFF:
+            return f"mtu_bytes {self.mtu_bytes} is not in 1..65535"
+        return ""
+
+
+def check_peer(net: NetConfig, mtu_bytes: int, remote: QpAttributes) -> None:
+    """What every transport checks of a peer's record before connecting to it: the record is
+    sound, names another host of this fabric, and agrees on the path MTU. Raises ValueError
+    (the QP stays unconnected)."""
+    problem = remote.problem()
+    if problem:
+        raise ValueError(f"bad peer attributes: {problem}")
+    hosts = net.shape.host_count
+    if not 0 <= remote.host < hosts:
+        raise ValueError(f"peer host {remote.host} is not in this fabric (hosts 0..{hosts - 1})")
+    if remote.host == net.host:
+        raise ValueError("loopback QPs (same host) are not supported")
+    if remote.mtu_bytes != mtu_bytes:
+        raise ValueError(
+            f"peer mtu_bytes {remote.mtu_bytes} differs from ours ({mtu_bytes}): "
+            "both ends of a QP must use the same path MTU"
+        )
 
 
 @dataclass(slots=True)
@@ -177,6 +214,7 @@ class QpStats:
     probes_sent: int = 0
     rx_malformed: int = 0
     rx_refused: int = 0
+    rx_msn_out_of_range: int = 0  # data whose MSN is MSN_WINDOW or more ahead: dropped
     completions: int = 0
     cwnd_bytes: float = 0.0
     srtt_s: float = 0.0
@@ -220,9 +258,29 @@ def check_qp_args(qpn: int, net: NetConfig) -> None:
         raise ValueError(f"need one port per plane: {len(net.ports)} != {net.shape.planes}")
 
 
-def default_start_psn(seed: int, qpn: int) -> int:
-    """The first PSN when the config gives none: spread over the PSN space by seed and QPN."""
+def initial_psn(start_psn: int | None) -> int:
+    """A QP's first PSN: the configured one, else random. A predictable start would let a
+    third host guess PSNs inside the responder's window (RFC 6528's argument for TCP's
+    initial sequence numbers); simulators that must be reproducible configure
+    :func:`seeded_psn` instead."""
+    if start_psn is None:
+        return secrets.randbits(24)
+    if not 0 <= start_psn <= PSN_MASK:
+        raise ValueError(f"start_psn {start_psn} is not a 24-bit PSN")
+    return start_psn
+
+
+def seeded_psn(seed: int, qpn: int) -> int:
+    """A reproducible first PSN for simulations: spread over the PSN space by seed and QPN."""
     return (seed * 2654435761 + qpn * 40503) & PSN_MASK
+
+
+def seeded(config: _C, qpn: int) -> _C:
+    """``config`` (a QpConfig or RoceConfig) with a reproducible first PSN from its seed, unless
+    it names one: what simulators use so a seed reproduces a run."""
+    if config.start_psn is not None:  # type: ignore[attr-defined]
+        return config
+    return replace(config, start_psn=seeded_psn(config.seed, qpn))  # type: ignore[attr-defined]
 
 
 def next_state(qpn: int, state: QpState, inp: QpInput) -> QpState:

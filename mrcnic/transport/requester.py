@@ -33,6 +33,7 @@ from mrcnic.transport.frames import (
     _TS_BIT,
     _U16,
     _U32,
+    MSN_WINDOW,
     PSN_MASK,
     _crc32,
     _csum_partial,
@@ -144,6 +145,8 @@ class Requester:
             msg = sendq[0]
             off = msg.next_off
             if off == 0:
+                if len(self._inflight_msgs) >= MSN_WINDOW - 1:
+                    break  # the responder tracks no more messages than this
                 if msg.imm is not None:
                     if self._wimm_outstanding >= wimm_max:
                         break

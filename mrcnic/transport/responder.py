@@ -29,6 +29,8 @@ from mrcnic.transport.frames import (
     _RX_DATA,
     _U16,
     _U32,
+    MSN_MASK,
+    MSN_WINDOW,
     PSN_MASK,
     _crc32,
     _from_bytes,
@@ -112,6 +114,9 @@ class Responder:
             st.rx_duplicates += 1
             self._send_sack(psn, ev, ts_ns, ce, ev % self.planes, twice=True)  # rule 2
             return
+        if (msn - self._rx_msn) & MSN_MASK >= MSN_WINDOW:
+            st.rx_msn_out_of_range += 1  # no requester has that many messages under way
+            return
         payload = mv[hdr_end : end - 4]
         if self.memory.place(rkey, va, payload) is not _PLACE_OK:
             st.rx_refused += 1
@@ -125,7 +130,7 @@ class Responder:
         if imm:
             if self._rx_imm_check(rqmsn, now_s):
                 return
-            self._rx_imm_pending[msn] = (rqmsn, _IMM.unpack_from(data, _OFF_BTH + 40)[0], length)
+            self._rx_imm[msn] = (rqmsn, _IMM.unpack_from(data, _OFF_BTH + 40)[0])
         self._rx_placed(psn, msn, length, plen, ev, ts_ns, ce, w1, w2, now_s)
 
     def _rx_placed(
@@ -144,15 +149,20 @@ class Responder:
         """After a new packet's payload is placed (both receive paths): message accounting,
         the CE-run heuristic, and whether to acknowledge now."""
         rxw = self.rxwin
-        # message accounting: completion when every byte of the message is placed
+        # message accounting: complete when every byte is placed, delivered in MSN order
         msg_bytes = self._rx_msg_bytes
         got = msg_bytes.get(msn, 0) + plen
         if got >= length:
-            msg_bytes.pop(msn, None)
-            if self._rx_imm_pending:
-                pend = self._rx_imm_pending.pop(msn, None)
-                if pend is not None:
-                    self._rx_imm_complete(pend, now_s)
+            if got > plen:
+                del msg_bytes[msn]
+            if msn == self._rx_msn and not self._rx_imm:
+                self._rx_msn = (msn + 1) & MSN_MASK  # the common case: in order, no immediate
+                if self._rx_done:
+                    self._rx_deliver(now_s)
+            else:
+                imm = self._rx_imm.pop(msn, None)
+                self._rx_done[msn] = None if imm is None else (imm[0], imm[1], length)
+                self._rx_deliver(now_s)
         else:
             msg_bytes[msn] = got
         # the ALWAYS_SKIP heuristic: a run of CE marks on one EV
@@ -184,14 +194,19 @@ class Responder:
             return True
         return False
 
-    def _rx_imm_complete(self, pend: tuple[int, int, int], now_s: float) -> None:
-        rqmsn, imm, length = pend
-        self._rx_imm_done[rqmsn] = (imm, length)
-        done = self._rx_imm_done
-        while self._rx_rqmsn in done:  # deliver in sender order, holding early ones back
-            imm, length = done.pop(self._rx_rqmsn)
-            self._events.append(ImmReceived(imm, length, self._rx_rqmsn, now_s))
-            self._rx_rqmsn = (self._rx_rqmsn + 1) & 0xFFFF
+    def _rx_deliver(self, now_s: float) -> None:
+        """Complete the placed messages that no earlier message holds back, in MSN order;
+        a write-with-immediate raises ImmReceived then, so it never overtakes earlier data."""
+        done = self._rx_done
+        msn = self._rx_msn
+        while msn in done:
+            item = done.pop(msn)
+            if item is not None:
+                rqmsn, imm, length = item
+                self._events.append(ImmReceived(imm, length, rqmsn, now_s))
+                self._rx_rqmsn = (rqmsn + 1) & MSN_MASK
+            msn = (msn + 1) & MSN_MASK
+        self._rx_msn = msn
 
     def _send_sack(
         self,

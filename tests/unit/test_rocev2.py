@@ -159,7 +159,9 @@ def test_qps_hash_independently_and_collide_like_ecmp():
     # the switches' seed changes which flows collide, not only the paths' names
     assert len({tuple(x) for x in per_seed}) > 1
     bound = RoceQueuePair(0x300, host_net(shape, 0), MemoryTable(1), RATE, replace(BASE, port=3))
-    bound.connect(RoceQueuePair(0x301, host_net(shape, 1), MemoryTable(2), RATE).local_attributes())
+    bound.connect(
+        RoceQueuePair(0x301, host_net(shape, 1), MemoryTable(2), RATE, BASE).local_attributes()
+    )
     assert bound.plane == 3
 
 
@@ -508,7 +510,7 @@ def test_the_queue_pair_surface():
     ):
         with pytest.raises(ValueError):
             RoceQueuePair(0x37, host_net(shape, 0), MemoryTable(1), RATE, bad)
-    peer = RoceQueuePair(0x38, host_net(shape, 1), MemoryTable(2), RATE)
+    peer = RoceQueuePair(0x38, host_net(shape, 1), MemoryTable(2), RATE, QpConfig(mtu_bytes=512))
     q.connect(peer.local_attributes())
     with pytest.raises(QpStateError):
         q.connect(peer.local_attributes())
