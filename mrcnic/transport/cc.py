@@ -1,34 +1,45 @@
-"""Congestion control: a small plug-in interface, NSCC (Ultra Ethernet's window rule) and a
-fixed window, and a registry so a user can plug an algorithm in by name.
+"""Congestion control: a small plug-in interface, NSCC as UET 1.0 defines it, the project's
+previous NSCC, a fixed window, and a registry so a user can plug an algorithm in by name.
 
 An algorithm owns ``cwnd_bytes``; the QP sends while ``inflight < cwnd_bytes`` and feeds the
 algorithm one :class:`AckSample` per acknowledgment, plus trims (NACK TRIMMED /
 TRIMMED_LASTHOP), timeouts and the receiver's window penalty.
 
-NSCC (see docs/transport.md for the constants and why): with ``qdelay = rtt - min_rtt``
-(``min_rtt``: the smallest RTT measured, starting from the configured base RTT),
+Registered names: ``"uet-1.0-nscc"`` (:class:`UetNscc`; ``"nscc"``, the default of
+``QpConfig.cc``, is the same algorithm), ``"nscc-2026.11"`` (:class:`LegacyNscc`, the
+algorithm this module had before) and ``"fixed"``.
+
+UET NSCC (docs/transport.md, "Congestion control", has every constant and its source), with
+``delay = rtt - base_rtt`` per ACK:
 
 =====  ===================  ==========================================================
-ECN    qdelay vs target      action
+ECN    delay vs target       action
 =====  ===================  ==========================================================
-no     below                 proportional increase: ``+ pi_gain * (1 - qdelay/target) * acked``
-no     above                 fair increase: ``+ fi_mtus * mtu * acked / cwnd`` (~fi_mtus MTU/RTT)
-yes    above                 multiplicative decrease: ``* (1 - min(md_max, md_gain*(q-t)/q))``,
-                             at most once per base RTT
-yes    below                 no change
+no     below                 proportional increase ``inc += alpha * acked * (target - delay)``
+                             (or, after a whole window of near-zero delay, the fast increase
+                             ``cwnd += fi_scale * acked``)
+no     above                 fair increase ``inc += fi * acked``
+yes    above                 multiplicative decrease ``cwnd *= max(1 - gamma * (avg - target)
+                             / avg, 1 - max_md_jump)`` on the filtered delay, once per base RTT
+yes    below                 no change (the EV layer steers away from the marked path)
 =====  ===================  ==========================================================
 
-The target queueing delay is ``max(target_rtt_frac * min_rtt, target_pkts * s_b)``, where
-``s_b`` is one packet's serialisation time at the path's bottleneck (``bottleneck_bps``, or
-bounded from the measured base RTT).  Under spraying every path holds its own queue, counted
-in whole packets: a target shorter than a few packet times at a slow path would call a
-queue of one packet "too long" and cut the window on every ECN mark.
+Increases are collected in ``inc`` and applied as ``cwnd += inc / cwnd`` when more than
+``adjust_bytes_threshold`` bytes were acknowledged or ``adjust_period_threshold`` passed, when
+also ``cwnd += eta``.  Quick adapt: once per window of ``base_rtt + target`` , after a trim or
+with a delay above ``qa_threshold``, a QP that delivered less than ``max_cwnd / 2**qa_gate`` in
+the window sets its window to what it delivered.  Our additions for MRC (whose last-hop ports do
+not mark ECN): a delay-based decrease when *every* delay sample of a window was above target
+(a standing queue, common to all paths), which also holds the fair increase back; a base RTT
+that is a windowed minimum and can rise again; one MTU off the window per timeout; and the
+receiver's ``rcv_cwnd_pen`` taking ``pen/128`` of each acknowledgment off the window.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Protocol
 
 from mrcnic.wire import fast_constructor
@@ -36,6 +47,10 @@ from mrcnic.wire import fast_constructor
 #: wire bytes of a data packet besides its payload: Ethernet 14 + IPv6 40 + UDP 8 +
 #: BTH/METH/timestamp/RETH 40 + ICRC 4
 HEADER_BYTES = 106
+
+#: UET's reference network for scaling NSCC's gains: 100 Gb/s x 12 us = 150 kB (htsim
+#: ``initNsccParams``: scaling factor a = BDP / this)
+REFERENCE_BDP_BYTES = 100e9 / 8 * 12e-6
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,10 +110,428 @@ class FixedWindow:
         pass
 
 
-class Nscc:
-    """NSCC's four-quadrant window rule (Ultra Ethernet network-signal congestion control)."""
+# -- UET 1.0 NSCC ------------------------------------------------------------------------------
 
-    name = "nscc"
+
+@dataclass(frozen=True, slots=True)
+class NsccParams:
+    """The parameters of ``"uet-1.0-nscc"``: the ones an OCP libmrc CC profile names
+    (``mrc_ctl_cc_nscc_cfg``: base RTT, target delay, eta, fi, fi_scale, gamma, max MD jump,
+    max cwnd, quick adapt disable / gate / threshold, adjust-bytes and adjust-period
+    thresholds), in our units (seconds and bytes), then our own extensions.
+
+    ``None`` means "derive from the QP" (:meth:`resolve`, the rules of UET's htsim model, with
+    the reference network kept at the lab's scale).  Set any of them through
+    ``QpConfig.cc_options``, e.g. ``(("target_delay_s", 1e-3), ("disable_qa", True))``.
+    """
+
+    # -- the libmrc CC profile's parameters
+    base_rtt_s: float | None = None  # configured base RTT (default: CcParams.base_rtt_s)
+    target_delay_s: float | None = None  # target queueing delay (default 0.75 base RTT)
+    eta: float | None = None  # bytes added once per adjust period (default 0.15 MTU x a)
+    fi: float | None = None  # fair increase, bytes per RTT (default 5 MTU x a)
+    fi_scale: float | None = None  # fast increase, fraction of acked bytes (default 0.25 a)
+    gamma: float = 0.8  # multiplicative decrease gain
+    max_md_jump: float = 0.5  # largest fraction one decrease takes off the window
+    max_cwnd: float | None = None  # bytes (default 1.5 BDP, following the base RTT)
+    disable_qa: bool = False  # no quick adapt
+    qa_gate: int = 3  # quick adapt only below max_cwnd / 2**qa_gate delivered per window
+    qa_threshold_s: float | None = None  # delay that triggers quick adapt (default 4 targets)
+    adjust_bytes_threshold: float | None = None  # bytes between adjustments (default 8 MTU)
+    adjust_period_threshold_s: float | None = None  # time between adjustments (default base RTT)
+    # -- ours (UET's model has them as constants or derives them)
+    alpha: float | None = None  # proportional increase gain, bytes per acked byte per second
+    min_cwnd: float | None = None  # bytes (default 1 MTU)
+    init_cwnd: float | None = None  # bytes (default max_cwnd)
+    delay_alpha: float = 0.0125  # EWMA gain of the filtered delay the ECN decrease uses
+    fast_increase_delay_s: float | None = None  # "near zero" delay (default reference RTT / 12)
+    reference_rtt_s: float | None = None  # default: REFERENCE_BDP_BYTES at one port's rate
+    delay_md: bool = True  # decrease on a standing queue without ECN (MRC's unmarked last hop)
+    base_rtt_window_s: float | None = None  # windowed minimum's span (default 1000 base RTTs)
+
+    def resolve(self, p: CcParams) -> NsccParams:
+        """Every ``None`` derived from the QP, every value checked (ValueError naming it)."""
+        _check_positive("CcParams.mtu_bytes", p.mtu_bytes)
+        _check_positive("CcParams.line_rate_bps", p.line_rate_bps)
+        _check_positive("CcParams.base_rtt_s", p.base_rtt_s)
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v is None:
+                continue
+            if f.name in _FLAGS:
+                if not isinstance(v, bool):
+                    raise ValueError(f"uet-1.0-nscc: {f.name} must be True or False, got {v!r}")
+            elif isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise ValueError(f"uet-1.0-nscc: {f.name} must be a finite number, got {v!r}")
+        mtu = p.mtu_bytes
+        base = self.base_rtt_s if self.base_rtt_s is not None else p.base_rtt_s
+        _check_positive("base_rtt_s", base)
+        port = p.port_rate_bps or p.line_rate_bps
+        ref_rtt = (
+            self.reference_rtt_s
+            if self.reference_rtt_s is not None
+            else REFERENCE_BDP_BYTES * 8 / port
+        )
+        _check_positive("reference_rtt_s", ref_rtt)
+        bdp = p.line_rate_bps / 8 * base
+        a = bdp / REFERENCE_BDP_BYTES  # UET's scaling factor a
+        target = self.target_delay_s if self.target_delay_s is not None else 0.75 * base
+        _check_positive("target_delay_s", target)
+        b = target / ref_rtt  # UET's scaling factor b
+        max_cwnd = self.max_cwnd if self.max_cwnd is not None else 1.5 * bdp
+        min_cwnd = self.min_cwnd if self.min_cwnd is not None else float(mtu)
+        r = replace(
+            self,
+            base_rtt_s=base,
+            target_delay_s=target,
+            eta=self.eta if self.eta is not None else 0.15 * mtu * a,
+            fi=self.fi if self.fi is not None else 5.0 * mtu * a,
+            fi_scale=self.fi_scale if self.fi_scale is not None else 0.25 * a,
+            max_cwnd=max_cwnd,
+            qa_threshold_s=self.qa_threshold_s if self.qa_threshold_s is not None else 4 * target,
+            adjust_bytes_threshold=(
+                self.adjust_bytes_threshold if self.adjust_bytes_threshold is not None else 8 * mtu
+            ),
+            adjust_period_threshold_s=(
+                self.adjust_period_threshold_s
+                if self.adjust_period_threshold_s is not None
+                else base
+            ),
+            alpha=self.alpha if self.alpha is not None else 4.0 * mtu * a * b / target,
+            min_cwnd=min_cwnd,
+            init_cwnd=self.init_cwnd if self.init_cwnd is not None else max_cwnd,
+            fast_increase_delay_s=(
+                self.fast_increase_delay_s
+                if self.fast_increase_delay_s is not None
+                else ref_rtt / 12
+            ),
+            reference_rtt_s=ref_rtt,
+            base_rtt_window_s=(
+                self.base_rtt_window_s if self.base_rtt_window_s is not None else 1000 * base
+            ),
+        )
+        r._validate()
+        return r
+
+    def _validate(self) -> None:
+        for name in ("qa_threshold_s", "adjust_period_threshold_s", "base_rtt_window_s"):
+            _check_positive(name, getattr(self, name))
+        for name in ("eta", "fi", "fi_scale", "alpha", "fast_increase_delay_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"uet-1.0-nscc: {name} must be >= 0, got {getattr(self, name)!r}")
+        _check_positive("adjust_bytes_threshold", self.adjust_bytes_threshold)
+        if not 0 < self.gamma <= 1:
+            raise ValueError(f"uet-1.0-nscc: gamma must be in (0, 1], got {self.gamma!r}")
+        if not 0 < self.max_md_jump < 1:
+            raise ValueError(
+                f"uet-1.0-nscc: max_md_jump must be in (0, 1) (the largest fraction one decrease "
+                f"takes off the window), got {self.max_md_jump!r}"
+            )
+        if not 0 < self.delay_alpha <= 1:
+            raise ValueError(
+                f"uet-1.0-nscc: delay_alpha must be in (0, 1], got {self.delay_alpha!r}"
+            )
+        if self.qa_gate != int(self.qa_gate) or not 0 <= self.qa_gate <= 31:
+            raise ValueError(
+                f"uet-1.0-nscc: qa_gate must be an integer in [0, 31] (quick adapt when less "
+                f"than max_cwnd / 2**qa_gate was delivered), got {self.qa_gate!r}"
+            )
+        _check_positive("min_cwnd", self.min_cwnd)
+        if self.max_cwnd < self.min_cwnd:
+            raise ValueError(
+                f"uet-1.0-nscc: max_cwnd ({self.max_cwnd!r}) is below min_cwnd ({self.min_cwnd!r})"
+            )
+        if not self.min_cwnd <= self.init_cwnd <= self.max_cwnd:
+            raise ValueError(
+                f"uet-1.0-nscc: init_cwnd ({self.init_cwnd!r}) must lie in [min_cwnd, max_cwnd] "
+                f"= [{self.min_cwnd!r}, {self.max_cwnd!r}]"
+            )
+
+
+_FLAGS = frozenset({"disable_qa", "delay_md"})
+_NSCC_FIELDS = tuple(f.name for f in fields(NsccParams))
+
+
+def _check_positive(name: str, v: object) -> None:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not (v > 0 and math.isfinite(v)):
+        raise ValueError(f"uet-1.0-nscc: {name} must be a positive number, got {v!r}")
+
+
+class UetNscc:
+    """NSCC as UET 1.0 defines it (UET specification, NSCC; UEC's htsim model ``uec.cpp``),
+    with MRC's additions (module docstring).  ``UetNscc(params, nscc_params=None, **options)``:
+    options are :class:`NsccParams` fields."""
+
+    name = "uet-1.0-nscc"
+
+    def __init__(self, p: CcParams, nscc_params: NsccParams | None = None, **options: object):
+        unknown = sorted(set(options) - set(_NSCC_FIELDS))
+        if unknown:
+            raise ValueError(
+                f"uet-1.0-nscc: unknown option(s) {', '.join(map(repr, unknown))}; "
+                f"valid: {', '.join(_NSCC_FIELDS)}"
+            )
+        q = replace(nscc_params or NsccParams(), **options).resolve(p)
+        self.params = q
+        self.mtu = p.mtu_bytes
+        self._line_Bps = p.line_rate_bps / 8
+        self._max_cwnd_fixed = (nscc_params and nscc_params.max_cwnd is not None) or (
+            "max_cwnd" in options
+        )
+        self.configured_base_rtt_s: float = q.base_rtt_s
+        self.base_rtt_s: float = q.base_rtt_s
+        self.target_delay_s: float = q.target_delay_s
+        self.max_cwnd: float = q.max_cwnd
+        self.min_cwnd: float = q.min_cwnd
+        self.cwnd_bytes: float = q.init_cwnd
+        # hot copies of the parameters
+        self._alpha = q.alpha
+        self._fi = q.fi
+        self._fi_scale = q.fi_scale
+        self._eta = q.eta
+        self._gamma = q.gamma
+        self._keep_min = 1.0 - q.max_md_jump
+        self._qa = not q.disable_qa
+        self._qa_gate_div = float(1 << int(q.qa_gate))
+        self._qa_threshold = q.qa_threshold_s
+        self._adj_bytes = q.adjust_bytes_threshold
+        self._adj_period = q.adjust_period_threshold_s
+        self._delay_alpha = q.delay_alpha
+        self._fast_delay = q.fast_increase_delay_s
+        self._delay_md = q.delay_md
+        self._half_window = q.base_rtt_window_s / 2
+        # state
+        self.avg_delay_s = 0.0  # filtered queueing delay (the ECN decrease's magnitude)
+        self.delay_s = 0.0  # last per-ACK queueing delay
+        self._inc = 0.0  # increase collected since the last adjustment (bytes^2)
+        self._received = 0  # bytes acknowledged since the last adjustment
+        self._last_adjust_s = -math.inf
+        self._last_dec_s = -math.inf
+        self._fi_count = 0  # bytes acknowledged in a row with near-zero delay
+        self._fast = False  # in fast increase
+        # quick adapt window (base RTT + target): delivered bytes, lowest delay, triggers
+        self._win_end_s: float | None = None
+        self._achieved = 0
+        self._win_min_delay = math.inf
+        self._trigger_qa = False
+        self._to_ignore = 0.0  # after quick adapt: ECN-marked feedback for this many bytes
+        self._ignored = 0.0  # is about packets sent before it, and is ignored
+        self.standing_queue = False  # the last window's every delay sample was above target
+        # windowed minimum RTT: two half-window buckets, the older seeded with the configured
+        self._rtt_min_cur = math.inf
+        self._rtt_min_prev = q.base_rtt_s
+        self._rtt_epoch_end_s: float | None = None
+        # rcv_cwnd_pen: the acknowledgment it came with (the QP reports it right after on_ack)
+        self._last_ack_s = -math.inf
+        self._last_acked = 0
+        # counters (benchmarks, tests)
+        self.fast_increases = 0
+        self.ecn_decreases = 0
+        self.delay_decreases = 0
+        self.quick_adapts = 0
+        self.trims = 0
+        self.timeouts = 0
+
+    # -- compatibility with the QP's and the tests' view --------------------------------------
+
+    @property
+    def min_rtt_s(self) -> float:
+        """The base RTT in use (the windowed minimum)."""
+        return self.base_rtt_s
+
+    @property
+    def decreases(self) -> int:
+        return self.ecn_decreases + self.delay_decreases + self.quick_adapts
+
+    # -- inputs ------------------------------------------------------------------------------
+
+    def on_ack(self, s: AckSample) -> None:
+        now = s.now_s
+        acked = s.acked_bytes
+        self._last_ack_s = now
+        self._last_acked = acked
+        self._received += acked
+        self._achieved += acked
+        self._ignored += acked
+        rtt = s.rtt_s
+        if rtt is not None:
+            self._sample_rtt(rtt, now)
+            delay = rtt - self.base_rtt_s
+            if delay < 0.0:
+                delay = 0.0
+            self._filter(delay, s.ecn)
+            if delay < self._win_min_delay:
+                self._win_min_delay = delay
+        else:
+            delay = self.avg_delay_s
+        self.delay_s = delay
+        if self._window(False, s.ecn, delay, now):
+            return
+        target = self.target_delay_s
+        if not s.ecn:
+            if delay >= target:
+                self._fast = False
+                self._fi_count = 0
+                if not self.standing_queue:  # fair increase (held back by a standing queue)
+                    self._inc += self._fi * acked
+            elif not self._fast_increase(acked, delay):  # proportional increase
+                self._inc += self._alpha * acked * (target - delay)
+        elif delay >= target:
+            self._md(self.avg_delay_s, now, ecn=True)
+        # ECN below target: no change, the EV layer moves off the marked path
+        self._clamp()
+        if self._received > self._adj_bytes or now - self._last_adjust_s > self._adj_period:
+            self._fulfill(now)
+            self._clamp()
+
+    def on_trim(self, last_hop: bool, now_s: float) -> None:
+        """A trimmed packet: a full queue on its path.  UET: one packet off the window, the
+        filtered delay pushed towards a queue of one base RTT, quick adapt armed."""
+        self.trims += 1
+        mtu = self.mtu
+        self._ignored += mtu
+        self._filter(self.configured_base_rtt_s, True)
+        self._trigger_qa = True
+        if not self._window(True, True, 0.0, now_s):
+            self.cwnd_bytes -= mtu
+            self._clamp()
+
+    def on_timeout(self, now_s: float) -> None:
+        """A timed-out packet leaves the window's count (UET's model takes its bytes off the
+        window); a dead path is the EV layer's business, so nothing more."""
+        self.timeouts += 1
+        self.cwnd_bytes -= self.mtu
+        self._clamp()
+
+    def on_rcv_penalty(self, penalty: int, now_s: float) -> None:
+        """rcv_cwnd_pen (0-127; 0: none) from the receiver, whose tracking window is filling:
+        the window gives back ``pen/128`` of the bytes the same SACK acknowledged (UET's model
+        takes ``acked * (1 - rcv_wnd_pen/255)`` off per ACK, with 255 meaning no penalty)."""
+        if penalty <= 0 or now_s != self._last_ack_s:
+            return
+        self.cwnd_bytes -= self._last_acked * min(penalty, 127) / 128.0
+        self._clamp()
+
+    # -- the pieces ----------------------------------------------------------------------------
+
+    def _sample_rtt(self, rtt: float, now: float) -> None:
+        """The base RTT is the minimum of the last half to whole ``base_rtt_window_s``: it
+        falls at once and can rise again when a longer path stays (two half-window buckets)."""
+        end = self._rtt_epoch_end_s
+        if end is None or now >= end:
+            if end is not None:
+                self._rtt_min_prev = self._rtt_min_cur
+                self._rtt_min_cur = math.inf
+            self._rtt_epoch_end_s = now + self._half_window
+        if rtt < self._rtt_min_cur:
+            self._rtt_min_cur = rtt
+        prev = self._rtt_min_prev
+        cur = self._rtt_min_cur
+        base = cur if cur < prev else prev
+        if base != self.base_rtt_s:
+            self.base_rtt_s = base
+            if not self._max_cwnd_fixed:
+                self.max_cwnd = max(1.5 * self._line_Bps * base, self.min_cwnd)
+
+    def _filter(self, delay: float, ecn: bool) -> None:
+        """UET's filtered delay: an EWMA; an unmarked sample above target (a queue that is
+        draining, or on another path) pulls it towards a quarter base RTT instead."""
+        a = self._delay_alpha
+        if not ecn and delay > self.target_delay_s:
+            delay = 0.25 * self.base_rtt_s
+        self.avg_delay_s += a * (delay - self.avg_delay_s)
+
+    def _fast_increase(self, acked: int, delay: float) -> bool:
+        """After a whole window of acknowledgments with near-zero delay: ``cwnd += fi_scale *
+        acked`` straight away, until the delay rises."""
+        if delay < self._fast_delay:
+            self._fi_count += acked
+            if self._fast or self._fi_count > self.cwnd_bytes:
+                self.cwnd_bytes += acked * self._fi_scale
+                self._fast = True
+                self.fast_increases += 1
+                return True
+        else:
+            self._fi_count = 0
+        self._fast = False
+        return False
+
+    def _md(self, delay: float, now: float, ecn: bool) -> None:
+        """Multiplicative decrease on ``delay`` (the filtered delay for ECN, the window's
+        lowest for the delay-based decrease), at most once per base RTT."""
+        self._fast = False
+        self._fi_count = 0
+        target = self.target_delay_s
+        if delay <= target or now - self._last_dec_s <= self.base_rtt_s:
+            return
+        keep = 1.0 - self._gamma * (delay - target) / delay
+        self.cwnd_bytes *= keep if keep > self._keep_min else self._keep_min
+        self._last_dec_s = now
+        if ecn:
+            self.ecn_decreases += 1
+        else:
+            self.delay_decreases += 1
+        self._clamp()
+
+    def _window(self, loss: bool, ecn: bool, delay: float, now: float) -> bool:
+        """The quick-adapt window (``base_rtt + target``).  Returns True when this feedback is
+        consumed here (quick adapt ran, or ECN about packets sent before it)."""
+        done = False
+        if self._qa and ecn and self._ignored < self._to_ignore:
+            done = True
+        elif self._win_end_s is None or now > self._win_end_s:
+            if self._win_end_s is not None:
+                lowest = self._win_min_delay
+                if lowest != math.inf:
+                    self.standing_queue = lowest > self.target_delay_s
+                if (
+                    self._qa
+                    and (self._trigger_qa or loss or delay > self._qa_threshold)
+                    and self._achieved < self.max_cwnd / self._qa_gate_div
+                ):
+                    self._to_ignore = self.cwnd_bytes  # about what is in flight
+                    self._ignored = 0.0
+                    self.cwnd_bytes = max(float(self._achieved), self.min_cwnd)
+                    self._trigger_qa = False
+                    self.quick_adapts += 1
+                    self._last_dec_s = now
+                    done = True
+                elif self._delay_md and self.standing_queue:
+                    self._md(lowest, now, ecn=False)
+            self._achieved = 0
+            self._win_min_delay = math.inf
+            self._win_end_s = now + self.base_rtt_s + self.target_delay_s
+        if done:
+            self._inc = 0.0
+            self._received = 0
+        return done
+
+    def _fulfill(self, now: float) -> None:
+        self.cwnd_bytes += self._inc / self.cwnd_bytes
+        if now - self._last_adjust_s >= self._adj_period:
+            self.cwnd_bytes += self._eta
+            self._last_adjust_s = now
+        self._inc = 0.0
+        self._received = 0
+
+    def _clamp(self) -> None:
+        c = self.cwnd_bytes
+        if c > self.max_cwnd:
+            self.cwnd_bytes = self.max_cwnd
+        elif c < self.min_cwnd:
+            self.cwnd_bytes = self.min_cwnd
+
+
+# -- the previous NSCC -------------------------------------------------------------------------
+
+
+class LegacyNscc:
+    """The project's first NSCC (until 2026-11), kept as ``"nscc-2026.11"`` so benchmarks can run
+    it beside :class:`UetNscc`: four quadrants on the raw per-ACK delay, a target with a floor of
+    a few bottleneck packet times, decreases spaced by the smoothed RTT, timeouts ignored and a
+    base RTT that only falls (docs/transport.md, "The previous NSCC")."""
+
+    name = "nscc-2026.11"
 
     def __init__(
         self,
@@ -225,8 +658,9 @@ _REGISTRY: dict[str, CcFactory] = {}
 
 
 def register_cc(name: str, factory: CcFactory) -> None:
-    """Make an algorithm available by name: ``factory(params, **options) -> CongestionControl``."""
-    if not name or not name.replace("_", "").replace("-", "").isalnum():
+    """Make an algorithm available by name: ``factory(params, **options) -> CongestionControl``.
+    Names are letters, digits, ``-``, ``_`` and ``.`` (``"uet-1.0-nscc"``)."""
+    if not name or not name.replace("_", "").replace("-", "").replace(".", "").isalnum():
         raise ValueError(f"bad congestion control name {name!r}")
     _REGISTRY[name] = factory
 
@@ -245,5 +679,10 @@ def available() -> list[str]:
     return sorted(_REGISTRY)
 
 
-register_cc("nscc", Nscc)
+#: kept for code that named the class; ``"nscc"`` is UET's NSCC
+Nscc = UetNscc
+
+register_cc("uet-1.0-nscc", UetNscc)
+register_cc("nscc", UetNscc)  # the default of QpConfig.cc (a contract): UET's NSCC
+register_cc("nscc-2026.11", LegacyNscc)
 register_cc("fixed", FixedWindow)

@@ -46,6 +46,7 @@ from mrcnic.transport.frames import (
     _OFF_UDP,
     _OP_ACK,
     _OP_EP_REQ,
+    _OP_EP_RESP,
     _OP_FIRST,
     _OP_NACK,
     _OP_ONLY_IMM,
@@ -149,7 +150,15 @@ class QueuePair(Requester, Responder):
         self._ce_run: dict[int, int] = {}  # responder: consecutive CE-marked packets per EV
         self._local_down = [False] * self.planes
         self._peer_down = [False] * self.planes
-        self._port_seq = 0
+        self._port_seq = 0  # PORT_STATUS sequence number of our last update (32 bits)
+        self._ps_pending: tuple[int, bytes] | None = None  # (seq, body) until acknowledged
+        self._ps_deadline: float | None = None  # its next retransmission
+        self._ps_tries = 0
+        self._peer_port_seq: int | None = None  # the newest PORT_STATUS the peer sent
+        # liveness: work to do and no EV to send it on
+        self._stall_deadline: float | None = None
+        self._stall_tries = 0
+        self._stall_since_s = 0.0
         # responder message state
         # Messages complete in MSN order: a write-with-immediate's completion means every
         # earlier write of the QP is placed (the "data, then the flag" pattern). All three
@@ -266,11 +275,27 @@ class QueuePair(Requester, Responder):
                     self._rtxq.append(rec)
         self._drain_ev_events()
         if self.state is QpState.READY:
-            self._port_seq += 1
+            self._port_seq = (self._port_seq + 1) & 0xFFFFFFFF
             mask = sum(1 << p for p in range(self.planes) if not self._local_down[p])
-            body = _ENDPOINT.pack(int(wire.EndpointKind.PORT_STATUS), self._port_seq, 0, mask, 0)
-            for _ in range(2):  # twice, on two different planes: it must get through
-                self._queue_ctrl(_OP_EP_REQ, 0, body)
+            ts_ns = int(now_s * 1e9)
+            body = _ENDPOINT.pack(
+                int(wire.EndpointKind.PORT_STATUS), self._port_seq, 0, mask, ts_ns
+            )
+            self._ps_pending = (self._port_seq, body)  # supersedes any update not yet acked
+            self._ps_tries = 0
+            self._send_port_status(now_s)
+
+    def _send_port_status(self, now_s: float) -> None:
+        """Send the pending PORT_STATUS, twice (on two planes: it must get through), and arm
+        its retransmission: it is repeated, backing off, until the peer acknowledges it
+        (EP_RESPONSE with its sequence number) or a newer update supersedes it."""
+        assert self._ps_pending is not None
+        body = self._ps_pending[1]
+        for _ in range(2):
+            self._queue_ctrl(_OP_EP_REQ, 0, body)
+        wait = self._rto * (1 << min(self._ps_tries, 16))
+        self._ps_deadline = now_s + min(wait, self.config.max_rto_s)
+        self.stats.port_status_sent += 1
 
     def _update_plane(self, plane: int, now_s: float) -> None:
         self.evs.set_plane_down(plane, self._local_down[plane] or self._peer_down[plane], now_s)
@@ -329,6 +354,9 @@ class QueuePair(Requester, Responder):
             p = self.evs.next_probe_s()
             if p is not None and (t is None or p < t):
                 t = p
+        for d in (self._ps_deadline, self._stall_deadline):
+            if d is not None and (t is None or d < t):
+                t = d
         return t
 
     def handle_timer(self, now_s: float) -> None:
@@ -340,6 +368,13 @@ class QueuePair(Requester, Responder):
                 self._send_sack(psn, ev, ts, ce, ev % self.planes)
         if self.state is not QpState.READY:
             return
+        if self._ps_deadline is not None and self._ps_deadline <= now_s:
+            self._ps_tries += 1
+            self._send_port_status(now_s)
+        if self._stall_deadline is not None and self._stall_deadline <= now_s:
+            self._check_stall(now_s)
+            if self.state is not QpState.READY:
+                return
         max_rto = self.config.max_rto_s
         for rec in self.sb.expired(now_s):
             # the deadline was set with the RTO of its send time: if the RTO has grown since
@@ -504,15 +539,66 @@ class QueuePair(Requester, Responder):
             cack = (self.rxwin.expected - 1) & PSN_MASK
             self._send_sack(cack, probe.ev, probe.tx_ts_ns, ce, plane, _OP_ACK)
         elif op == _OP_EP_REQ and pkt.endpoint.kind == wire.EndpointKind.PORT_STATUS:
-            mask = pkt.endpoint.port_mask
+            ep = pkt.endpoint
+            # acknowledge every copy (the sender retries until it hears this), apply only
+            # what is newer than the last update applied: a stale "down" that arrives after
+            # an "up" must not take a plane out for good
+            answer = _ENDPOINT.pack(int(ep.kind), ep.ident, 0, ep.port_mask, ep.ts_ns)
+            self._queue_ctrl(_OP_EP_RESP, 0, answer)
+            last = self._peer_port_seq
+            if last is not None and not 0 < (ep.ident - last) & 0xFFFFFFFF < 1 << 31:
+                self.stats.rx_stale_port_status += 1
+                return
+            self._peer_port_seq = ep.ident
+            mask = ep.port_mask
             for p in range(self.planes):
                 down = not (mask >> p) & 1
                 if self._peer_down[p] != down:
                     self._peer_down[p] = down
                     self._update_plane(p, now_s)
             self._events.append(PeerPortStatus(mask, now_s))
+        elif op == _OP_EP_RESP and pkt.endpoint.kind == wire.EndpointKind.PORT_STATUS:
+            pending = self._ps_pending
+            if pending is not None and pkt.endpoint.ident == pending[0]:
+                self._ps_pending = None
+                self._ps_deadline = None
         else:
             self.stats.rx_malformed += 1
+
+    # -- liveness -------------------------------------------------------------------------------
+
+    def _note_stall(self, now_s: float) -> None:
+        """Called by the send path: work is waiting and no EV can carry it (every plane down,
+        locally or as the peer reported, or every EV denied). The retransmission timer keeps
+        running, backing off as for a lost packet: a path back within the retry budget
+        resumes the transfer; otherwise the QP ends with RETRY_EXCEEDED and says why."""
+        if self._stall_deadline is None:
+            self._stall_since_s = now_s
+            self._stall_tries = 0
+            self._stall_deadline = now_s + self._rto
+
+    def _check_stall(self, now_s: float) -> None:
+        if self.evs.active or not (self._rtxq or self._sendq or self.sb.records):
+            self._stall_deadline = None
+            return
+        if self._stall_tries >= self.config.retry_limit:
+            local = [p for p in range(self.planes) if self._local_down[p]]
+            peer = [p for p in range(self.planes) if self._peer_down[p]]
+            counts = self.evs.counts()
+            self._fatal(
+                WcStatus.RETRY_EXCEEDED,
+                f"no usable path for {now_s - self._stall_since_s:.3f} s "
+                f"({self._stall_tries} retries, retry_limit {self.config.retry_limit}): "
+                f"local ports down {local}, peer ports down {peer}, "
+                f"EVs {counts['ASSUMED_BAD']} ASSUMED_BAD and {counts['DENIED']} DENIED",
+                now_s,
+                failed=self._inflight_msgs[0] if self._inflight_msgs else None,
+            )
+            return
+        self._stall_tries += 1
+        self.stats.timeouts += 1
+        wait = self._rto * (1 << self._stall_tries)
+        self._stall_deadline = now_s + min(wait, self.config.max_rto_s)
 
     # -- errors ---------------------------------------------------------------------------------
 

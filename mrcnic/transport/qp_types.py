@@ -212,6 +212,8 @@ class QpStats:
     timeouts: int = 0
     spurious_timeouts: int = 0  # timed out, but the original transmission was acknowledged
     probes_sent: int = 0
+    port_status_sent: int = 0  # PORT_STATUS updates sent (each twice), retries included
+    rx_stale_port_status: int = 0  # older than the last one applied: acknowledged, ignored
     rx_malformed: int = 0
     rx_refused: int = 0
     rx_msn_out_of_range: int = 0  # data whose MSN is MSN_WINDOW or more ahead: dropped

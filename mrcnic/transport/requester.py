@@ -109,6 +109,10 @@ class Requester:
         # (the window test here too: a window-limited QP is asked often, and answers cheaply)
         if self._sendq and self.peer is not None and sb.inflight_bytes < cc.cwnd_bytes:
             self._send_new(out, now_s, window)
+        if not self.evs.active and (rtxq or self._sendq):
+            self._note_stall(now_s)  # nothing can carry the work: keep a timer running
+        elif self._stall_deadline is not None and self.evs.active:
+            self._stall_deadline = None
         return out
 
     def _send_new(self, out: list[tuple[int, bytes]], now_s: float, window: int) -> None:

@@ -13,7 +13,14 @@ from conftest import DELAY, MRC_BASE
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mrcnic.transport.qp_types import ImmReceived, QpConfig, WcStatus, WriteCompleted
+from mrcnic.transport.qp_types import (
+    ImmReceived,
+    PeerPortStatus,
+    QpConfig,
+    QpErrorEvent,
+    WcStatus,
+    WriteCompleted,
+)
 from mrcnic.wire import layout
 
 
@@ -162,3 +169,124 @@ def test_default_start_psns_are_random_not_a_function_of_the_qpn():
     assert len(starts) == 8  # the same QPN and seed: a new start PSN each time
     fixed = QpConfig(mtu_bytes=256, start_psn=1234)
     assert QueuePair(7, host_net(shape, 0), MemoryTable(seed=1), 200e6, fixed).start_psn == 1234
+
+
+# -- finding 3: no silent stall ----------------------------------------------------------------
+
+
+def _ports_down_chaos(down: set[int]):
+    """A wire on which the ports of h0 listed in ``down`` carry nothing (either way)."""
+
+    def chaos(t, h, port, f):
+        if port in down:
+            return []
+        return [(DELAY, f)]
+
+    return chaos
+
+
+def test_every_port_down_for_good_ends_the_qp_with_a_reason(qp_pair):
+    down: set[int] = set()
+    w = qp_pair(chaos=_ports_down_chaos(down))
+    outer, mr = w.region(256 * 4000)
+    w.qa.post_write(1, bytes(256 * 4000), mr.base_va, mr.rkey)
+    w.run(0.002, stop=lambda: w.qa.stats.tx_data_packets > 500)
+    assert not w.of(0, WriteCompleted)  # still under way
+    t_down = w.now
+    for p in range(2):
+        down.add(p)
+        w.qa.port_status(p, False, w.now)
+    w.pump(0)
+    w.run(10.0)
+    errors = w.of(0, QpErrorEvent)
+    assert len(errors) == 1 and errors[0].status is WcStatus.RETRY_EXCEEDED
+    assert "no usable path" in errors[0].reason and "local ports down [0, 1]" in errors[0].reason
+    budget = sum(min(w.qa._rto * (1 << k), w.qa.config.max_rto_s) for k in range(8)) + 0.01
+    assert errors[0].time_s - t_down <= budget
+    assert [e.status for e in w.of(0, WriteCompleted)] == [WcStatus.RETRY_EXCEEDED]
+
+
+def test_every_port_down_and_back_within_the_budget_completes(qp_pair):
+    down: set[int] = set()
+    w = qp_pair(chaos=_ports_down_chaos(down))
+    outer, mr = w.region(256 * 4000)
+    rng = random.Random(5)
+    data = bytes(rng.randrange(256) for _ in range(256 * 4000))
+    w.qa.post_write(1, data, mr.base_va, mr.rkey)
+    w.run(0.005, stop=lambda: w.qa.stats.tx_data_packets > 500)
+    assert not w.of(0, WriteCompleted)  # still under way
+    t_down = w.now
+    for p in range(2):
+        down.add(p)
+        w.qa.port_status(p, False, w.now)
+    w.pump(0)
+    w.run(t_down + 0.025)
+    for p in range(2):
+        down.discard(p)
+        w.qa.port_status(p, True, w.now)
+    w.pump(0)
+    w.run(5.0)
+    assert not w.of(0, QpErrorEvent)
+    assert [e.status for e in w.of(0, WriteCompleted)] == [WcStatus.SUCCESS]
+    assert bytes(outer[32 : 32 + len(data)]) == data
+
+
+def test_a_peer_that_reports_every_port_down_does_not_silence_the_qp(qp_pair):
+    """Mask 0 from the peer: the QP keeps a timer running and ends with a reason if the
+    peer never comes back (it used to wait forever, with no event and no traffic)."""
+    w = qp_pair()
+    outer, mr = w.region(256 * 100)
+    w.run(0.001)
+    for p in range(2):
+        w.qb.port_status(p, False, w.now)
+    w.pump(1)
+    w.run(0.002)
+    assert w.qa.evs.active == []
+    w.qa.post_write(1, bytes(256 * 100), mr.base_va, mr.rkey)
+    w.pump(0)
+    w.run(10.0)
+    errors = w.of(0, QpErrorEvent)
+    assert len(errors) == 1 and "peer ports down [0, 1]" in errors[0].reason
+
+
+def test_a_stale_port_down_after_an_up_is_ignored(qp_pair):
+    """The update that says "down" overtaken by the later "up": the plane stays up."""
+    held: list[tuple[float, bytes]] = []
+
+    def chaos(t, h, port, f):
+        op = f[layout.OFF_BTH]
+        if h == 0 and op == layout.Opcode.EP_REQUEST and not held:
+            held.append((t, f))
+            return [(3e-3, f)]  # the first update (down) arrives late
+        return [(DELAY, f)]
+
+    w = qp_pair(chaos=chaos)
+    w.run(0.001)
+    w.qa.port_status(1, False, w.now)
+    w.pump(0)
+    w.run(0.0012)
+    w.qa.port_status(1, True, w.now)
+    w.pump(0)
+    w.run(0.1)
+    masks = [e.port_mask for e in w.of(1, PeerPortStatus)]
+    assert masks[-1] == 0b11
+    assert not w.qb._peer_down[1]
+    assert w.qb.stats.rx_stale_port_status >= 1
+
+
+def test_port_status_is_retried_until_acknowledged(qp_pair):
+    lost = {"n": 0}
+
+    def chaos(t, h, port, f):
+        if h == 0 and f[layout.OFF_BTH] == layout.Opcode.EP_REQUEST and lost["n"] < 4:
+            lost["n"] += 1  # the first two sends (two copies each) are lost
+            return []
+        return [(DELAY, f)]
+
+    w = qp_pair(chaos=chaos)
+    w.run(0.001)
+    w.qa.port_status(1, False, w.now)
+    w.pump(0)
+    w.run(0.2)
+    assert [e.port_mask for e in w.of(1, PeerPortStatus)] == [0b01]
+    assert w.qa._ps_pending is None and w.qa.stats.port_status_sent >= 3
