@@ -16,6 +16,7 @@ import bisect
 import json
 import random
 import re
+import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -298,13 +299,17 @@ class Simulation:
         )
         goodput = cfg.size * 8 / self.completion_s if ok and self.completion_s else 0.0
         ev_states: dict[str, int] = {}
-        retrans = timeouts = packets = 0
+        retrans = timeouts = packets = spurious = 0
+        recoveries: list[float] = []
         for a, _ in self.pairs:
             for k, v in a.ev_states().items():
                 ev_states[k] = ev_states.get(k, 0) + v
             retrans += a.stats.retransmissions
             timeouts += a.stats.timeouts
             packets += a.stats.tx_data_packets
+            if hasattr(a, "loss_recovery_s"):  # MRC; go-back-N has no per-packet repair
+                recoveries += a.loss_recovery_s()
+                spurious += a.stats.spurious_retransmissions + a.stats.spurious_timeouts
         links = self.fabric.links()
         result = {
             "transport": cfg.transport,
@@ -315,6 +320,12 @@ class Simulation:
             "qp_errors": len(self.qp_errors),
             "qp_error_reasons": self.qp_errors,
             "retransmissions": retrans,
+            # median time from a lost packet's first transmission to its retransmission, in
+            # base RTTs (None: nothing was lost, or the transport does not say)
+            "loss_recovery_rtts": (
+                round(statistics.median(recoveries) / self.base_rtt_s, 3) if recoveries else None
+            ),
+            "spurious_retransmissions": spurious,
             "ev_states": ev_states,
             "recovery_s": (round(r, 6) if (r := self.recovery_s(end)) is not None else None),
             "goodput_bps": round(goodput),

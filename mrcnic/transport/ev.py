@@ -37,6 +37,8 @@ class EvInput(enum.Enum):
     TRIMMED = "TRIMMED"  # NACK TRIMMED (not TRIMMED_LASTHOP: that is the receiver's port)
     ROTATION = "ROTATION"  # one rotation since entering SKIP
     TIMEOUT = "TIMEOUT"  # RTO fired with neither a SACK nor a trim seen on this EV since
+    LOST = "LOST"  # a packet on this EV was lost, not trimmed (found from SACKs): MRC retires
+    # the EV at once; background probes bring it back
     ALWAYS_SKIP = "ALWAYS_SKIP"  # SACK with mark ALWAYS_SKIP
     PROBE_OK = "PROBE_OK"  # enough probes answered with mark NONE
     PROBE_OK_ECN = "PROBE_OK_ECN"  # a probe answered with mark SKIP_ONCE
@@ -56,6 +58,7 @@ TRANSITIONS: dict[tuple[EvState, EvInput], EvState] = {
     (G, I.TRIMMED): S,
     (G, I.ROTATION): G,
     (G, I.TIMEOUT): B,
+    (G, I.LOST): B,
     (G, I.ALWAYS_SKIP): B,
     (G, I.PROBE_OK): G,
     (G, I.PROBE_OK_ECN): G,
@@ -67,6 +70,7 @@ TRANSITIONS: dict[tuple[EvState, EvInput], EvState] = {
     (S, I.TRIMMED): S,
     (S, I.ROTATION): G,
     (S, I.TIMEOUT): B,
+    (S, I.LOST): B,
     (S, I.ALWAYS_SKIP): B,
     (S, I.PROBE_OK): S,
     (S, I.PROBE_OK_ECN): S,
@@ -78,6 +82,7 @@ TRANSITIONS: dict[tuple[EvState, EvInput], EvState] = {
     (B, I.TRIMMED): B,
     (B, I.ROTATION): B,
     (B, I.TIMEOUT): B,
+    (B, I.LOST): B,
     (B, I.ALWAYS_SKIP): B,
     (B, I.PROBE_OK): G,
     (B, I.PROBE_OK_ECN): S,
@@ -89,6 +94,7 @@ TRANSITIONS: dict[tuple[EvState, EvInput], EvState] = {
     (D, I.TRIMMED): D,
     (D, I.ROTATION): D,
     (D, I.TIMEOUT): D,
+    (D, I.LOST): D,
     (D, I.ALWAYS_SKIP): D,
     (D, I.PROBE_OK): D,
     (D, I.PROBE_OK_ECN): D,

@@ -143,6 +143,14 @@ class QueuePair(Requester, Responder):
         self._rtt_peak = 0.0  # recent RTT tail (fast attack, slow release)
         self._min_rtt = cfg.base_rtt_s  # smallest data RTT measured (configured until then)
         self._rtt_measured = False
+        # loss detection from SACKs (Requester._find_losses)
+        self._rack_sent_s = -1.0  # newest send time among acknowledged packets
+        self._ev_acked_sent_s = [-1.0] * len(self.evs.ev_values)  # the same, per EV slot
+        self._reo_mult = 1  # reordering window, in quarters of the min RTT
+        self._reo_quiet = 0  # losses found since the last spurious one
+        self._ev_order_ok = True  # per-EV order holds on this fabric (until shown otherwise)
+        self._ev_order_spurious = 0
+        self._recoveries: deque[tuple[float, TxRecord]] = deque(maxlen=65536)
         self._rto = max(self._min_rto, INITIAL_RTO_RTTS * cfg.base_rtt_s)
         self._ack_delay = cfg.ack_delay_s if cfg.ack_delay_s is not None else cfg.base_rtt_s / 8
         self._ack_deadline: float | None = None

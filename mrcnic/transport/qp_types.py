@@ -211,6 +211,8 @@ class QpStats:
     rx_nacks: int = 0
     timeouts: int = 0
     spurious_timeouts: int = 0  # timed out, but the original transmission was acknowledged
+    sack_losses: int = 0  # packets found lost from SACKs (per-EV order or RACK), not by timeout
+    spurious_retransmissions: int = 0  # found lost from SACKs, but the original got through
     probes_sent: int = 0
     port_status_sent: int = 0  # PORT_STATUS updates sent (each twice), retries included
     rx_stale_port_status: int = 0  # older than the last one applied: acknowledged, ignored

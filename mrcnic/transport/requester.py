@@ -48,7 +48,7 @@ from mrcnic.transport.qp_types import (
     WriteCompleted,
     checked_write,
 )
-from mrcnic.transport.sack import TxRecord
+from mrcnic.transport.sack import LOST_BY_EV_ORDER, LOST_BY_SACK, TxRecord
 
 #: the RTT peak tracker follows a higher sample at once and decays towards lower ones by this
 #: fraction per sample (about 64 SACKs: a few RTTs), so it remembers the recent tail
@@ -57,6 +57,14 @@ RTT_PEAK_RELEASE = 1 / 64
 RTO_PEAK_GAIN = 1.5
 #: an acknowledgment this soon (x min RTT) after a retransmission was caused by the original
 SPURIOUS_RTT_FRACTION = 0.5
+#: the reordering window grows by a quarter min RTT per spurious retransmission, up to this
+#: many quarters (and never past the smoothed RTT), and shrinks by one quarter after this
+#: many losses found without a spurious one (RFC 8985 section 6.2)
+REO_MULT_MAX = 16
+REO_QUIET_RESET = 16
+#: spurious retransmissions from the per-EV rule after which a QP stops using it: packets of
+#: one EV overtake each other on this fabric (MRC's paths never reorder; a test wire may)
+EV_ORDER_SPURIOUS_MAX = 4
 
 
 class Requester:
@@ -136,6 +144,7 @@ class Requester:
         fifo = sb.fifo
         in_order = not fifo or fifo[-1][0] <= deadline  # every packet here has this deadline
         fifo_append = fifo.append
+        order_append = sb.order.append
         pack, pack_imm = _FRAME_DATA.pack_into, _FRAME_DATA_IMM.pack_into
         crc32 = _crc32
         from_bytes = _from_bytes
@@ -229,8 +238,9 @@ class Requester:
             # the record and its timer
             rec = TxRecord(nxt, msg, off, n, op)
             rec.slot = slot
-            rec.sent_s = now_s
+            rec.sent_s = rec.first_sent_s = now_s
             rec.tx_ts_ns = ts_ns
+            order_append((rec, ts_ns))
             seq += 1
             rec.timer_seq = seq
             if in_order:  # Scoreboard.arm
@@ -266,9 +276,12 @@ class Requester:
         frame = self._data_frame(
             self._slot_tmpl[slot], rec.opcode, rec.psn, rec.msg, rec.offset, rec.length, ts_ns, rtx
         )
+        if rtx and not rec.ever_rtx:
+            self._recoveries.append((now_s - rec.first_sent_s, rec))
         rec.slot = slot
         rec.sent_s = now_s
         rec.tx_ts_ns = ts_ns
+        self.sb.order.append((rec, ts_ns))
         evs.tx_packets[slot] += 1
         st = self.stats
         if rtx:
@@ -276,6 +289,7 @@ class Requester:
             rec.ever_rtx = True
             st.retransmissions += 1
         else:
+            rec.first_sent_s = now_s
             st.tx_data_packets += 1
             st.tx_data_bytes += rec.length
         rto = self._rto * (1 << rec.retries)
@@ -390,6 +404,7 @@ class Requester:
                     path_evidence_s[path] = sent_s
                 path_ack_s[path] = t_ack
                 acked_bytes += rec.length
+            self._find_losses(acked, cack_psn, offset, bitmap, now_s)
         rtt = None
         # A probe's answer times a small high-priority packet, not data: it would drag the
         # base RTT (NSCC's queueing delay, the RTO) far below what data packets see.
@@ -451,12 +466,108 @@ class Requester:
             and now_s - rec.sent_s >= SPURIOUS_RTT_FRACTION * self._min_rtt
         ):
             return False
+        rec.spurious = True
+        if rec.lost_by == LOST_BY_EV_ORDER:
+            # packets of one EV overtook each other: this fabric does not keep a path in
+            # order, so the per-EV rule is not safe here (the time rule still is)
+            self.stats.spurious_retransmissions += 1
+            self._ev_order_spurious += 1
+            if self._ev_order_spurious >= EV_ORDER_SPURIOUS_MAX:
+                self._ev_order_ok = False
+            return True
+        if rec.lost_by == LOST_BY_SACK:
+            # reordering beyond the window, not loss: widen the window (RFC 8985's DSACK rule)
+            self.stats.spurious_retransmissions += 1
+            if self._reo_mult < REO_MULT_MAX:
+                self._reo_mult += 1
+            self._reo_quiet = 0
+            return True
         self.stats.spurious_timeouts += 1
         delay = now_s - rec.to_sent_s
         if delay > self._rtt_peak:
             self._rtt_peak = delay
             self._update_rto()
         return True
+
+    def _find_losses(
+        self, acked: list[TxRecord], cack_psn: int, offset: int, bitmap: int, now_s: float
+    ) -> None:
+        """Loss detection from a SACK, without waiting for a timeout. Two rules:
+
+        - per-EV order: packets sent on one EV follow one path and arrive in order, so a hole
+          this SACK reports is lost when a packet sent later on the same EV was acknowledged;
+        - time (RACK, RFC 8985): a packet is lost once a packet sent more than a reordering
+          window after it has been acknowledged. With 128 EVs the next packet on the same EV
+          can be a hundred packets behind, so this rule does most of the work. The window
+          (:meth:`_reo_window_s`) is the delay spread between paths plus a quarter of the min
+          RTT, widened by each spurious retransmission and narrowed after quiet recoveries.
+
+        A lost packet is queued for retransmission at once (on another EV) and its EV is
+        retired (ASSUMED_BAD) as MRC does; the RTO stays the last resort."""
+        newest = self._rack_sent_s
+        min_rtt = self._min_rtt
+        ev_acked = self._ev_acked_sent_s
+        for rec in acked:
+            t = rec.sent_s
+            # a retransmission acknowledged sooner than a min RTT after it left: maybe the
+            # original was acknowledged, so its send time says nothing
+            if rec.ever_rtx and now_s - t < min_rtt:
+                continue
+            if t > newest:
+                newest = t
+            if t > ev_acked[rec.slot]:
+                ev_acked[rec.slot] = t
+        self._rack_sent_s = newest
+        sb = self.sb
+        lost = sb.lost_by_time(newest - self._reo_window_s()) if newest > 0 else []
+        n_time = len(lost)
+        if bitmap and self._ev_order_ok:
+            holes = ~bitmap & ((1 << (bitmap.bit_length() - 1)) - 1)
+            if holes:
+                base = cack_psn + 1 + offset
+                records = sb.records
+                while holes:
+                    low = holes & -holes
+                    rec = records.get((base + low.bit_length() - 1) & PSN_MASK)
+                    if rec is not None and not rec.lost and ev_acked[rec.slot] > rec.sent_s:
+                        lost.append(rec)
+                    holes ^= low
+        if not lost:
+            return
+        evs = self.evs
+        st = self.stats
+        for i, rec in enumerate(lost):
+            if rec.lost:
+                continue  # found by both rules
+            st.sack_losses += 1
+            rec.to_sent_s = rec.sent_s
+            rec.to_slot = rec.slot
+            rec.to_ts_ns = rec.tx_ts_ns
+            rec.lost_by = LOST_BY_SACK if i < n_time else LOST_BY_EV_ORDER
+            rec.spurious = False
+            sb.mark_lost(rec)
+            self._rtxq.append(rec)
+            evs.apply(rec.slot, EvInput.LOST, now_s)
+            self._reo_quiet += 1
+            if self._reo_quiet >= REO_QUIET_RESET and self._reo_mult > 1:
+                self._reo_mult -= 1
+                self._reo_quiet = 0
+
+    def _reo_window_s(self) -> float:
+        """How much later than another packet a packet may arrive without being lost: the
+        spread of one-way delays between the paths (sprayed packets differ by at most the
+        recent queueing delay, the RTT peak above the min RTT) plus RACK's quarter min RTT,
+        widened by spurious retransmissions; never more than the RTO (beyond it the timer fires first)."""
+        min_rtt = self._min_rtt
+        spread = self._rtt_peak - min_rtt
+        w = self._reo_mult * min_rtt * 0.25 + (spread if spread > 0 else 0.0)
+        cap = self._rto
+        return w if w < cap else cap
+
+    def loss_recovery_s(self) -> list[float]:
+        """For each packet retransmitted because it was lost (not spuriously), the time from
+        its first transmission to its first retransmission (the last 65536 such packets)."""
+        return [d for d, rec in self._recoveries if not rec.spurious]
 
     def _complete_messages(self, now_s: float) -> None:
         msgs = self._inflight_msgs

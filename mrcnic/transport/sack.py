@@ -156,6 +156,11 @@ class ResponderWindow:
         return min(127, (span - half) * 127 // half)
 
 
+LOST_BY_TIMEOUT = 1
+LOST_BY_SACK = 2  # the reordering window (RACK), from a SACK
+LOST_BY_EV_ORDER = 3  # a later packet of the same EV was acknowledged, from a SACK
+
+
 class TxRecord:
     """One sent, not yet acknowledged packet (enough to rebuild it for a retransmission)."""
 
@@ -175,6 +180,9 @@ class TxRecord:
         "to_sent_s",
         "to_slot",
         "to_ts_ns",
+        "first_sent_s",
+        "lost_by",
+        "spurious",
     )
 
     def __init__(self, psn: int, msg: object, offset: int, length: int, opcode: int) -> None:
@@ -193,6 +201,9 @@ class TxRecord:
         self.to_sent_s = -1.0  # send time of the transmission that last timed out
         self.to_slot = -1  # and its EV slot
         self.to_ts_ns = 0  # and its timestamp
+        self.first_sent_s = 0.0  # the first transmission (loss recovery time is measured from it)
+        self.lost_by = 0  # LOST_BY_*: how it was last declared lost
+        self.spurious = False  # that declaration turned out wrong (the original got through)
 
 
 class Scoreboard:
@@ -217,6 +228,26 @@ class Scoreboard:
         self.heap: list[tuple[float, int, int]] = []
         self.fifo: deque[tuple[float, int, int]] = deque()
         self.seq = 0
+        # every transmission in sending order, (record, its timestamp): the loss detector
+        # walks it from the front (entries of acknowledged or resent records are dropped there)
+        self.order: deque[tuple[TxRecord, int]] = deque()
+
+    def lost_by_time(self, limit_s: float) -> list[TxRecord]:
+        """The outstanding transmissions sent before ``limit_s`` (RACK's rule: something sent
+        a reordering window after them has been acknowledged): declared lost, in send order."""
+        out: list[TxRecord] = []
+        order = self.order
+        recs = self.records
+        while order:
+            rec, ts = order[0]
+            if rec.tx_ts_ns != ts or rec.lost or recs.get(rec.psn) is not rec:
+                order.popleft()  # acknowledged, resent since, or already being repaired
+                continue
+            if rec.sent_s >= limit_s:
+                break
+            order.popleft()
+            out.append(rec)
+        return out
 
     def outstanding(self) -> int:
         return (self.snd_nxt - self.snd_una) & PSN_MASK

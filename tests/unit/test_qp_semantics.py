@@ -13,6 +13,7 @@ from conftest import DELAY, MRC_BASE
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mrcnic.transport.ev import EvInput, EvState, EvStateChanged
 from mrcnic.transport.qp_types import (
     ImmReceived,
     PeerPortStatus,
@@ -290,3 +291,60 @@ def test_port_status_is_retried_until_acknowledged(qp_pair):
     w.run(0.2)
     assert [e.port_mask for e in w.of(1, PeerPortStatus)] == [0b01]
     assert w.qa._ps_pending is None and w.qa.stats.port_status_sent >= 3
+
+
+# -- finding 2: loss is found from SACKs, not by timeout ---------------------------------------
+
+
+def test_a_lost_packet_is_resent_within_a_few_rtts_and_its_ev_retired(qp_pair):
+    dropped: dict[str, object] = {}
+
+    def chaos(t, h, port, f):
+        if h == 0 and _is_data(f) and "psn" not in dropped and t > 0.0005:
+            dropped.update(psn=_psn(f), t=t, ev=int.from_bytes(f[54:56], "big") << 16
+                           | int.from_bytes(f[16:18], "big"))  # fmt: skip
+            return []
+        return [(DELAY, f)]
+
+    w = qp_pair(chaos=chaos)
+    outer, mr = w.region(256 * 2000)
+    w.qa.post_write(1, bytes(256 * 2000), mr.base_va, mr.rkey)
+    w.run(1.0)
+    assert [e.status for e in w.of(0, WriteCompleted)] == [WcStatus.SUCCESS]
+    st = w.qa.stats
+    assert st.timeouts == 0 and st.retransmissions == 1 and st.sack_losses == 1
+    rtx = [t for t, _, f in w.sent[0] if _is_data(f) and _psn(f) == dropped["psn"]]
+    rtt = 2 * DELAY
+    assert len(rtx) == 2 and rtx[1] - rtx[0] <= 3 * rtt + w.qa._reo_window_s()
+    retired = [e for e in w.of(0, EvStateChanged) if e.cause is EvInput.LOST]
+    assert [(e.ev, e.new) for e in retired] == [(dropped["ev"], EvState.ASSUMED_BAD)]
+
+
+def test_mrc_sim_at_one_percent_loss_recovers_in_about_an_rtt():
+    from mrcnic.sim import transfer
+
+    r = transfer.run(transfer.config_from_args(
+        transfer.build_parser().parse_args(["--size", "16M", "--loss", "0.01", "--seed", "3"])
+    ))  # fmt: skip
+    assert r["verified"] and r["qp_errors"] == 0
+    assert r["loss_recovery_rtts"] is not None and r["loss_recovery_rtts"] <= 3
+    assert r["timeouts"] * 5 < r["retransmissions"]  # the RTO is the last resort only
+
+
+def test_spraying_on_a_lossless_fabric_retransmits_nothing():
+    from mrcnic.sim import transfer
+
+    r = transfer.run(transfer.config_from_args(
+        transfer.build_parser().parse_args(["--size", "16M", "--seed", "4"])
+    ))  # fmt: skip
+    assert r["retransmissions"] == 0 and r["spurious_retransmissions"] == 0
+
+
+def test_reordering_makes_few_spurious_retransmissions(qp_pair):
+    w = qp_pair(reorder=0.3, seed=8)
+    outer, mr = w.region(256 * 2000)
+    w.qa.post_write(1, bytes(256 * 2000), mr.base_va, mr.rkey)
+    w.run(2.0)
+    st = w.qa.stats
+    assert [e.status for e in w.of(0, WriteCompleted)] == [WcStatus.SUCCESS]
+    assert st.retransmissions <= 0.05 * st.tx_data_packets
