@@ -7,12 +7,22 @@ port (one veth per plane, in the host's network namespace), and then only moves 
   ``recvmmsg`` (``mrcnic.io.batch.RecvRing``, the C module) and hands each one, as a view
   into the receive ring (no copy), to ``Device.receive_frame``;
 - **pump**: once per loop iteration with something new (frames in, a timer, a posted write):
-  ``Device.handle_timer`` when due, ``Device.frames_to_send`` *only when the ports' transmit
-  queues have room*, then every port sends what its pacer allows;
+  ``Device.handle_timer`` when due, ``Device.control_frames_to_send`` *always* (control never
+  waits behind data), ``Device.frames_to_send`` *only when the ports' data queues have room*,
+  then every port sends what its pacer allows;
 - **pacing**: :class:`PortPacer`, a token bucket at the port's link rate over a small two-class
-  queue (control frames first), so the NIC never builds a deep local queue and the fabric,
-  not the veth, sees the link rate;
-- **one timer**: ``loop.call_later`` at min(device timer, earliest pacer wake-up);
+  queue (control frames and trimmed headers first), so the NIC never builds a deep local
+  queue and the fabric, not the veth, sees the link rate.  A control frame waits at most for
+  the token debt of the data frame before it (one frame's serialisation), never for queued
+  data: the rule the simulator's host port follows too (``mrcnic.sim.fabric.HostPort``);
+- **one timer**: at min(device timer, earliest pacer wake-up), a *timerfd* read as a loop
+  reader (:class:`FdTimer`, ``csrc/mrc_timer.c``): the transport's deadlines (the delayed ACK
+  is base RTT / 8, ~0.1 ms in the lab) and control frames waiting for tokens are served to
+  tens of microseconds (docs/bench.md has the measured lateness), while a port with only
+  data to pace wakes at most every ``PACE_TICK_S`` (1 ms: the token bucket keeps the average
+  rate exact and bounds the burst), so the NIC does not pay a wake-up per data frame.  Without
+  the C module (or ``MRC_PURE_PYTHON=1``) the twin is ``loop.call_later`` (:class:`LoopTimer`),
+  floored at 1 ms as libuv's timers are;
 - **send**: ``sendmmsg`` per port and wake-up (``batch_io.Sender``); ``ENOBUFS`` (a tc/nft
   fault dropped the frame) and other per-frame refusals count as losses, which the transport
   repairs; ``ENETDOWN`` means the port is down;
@@ -22,9 +32,9 @@ port (one veth per plane, in the host's network namespace), and then only moves 
   a port that comes back gets a fresh receive socket (libuv drops an fd from the loop after
   the EPOLLERR a link-down leaves on it), and every socket is registered again once a second.
 
-Time is ``time.monotonic()`` seconds, read once per callback and passed into the core.  Event
-loop timers have millisecond resolution (libuv), so pacing is exact on average and bursts are
-bounded by the token bucket depth (``PacerConfig.burst_s``).
+Time is ``time.monotonic()`` seconds (CLOCK_MONOTONIC, the timerfd's clock), read once per
+callback and passed into the core.  Pacing is exact on average and bursts are bounded by the
+token bucket depth (``PacerConfig.burst_s``).
 
     host = LabHost.load("mrc", "h0")          # lab.host: Device + port names of h0
     async with host.nic() as nic:              # sockets opened in the host's namespace
@@ -37,6 +47,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import os
 import socket
 import time
 from collections import deque
@@ -54,7 +66,10 @@ from mrcnic.verbs import Device
 _NETDOWN = NETDOWN_ERRNOS
 LINK_POLL_S = 1.0  # fallback link check (netlink is the fast path)
 RX_BATCHES_PER_WAKE = 8  # bound the time one busy port can hold the loop
-MIN_TIMER_S = 0.001  # libuv timers are in ms: a shorter delay would spin the loop
+MIN_TIMER_S = 0.001  # LoopTimer: libuv timers are in ms, a shorter delay would spin the loop
+PACE_TICK_S = 0.001  # a port with only data queued wakes at most this often (bursts: burst_s)
+FINE_MIN_S = 20e-6  # FdTimer: a deadline is at least this far after the pump (a spin guard)
+TIMER_SLACK_S = 10e-6  # a new deadline this close to the armed one keeps the armed one
 
 
 def is_control_frame(frame: bytes | bytearray | memoryview) -> bool:
@@ -173,6 +188,197 @@ class PortPacer:
         self.high.clear()
         self.data.clear()
         return n
+
+
+# --- the timer --------------------------------------------------------------------------------
+
+
+class LoopTimer:
+    """The twin: ``loop.call_later``, floored at ``floor_s`` (libuv's timers are in ms, and a
+    shorter delay would make the loop spin).  ``arm(at, now)`` (``at`` in the NIC's clock)
+    replaces the deadline; ``fire`` is called once when it passes."""
+
+    kind = "loop"
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        fire: Callable[[], None],
+        floor_s: float = MIN_TIMER_S,
+    ) -> None:
+        self.loop = loop
+        self.fire = fire
+        self.floor_s = floor_s
+        self.at: float | None = None  # the deadline armed (None: disarmed)
+        self.fired_at: float | None = None  # the deadline of the last firing
+        self._handle: asyncio.TimerHandle | None = None
+
+    def arm(self, at: float, now: float) -> None:
+        if self._handle is not None:
+            if self.at is not None and abs(at - self.at) < max(TIMER_SLACK_S, self.floor_s / 5):
+                return
+            self._handle.cancel()
+        delay = at - now
+        if delay < self.floor_s:
+            delay = self.floor_s
+        self.at = at
+        self._handle = self.loop.call_later(delay, self._on_fire)
+
+    def disarm(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self.at = None
+
+    def _on_fire(self) -> None:
+        self._handle = None
+        self.fired_at, self.at = self.at, None
+        self.fire()
+
+    def close(self) -> None:
+        self.disarm()
+
+
+@dataclass(frozen=True, slots=True)
+class TimerfdOps:
+    """A CLOCK_MONOTONIC timerfd's operations, each returning a status (-errno on failure):
+    ``open()`` -> fd, ``arm(fd, deadline_s)`` (absolute), ``disarm(fd)``, ``ack(fd)`` ->
+    expirations read."""
+
+    source: str
+    open: Callable[[], int]
+    arm: Callable[[int, float], int]
+    disarm: Callable[[int], int]
+    ack: Callable[[int], int]
+
+
+def timerfd_ops() -> TimerfdOps | None:
+    """The C module's timerfd (csrc/mrc_timer.c), else ``os.timerfd_*`` (Python >= 3.13),
+    else None (the NIC then uses :class:`LoopTimer`)."""
+    mod = batch_io.c_module_with("mrc_timer_arm")
+    if mod is not None:
+        lib = mod.lib
+        return TimerfdOps(
+            "c", lib.mrc_timer_open, lib.mrc_timer_arm, lib.mrc_timer_disarm, lib.mrc_timer_ack
+        )
+    if not hasattr(os, "timerfd_create"):  # pragma: no cover - Python 3.13 and later
+        return None
+
+    def _open() -> int:  # pragma: no cover
+        try:
+            return os.timerfd_create(time.CLOCK_MONOTONIC, flags=os.TFD_NONBLOCK | os.TFD_CLOEXEC)
+        except OSError as e:
+            return -(e.errno or 1)
+
+    def _arm(fd: int, at: float) -> int:  # pragma: no cover
+        if not math.isfinite(at):
+            return -22
+        try:
+            os.timerfd_settime(fd, flags=os.TFD_TIMER_ABSTIME, initial=max(at, 1e-9))
+        except OSError as e:
+            return -(e.errno or 1)
+        return 0
+
+    def _disarm(fd: int) -> int:  # pragma: no cover
+        try:
+            os.timerfd_settime(fd, initial=0)
+        except OSError as e:
+            return -(e.errno or 1)
+        return 0
+
+    def _ack(fd: int) -> int:  # pragma: no cover
+        try:
+            return int.from_bytes(os.read(fd, 8), "little")
+        except BlockingIOError:
+            return 0
+        except OSError as e:
+            return -(e.errno or 1)
+
+    return TimerfdOps("os", _open, _arm, _disarm, _ack)
+
+
+class FdTimer:
+    """A timerfd (CLOCK_MONOTONIC, non-blocking) registered as a reader of the loop: wakes the
+    loop at the deadline to tens of microseconds, where the loop's own timers are in ms.
+    Arming is one system call (absolute time, so it needs no "now"); idle costs nothing.
+    ``open(loop, fire, clock)`` returns None when no timerfd can be had."""
+
+    kind = "timerfd"
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        fire: Callable[[], None],
+        fd: int,
+        ops: TimerfdOps,
+        clock: Callable[[], float],
+    ) -> None:
+        self.loop = loop
+        self.fire = fire
+        self.fd = fd
+        self.ops = ops
+        self._arm_abs = ops.arm
+        self._ack = ops.ack
+        # time.monotonic() is CLOCK_MONOTONIC: its deadlines are the timerfd's; another clock's
+        # deadlines become CLOCK_MONOTONIC ones through the delay
+        self._absolute = clock is time.monotonic
+        self.at: float | None = None  # the deadline asked for (None: disarmed)
+        self.fired_at: float | None = None  # the deadline of the last firing
+        self.errors = 0
+        loop.add_reader(fd, self._on_readable)
+
+    @classmethod
+    def open(
+        cls,
+        loop: asyncio.AbstractEventLoop,
+        fire: Callable[[], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> FdTimer | None:
+        ops = timerfd_ops()
+        if ops is None:
+            return None
+        fd = ops.open()
+        if fd < 0:
+            return None
+        try:
+            return cls(loop, fire, fd, ops, clock)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def arm(self, at: float, now: float) -> None:
+        armed = self.at
+        if armed is not None and abs(at - armed) < TIMER_SLACK_S:
+            return
+        self.at = at
+        if at < now + FINE_MIN_S:
+            at = now + FINE_MIN_S
+        mono = at if self._absolute else time.monotonic() + (at - now)
+        if self._arm_abs(self.fd, mono) < 0:  # never seen: fire from the loop, coarsely
+            self.errors += 1
+            self.loop.call_later(max(at - now, MIN_TIMER_S), self._fire)
+
+    def disarm(self) -> None:
+        if self.at is not None:
+            self.ops.disarm(self.fd)
+            self.at = None
+
+    def _on_readable(self) -> None:
+        if self._ack(self.fd) == 0:
+            return  # re-armed (or disarmed) after the expiry was signalled: not due
+        self._fire()
+
+    def _fire(self) -> None:
+        self.fired_at, self.at = self.at, None
+        self.fire()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            with contextlib.suppress(Exception):
+                self.loop.remove_reader(self.fd)
+            os.close(self.fd)
+            self.fd = -1
+        self.at = None
 
 
 # --- the NIC ----------------------------------------------------------------------------------
@@ -310,8 +516,13 @@ class AioNic:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._links: LinkWatcher | None = None
         self._pump_scheduled = False
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = 0.0
+        # the one timer: an FdTimer from open(), else (no timerfd, or a test that never opens
+        # sockets) a LoopTimer made on first use
+        self._timer: LoopTimer | FdTimer | None = None
+        self.pace_tick_s = PACE_TICK_S
+        self.timer_fires = 0
+        self.timer_late_sum_s = 0.0
+        self.timer_late_max_s = 0.0
         self._link_poll_at = 0.0
         self._waiters: list[tuple[Callable[[], bool], asyncio.Future[bool]]] = []
         self._open = False
@@ -344,6 +555,9 @@ class AioNic:
             loop.add_reader(p.rx_fd, self._on_readable, p)
         if self._links is not None:
             loop.add_reader(self._links.fileno(), self._on_netlink)
+        self._timer = FdTimer.open(loop, self._on_timer, self.clock) or LoopTimer(
+            loop, self._on_timer
+        )
         self._open = True
         self.device.on_work = self.kick
         now = self.clock()
@@ -360,7 +574,11 @@ class AioNic:
         self._open = False
         loop = self._loop
         if self._timer is not None:
-            self._timer.cancel()
+            if loop is not None and not loop.is_closed():
+                self._timer.close()
+            elif isinstance(self._timer, FdTimer) and self._timer.fd >= 0:
+                os.close(self._timer.fd)  # the loop is gone: nothing to unregister from
+                self._timer.fd = -1
             self._timer = None
         if loop is not None and not loop.is_closed():
             for p in self.ports:
@@ -436,7 +654,15 @@ class AioNic:
             self._loop.call_soon(self._pump)  # type: ignore[union-attr]
 
     def _on_timer(self) -> None:
-        self._timer = None
+        timer = self._timer
+        at = timer.fired_at if timer is not None else None
+        if at is not None:
+            late = self.clock() - at
+            self.timer_fires += 1
+            if late > 0:
+                self.timer_late_sum_s += late
+                if late > self.timer_late_max_s:
+                    self.timer_late_max_s = late
         self._pump()
 
     def _on_netlink(self) -> None:
@@ -532,8 +758,13 @@ class AioNic:
             self._check_waiters()
         self._pump_scheduled = False
         ports = self.ports
-        # Pull from the transport only when every live port's data queue has room: the QPs
-        # rotate over the planes, so one pull fills them evenly.
+        # Control frames (ACKs, SACKs, NACKs, probes) on every pump, whatever the data queues:
+        # they go to the pacers' high-priority class and never wait behind data.
+        ctrl = dev.control_frames_to_send()
+        if ctrl:
+            self._queue(ctrl)
+        # Pull data from the transport only when every live port's data queue has room: the
+        # QPs rotate over the planes, so one pull fills them evenly.
         room = True
         for p in ports:
             if p.up and len(p.pacer.data) >= p.pacer.data_limit:
@@ -542,13 +773,9 @@ class AioNic:
         if room:
             frames = dev.frames_to_send(now)
             if frames:
-                for port, frame in frames:
-                    p = ports[port]
-                    if p.up:
-                        p.pacer.push(frame)
-                    else:
-                        p.tx_down_drops += 1  # the core learns of the port at once anyway
+                self._queue(frames)
         nxt = dev.get_timer()
+        tick = now + self.pace_tick_s
         for p in ports:
             pacer = p.pacer
             if not pacer.high and not pacer.data:
@@ -557,11 +784,24 @@ class AioNic:
             if frames:
                 self._send(p, frames, now)
             d = pacer.next_due(now)
-            if d is not None and (nxt is None or d < nxt):
+            if d is None:
+                continue
+            if d < tick and not pacer.high:
+                d = tick  # only data waits: the next pacing tick (the bucket bounds the burst)
+            if nxt is None or d < nxt:
                 nxt = d
         if nxt is None or self._link_poll_at < nxt:
             nxt = self._link_poll_at  # an idle NIC still checks its links once a second
         self._arm(nxt, now)
+
+    def _queue(self, frames: list[tuple[int, bytes]]) -> None:
+        ports = self.ports
+        for port, frame in frames:
+            p = ports[port]
+            if p.up:
+                p.pacer.push(frame)
+            else:
+                p.tx_down_drops += 1  # the core learns of the port at once anyway
 
     def _send(self, p: NicPort, frames: list[bytes], now: float) -> None:
         if p.tx_fd < 0:
@@ -583,20 +823,16 @@ class AioNic:
             p.tx_bytes += sum(map(len, frames)) * res.sent // len(frames)
 
     def _arm(self, at: float | None, now: float) -> None:
-        if at is None:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            return
-        if self._timer is not None:
-            if abs(at - self._timer_at) < 2e-4:
+        timer = self._timer
+        if timer is None:
+            if at is None:
                 return
-            self._timer.cancel()
-        delay = at - now
-        if delay < MIN_TIMER_S:
-            delay = MIN_TIMER_S
-        self._timer_at = at
-        self._timer = self._loop.call_later(delay, self._on_timer)  # type: ignore[union-attr]
+            assert self._loop is not None
+            timer = self._timer = LoopTimer(self._loop, self._on_timer)
+        if at is None:
+            timer.disarm()
+        else:
+            timer.arm(at, now)
 
     # -- waiting ---------------------------------------------------------------------------------
 
@@ -634,10 +870,17 @@ class AioNic:
         return sum(p.rate_bps for p in self.ports if p.up)
 
     def stats(self) -> dict[str, Any]:
+        fires = self.timer_fires
         return {
             "io_backend": batch_io.BACKEND,
             "pumps": self.pumps,
             "rx_wakeups": self.rx_wakeups,
+            "timer": {
+                "kind": self._timer.kind if self._timer is not None else None,
+                "fires": fires,
+                "mean_late_us": round(self.timer_late_sum_s / fires * 1e6, 1) if fires else None,
+                "max_late_us": round(self.timer_late_max_s * 1e6, 1),
+            },
             "ports": [p.stats() for p in self.ports],
         }
 

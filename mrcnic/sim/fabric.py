@@ -3,15 +3,20 @@
 Two hosts (h0 under T0 0, h1 under T0 1 of every plane) joined by ``planes`` planes of
 ``paths_per_plane`` T1 switches each.  Per direction, a packet crosses three links:
 
-1. the NIC port of its plane (the NIC paces at the port rate; its queue never drops),
+1. the NIC port of its plane (:class:`HostPort`: the NIC paces at the port rate, its queue
+   never drops, and control frames never wait behind queued data: the I/O shell's rule),
 2. the fabric path T0 -> T1 -> T0 (rate, propagation delay, queue, ECN threshold, trimming,
    random loss, failures), chosen by routing the packet's real SRv6 destination address,
 3. the last hop T0 -> destination port (queue and trimming to TRIMMED_LASTHOP; no ECN,
    as MRC deployments disable marking on last-hop ports).
 
-A link is a FIFO with two classes: high priority (control DSCP, trimmed headers) goes first
-and never trims.  Queues are computed analytically (``busy_until``), so each packet costs one
-heap event per link.  Everything random comes from one seeded generator: same arguments, same
+A fabric link is a FIFO with two classes: high priority (control DSCP, trimmed headers) goes
+first and never trims.  Its queue is computed analytically (``busy_until``), so each packet
+costs one heap event per link.  A host's own port is an event-driven two-class queue instead
+(:class:`HostPort`), because there the order of service is the point: a SACK the host
+produces leaves after the data frame being serialised, ahead of every queued data frame, as
+it does from the shell's pacer (``mrcnic.io.aio.PortPacer``; tests/unit/test_ack_timing.py
+holds both to it).  Everything random comes from one seeded generator: same arguments, same
 run, bit for bit.
 """
 
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -119,6 +125,96 @@ class Link:
         return done + spec.prop_s, frame
 
 
+class HostPort:
+    """A host's NIC port: the shell's pacing rule (``mrcnic.io.aio.PortPacer``) in virtual time.
+
+    Line rate, a two-class queue served non-preemptively: control frames and trimmed headers
+    first, so a control frame waits only for the frame being serialised, never for queued
+    data; unbounded (the NIC never drops its own frames: the shell holds the excess in the QP,
+    the simulator here); a port that goes down drops what it holds, as the shell flushes its
+    pacer.  ``enqueue(t, frame, ...)`` at the fabric's current time; each frame's departure
+    (start of serialisation) is reported to ``on_depart(t, frame)`` when set, and the frame
+    enters the next stage when its serialisation ends.  Counters as :class:`Link`'s.
+    """
+
+    __slots__ = (
+        "name",
+        "bytes_per_s",
+        "up",
+        "tx_packets",
+        "drops",
+        "trims",
+        "marks",
+        "losses",
+        "max_backlog",
+        "backlog",
+        "high",
+        "data",
+        "busy",
+        "on_depart",
+        "_fabric",
+    )
+
+    def __init__(self, name: str, rate_bps: float, fabric: Fabric) -> None:
+        self.name = name
+        self.bytes_per_s = rate_bps / 8.0
+        self.up = True
+        self.tx_packets = 0
+        self.drops = 0  # what was queued or sent to the port while it was down
+        self.trims = self.marks = self.losses = 0  # a NIC port neither trims, marks nor loses
+        self.max_backlog = 0
+        self.backlog = 0  # bytes queued, not counting the frame in service
+        self.high: deque[tuple[bytes, tuple, int, int]] = deque()
+        self.data: deque[tuple[bytes, tuple, int, int]] = deque()
+        self.busy = False  # a frame is being serialised
+        self.on_depart: Callable[[float, bytes], None] | None = None
+        self._fabric = fabric
+
+    def enqueue(self, t: float, frame: bytes, stages: tuple, dst: int, port: int) -> None:
+        """Queue ``frame`` at ``t`` (the fabric's now); ``stages`` are the links after this
+        port, ``dst``/``port`` where it is delivered."""
+        if not self.up:
+            self.drops += 1
+            return
+        dscp = (frame[_OFF_TC_HI] & _DSCP_HI) << 2 | frame[_OFF_TC_LO] >> 6
+        (self.high if dscp in _DSCP_HIGH else self.data).append((frame, stages, dst, port))
+        if self.busy:
+            self.backlog += len(frame)
+            if self.backlog > self.max_backlog:
+                self.max_backlog = self.backlog
+        else:
+            self._serve(t)
+
+    def set_up(self, up: bool) -> None:
+        self.up = up
+        if not up:
+            self.drops += len(self.high) + len(self.data)
+            self.high.clear()
+            self.data.clear()
+            self.backlog = 0
+
+    def _serve(self, t: float) -> None:
+        q = self.high or self.data
+        if not q:
+            self.busy = False
+            return
+        frame, stages, dst, port = q.popleft()
+        if self.busy:
+            self.backlog -= len(frame)
+        self.busy = True
+        self.tx_packets += 1
+        if self.on_depart is not None:
+            self.on_depart(t, frame)
+        done = t + len(frame) / self.bytes_per_s
+        fab = self._fabric
+        fab._seq += 1
+        heapq.heappush(fab._heap, (done, fab._seq, stages, 0, (dst, port, frame)))
+        fab.at(done, self._done)
+
+    def _done(self) -> None:
+        self._serve(self._fabric.now)
+
+
 def host_net(shape: usid.ClosShape, host: int) -> NetConfig:
     """A simulated host's NetConfig: one port per plane, MAC 02:00:hh:hh:pp:01 (its peer,
     the T0 switch, ...:02), so every (host, plane) has its own addresses."""
@@ -192,7 +288,6 @@ class Fabric:
         self._heap: list[tuple[float, int, object, object, object]] = []
         self._seq = 0
         P, T = spec.planes, spec.paths_per_plane
-        nic = LinkSpec(spec.port_rate_bps)
         fab = LinkSpec(
             spec.path_rate,
             spec.prop_s,
@@ -204,7 +299,10 @@ class Fabric:
         )
         last = LinkSpec(spec.port_rate_bps, 0.0, spec.queue_bytes, None, spec.trim, True)
         # [direction][plane] / [direction][plane][t1]; direction 0 = h0 -> h1
-        self.nic = [[Link(f"h{d}-p{p}-nic", nic) for p in range(P)] for d in range(2)]
+        self.nic = [
+            [HostPort(f"h{d}-p{p}-nic", spec.port_rate_bps, self) for p in range(P)]
+            for d in range(2)
+        ]
         self.path = [
             [[Link(f"d{d}-p{p}-t1-{t}", fab) for t in range(T)] for p in range(P)] for d in range(2)
         ]
@@ -233,9 +331,12 @@ class Fabric:
             t1 = info.t1
             self._route[bytes(frame[_DST])] = t1
         d = host
-        stages = (self.nic[d][port], self.path[d][port][t1], self.last[d][port])
-        self._seq += 1
-        heapq.heappush(self._heap, (t, self._seq, stages, 0, (1 - host, port, frame)))
+        nic = self.nic[d][port]
+        stages = (self.path[d][port][t1], self.last[d][port])
+        if t <= self.now:
+            nic.enqueue(self.now, frame, stages, 1 - host, port)
+        else:
+            self.at(t, lambda: nic.enqueue(t, frame, stages, 1 - host, port))
 
     def run(self, until: float, stop: Callable[[], bool] | None = None) -> None:
         heap = self._heap
@@ -280,11 +381,11 @@ class Fabric:
 
     def set_port(self, host: int, plane: int, up: bool) -> None:
         """A host's NIC port: its transmit link and the last hop into it."""
-        self.nic[host][plane].up = up
+        self.nic[host][plane].set_up(up)
         self.last[1 - host][plane].up = up
 
-    def links(self) -> list[Link]:
-        out = [*self.nic[0], *self.nic[1], *self.last[0], *self.last[1]]
+    def links(self) -> list[Link | HostPort]:
+        out: list[Link | HostPort] = [*self.nic[0], *self.nic[1], *self.last[0], *self.last[1]]
         for d in range(2):
             for row in self.path[d]:
                 out.extend(row)

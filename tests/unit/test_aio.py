@@ -291,3 +291,111 @@ def test_link_events_reach_the_core():
     assert told == [(1, False), (1, True)] and nic.ports[1].up and len(polled) == 1
     nic._on_netlink()
     assert told[-1] == (0, False) and not nic.ports[0].up
+
+
+# --- control never waits behind data (issue 11) --------------------------------------------------
+
+
+class RecordingDevice:
+    """A fake device: the real Device's frames, with the calls the shell makes counted."""
+
+    def __init__(self, dev: Device) -> None:
+        self.dev = dev
+        self.port_rates_bps = dev.port_rates_bps
+        self.qps = dev.qps
+        self.on_work = None
+        self.data_pulls = 0
+        self.control_pulls = 0
+
+    def frames_to_send(self, now: float) -> list[tuple[int, bytes]]:
+        self.data_pulls += 1
+        return self.dev.frames_to_send(now)
+
+    def control_frames_to_send(self) -> list[tuple[int, bytes]]:
+        self.control_pulls += 1
+        return self.dev.control_frames_to_send()
+
+    def __getattr__(self, name: str):  # noqa: ANN204 - get_timer, handle_timer, dispatch, ...
+        return getattr(self.dev, name)
+
+
+def test_sack_leaves_on_the_next_pump_when_every_data_queue_is_full():
+    """The old shell pulled from the transport only when every live port's data queue had
+    room, and that pull was the only way control frames left the QP: a SACK waited behind a
+    full data queue.  Now control frames are taken on every pump, into the high class."""
+    loop = FakeLoop()
+    devs, nics, _ = _nic_pair(loop)
+    qa, qb = _connected(devs)
+    # h1 has data of its own for h0 (so its transport wants to send), and every port's data
+    # queue is full, with the token bucket allowing one frame per port right now
+    back = bytearray(1 << 20)
+    qb.post_write(9, bytes(len(back)), RemoteBuffer.of(devs[0].register(back)))
+    fake = RecordingDevice(devs[1])
+    nic = AioNic(fake, ["x1p0", "x1p1"], clock=loop.clock)  # type: ignore[arg-type]
+    nic._loop = loop
+    nic._open = True
+    sent: list[tuple[int, bytes]] = []
+    nic._send = lambda p, frames, now: sent.extend((p.index, f) for f in frames)
+    for p in nic.ports:
+        p.up = True
+        while p.pacer.room() > 0:
+            p.pacer.push(data_frame())
+        p.pacer.tokens = 1.0
+    # a one-packet write from h0 (its last packet asks for an ACK) reaches h1: a SACK is due
+    target = bytearray(4096)
+    qa.post_write(1, b"x" * 4096, RemoteBuffer.of(devs[1].register(target)))
+    (frame,) = [f for _, f in devs[0].frames_to_send(loop.now)]
+    devs[1].receive_frame(frame, loop.now)
+    assert qb.core.stats.tx_sacks == 1
+
+    nic._pump()
+
+    sacks = [(port, f) for port, f in sent if aio.is_control_frame(f)]
+    assert len(sacks) == 1, "the SACK left on the first pump"
+    port, sack = sacks[0]
+    assert [f for q, f in sent if q == port] == [sack]  # it took the token: no data before it
+    assert nic.ports[port].pacer.room() == 0  # the data queue it passed is still full
+    assert fake.control_pulls == 1 and fake.data_pulls == 0  # no data pulled: queues were full
+
+
+def test_control_frames_take_the_high_class_even_when_a_port_is_full():
+    """Only one port full is enough to stop data pulls; control still goes, on its port."""
+    loop = FakeLoop()
+
+    class Fake:
+        port_rates_bps = [RATE, RATE]
+        qps: dict = {}
+        on_work = None
+
+        def __init__(self) -> None:
+            self.ctrl = [(1, ctrl_frame()), (0, ctrl_frame(90))]
+            self.data_pulls = 0
+
+        def get_timer(self) -> None:
+            return None
+
+        def control_frames_to_send(self) -> list[tuple[int, bytes]]:
+            out, self.ctrl = self.ctrl, []
+            return out
+
+        def frames_to_send(self, now: float) -> list[tuple[int, bytes]]:
+            self.data_pulls += 1
+            return self.control_frames_to_send() + [(0, data_frame()), (1, data_frame())]
+
+    fake = Fake()
+    nic = AioNic(fake, ["a", "b"], clock=loop.clock)  # type: ignore[arg-type]
+    nic._loop = loop
+    nic._open = True
+    for p in nic.ports:
+        p.up = True
+        p.pacer.tokens = 0.0  # nothing may leave: see where the frames wait
+    while nic.ports[0].pacer.room() > 0:
+        nic.ports[0].pacer.push(data_frame())
+    nic._send = lambda p, frames, now: None
+    nic._pump()
+    assert fake.data_pulls == 0
+    assert [len(p.pacer.high) for p in nic.ports] == [1, 1]
+    assert len(nic.ports[1].pacer.data) == 0
+    # the high class is served first: the control frame is the next to leave either port
+    t = nic.ports[0].pacer.next_due(loop.now)
+    assert t is not None and aio.is_control_frame(nic.ports[0].pacer.take(t)[0])
