@@ -22,6 +22,8 @@ MSN_MASK = 0xFFFF
 _OFF_UDP = layout.OFF_UDP
 _OFF_UCSUM = layout.OFF_UDP_CHECKSUM
 _OFF_BTH = layout.OFF_BTH
+_OFF_SRC = layout.OFF_SRC
+_OFF_DST = layout.OFF_DST
 # Ethernet, IPv6, UDP, BTH, METH, TS, RETH (102 bytes), and the same + ImmDt (106 bytes)
 _FRAME_DATA = struct.Struct(">6s6sHIHBB16s16sHHHHBBHIIHHQQII")
 _FRAME_DATA_IMM = struct.Struct(">6s6sHIHBB16s16sHHHHBBHIIHHQQIII")

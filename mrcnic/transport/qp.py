@@ -42,6 +42,8 @@ from mrcnic.transport.frames import (
     _FRAME_SACK,
     _IMM_OPS,
     _OFF_BTH,
+    _OFF_DST,
+    _OFF_SRC,
     _OFF_UCSUM,
     _OFF_UDP,
     _OP_ACK,
@@ -180,6 +182,7 @@ class QueuePair(Requester, Responder):
         # peer, filled by connect()
         self.peer: QpAttributes | None = None
         self._dest: usid.DestTemplate | None = None
+        self._peer_srcs: frozenset[bytes] = frozenset()  # the peer's address on each plane
         self._tmpl: dict[int, _Template] = {}  # EV -> frame template (see _make_tmpl)
         self._slot_tmpl: list[_Template] = []  # the same, per EV slot of self.evs
         self._ip_src = [usid.host_address(net.shape, net.host, p) for p in range(self.planes)]
@@ -224,6 +227,10 @@ class QueuePair(Requester, Responder):
         check_peer(self.net, self.mtu, remote)
         self._transition(QpInput.CONNECT)
         self.peer = remote
+        shape = self.net.shape
+        self._peer_srcs = frozenset(
+            usid.host_address(shape, remote.host, p) for p in range(self.planes)
+        )
         self.rxwin = ResponderWindow(
             self.config.window_psns, remote.start_psn, self.config.ack_every
         )
@@ -481,6 +488,11 @@ class QueuePair(Requester, Responder):
         end = _OFF_UDP + plen
         if ethertype != 0x86DD or w0 >> 28 != 6 or nh != 17 or end > n or plen < 20:
             self.stats.rx_malformed += 1
+            return
+        # The first acceptance rule: only the connected peer's addresses may speak to this QP
+        # (a third host that guessed the QP number is dropped and counted, whatever it sends)
+        if bytes(data[_OFF_SRC:_OFF_DST]) not in self._peer_srcs:
+            self.stats.rx_foreign += 1
             return
         evs = self.evs
         evs.now_s = now_s

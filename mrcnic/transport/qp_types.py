@@ -217,6 +217,8 @@ class QpStats:
     port_status_sent: int = 0  # PORT_STATUS updates sent (each twice), retries included
     rx_stale_port_status: int = 0  # older than the last one applied: acknowledged, ignored
     rx_malformed: int = 0
+    rx_foreign: int = 0  # from an address that is not the connected peer's: dropped
+    rx_stale_nacks: int = 0  # NACKs about no outstanding packet: dropped, never fatal
     rx_refused: int = 0
     rx_msn_out_of_range: int = 0  # data whose MSN is MSN_WINDOW or more ahead: dropped
     completions: int = 0

@@ -588,14 +588,19 @@ class Requester:
         st.rx_nacks += 1
         reason = n.reason
         R = wire.NackReason
-        if reason == R.UNEXP_EVENT:
-            self._fatal(
-                WcStatus.REMOTE_OP_ERROR, "peer reported an unexpected event (UNEXP_EVENT)", now_s
-            )
-            return
         rec = self.sb.records.get(n.psn)
         if rec is None:
-            return  # already acknowledged: stale
+            # about no packet we have outstanding: stale, or forged (a NACK is fatal only
+            # when it names a packet this QP is waiting on)
+            st.rx_stale_nacks += 1
+            return
+        if reason == R.UNEXP_EVENT:
+            self._fatal(
+                WcStatus.REMOTE_OP_ERROR,
+                f"peer reported an unexpected event (UNEXP_EVENT) at PSN {n.psn}",
+                now_s,
+            )
+            return
         if reason == R.REMOTE_ACCESS_ERROR:
             m = rec.msg
             self._fatal(

@@ -39,6 +39,11 @@ from mrcnic.transport.qp_types import ImmReceived, WcStatus
 from mrcnic.transport.sack import MARK_NEW
 
 
+#: EVs the responder tracks CE runs for (the ALWAYS_SKIP heuristic); more means a sender
+#: that sprays over more EVs than any QP has, or a forger: the table starts over
+CE_RUN_EVS_MAX = 4096
+
+
 class Responder:
     """Receiving data and acknowledging it (see the module docstring)."""
 
@@ -128,7 +133,7 @@ class Responder:
         st.rx_placed_bytes += plen
         rxw.received_bytes += plen
         if imm:
-            if self._rx_imm_check(rqmsn, now_s):
+            if self._rx_imm_check(rqmsn, psn, now_s):
                 return
             self._rx_imm[msn] = (rqmsn, _IMM.unpack_from(data, _OFF_BTH + 40)[0])
         self._rx_placed(psn, msn, length, plen, ev, ts_ns, ce, w1, w2, now_s)
@@ -167,7 +172,10 @@ class Responder:
             msg_bytes[msn] = got
         # the ALWAYS_SKIP heuristic: a run of CE marks on one EV
         if ce:
-            self._ce_run[ev] = self._ce_run.get(ev, 0) + 1
+            ce_run = self._ce_run
+            if len(ce_run) >= CE_RUN_EVS_MAX and ev not in ce_run:
+                ce_run.clear()  # keyed by an EV from the wire: bounded (a sender has ~256)
+            ce_run[ev] = ce_run.get(ev, 0) + 1
             rxw.ece_pending = True
         elif self._ce_run:
             self._ce_run.pop(ev, None)
@@ -180,11 +188,12 @@ class Responder:
             if self._ack_deadline is None:
                 self._ack_deadline = now_s + self._ack_delay
 
-    def _rx_imm_check(self, rqmsn: int, now_s: float) -> bool:
-        """A write-with-immediate beyond max_wimm_inflight is a protocol violation: fatal."""
+    def _rx_imm_check(self, rqmsn: int, psn: int, now_s: float) -> bool:
+        """A write-with-immediate beyond max_wimm_inflight is a protocol violation: fatal
+        (the NACK names the offending packet, which the requester is waiting on)."""
         ahead = (rqmsn - self._rx_rqmsn) & 0xFFFF
         if ahead >= self.config.max_wimm_inflight and ahead < 0x8000:
-            self._send_nack(int(wire.NackReason.UNEXP_EVENT), 0, 0, 0, -1)
+            self._send_nack(int(wire.NackReason.UNEXP_EVENT), psn, 0, 0, -1)
             self._fatal(
                 WcStatus.REMOTE_OP_ERROR,
                 f"peer has {ahead + 1} write-with-immediate messages in flight, "

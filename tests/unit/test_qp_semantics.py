@@ -348,3 +348,59 @@ def test_reordering_makes_few_spurious_retransmissions(qp_pair):
     st = w.qa.stats
     assert [e.status for e in w.of(0, WriteCompleted)] == [WcStatus.SUCCESS]
     assert st.retransmissions <= 0.05 * st.tx_data_packets
+
+
+# -- acceptance rules on receive ----------------------------------------------------------------
+
+
+def _nack_frame(w, reason: int, psn: int) -> bytes:
+    """A well-formed NACK from h1's QP to h0's (built by h1's own code, valid ICRC)."""
+    w.qb._send_nack(reason, psn, 0, 0, 0)
+    return w.qb.control_frames_to_send()[-1][1]
+
+
+def _foreign(frame: bytes) -> bytes:
+    """The same frame from an address that is not the peer's (a third host)."""
+    f = bytearray(frame)
+    f[layout.OFF_SRC + 4] ^= 0x40  # another T0 uSID: a host the QP is not connected to
+    return bytes(f)
+
+
+def test_data_from_a_third_host_is_dropped_and_counted(qp_pair):
+    w = qp_pair()
+    outer, mr = w.region(1024)
+    w.qa.post_write(1, b"\x11" * 256, mr.base_va, mr.rkey)
+    frames = [f for _, f in w.qa.frames_to_send(0.0) if _is_data(f)]
+    before = bytes(outer)
+    w.qb.receive_frame(_foreign(frames[0]), 0.0)
+    assert w.qb.stats.rx_foreign == 1 and w.qb.stats.rx_data_packets == 0
+    assert bytes(outer) == before  # nothing placed
+    w.qb.receive_frame(frames[0], 0.0)  # the genuine one is accepted
+    assert w.qb.stats.rx_data_packets == 1 and bytes(outer[32 : 32 + 256]) == b"\x11" * 256
+
+
+def test_a_forged_nack_is_never_fatal(qp_pair):
+    w = qp_pair()
+    outer, mr = w.region(4096)
+    w.qa.post_write(1, bytes(4096), mr.base_va, mr.rkey)
+    w.qa.frames_to_send(0.0)
+    out = next(iter(w.qa.sb.records))  # a PSN h0 is waiting on
+    unexp = int(layout.NackReason.UNEXP_EVENT)
+    w.qa.receive_frame(_foreign(_nack_frame(w, unexp, out)), 0.0)  # right PSN, wrong host
+    stale = (out + 1000) & layout.PSN_MASK
+    w.qa.receive_frame(_nack_frame(w, unexp, stale), 0.0)  # the peer's address, no such PSN
+    assert w.qa.state.name == "READY" and not w.of(0, QpErrorEvent)
+    assert w.qa.stats.rx_foreign == 1 and w.qa.stats.rx_stale_nacks == 1
+    w.qa.receive_frame(_nack_frame(w, unexp, out), 0.0)  # genuine: fatal, as it should be
+    assert w.qa.state.name == "ERROR"
+
+
+def test_port_status_from_a_third_host_is_ignored(qp_pair):
+    w = qp_pair()
+    w.run(0.001)
+    w.qb.port_status(0, False, w.now)
+    frames = [f for _, f in w.qb.control_frames_to_send()]
+    for f in frames:
+        w.qa.receive_frame(_foreign(f), w.now)
+    assert not w.of(0, PeerPortStatus) and w.qa.stats.rx_foreign == len(frames)
+    assert not w.qa._peer_down[0]
