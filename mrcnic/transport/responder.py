@@ -38,7 +38,6 @@ from mrcnic.transport.frames import (
 from mrcnic.transport.qp_types import ImmReceived, WcStatus
 from mrcnic.transport.sack import MARK_NEW
 
-
 #: EVs the responder tracks CE runs for (the ALWAYS_SKIP heuristic); more means a sender
 #: that sprays over more EVs than any QP has, or a forger: the table starts over
 CE_RUN_EVS_MAX = 4096
