@@ -100,6 +100,8 @@ class Responder:
         rxw = self.rxwin
         if trimmed:
             st.rx_trimmed += 1
+            if dscp == _DSCP_TRIMMED_LH:
+                rxw.lasthop_trims += 1  # the receiver's own port is overloaded: rcv_cwnd_pen
             reason = (
                 wire.NackReason.TRIMMED
                 if dscp == _DSCP_TRIMMED

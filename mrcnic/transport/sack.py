@@ -69,6 +69,8 @@ class ResponderWindow:
         "expected",
         "highest",
         "_half",
+        "lasthop_trims",
+        "lasthop_frac",
     )
 
     def __init__(self, size: int = 65536, start_psn: int = 0, ack_every: int = 4) -> None:
@@ -82,6 +84,8 @@ class ResponderWindow:
         self.received_bytes = 0
         self.expected = self.win.expected_psn
         self.highest = self.win.highest_psn
+        self.lasthop_trims = 0  # TRIMMED_LASTHOP headers since the last SACK
+        self.lasthop_frac = 0.0  # smoothed share of last-hop trims among arrivals
 
     def receive(self, psn: int) -> int:
         """Record a data PSN; returns MARK_NEW, MARK_DUP or MARK_OOR (outside the window)."""
@@ -115,6 +119,8 @@ class ResponderWindow:
             pen = 0
         else:
             pen = self._penalty_of(h + 1) if h + 1 < 1 << 23 else 0
+        if self.lasthop_trims or self.lasthop_frac:
+            pen = max(pen, self._lasthop_penalty())
         d = (trigger_psn - expected) & PSN_MASK
         if d >= 1 << 23:
             d = 0  # a duplicate behind the cumulative ack: the cack covers it
@@ -142,12 +148,25 @@ class ResponderWindow:
         return SackFields(cack, offset, bitmap, ooo, rb)
 
     def penalty(self) -> int:
-        """rcv_cwnd_pen 0-127: ask the sender to shrink when the tracking window fills up with
-        out-of-order state (0 below half full, rising linearly to 127 when full)."""
+        """The window part of rcv_cwnd_pen 0-127: ask the sender to shrink when the tracking
+        window fills up with out-of-order state (0 below half full, rising linearly to 127
+        when full). The SACK carries the larger of this and the last-hop part."""
         span = (self.highest - self.expected + 1) & PSN_MASK
         if span >= 1 << 23:
             return 0
         return self._penalty_of(span)
+
+    def _lasthop_penalty(self) -> int:
+        """The receiver's own last hop is overloaded (incast: headers trimmed at the T0
+        downlink, TRIMMED_LASTHOP): ask every sender to shrink in proportion, 127 when a
+        quarter of the arrivals are trimmed there. The share is smoothed over SACKs (1/4)."""
+        trims = self.lasthop_trims
+        frac = trims / (trims + self.pending) if trims or self.pending else 0.0
+        self.lasthop_frac += (frac - self.lasthop_frac) * 0.25
+        self.lasthop_trims = 0
+        if self.lasthop_frac < 1 / 512:
+            self.lasthop_frac = 0.0
+        return min(127, int(self.lasthop_frac * 4 * 127))
 
     def _penalty_of(self, span: int) -> int:
         half = self._half

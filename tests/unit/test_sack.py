@@ -262,3 +262,23 @@ def test_cumulative_ack_across_the_psn_wrap():
     assert sb.snd_una == (start + 7) & MASK and sorted(sb.records) == [3, 5]
     assert sb.inflight_bytes == 20
     assert sb.on_sack((start - 5) & MASK, 0, 0) == []  # stale: behind snd_una
+
+
+def test_last_hop_trims_raise_the_receiver_penalty():
+    """rcv_cwnd_pen is not only the window filling up (which never happens at the default
+    window): the receiver's own port trimming headers (incast) asks senders to shrink."""
+    w = ResponderWindow(size=65536, start_psn=0)
+    for psn in range(8):
+        w.receive(psn)
+    assert w.sack_values(7)[5] == 0  # nothing trimmed: no penalty
+    pens = []
+    for k in range(8):  # a quarter of the arrivals trimmed at the last hop, SACK after SACK
+        for psn in range(8 + 6 * k, 14 + 6 * k):
+            w.receive(psn)
+        w.lasthop_trims += 2
+        pens.append(w.sack_values(13 + 6 * k)[5])
+    assert pens == sorted(pens) and pens[-1] > 64  # rises towards 127 as it persists
+    for k in range(40):  # trims stop: the penalty decays to 0
+        w.receive(100 + k)
+        last = w.sack_values(100 + k)[5]
+    assert last == 0
