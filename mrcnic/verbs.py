@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from mrcnic.sim.fabric import Fabric, FabricSpec, host_net
 from mrcnic.sim.pump import Pump
 from mrcnic.transport.ev import EvStateChanged, EvStats
+from mrcnic.transport.evprobe import EvProbeDesk
 from mrcnic.transport.memory import Access, MemoryRegion, MemoryTable
 from mrcnic.transport.qp import QueuePair
 from mrcnic.transport.qp_types import (
@@ -48,6 +49,7 @@ from mrcnic.transport.qp_types import (
     seeded,
 )
 from mrcnic.wire import usid
+from mrcnic.wire.layout import EV_PROBE_QPN
 
 __all__ = [
     "Access",
@@ -245,6 +247,8 @@ class Device:
         self.clock = clock
         self.memory = MemoryTable(seed)
         self.qps: dict[int, QP] = {}
+        # QP 0x2: answers EV probes, hands their answers to the QP they name
+        self.ev_probes = EvProbeDesk(net, lambda qpn: q.core if (q := self.qps.get(qpn)) else None)
         self._cores: list = []  # the sans-I/O QPs, for the per-frame loops
         self.on_work: Callable[[], None] | None = None
         # QP numbers start at 0x10 (0x2 is the EV-probe QP). Unseeded devices start at a random
@@ -295,12 +299,14 @@ class Device:
         qp = self.qps.get(qpn) if qpn is not None else None
         if qp is not None:
             qp.core.receive_frame(data, now_s)
+        elif qpn == EV_PROBE_QPN:
+            self.ev_probes.receive_frame(data, now_s)
 
     def frames_to_send(self, now_s: float) -> list[tuple[int, bytes]]:
         cores = self._cores
-        if len(cores) == 1:
+        if len(cores) == 1 and not self.ev_probes._out:
             return cores[0].frames_to_send(now_s)
-        out: list[tuple[int, bytes]] = []
+        out: list[tuple[int, bytes]] = self.ev_probes.control_frames_to_send()
         for core in cores:
             out += core.frames_to_send(now_s)
         return out
@@ -310,9 +316,9 @@ class Device:
         status): what the I/O shell takes on every pump, even when every port's data queue is
         full, so control never waits behind data.  ``frames_to_send`` returns them too."""
         cores = self._cores
-        if len(cores) == 1:
+        if len(cores) == 1 and not self.ev_probes._out:
             return cores[0].control_frames_to_send()
-        out: list[tuple[int, bytes]] = []
+        out: list[tuple[int, bytes]] = self.ev_probes.control_frames_to_send()
         for core in cores:
             ctrl = core.control_frames_to_send()
             if ctrl:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from mrcnic.sim.fabric import Link, LinkSpec, host_net
 from mrcnic.sim.pump import Pump
 from mrcnic.transport.ev import EvConfig
+from mrcnic.transport.evprobe import EvProbeDesk
 from mrcnic.transport.memory import MemoryTable
 from mrcnic.transport.qp import QueuePair
 from mrcnic.transport.qp_types import (
@@ -48,6 +49,7 @@ from mrcnic.transport.qp_types import (
 )
 from mrcnic.units import rate_arg, size_arg, time_arg
 from mrcnic.wire import usid
+from mrcnic.wire.layout import EV_PROBE_QPN
 
 _PKT_OVERHEAD = (
     110  # wire bytes of a data packet besides the payload (as mrcnic.sim.transfer counts)
@@ -203,6 +205,8 @@ class Incast:
         rx = self.fabric.receiver
         self.memories = [MemoryTable(cfg.seed * 31 + h) for h in range(cfg.senders + 1)]
         self.endpoints: list[dict[int, QueuePair]] = [{} for _ in range(cfg.senders + 1)]
+        self._desks: dict[int, EvProbeDesk] = {}  # each host's QP 0x2, made when first used
+        self.nets = [host_net(shape, h) for h in range(cfg.senders + 1)]
         self.pump = Pump(self.fabric, self._on_event)
         line = cfg.planes * cfg.port_rate_bps
 
@@ -254,10 +258,20 @@ class Incast:
 
     # -- driving ---------------------------------------------------------------------------------
 
+    def _desk(self, host: int) -> EvProbeDesk:
+        desk = self._desks.get(host)
+        if desk is None:
+            desk = self._desks[host] = EvProbeDesk(self.nets[host], self.endpoints[host].get)
+        return desk
+
     def _deliver(self, host: int, port: int, frame: bytes, t: float) -> None:
         qpn = peek_dest_qp(frame)
         ep = self.endpoints[host].get(qpn) if qpn is not None else None
         if ep is None:
+            if qpn == EV_PROBE_QPN:  # the host's QP 0x2: EV probes and their answers
+                desk = self._desk(host)
+                desk.receive_frame(frame, t)
+                self.pump.pump(host, desk, t)
             return
         ep.receive_frame(frame, t)
         self.pump.pump(host, ep, t)

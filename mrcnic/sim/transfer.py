@@ -27,6 +27,7 @@ from mrcnic.rocev2.qp import IB_TIMEOUT_UNIT_S, RoceConfig, RoceQueuePair
 from mrcnic.sim.fabric import Fabric, FabricSpec, host_net
 from mrcnic.sim.pump import Pump
 from mrcnic.transport.ev import EvConfig, EvStateChanged
+from mrcnic.transport.evprobe import EvProbeDesk
 from mrcnic.transport.memory import MemoryTable
 from mrcnic.transport.qp import QueuePair
 from mrcnic.transport.qp_types import (
@@ -41,6 +42,7 @@ from mrcnic.transport.qp_types import (
 from mrcnic.units import parse_rate as parse_rate  # re-exported: mrcnic.sim.transfer.parse_*
 from mrcnic.units import parse_size as parse_size
 from mrcnic.units import parse_time, rate_arg, size_arg, time_arg
+from mrcnic.wire.layout import EV_PROBE_QPN
 
 TRANSPORTS = ("mrc", "rocev2")
 ROCEV2_PORT_POLICIES = ("rail", "hash")
@@ -124,8 +126,10 @@ class Simulation:
         self.base_rtt_s = base_rtt_s(spec, cfg.mtu)
         self.memories = [MemoryTable(cfg.seed * 2 + 1), MemoryTable(cfg.seed * 2 + 2)]
         self.endpoints: list[dict[int, object]] = [{}, {}]
+        self._desks: dict[int, EvProbeDesk] = {}  # each host's QP 0x2, made when first used
         self.pump = Pump(self.fabric, self._on_event)
         nets = [host_net(shape, h) for h in range(2)]
+        self.nets = nets
         line = spec.capacity_bps()
         if cfg.transport not in TRANSPORTS:
             raise ValueError(
@@ -214,10 +218,20 @@ class Simulation:
 
         return apply
 
+    def _desk(self, host: int) -> EvProbeDesk:
+        desk = self._desks.get(host)
+        if desk is None:
+            desk = self._desks[host] = EvProbeDesk(self.nets[host], self.endpoints[host].get)
+        return desk
+
     def _deliver(self, host: int, port: int, frame: bytes, t: float) -> None:
         qpn = peek_dest_qp(frame)
         ep = self.endpoints[host].get(qpn)
         if ep is None:
+            if qpn == EV_PROBE_QPN:  # the host's QP 0x2: EV probes and their answers
+                desk = self._desk(host)
+                desk.receive_frame(frame, t)
+                self.pump.pump(host, desk, t)
             return
         ep.receive_frame(frame, t)
         if host == 1:

@@ -236,6 +236,7 @@ class EvTable:
         self._skip_release: deque[tuple[int, int]] = deque()  # (tx_count to release at, slot)
         self._reverse_next = 0
         self._reverse_k = [0] * planes
+        self.reverse_bad: set[int] = set()  # reverse EVs whose EV probes went unanswered
         self.events: deque[EvStateChanged] = deque()
         self.active: list[int] = []
         self._groups: list[list[int]] = []
@@ -431,11 +432,13 @@ class EvTable:
         planes that are down, so acknowledgments are sprayed too and one dead path only loses
         the (cumulative, hence redundant) SACKs that happened to take it."""
         rev = self.reverse
-        for _ in range(len(rev)):
-            ev = rev[self._reverse_next]
-            self._reverse_next = (self._reverse_next + 1) % len(rev)
-            if not self.plane_down[ev % self.planes]:
-                return ev
+        bad = self.reverse_bad
+        for skip_bad in (True, False):  # a bad reverse EV only when no other is left
+            for _ in range(len(rev)):
+                ev = rev[self._reverse_next]
+                self._reverse_next = (self._reverse_next + 1) % len(rev)
+                if not self.plane_down[ev % self.planes] and not (skip_bad and ev in bad):
+                    return ev
         return rev[0]
 
     def reverse_ev_on(self, plane: int) -> int:
@@ -445,9 +448,15 @@ class EvTable:
         plane is down."""
         if self.plane_down[plane]:
             return self.next_reverse_ev()
-        k = self._reverse_k[plane]
-        self._reverse_k[plane] = (k + 1) % self.config.reverse_per_plane
-        return self.reverse[k * self.planes + plane]
+        per = self.config.reverse_per_plane
+        bad = self.reverse_bad
+        for _ in range(per):
+            k = self._reverse_k[plane]
+            self._reverse_k[plane] = (k + 1) % per
+            ev = self.reverse[k * self.planes + plane]
+            if ev not in bad:
+                return ev
+        return self.next_reverse_ev()  # every reverse EV of the plane failed its probes
 
     # -- probing ---------------------------------------------------------------------------
 

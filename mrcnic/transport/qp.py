@@ -96,6 +96,10 @@ from mrcnic.transport.responder import Responder
 from mrcnic.transport.sack import ResponderWindow, Scoreboard, TxRecord
 from mrcnic.wire import usid
 
+#: a round of EV probes over the reverse EV set every this many RTOs (while acknowledging)
+REVERSE_PROBE_RTOS = 16
+#: rounds unanswered in a row that take a reverse EV out of use
+REVERSE_MISSES_BAD = 2
 #: RTO before the first RTT sample, in configured base RTTs (the first window is a whole BDP
 #: sent at once, and an incast multiplies the queue it meets)
 INITIAL_RTO_RTTS = 8
@@ -165,6 +169,11 @@ class QueuePair(Requester, Responder):
         self._ps_deadline: float | None = None  # its next retransmission
         self._ps_tries = 0
         self._peer_port_seq: int | None = None  # the newest PORT_STATUS the peer sent
+        # the reverse EV set, refreshed by EV probes (QP 0x2) while this QP acknowledges data
+        self._rev_probe_at: float | None = None  # the next round of probes
+        self._rev_pending: dict[int, int] = {}  # reverse EV -> timestamp of its probe
+        self._rev_misses: dict[int, int] = {}  # reverse EV -> rounds unanswered in a row
+        self._rev_sacks_seen = 0  # tx_sacks at the last round (no SACKs since: stop probing)
         # liveness: work to do and no EV to send it on
         self._stall_deadline: float | None = None
         self._stall_tries = 0
@@ -369,7 +378,7 @@ class QueuePair(Requester, Responder):
             p = self.evs.next_probe_s()
             if p is not None and (t is None or p < t):
                 t = p
-        for d in (self._ps_deadline, self._stall_deadline):
+        for d in (self._ps_deadline, self._stall_deadline, self._rev_probe_at):
             if d is not None and (t is None or d < t):
                 t = d
         return t
@@ -390,6 +399,8 @@ class QueuePair(Requester, Responder):
             self._check_stall(now_s)
             if self.state is not QpState.READY:
                 return
+        if self._rev_probe_at is not None and self._rev_probe_at <= now_s:
+            self._reverse_probe_round(now_s)
         max_rto = self.config.max_rto_s
         for rec in self.sb.expired(now_s):
             # the deadline was set with the RTO of its send time: if the RTO has grown since
@@ -429,7 +440,9 @@ class QueuePair(Requester, Responder):
 
     # -- sending --------------------------------------------------------------------------------
 
-    def _ctrl_frame(self, op: int, psn: int, body: bytes, ev: int) -> tuple[int, bytes]:
+    def _ctrl_frame(
+        self, op: int, psn: int, body: bytes, ev: int, dest_qp: int = -1
+    ) -> tuple[int, bytes]:
         eth_dst, eth_src, w0, src, dst, sport, psum = self._tmpl.get(ev) or self._make_tmpl(ev)
         scr = self._ctrl_scratch
         mv = self._ctrl_view
@@ -454,7 +467,7 @@ class QueuePair(Requester, Responder):
             op,
             0,
             0xFFFF,
-            self.peer.qpn,
+            self.peer.qpn if dest_qp < 0 else dest_qp,
             psn,
         )  # fmt: skip  (DSCP CONTROL, ECT0)
         scr[_FRAME_CTRL.size : end] = body
@@ -584,6 +597,49 @@ class QueuePair(Requester, Responder):
                 self._ps_deadline = None
         else:
             self.stats.rx_malformed += 1
+
+    # -- the reverse EV set ---------------------------------------------------------------------
+
+    def _reverse_probe_round(self, now_s: float) -> None:
+        """Every REVERSE_PROBE_RTOS RTOs while this QP sends acknowledgments: an EV probe
+        (connectionless, to the peer host's QP 0x2, answered on the same path) on each
+        reverse EV of a live plane. A reverse EV that leaves REVERSE_MISSES_BAD rounds in a
+        row unanswered is taken out of the reverse set (its plane's other reverse EVs, or
+        other planes, carry the acknowledgments) and probed on; an answer brings it back."""
+        evs = self.evs
+        st = self.stats
+        for ev in self._rev_pending:
+            misses = self._rev_misses.get(ev, 0) + 1
+            self._rev_misses[ev] = misses
+            if misses >= REVERSE_MISSES_BAD and ev not in evs.reverse_bad:
+                evs.reverse_bad.add(ev)
+                st.reverse_evs_retired += 1
+        self._rev_pending = {}
+        if st.tx_sacks == self._rev_sacks_seen and not evs.reverse_bad:
+            self._rev_probe_at = None  # not acknowledging anything: no reverse traffic to guard
+            return
+        self._rev_sacks_seen = st.tx_sacks
+        ts_ns = int(now_s * 1e9) or 1
+        kind = int(wire.EndpointKind.EV_PROBE)
+        for ev in evs.reverse:
+            if evs.plane_down[ev % self.planes]:
+                continue
+            body = _ENDPOINT.pack(kind, self.qpn, ev, 0, ts_ns)
+            self._ctrl.append(self._ctrl_frame(_OP_EP_REQ, 0, body, ev, wire.EV_PROBE_QPN))
+            self._rev_pending[ev] = ts_ns
+            st.ev_probes_sent += 1
+        self._rev_probe_at = now_s + REVERSE_PROBE_RTOS * self._rto
+
+    def on_ev_probe_answer(self, ev: int, ts_ns: int, now_s: float) -> None:
+        """The answer to one of our EV probes (routed here by the host's QP 0x2)."""
+        if self._rev_pending.get(ev) != ts_ns:
+            return  # stale, or not ours
+        del self._rev_pending[ev]
+        self._rev_misses[ev] = 0
+        self.stats.ev_probes_answered += 1
+        if ev in self.evs.reverse_bad:
+            self.evs.reverse_bad.discard(ev)
+            self.stats.reverse_evs_restored += 1
 
     # -- liveness -------------------------------------------------------------------------------
 

@@ -214,6 +214,10 @@ class QpStats:
     sack_losses: int = 0  # packets found lost from SACKs (per-EV order or RACK), not by timeout
     spurious_retransmissions: int = 0  # found lost from SACKs, but the original got through
     probes_sent: int = 0
+    ev_probes_sent: int = 0  # connectionless EV probes (QP 0x2) over the reverse EV set
+    ev_probes_answered: int = 0
+    reverse_evs_retired: int = 0  # reverse EVs taken out: their probes went unanswered
+    reverse_evs_restored: int = 0
     port_status_sent: int = 0  # PORT_STATUS updates sent (each twice), retries included
     rx_stale_port_status: int = 0  # older than the last one applied: acknowledged, ignored
     rx_malformed: int = 0

@@ -41,6 +41,8 @@ from mrcnic.transport.sack import MARK_NEW
 #: EVs the responder tracks CE runs for (the ALWAYS_SKIP heuristic); more means a sender
 #: that sprays over more EVs than any QP has, or a forger: the table starts over
 CE_RUN_EVS_MAX = 4096
+#: the first round of reverse-EV probes, this many RTOs after the first SACK of a burst
+REVERSE_PROBE_RTOS_FIRST = 4
 
 
 class Responder:
@@ -242,6 +244,9 @@ class Responder:
             w0 = 0x20000000 | cack if ece else cack
         self._ack_deadline = None
         self.stats.tx_sacks += 1
+        if self._rev_probe_at is None and self.peer is not None:
+            # acknowledging: keep the reverse EVs those acknowledgments take under probes
+            self._rev_probe_at = self.evs.now_s + REVERSE_PROBE_RTOS_FIRST * self._rto
         if self.peer is None:
             return
         evs = self.evs

@@ -363,6 +363,22 @@ def host_address(shape: ClosShape, host: int, plane: int) -> bytes:
     )
 
 
+def host_of_address(shape: ClosShape, addr: bytes) -> tuple[int, int]:
+    """``(host, plane)`` of a host's source address ``block:T0:DL::`` (the inverse of
+    :func:`host_address`); UsidError for anything else."""
+    usids = decode(bytes(addr), shape.fmt)
+    if len(usids) != 2:
+        raise UsidError(f"{to_text(bytes(addr))} is not a host address (block:T0:DL::)")
+    plane, role, t0 = split_usid(usids[0])
+    plane2, role2, dl = split_usid(usids[1])
+    if role is not Role.T0 or role2 is not Role.DOWNLINK or plane2 != plane:
+        raise UsidError(f"{to_text(bytes(addr))} is not a host address (block:T0:DL::)")
+    shape._check_plane(plane)
+    if not (0 <= t0 < shape.t0 and 0 <= dl < shape.hosts_per_t0):
+        raise UsidError(f"{to_text(bytes(addr))} names no host of this fabric")
+    return t0 * shape.hosts_per_t0 + dl, plane
+
+
 class DestTemplate:
     """A NIC's per-destination template: any EV's address in a few integer operations.
 

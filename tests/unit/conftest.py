@@ -32,6 +32,7 @@ from mrcnic.rocev2.qp import RoceConfig, RoceQueuePair
 from mrcnic.sim.fabric import host_net
 from mrcnic.sim.pump import Pump
 from mrcnic.transport.ev import EvConfig
+from mrcnic.transport.evprobe import EvProbeDesk
 from mrcnic.transport.memory import MemoryRegion, MemoryTable
 from mrcnic.transport.qp import QueuePair
 from mrcnic.transport.qp_types import QpAttributes, QpConfig, peek_dest_qp
@@ -159,6 +160,9 @@ class QpPair:
         self.qa.connect(attrs_b_for_a(attrs_b) if attrs_b_for_a else attrs_b)
         self.qb.connect(self.qa.local_attributes())
         self.qps = (self.qa, self.qb)
+        self.desks = tuple(
+            EvProbeDesk(q.net, lambda n, q=q: q if n == q.qpn else None) for q in self.qps
+        )
         self.events: list[list] = [[], []]
         self.net = ChaosWire(chaos, self._deliver)
         self.net.on_send = self._check_send
@@ -180,6 +184,11 @@ class QpPair:
             assert port == self.qps[host].plane
 
     def _deliver(self, host: int, frame: bytes, t: float) -> None:
+        if peek_dest_qp(frame) == wire.EV_PROBE_QPN:  # the host's QP 0x2 (EV probes)
+            desk = self.desks[host]
+            desk.receive_frame(frame, t)
+            self._pump.pump(host, desk, t)
+            return
         assert peek_dest_qp(frame) == self.qps[host].qpn
         self.qps[host].receive_frame(frame, t)
         self.pump(host)

@@ -404,3 +404,51 @@ def test_port_status_from_a_third_host_is_ignored(qp_pair):
         w.qa.receive_frame(_foreign(f), w.now)
     assert not w.of(0, PeerPortStatus) and w.qa.stats.rx_foreign == len(frames)
     assert not w.qa._peer_down[0]
+
+
+# -- finding 6: EV probes to QP 0x2, and the reverse EV set refreshed by them ------------------
+
+
+def _frame_ev(f: bytes) -> int:
+    return int.from_bytes(f[54:56], "big") << 16 | int.from_bytes(f[16:18], "big")
+
+
+def test_ev_probes_to_qp_2_are_sent_and_answered(qp_pair):
+    w = qp_pair()
+    outer, mr = w.region(256 * 3000)
+    w.qa.post_write(1, bytes(256 * 3000), mr.base_va, mr.rkey)
+    w.run(0.5)
+    st = w.qb.stats  # the responder acknowledges, so it guards its reverse EVs
+    assert st.ev_probes_sent > 0 and st.ev_probes_answered == st.ev_probes_sent
+    assert w.desks[0].answered == st.ev_probes_sent  # h0's QP 0x2 answered every one
+    probes = [f for _, _, f in w.sent[1] if f[layout.OFF_BTH + 5 : layout.OFF_BTH + 8] == b"\0\0\2"]
+    assert probes and all(_frame_ev(f) in w.qb.evs.reverse for f in probes)
+
+
+def test_a_dead_reverse_path_is_taken_out_by_its_probes_and_back_when_healed(qp_pair):
+    dead: set[int] = set()
+
+    def chaos(t, h, port, f):
+        if h == 1 and _frame_ev(f) in dead:
+            return []  # the path of that reverse EV, h1 -> h0, delivers nothing
+        return [(DELAY, f)]
+
+    w = qp_pair(chaos=chaos)
+    victim = w.qb.evs.reverse[0]
+    dead.add(victim)
+    outer, mr = w.region(256 * 20000)
+    w.qa.post_write(1, bytes(256 * 20000), mr.base_va, mr.rkey)
+    w.run(0.5)
+    assert victim in w.qb.evs.reverse_bad and w.qb.stats.reverse_evs_retired == 1
+    t_retired = w.now
+    w.qa.post_write(2, bytes(256 * 2000), mr.base_va, mr.rkey)
+    w.run(1.0)
+    sacks_after = [
+        f for t, _, f in w.sent[1] if t > t_retired and f[layout.OFF_BTH] == layout.Opcode.SACK
+    ]
+    assert sacks_after and victim not in {_frame_ev(f) for f in sacks_after}
+    dead.clear()
+    w.qa.post_write(3, bytes(256 * 20000), mr.base_va, mr.rkey)
+    w.run(2.0)
+    assert victim not in w.qb.evs.reverse_bad and w.qb.stats.reverse_evs_restored == 1
+    assert [e.status for e in w.of(0, WriteCompleted)] == [WcStatus.SUCCESS] * 3
