@@ -26,13 +26,14 @@ yes    below                 no change (the EV layer steers away from the marked
 
 Increases are collected in ``inc`` and applied as ``cwnd += inc / cwnd`` when more than
 ``adjust_bytes_threshold`` bytes were acknowledged or ``adjust_period_threshold`` passed, when
-also ``cwnd += eta``.  Quick adapt: once per window of ``base_rtt + target`` , after a trim or
+also ``cwnd += eta``.  Quick adapt: once per window of ``base_rtt + target``, after a trim or
 with a delay above ``qa_threshold``, a QP that delivered less than ``max_cwnd / 2**qa_gate`` in
-the window sets its window to what it delivered.  Our additions for MRC (whose last-hop ports do
-not mark ECN): a delay-based decrease when *every* delay sample of a window was above target
-(a standing queue, common to all paths), which also holds the fair increase back; a base RTT
-that is a windowed minimum and can rise again; one MTU off the window per timeout; and the
-receiver's ``rcv_cwnd_pen`` taking ``pen/128`` of each acknowledgment off the window.
+the window sets its window to what it delivered.  A trim takes one MTU off, as does a timeout
+(UET's model takes a timed-out packet's bytes off).  Our additions for MRC, whose last-hop
+ports do not mark ECN: a delay-based decrease when *every* delay sample of a window was above
+target (a standing queue, common to all paths), which also holds the fair increase back; a
+base RTT that is a windowed minimum and can rise again; the receiver's ``rcv_cwnd_pen``
+capping the window at ``(1 - pen/128)`` of ``max_cwnd``.
 """
 
 from __future__ import annotations
@@ -275,7 +276,7 @@ class UetNscc:
         self.params = q
         self.mtu = p.mtu_bytes
         self._line_Bps = p.line_rate_bps / 8
-        self._max_cwnd_fixed = (nscc_params and nscc_params.max_cwnd is not None) or (
+        self._max_cwnd_fixed = bool(nscc_params and nscc_params.max_cwnd is not None) or (
             "max_cwnd" in options
         )
         self.configured_base_rtt_s: float = q.base_rtt_s
@@ -321,9 +322,6 @@ class UetNscc:
         self._rtt_min_cur = math.inf
         self._rtt_min_prev = q.base_rtt_s
         self._rtt_epoch_end_s: float | None = None
-        # rcv_cwnd_pen: the acknowledgment it came with (the QP reports it right after on_ack)
-        self._last_ack_s = -math.inf
-        self._last_acked = 0
         # counters (benchmarks, tests)
         self.fast_increases = 0
         self.ecn_decreases = 0
@@ -331,6 +329,7 @@ class UetNscc:
         self.quick_adapts = 0
         self.trims = 0
         self.timeouts = 0
+        self.penalty_cuts = 0
 
     # -- compatibility with the QP's and the tests' view --------------------------------------
 
@@ -348,8 +347,6 @@ class UetNscc:
     def on_ack(self, s: AckSample) -> None:
         now = s.now_s
         acked = s.acked_bytes
-        self._last_ack_s = now
-        self._last_acked = acked
         self._received += acked
         self._achieved += acked
         self._ignored += acked
@@ -404,13 +401,18 @@ class UetNscc:
         self._clamp()
 
     def on_rcv_penalty(self, penalty: int, now_s: float) -> None:
-        """rcv_cwnd_pen (0-127; 0: none) from the receiver, whose tracking window is filling:
-        the window gives back ``pen/128`` of the bytes the same SACK acknowledged (UET's model
-        takes ``acked * (1 - rcv_wnd_pen/255)`` off per ACK, with 255 meaning no penalty)."""
-        if penalty <= 0 or now_s != self._last_ack_s:
+        """rcv_cwnd_pen (0-127; 0: none) from the receiver, whose tracking window is filling
+        or whose own last hop trims (an incast): the window is capped at ``(1 - pen/128)`` of
+        ``max_cwnd``.  (UET's model instead takes ``acked * (1 - rcv_wnd_pen/255)`` off per
+        ACK, 255 meaning none; on our incasts that cost goodput and shortened no queue, as the
+        senders already answer the same trims one by one: docs/transport.md.)"""
+        if penalty <= 0:
             return
-        self.cwnd_bytes -= self._last_acked * min(penalty, 127) / 128.0
-        self._clamp()
+        cap = self.max_cwnd * (1.0 - min(penalty, 127) / 128.0)
+        if self.cwnd_bytes > cap:
+            self.cwnd_bytes = cap
+            self.penalty_cuts += 1
+            self._clamp()
 
     # -- the pieces ----------------------------------------------------------------------------
 
