@@ -15,7 +15,7 @@ first and never trims.  Its queue is computed analytically (``busy_until``), so 
 costs one heap event per link.  A host's own port is an event-driven two-class queue instead
 (:class:`HostPort`), because there the order of service is the point: a SACK the host
 produces leaves after the data frame being serialised, ahead of every queued data frame, as
-it does from the shell's pacer (``mrcnic.io.aio.PortPacer``; tests/unit/test_ack_timing.py
+it does from the shell's pacer (``mrcnic.io.pacing.PortPacer``; tests/unit/test_ack_timing.py
 holds both to it).  Everything random comes from one seeded generator: same arguments, same
 run, bit for bit.
 """
@@ -126,7 +126,7 @@ class Link:
 
 
 class HostPort:
-    """A host's NIC port: the shell's pacing rule (``mrcnic.io.aio.PortPacer``) in virtual time.
+    """A host's NIC port: the shell's pacing rule (``mrcnic.io.pacing.PortPacer``) in virtual time.
 
     Line rate, a two-class queue served non-preemptively: control frames and trimmed headers
     first, so a control frame waits only for the frame being serialised, never for queued

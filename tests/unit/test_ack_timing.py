@@ -15,8 +15,10 @@ import heapq
 
 import pytest
 
-from mrcnic.io import aio
-from mrcnic.io.aio import FINE_MIN_S, MIN_TIMER_S, AioNic, LoopTimer, PacerConfig
+from mrcnic.io import aio, pacing
+from mrcnic.io.aio import AioNic
+from mrcnic.io.pacing import PacerConfig
+from mrcnic.io.timer import FINE_MIN_S, MIN_TIMER_S, LoopTimer
 from mrcnic.sim.fabric import Fabric, FabricSpec, host_net
 from mrcnic.sim.pump import Pump
 from mrcnic.transport.qp_types import QpConfig
@@ -48,7 +50,7 @@ def _pair() -> tuple[list[Device], bytes, bytes]:
 
 
 def _is_sack(frame: bytes) -> bool:
-    return aio.is_control_frame(frame) and frame[layout.OFF_BTH] == layout.Opcode.SACK
+    return pacing.is_control_frame(frame) and frame[layout.OFF_BTH] == layout.Opcode.SACK
 
 
 def sim_departure(t_p: float, frame: bytes) -> tuple[float, int, int]:

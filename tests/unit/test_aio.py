@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mrcnic.io import aio
-from mrcnic.io.aio import AioNic, PacerConfig, PortPacer
+from mrcnic.io import pacing
+from mrcnic.io.aio import AioNic
 from mrcnic.io.linkstate import IFF_RUNNING, IFF_UP, LinkEvent
+from mrcnic.io.pacing import PacerConfig, PortPacer
 from mrcnic.transport.qp_types import NetConfig, PortAddr, QpConfig
 from mrcnic.verbs import Device, RemoteBuffer, WcStatus
 from mrcnic.wire.usid import ClosShape
@@ -37,8 +38,8 @@ def ctrl_frame(n: int = 120) -> bytes:
 
 
 def test_frame_classes():
-    assert not aio.is_control_frame(data_frame())
-    assert aio.is_control_frame(ctrl_frame())
+    assert not pacing.is_control_frame(data_frame())
+    assert pacing.is_control_frame(ctrl_frame())
 
 
 def test_sizes_follow_the_rate():
@@ -55,7 +56,7 @@ def test_control_frames_leave_first():
         p.push(data_frame())
     p.push(ctrl_frame())
     out = p.take(0.0)
-    assert aio.is_control_frame(out[0]) and len(out) >= 2
+    assert pacing.is_control_frame(out[0]) and len(out) >= 2
 
 
 def test_next_due_is_when_a_frame_may_leave():
@@ -350,7 +351,7 @@ def test_sack_leaves_on_the_next_pump_when_every_data_queue_is_full():
 
     nic._pump()
 
-    sacks = [(port, f) for port, f in sent if aio.is_control_frame(f)]
+    sacks = [(port, f) for port, f in sent if pacing.is_control_frame(f)]
     assert len(sacks) == 1, "the SACK left on the first pump"
     port, sack = sacks[0]
     assert [f for q, f in sent if q == port] == [sack]  # it took the token: no data before it
@@ -398,4 +399,4 @@ def test_control_frames_take_the_high_class_even_when_a_port_is_full():
     assert len(nic.ports[1].pacer.data) == 0
     # the high class is served first: the control frame is the next to leave either port
     t = nic.ports[0].pacer.next_due(loop.now)
-    assert t is not None and aio.is_control_frame(nic.ports[0].pacer.take(t)[0])
+    assert t is not None and pacing.is_control_frame(nic.ports[0].pacer.take(t)[0])

@@ -16,10 +16,10 @@ import time
 import pytest
 import uvloop
 
-from mrcnic.io import aio
-from mrcnic.io.aio import MIN_TIMER_S, FdTimer, LoopTimer
+from mrcnic.io import timer
+from mrcnic.io.timer import MIN_TIMER_S, FdTimer, LoopTimer
 
-needs_timerfd = pytest.mark.skipif(aio.timerfd_ops() is None, reason="no timerfd backend")
+needs_timerfd = pytest.mark.skipif(timer.timerfd_ops() is None, reason="no timerfd backend")
 
 
 async def _lateness(make, n: int, delay_s: float) -> list[float]:  # noqa: ANN001
@@ -138,11 +138,11 @@ def test_loop_timer_is_the_floored_twin():
     assert len(loop.calls) == 1
     t.arm(10.5, 10.0)
     assert loop.calls[-1] == pytest.approx(0.5)
-    assert os.environ.get("MRC_PURE_PYTHON") == "1" or aio.timerfd_ops() is not None
+    assert os.environ.get("MRC_PURE_PYTHON") == "1" or timer.timerfd_ops() is not None
 
 
 def test_nic_falls_back_without_timerfd(monkeypatch):
-    monkeypatch.setattr(aio, "timerfd_ops", lambda: None)
+    monkeypatch.setattr(timer, "timerfd_ops", lambda: None)
 
     async def main() -> object:
         return FdTimer.open(asyncio.get_running_loop(), lambda: None)

@@ -1,0 +1,124 @@
+"""Per-port pacing of the NIC, sans-I/O (unit-tested with a fake clock): a token bucket at
+the port's link rate over a small two-class queue (control frames and trimmed headers
+first). The asyncio shell (``mrcnic.io.aio``) owns one per port; the simulator's host port
+(``mrcnic.sim.fabric.HostPort``) follows the same rule."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+
+def is_control_frame(frame: bytes | bytearray | memoryview) -> bool:
+    """DSCP CONTROL (46) or a trimmed header (12, 16): served before data.  The traffic class
+    is bits 4..11 of the IPv6 header; DSCP 44..47 is ``frame[14] & 0xF == 0xB``."""
+    return (frame[14] & 0x0F) == 0x0B
+
+
+@dataclass(frozen=True, slots=True)
+class PacerConfig:
+    """Per-port pacing: ``burst_s`` of line rate is the token bucket depth (at least two
+    frames); the data queue holds ``queue_s`` of line rate (at least ``min_queue_frames``)
+    before the NIC stops pulling frames from the transport."""
+
+    burst_s: float = 0.002
+    queue_s: float = 0.002
+    min_queue_frames: int = 4
+    high_queue_frames: int = 512
+    frame_bytes: int = 4202  # a full 4096-byte MRC data frame, for sizing the above
+
+
+class PortPacer:
+    """A token bucket at the port's link rate over a two-class queue (control, then data).
+
+    ``push`` queues a frame; ``take(now)`` returns the frames that may leave now (tokens may go
+    one frame negative, so the average rate is exact); ``next_due(now)`` is when the next frame
+    may leave (None when empty); ``room()`` is how many more data frames the queue wants.
+    """
+
+    __slots__ = (
+        "rate_Bps",
+        "burst_bytes",
+        "tokens",
+        "last_s",
+        "high",
+        "data",
+        "data_limit",
+        "high_limit",
+        "high_drops",
+        "max_data_frames",
+    )
+
+    def __init__(self, rate_bps: float, config: PacerConfig = PacerConfig(), now_s: float = 0.0):
+        if rate_bps <= 0:
+            raise ValueError("a port rate must be > 0")
+        self.rate_Bps = rate_bps / 8.0
+        fb = config.frame_bytes
+        self.burst_bytes = max(2.0 * fb, config.burst_s * self.rate_Bps)
+        self.tokens = self.burst_bytes  # an idle port may send a burst at once
+        self.last_s = now_s
+        self.high: deque[bytes] = deque()
+        self.data: deque[bytes] = deque()
+        self.data_limit = max(config.min_queue_frames, int(config.queue_s * self.rate_Bps / fb))
+        self.high_limit = config.high_queue_frames
+        self.high_drops = 0
+        self.max_data_frames = 0
+
+    def __len__(self) -> int:
+        return len(self.high) + len(self.data)
+
+    def room(self) -> int:
+        return self.data_limit - len(self.data)
+
+    def push(self, frame: bytes) -> None:
+        if is_control_frame(frame):
+            if len(self.high) >= self.high_limit:
+                self.high_drops += 1  # never in practice: control frames are few and small
+                return
+            self.high.append(frame)
+        else:
+            data = self.data
+            data.append(frame)
+            if len(data) > self.max_data_frames:
+                self.max_data_frames = len(data)
+
+    def _refill(self, now_s: float) -> None:
+        dt = now_s - self.last_s
+        if dt > 0:
+            t = self.tokens + dt * self.rate_Bps
+            self.tokens = t if t < self.burst_bytes else self.burst_bytes
+            self.last_s = now_s
+
+    def take(self, now_s: float) -> list[bytes]:
+        """The frames that may leave now, control first."""
+        self._refill(now_s)
+        tokens = self.tokens
+        if tokens <= 0:
+            return []
+        out = []
+        high, data = self.high, self.data
+        while tokens > 0:
+            if high:
+                f = high.popleft()
+            elif data:
+                f = data.popleft()
+            else:
+                break
+            tokens -= len(f)
+            out.append(f)
+        self.tokens = tokens
+        return out
+
+    def next_due(self, now_s: float) -> float | None:
+        if not self.high and not self.data:
+            return None
+        self._refill(now_s)
+        if self.tokens > 0:
+            return now_s
+        return now_s + (1e-9 - self.tokens) / self.rate_Bps
+
+    def flush(self) -> int:
+        n = len(self.high) + len(self.data)
+        self.high.clear()
+        self.data.clear()
+        return n
