@@ -205,8 +205,10 @@ class Incast:
         rx = self.fabric.receiver
         self.memories = [MemoryTable(cfg.seed * 31 + h) for h in range(cfg.senders + 1)]
         self.endpoints: list[dict[int, QueuePair]] = [{} for _ in range(cfg.senders + 1)]
-        self._desks: dict[int, EvProbeDesk] = {}  # each host's QP 0x2, made when first used
-        self.nets = [host_net(shape, h) for h in range(cfg.senders + 1)]
+        # each host's QP 0x2 (EV probes), which finds the QP an answer names in endpoints
+        self.desks = [
+            EvProbeDesk(host_net(shape, h), eps.get) for h, eps in enumerate(self.endpoints)
+        ]
         self.pump = Pump(self.fabric, self._on_event)
         line = cfg.planes * cfg.port_rate_bps
 
@@ -258,23 +260,14 @@ class Incast:
 
     # -- driving ---------------------------------------------------------------------------------
 
-    def _desk(self, host: int) -> EvProbeDesk:
-        desk = self._desks.get(host)
-        if desk is None:
-            desk = self._desks[host] = EvProbeDesk(self.nets[host], self.endpoints[host].get)
-        return desk
-
     def _deliver(self, host: int, port: int, frame: bytes, t: float) -> None:
         qpn = peek_dest_qp(frame)
         ep = self.endpoints[host].get(qpn) if qpn is not None else None
         if ep is None:
             if qpn == EV_PROBE_QPN:  # the host's QP 0x2: EV probes and their answers
-                desk = self._desk(host)
-                desk.receive_frame(frame, t)
-                self.pump.pump(host, desk, t)
+                self.pump.receive(host, self.desks[host], frame, t)
             return
-        ep.receive_frame(frame, t)
-        self.pump.pump(host, ep, t)
+        self.pump.receive(host, ep, frame, t)
 
     def _on_event(self, host: int, e: object, t: float) -> None:
         if isinstance(e, WriteCompleted) and host < self.cfg.senders:

@@ -42,6 +42,11 @@ class Pump:
         self.on_event = on_event
         self._timers: dict[int, float] = {}  # id(endpoint) -> the deadline armed
 
+    def receive(self, host: int, ep: Any, frame: bytes, t: float) -> None:
+        """Hand ``frame`` to ``ep`` (on ``host``) at ``t``, then pump it."""
+        ep.receive_frame(frame, t)
+        self.pump(host, ep, t)
+
     def pump(self, host: int, ep: Any, t: float) -> None:
         """Send what ``ep`` (on ``host``) has to send at ``t``, report its events, arm its
         timer."""

@@ -126,10 +126,10 @@ class Simulation:
         self.base_rtt_s = base_rtt_s(spec, cfg.mtu)
         self.memories = [MemoryTable(cfg.seed * 2 + 1), MemoryTable(cfg.seed * 2 + 2)]
         self.endpoints: list[dict[int, object]] = [{}, {}]
-        self._desks: dict[int, EvProbeDesk] = {}  # each host's QP 0x2, made when first used
         self.pump = Pump(self.fabric, self._on_event)
         nets = [host_net(shape, h) for h in range(2)]
-        self.nets = nets
+        # each host's QP 0x2 (EV probes), which finds the QP an answer names in endpoints
+        self.desks = [EvProbeDesk(n, eps.get) for n, eps in zip(nets, self.endpoints, strict=True)]
         line = spec.capacity_bps()
         if cfg.transport not in TRANSPORTS:
             raise ValueError(
@@ -218,20 +218,12 @@ class Simulation:
 
         return apply
 
-    def _desk(self, host: int) -> EvProbeDesk:
-        desk = self._desks.get(host)
-        if desk is None:
-            desk = self._desks[host] = EvProbeDesk(self.nets[host], self.endpoints[host].get)
-        return desk
-
     def _deliver(self, host: int, port: int, frame: bytes, t: float) -> None:
         qpn = peek_dest_qp(frame)
         ep = self.endpoints[host].get(qpn)
         if ep is None:
             if qpn == EV_PROBE_QPN:  # the host's QP 0x2: EV probes and their answers
-                desk = self._desk(host)
-                desk.receive_frame(frame, t)
-                self.pump.pump(host, desk, t)
+                self.pump.receive(host, self.desks[host], frame, t)
             return
         ep.receive_frame(frame, t)
         if host == 1:
