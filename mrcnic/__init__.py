@@ -8,6 +8,7 @@ The layers underneath, each a subpackage, from the bottom up:
 - ``mrcnic.rocev2``: the RoCEv2 baseline on the same sans-I/O surface;
 - ``mrcnic.sim``: ``mrc-sim``, the queue pairs over a virtual-time fabric;
 - ``mrcnic.verbs``: the user API (``Device``, ``QP``, ``SimNetwork``);
+- ``mrcnic.profiles``: the controller's model after OCP libmrc (EV and CC profiles, QP options);
 - ``mrcnic.io``: the I/O shell (AF_PACKET, namespaces, link state, pacing, ``AioNic``).
 
 The names below load on first use, so ``import mrcnic.wire`` does not pull in the rest.
@@ -42,6 +43,15 @@ _API = {
     "QP": "mrcnic.verbs",
     "RemoteBuffer": "mrcnic.verbs",
     "SimNetwork": "mrcnic.verbs",
+    "CcProfile": "mrcnic.profiles",
+    "EvEvent": "mrcnic.profiles",
+    "EvField": "mrcnic.profiles",
+    "EvMode": "mrcnic.profiles",
+    "EvProfile": "mrcnic.profiles",
+    "EvStatus": "mrcnic.profiles",
+    "ProfileState": "mrcnic.profiles",
+    "ProfileStateError": "mrcnic.profiles",
+    "QpOptions": "mrcnic.profiles",
     "AioNic": "mrcnic.io.aio",
 }
 
@@ -64,6 +74,17 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from mrcnic.errors import MrcError  # noqa: F401
     from mrcnic.io.aio import AioNic  # noqa: F401
+    from mrcnic.profiles import (  # noqa: F401
+        CcProfile,
+        EvEvent,
+        EvField,
+        EvMode,
+        EvProfile,
+        EvStatus,
+        ProfileState,
+        ProfileStateError,
+        QpOptions,
+    )
     from mrcnic.transport.ev import EvConfig, EvState, EvStateChanged  # noqa: F401
     from mrcnic.transport.memory import Access, MemoryRegion  # noqa: F401
     from mrcnic.transport.qp_types import (  # noqa: F401

@@ -28,6 +28,16 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
+from mrcnic.profiles import (
+    DEFAULT_EVENTS,
+    CcProfile,
+    EvEventQueue,
+    EvProfile,
+    EvStatus,
+    QpLimits,
+    QpOptions,
+    ev_status,
+)
 from mrcnic.sim.fabric import Fabric, FabricSpec, host_net
 from mrcnic.sim.pump import Pump
 from mrcnic.transport.ev import EvStateChanged, EvStats
@@ -106,6 +116,8 @@ class QP:
         self._other: deque[Event] = deque()
         self._waiters: dict[int, asyncio.Future[WriteCompleted]] = {}
         self.transport = "mrc"
+        self.ev_profile: EvProfile | None = None  # the profiles it was created from, if any
+        self.cc_profile: CcProfile | None = None
 
     @property
     def qpn(self) -> int:
@@ -159,6 +171,12 @@ class QP:
                 self._rq.append(e)
             else:
                 self._other.append(e)
+                if self.device.ev_event_queues and isinstance(e, EvStateChanged):
+                    prof = self.ev_profile
+                    mask = prof.events if prof is not None else DEFAULT_EVENTS
+                    pid = prof.profile_id if prof is not None else None
+                    for q in self.device.ev_event_queues:
+                        q.offer(self.qpn, pid, mask, e)
 
     def poll_cq(self, max_entries: int = 64) -> list[WriteCompleted]:
         """Requester completions (in posting order), at most ``max_entries``."""
@@ -200,6 +218,43 @@ class QP:
 
     def allow_ev(self, ev: int) -> None:
         self.core.allow_ev(ev, self.device.clock())
+
+    # -- the controller's view (mrcnic.profiles; docs/api.md, "The OCP libmrc control model") --
+
+    def ev_status(self, ev: int) -> EvStatus:
+        """One EV's state as a controller sees it (SKIP shows as GOOD; UNKNOWN: not ours)."""
+        evs = getattr(self.core, "evs", None)
+        slot = evs.slot_of.get(ev) if evs is not None else None
+        return ev_status(evs.state[slot] if slot is not None else None)
+
+    def ev_statuses(self) -> dict[int, EvStatus]:
+        """Every EV of the QP (sprayed and backups) and its state as a controller sees it."""
+        evs = getattr(self.core, "evs", None)
+        if evs is None:
+            return {}
+        return {ev: ev_status(st) for ev, st in zip(evs.ev_values, evs.state, strict=True)}
+
+    def set_ev_status(self, ev: int, status: EvStatus | str) -> None:
+        """The controller sets an EV DENIED (never sent on) or GOOD (in use again, whatever
+        its state).  ValueError for another status or an EV the QP does not hold."""
+        status = EvStatus(status)
+        if status is EvStatus.DENIED:
+            self.deny_ev(ev)
+        elif status is EvStatus.GOOD:
+            self.allow_ev(ev)
+        else:
+            raise ValueError(f"a controller sets EVs DENIED or GOOD, not {status.name}")
+
+    def limits(self) -> QpLimits:
+        """The window and write-with-immediate limits in both directions."""
+        mine = self.core.local_attributes()
+        peer = self.core.peer
+        return QpLimits(
+            mine.window_psns,
+            mine.max_wimm_inflight,
+            peer.window_psns if peer is not None else None,
+            peer.max_wimm_inflight if peer is not None else None,
+        )
 
 
 TRANSPORTS = ("mrc", "rocev2")
@@ -258,6 +313,7 @@ class Device:
         self._next_qpn = 0x10 + base
         self._seed = seed if seed is not None else int(time.time_ns() & 0xFFFF)
         self._seeded = seed is not None
+        self.ev_event_queues: list[EvEventQueue] = []  # controllers' EV event queues
 
     def register(
         self,
@@ -269,28 +325,89 @@ class Device:
     def deregister(self, mr: MemoryRegion) -> None:
         self.memory.deregister(mr)
 
-    def create_qp(self, config: QpConfig | None = None, transport: str = "mrc") -> QP:
+    def create_qp(
+        self,
+        config: QpConfig | None = None,
+        transport: str = "mrc",
+        *,
+        ev_profile: EvProfile | None = None,
+        cc_profile: CcProfile | None = None,
+        options: QpOptions | None = None,
+    ) -> QP:
         """A new QP of ``transport`` ("mrc", or "rocev2" for the baseline).  An MRC QP sprays
         over every port, so its line rate is the sum of the port rates; a RoCEv2 QP uses one
-        path, so its line rate is one port's."""
+        path, so its line rate is one port's.  An MRC QP may take its EVs, congestion control
+        and libmrc-style attributes from ONLINE profiles and :class:`QpOptions`, applied over
+        ``config`` (``mrcnic.profiles``)."""
         cls = _core_class(transport)
+        if transport != "mrc" and any(x is not None for x in (ev_profile, cc_profile, options)):
+            raise ValueError("EV and CC profiles and QpOptions apply to MRC QPs only")
         qpn = self._next_qpn
         self._next_qpn += 1
         if config is None:
             config = QpConfig(seed=self._seed + qpn)
             if self._seeded:  # a seeded device reproduces its runs, first PSNs included
                 config = seeded(config, qpn)
+        for prof in (ev_profile, cc_profile, options):
+            if prof is not None:
+                config = prof.apply(config)
         rate = sum(self.port_rates_bps) if transport == "mrc" else max(self.port_rates_bps)
         core = cls(qpn, self.net, self.memory, rate, config)
         qp = QP(self, core)
         qp.transport = transport
+        for prof in (ev_profile, cc_profile):
+            if prof is not None:
+                prof._attach()
+        qp.ev_profile, qp.cc_profile = ev_profile, cc_profile
         self.qps[qpn] = qp
         self._cores = [q.core for q in self.qps.values()]
         return qp
 
     def destroy_qp(self, qp: QP) -> None:
-        self.qps.pop(qp.qpn, None)
+        if self.qps.pop(qp.qpn, None) is not None:
+            for prof in (qp.ev_profile, qp.cc_profile):
+                if prof is not None:
+                    prof._detach()
         self._cores = [q.core for q in self.qps.values()]
+
+    # -- the controller (mrcnic.profiles; docs/api.md, "The OCP libmrc control model") -------
+
+    def ev_event_queue(self, capacity: int = 1024) -> EvEventQueue:
+        """A new queue of EV state changes (GOOD / ASSUMED_BAD, as each QP's EV profile asks)
+        for every QP of this device; ``queue.poll()`` collects them.  Remove it from
+        ``ev_event_queues`` to stop it."""
+        q = EvEventQueue(capacity, collect=self._collect_ev_events)
+        self.ev_event_queues.append(q)
+        return q
+
+    def _collect_ev_events(self) -> None:
+        for qp in self.qps.values():
+            qp._dispatch()  # events reach the queues on their way to poll_events
+
+    def _controlled(self, profile: EvProfile | None) -> list[QP]:
+        return [
+            q
+            for q in self.qps.values()
+            if hasattr(q.core, "evs") and (profile is None or q.ev_profile is profile)
+        ]
+
+    def set_ev_status(
+        self, ev: int, status: EvStatus | str, profile: EvProfile | None = None
+    ) -> int:
+        """Set ``ev`` DENIED or GOOD in every MRC QP holding it (only those created from
+        ``profile``, if given); returns how many.  ValueError if none holds it."""
+        status = EvStatus(status)
+        qps = [q for q in self._controlled(profile) if q.ev_status(ev) is not EvStatus.UNKNOWN]
+        if not qps:
+            where = f" of EV profile {profile.profile_id}" if profile is not None else ""
+            raise ValueError(f"EV {ev:#x} is not held by any QP{where}")
+        for q in qps:
+            q.set_ev_status(ev, status)
+        return len(qps)
+
+    def ev_statuses(self, profile: EvProfile | None = None) -> dict[int, dict[int, EvStatus]]:
+        """QP number -> (EV -> state) for every MRC QP (created from ``profile``, if given)."""
+        return {q.qpn: q.ev_statuses() for q in self._controlled(profile)}
 
     # -- sans-I/O surface for the shell ------------------------------------------------------
 

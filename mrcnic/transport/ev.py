@@ -142,6 +142,9 @@ class EvConfig:
     # "bag": each plane's active EVs are dealt in a fresh random order, each once per round
     # (sampling without replacement); "random": an independent random EV per packet
     spray: str = "bag"
+    # an explicit EV array (mrcnic.profiles.EvProfile): when given, these values are the pool
+    # instead of generated ones (EvTable._use_values), and ev_count is not used to size it
+    values: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -206,6 +209,8 @@ class EvTable:
         for k in range(config.reverse_per_plane):
             for plane in range(planes):
                 self.reverse.append((base + per_plane + k) * planes + plane)
+        if config.values:
+            self._use_values(config.values)
         self.slot_of = {ev: s for s, ev in enumerate(self.ev_values)}
         n = len(self.ev_values)
         # the fabric path of each slot (plane, T1): EVs that share it share its fate
@@ -243,6 +248,37 @@ class EvTable:
         self._bags: list[list[int]] = []  # per group: slots still to deal this round
         self._rr = 0
         self._rebuild()
+
+    def _use_values(self, values: tuple[int, ...]) -> None:
+        """Make an explicit EV array the pool: each EV in its plane (``ev % planes``) in the
+        order given; every plane sprays over as many EVs as the plane with the fewest has,
+        less ``backup_per_plane`` (at least one), and keeps the rest as backups; each plane's
+        first ``reverse_per_plane`` EVs also carry the QP's control traffic."""
+        planes = self.planes
+        bad = [v for v in values if not (isinstance(v, int) and 0 <= v < 1 << 32)]
+        if bad:
+            raise ValueError(f"explicit EVs must be 32-bit unsigned values, not {bad[:4]}")
+        if len(set(values)) != len(values):
+            raise ValueError("explicit EVs must be distinct (per-EV state is kept by value)")
+        by_plane = [[v for v in values if v % planes == p] for p in range(planes)]
+        empty = [p for p, vs in enumerate(by_plane) if not vs]
+        if empty:
+            raise ValueError(
+                f"explicit EVs leave plane(s) {empty} without an EV (an EV's plane is "
+                f"ev % {planes}): every plane needs one"
+            )
+        self.ev_values, self.plane_of = [], []
+        self.pool = [[] for _ in range(planes)]
+        for plane, vs in enumerate(by_plane):
+            for v in vs:
+                self.pool[plane].append(len(self.ev_values))
+                self.ev_values.append(v)
+                self.plane_of.append(plane)
+        self.active_per_plane = max(1, min(map(len, by_plane)) - self.config.backup_per_plane)
+        rev = self.config.reverse_per_plane
+        self.reverse = [
+            by_plane[p][k % len(by_plane[p])] for k in range(rev) for p in range(planes)
+        ]
 
     # -- the hot path ------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ MRCNIC_LAYERS = (
     ("transport",),
     ("rocev2",),
     ("sim",),
-    ("verbs",),
+    ("profiles", "verbs"),
     ("io",),
     ("__init__",),
 )
