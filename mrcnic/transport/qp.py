@@ -405,7 +405,7 @@ class QueuePair(Requester, Responder):
         for rec in self.sb.expired(now_s):
             # the deadline was set with the RTO of its send time: if the RTO has grown since
             # (the queues grew), the packet gets the current one
-            rto = self._rto * (1 << rec.retries)
+            rto = self._rto * (1 << min(rec.retries, 30))  # (capped: max_rto_s caps the result)
             deadline = rec.sent_s + (rto if rto < max_rto else max_rto)
             if deadline > now_s:
                 self.sb.arm(rec, deadline)
@@ -673,7 +673,7 @@ class QueuePair(Requester, Responder):
             return
         self._stall_tries += 1
         self.stats.timeouts += 1
-        wait = self._rto * (1 << self._stall_tries)
+        wait = self._rto * (1 << min(self._stall_tries, 30))
         self._stall_deadline = now_s + min(wait, self.config.max_rto_s)
 
     # -- errors ---------------------------------------------------------------------------------

@@ -292,7 +292,7 @@ class Requester:
             rec.first_sent_s = now_s
             st.tx_data_packets += 1
             st.tx_data_bytes += rec.length
-        rto = self._rto * (1 << rec.retries)
+        rto = self._rto * (1 << min(rec.retries, 30))
         self.sb.arm(rec, now_s + (rto if rto < self.config.max_rto_s else self.config.max_rto_s))
         return (evs.plane_of[slot], frame)
 
