@@ -515,12 +515,7 @@ def _check_events(events: Iterable[EvStatus | str]) -> frozenset[EvStatus]:
 def cc_option_names(algorithm: str) -> tuple[str, ...] | None:
     """The options ``algorithm`` accepts, or None when its factory takes any keyword (it then
     checks them itself when a QP creates it).  Raises ValueError for an unknown name."""
-    # cc.py offers no public lookup of a factory by name: read its registry
-    factory = _cc._REGISTRY.get(algorithm)
-    if factory is None:
-        raise ValueError(
-            f"unknown congestion control {algorithm!r}; available: {', '.join(_cc.available())}"
-        )
+    factory = _cc.factory(algorithm)
     if isinstance(factory, type) and issubclass(factory, _cc.UetNscc):
         return tuple(f.name for f in fields(_cc.NsccParams))
     params = list(inspect.signature(factory).parameters.values())[1:]  # after CcParams
@@ -543,7 +538,7 @@ def _check_cc_options(algorithm: str, options: Mapping[str, object]) -> None:
                 f"{algorithm}: unknown option(s) {', '.join(map(repr, unknown))}; "
                 f"valid: {', '.join(names) or '(none)'}"
             )
-    factory = _cc._REGISTRY[algorithm]
+    factory = _cc.factory(algorithm)
     if isinstance(factory, type) and issubclass(factory, _cc.UetNscc):
         for k, v in options.items():
             if v is None:

@@ -667,14 +667,18 @@ def register_cc(name: str, factory: CcFactory) -> None:
     _REGISTRY[name] = factory
 
 
-def make_cc(name: str, params: CcParams, **options: object) -> CongestionControl:
+def factory(name: str) -> CcFactory:
+    """The factory registered as ``name``; ValueError naming the available ones if none."""
     try:
-        factory = _REGISTRY[name]
+        return _REGISTRY[name]
     except KeyError:
         raise ValueError(
             f"unknown congestion control {name!r}; available: {', '.join(sorted(_REGISTRY))}"
         ) from None
-    return factory(params, **options)
+
+
+def make_cc(name: str, params: CcParams, **options: object) -> CongestionControl:
+    return factory(name)(params, **options)
 
 
 def available() -> list[str]:
