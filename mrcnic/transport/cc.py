@@ -433,7 +433,11 @@ class UetNscc:
         if base != self.base_rtt_s:
             self.base_rtt_s = base
             if not self._max_cwnd_fixed:
-                self.max_cwnd = max(1.5 * self._line_Bps * base, self.min_cwnd)
+                # follows a longer path up, but never below the configured base RTT's: a
+                # lucky sample under the declared unloaded RTT (a software NIC's RTT varies
+                # with its CPU) must not cap the window below the path's real BDP
+                ref = base if base > self.configured_base_rtt_s else self.configured_base_rtt_s
+                self.max_cwnd = max(1.5 * self._line_Bps * ref, self.min_cwnd)
 
     def _filter(self, delay: float, ecn: bool) -> None:
         """UET's filtered delay: an EWMA; an unmarked sample above target (a queue that is
