@@ -93,7 +93,7 @@ from mrcnic.transport.qp_types import (
 )
 from mrcnic.transport.requester import Requester
 from mrcnic.transport.responder import Responder
-from mrcnic.transport.sack import ResponderWindow, Scoreboard, TxRecord
+from mrcnic.transport.sack import LOST_BY_TIMEOUT, ResponderWindow, Scoreboard, TxRecord
 from mrcnic.wire import usid
 
 #: a round of EV probes over the reverse EV set every this many RTOs (while acknowledging)
@@ -156,7 +156,7 @@ class QueuePair(Requester, Responder):
         self._reo_quiet = 0  # losses found since the last spurious one
         self._ev_order_ok = True  # per-EV order holds on this fabric (until shown otherwise)
         self._ev_order_spurious = 0
-        self._recoveries: deque[tuple[float, TxRecord]] = deque(maxlen=65536)
+        self._recoveries: deque[list] = deque(maxlen=65536)  # [delay_s, spurious] each
         self._rto = max(self._min_rto, INITIAL_RTO_RTTS * cfg.base_rtt_s)
         self._ack_delay = cfg.ack_delay_s if cfg.ack_delay_s is not None else cfg.base_rtt_s / 8
         self._ack_deadline: float | None = None
@@ -394,7 +394,13 @@ class QueuePair(Requester, Responder):
             return
         if self._ps_deadline is not None and self._ps_deadline <= now_s:
             self._ps_tries += 1
-            self._send_port_status(now_s)
+            if self._ps_tries > self.config.retry_limit:
+                # the peer never acknowledged it (gone, or in ERROR): stop, and say so
+                self._ps_pending = None
+                self._ps_deadline = None
+                self.stats.port_status_unacked += 1
+            else:
+                self._send_port_status(now_s)
         if self._stall_deadline is not None and self._stall_deadline <= now_s:
             self._check_stall(now_s)
             if self.state is not QpState.READY:
@@ -425,6 +431,8 @@ class QueuePair(Requester, Responder):
             rec.to_sent_s = rec.sent_s
             rec.to_slot = rec.slot
             rec.to_ts_ns = rec.tx_ts_ns
+            rec.lost_by = LOST_BY_TIMEOUT
+            rec.losses += 1
             rec.retries += 1
             self.sb.mark_lost(rec)
             self._rtxq.append(rec)
@@ -579,9 +587,13 @@ class QueuePair(Requester, Responder):
             answer = _ENDPOINT.pack(int(ep.kind), ep.ident, 0, ep.port_mask, ep.ts_ns)
             self._queue_ctrl(_OP_EP_RESP, 0, answer)
             last = self._peer_port_seq
-            if last is not None and not 0 < (ep.ident - last) & 0xFFFFFFFF < 1 << 31:
-                self.stats.rx_stale_port_status += 1
-                return
+            if last is not None:
+                diff = (ep.ident - last) & 0xFFFFFFFF
+                if diff == 0:
+                    return  # the second copy of the update just applied
+                if diff >= 1 << 31:
+                    self.stats.rx_stale_port_status += 1
+                    return
             self._peer_port_seq = ep.ident
             mask = ep.port_mask
             for p in range(self.planes):
@@ -668,7 +680,9 @@ class QueuePair(Requester, Responder):
                 f"local ports down {local}, peer ports down {peer}, "
                 f"EVs {counts['ASSUMED_BAD']} ASSUMED_BAD and {counts['DENIED']} DENIED",
                 now_s,
-                failed=self._inflight_msgs[0] if self._inflight_msgs else None,
+                failed=self._inflight_msgs[0]
+                if self._inflight_msgs
+                else (self._sendq[0] if self._sendq else None),
             )
             return
         self._stall_tries += 1
@@ -695,6 +709,7 @@ class QueuePair(Requester, Responder):
         self._inflight_msgs.clear()
         self._sendq.clear()
         self._rtxq.clear()
+        self.sb.order.clear()
         self.sb.records.clear()
         self.sb.inflight_bytes = 0
 

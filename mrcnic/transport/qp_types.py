@@ -220,6 +220,7 @@ class QpStats:
     reverse_evs_restored: int = 0
     port_status_sent: int = 0  # PORT_STATUS updates sent (each twice), retries included
     rx_stale_port_status: int = 0  # older than the last one applied: acknowledged, ignored
+    port_status_unacked: int = 0  # updates given up after retry_limit unacknowledged sends
     rx_malformed: int = 0
     rx_foreign: int = 0  # from an address that is not the connected peer's: dropped
     rx_stale_nacks: int = 0  # NACKs about no outstanding packet: dropped, never fatal

@@ -48,7 +48,13 @@ from mrcnic.transport.qp_types import (
     WriteCompleted,
     checked_write,
 )
-from mrcnic.transport.sack import LOST_BY_EV_ORDER, LOST_BY_SACK, TxRecord
+from mrcnic.transport.sack import (
+    LOSS_CAUSES,
+    LOST_BY_EV_ORDER,
+    LOST_BY_SACK,
+    LOST_BY_TRIM,
+    TxRecord,
+)
 
 #: the RTT peak tracker follows a higher sample at once and decays towards lower ones by this
 #: fraction per sample (about 64 SACKs: a few RTTs), so it remembers the recent tail
@@ -276,8 +282,10 @@ class Requester:
         frame = self._data_frame(
             self._slot_tmpl[slot], rec.opcode, rec.psn, rec.msg, rec.offset, rec.length, ts_ns, rtx
         )
-        if rtx and not rec.ever_rtx:
-            self._recoveries.append((now_s - rec.first_sent_s, rec))
+        if rtx and not rec.ever_rtx and rec.lost_by in LOSS_CAUSES:
+            entry = [now_s - rec.first_sent_s, False]
+            rec.recovery = entry
+            self._recoveries.append(entry)
         rec.slot = slot
         rec.sent_s = now_s
         rec.tx_ts_ns = ts_ns
@@ -467,6 +475,8 @@ class Requester:
         ):
             return False
         rec.spurious = True
+        if rec.recovery is not None and rec.losses == 1:
+            rec.recovery[1] = True  # its one retransmission was not needed
         if rec.lost_by == LOST_BY_EV_ORDER:
             # packets of one EV overtook each other: this fabric does not keep a path in
             # order, so the per-EV rule is not safe here (the time rule still is)
@@ -521,7 +531,7 @@ class Requester:
         sb = self.sb
         lost = sb.lost_by_time(newest - self._reo_window_s()) if newest > 0 else []
         n_time = len(lost)
-        if bitmap and self._ev_order_ok:
+        if bitmap & (bitmap + 1) and self._ev_order_ok:  # (a run from bit 0 has no hole)
             holes = ~bitmap & ((1 << (bitmap.bit_length() - 1)) - 1)
             if holes:
                 base = cack_psn + 1 + offset
@@ -544,6 +554,7 @@ class Requester:
             rec.to_slot = rec.slot
             rec.to_ts_ns = rec.tx_ts_ns
             rec.lost_by = LOST_BY_SACK if i < n_time else LOST_BY_EV_ORDER
+            rec.losses += 1
             rec.spurious = False
             sb.mark_lost(rec)
             self._rtxq.append(rec)
@@ -567,7 +578,7 @@ class Requester:
     def loss_recovery_s(self) -> list[float]:
         """For each packet retransmitted because it was lost (not spuriously), the time from
         its first transmission to its first retransmission (the last 65536 such packets)."""
-        return [d for d, rec in self._recoveries if not rec.spurious]
+        return [d for d, spurious in self._recoveries if not spurious]
 
     def _complete_messages(self, now_s: float) -> None:
         msgs = self._inflight_msgs
@@ -621,6 +632,8 @@ class Requester:
             if reason == R.TRIMMED:
                 evs.apply(rec.slot, EvInput.TRIMMED, now_s)
             self.cc.on_trim(reason == R.TRIMMED_LASTHOP, now_s)
+            rec.lost_by = LOST_BY_TRIM  # certain: no spurious test, not a loss to report
+            rec.to_sent_s = -1.0
             self.sb.mark_lost(rec)
             self._rtxq.appendleft(rec)  # repair at once, on another EV
         else:  # PSN_OOR_WINDOW, NO_BITMAP, NO_PKT_BUFFER: resend once the window allows

@@ -178,6 +178,8 @@ class ResponderWindow:
 LOST_BY_TIMEOUT = 1
 LOST_BY_SACK = 2  # the reordering window (RACK), from a SACK
 LOST_BY_EV_ORDER = 3  # a later packet of the same EV was acknowledged, from a SACK
+LOST_BY_TRIM = 4  # a NACK TRIMMED / TRIMMED_LASTHOP: certain, never spurious, not a loss
+LOSS_CAUSES = (LOST_BY_TIMEOUT, LOST_BY_SACK, LOST_BY_EV_ORDER)
 
 
 class TxRecord:
@@ -201,7 +203,9 @@ class TxRecord:
         "to_ts_ns",
         "first_sent_s",
         "lost_by",
+        "losses",
         "spurious",
+        "recovery",
     )
 
     def __init__(self, psn: int, msg: object, offset: int, length: int, opcode: int) -> None:
@@ -222,7 +226,11 @@ class TxRecord:
         self.to_ts_ns = 0  # and its timestamp
         self.first_sent_s = 0.0  # the first transmission (loss recovery time is measured from it)
         self.lost_by = 0  # LOST_BY_*: how it was last declared lost
+        self.losses = 0  # times declared lost (by SACK or timeout)
         self.spurious = False  # that declaration turned out wrong (the original got through)
+        # [delay_s, spurious] of its first retransmission in the QP's recovery log (numbers
+        # only: the log must not keep records, and with them user buffers, alive)
+        self.recovery: list | None = None
 
 
 class Scoreboard:
@@ -401,4 +409,6 @@ class Scoreboard:
             while una != nxt and una not in recs:
                 una = (una + 1) & PSN_MASK
             self.snd_una = una
+            if not recs:
+                self.order.clear()  # nothing outstanding: no entry may keep a record alive
         return out

@@ -452,3 +452,32 @@ def test_a_dead_reverse_path_is_taken_out_by_its_probes_and_back_when_healed(qp_
     w.run(2.0)
     assert victim not in w.qb.evs.reverse_bad and w.qb.stats.reverse_evs_restored == 1
     assert [e.status for e in w.of(0, WriteCompleted)] == [WcStatus.SUCCESS] * 3
+
+
+def test_a_completed_write_leaves_no_reference_to_the_users_buffer(qp_pair):
+    """Loss bookkeeping keeps numbers, not records: once a write completes, the caller's
+    bytearray is free again (it can be resized), even after losses and retransmissions."""
+    w = qp_pair(loss=0.02, seed=4)
+    outer, mr = w.region(256 * 400)
+    bufs = [bytearray(256 * 100) for _ in range(4)]
+    for i, b in enumerate(bufs):
+        w.qa.post_write(i, b, mr.base_va + i * 256 * 100, mr.rkey)
+    w.run(5.0)
+    assert [e.status for e in w.of(0, WriteCompleted)] == [WcStatus.SUCCESS] * 4
+    assert w.qa.stats.retransmissions > 0 and w.qa.loss_recovery_s()
+    for b in bufs:
+        b.extend(b"x")  # BufferError if anything still exports it
+
+
+def test_an_unacknowledged_port_status_is_given_up_after_the_retry_limit(qp_pair):
+    def chaos(t, h, port, f):
+        return [] if h == 1 else [(DELAY, f)]  # the peer's answers never arrive
+
+    w = qp_pair(chaos=chaos)
+    w.run(0.001)
+    w.qa.port_status(1, False, w.now)
+    w.pump(0)
+    w.run(60.0)
+    st = w.qa.stats
+    assert st.port_status_unacked == 1 and w.qa._ps_pending is None
+    assert st.port_status_sent == w.qa.config.retry_limit + 1
