@@ -42,6 +42,7 @@ from mrcnic.transport.qp_types import (
     Event,
     ImmReceived,
     NetConfig,
+    Outbox,
     QpAttributes,
     QpConfig,
     QpErrorEvent,
@@ -143,7 +144,7 @@ class _Msg:
         self.last_psn: int | None = None
 
 
-class RoceQueuePair:
+class RoceQueuePair(Outbox):
     """One RoCEv2 RC connection endpoint (requester + responder), sans-I/O."""
 
     transport = "rocev2"
@@ -336,17 +337,6 @@ class RoceQueuePair:
         s.min_rate_bps = dc.min_seen_bps if dc is not None else self.port_rate_bps
         s.alpha = dc.alpha if dc is not None else 0.0
         return s
-
-    def control_frames_to_send(self) -> list[tuple[int, bytes]]:
-        """Only the control frames waiting (acknowledgments, NACKs, probes, port status): what
-        the I/O shell takes even when every port's data queue is full, so control never waits
-        behind data."""
-        out = self._ctrl
-        self._ctrl = []
-        return out
-
-    def next_event(self) -> Event | None:
-        return self._events.popleft() if self._events else None
 
     @property
     def idle(self) -> bool:

@@ -74,6 +74,7 @@ from mrcnic.transport.qp_types import (
     Event,
     ImmReceived,
     NetConfig,
+    Outbox,
     PeerPortStatus,
     PortAddr,
     QpAttributes,
@@ -105,7 +106,7 @@ REVERSE_MISSES_BAD = 2
 INITIAL_RTO_RTTS = 8
 
 
-class QueuePair(Requester, Responder):
+class QueuePair(Requester, Responder, Outbox):
     """One MRC connection endpoint (requester + responder)."""
 
     def __init__(
@@ -347,17 +348,6 @@ class QueuePair(Requester, Responder):
         s.srtt_s = self._srtt or 0.0
         s.rto_s = self._rto
         return s
-
-    def control_frames_to_send(self) -> list[tuple[int, bytes]]:
-        """Only the control frames waiting (acknowledgments, NACKs, probes, port status): what
-        the I/O shell takes even when every port's data queue is full, so control never waits
-        behind data."""
-        out = self._ctrl
-        self._ctrl = []
-        return out
-
-    def next_event(self) -> Event | None:
-        return self._events.popleft() if self._events else None
 
     @property
     def idle(self) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import enum
 import json
 import secrets
+from collections import deque
 from dataclasses import asdict, dataclass, field, replace
 from typing import TypeVar
 
@@ -259,6 +260,25 @@ class TxMessage:
         self.next_off = 0
         self.last_psn = -1  # set when the last packet is built
         self.done = False
+
+
+class Outbox:
+    """What both transports' queue pairs hand the I/O layer besides data: their control
+    frames and their events (a mixin; the QP owns ``_ctrl`` and ``_events``)."""
+
+    _ctrl: list[tuple[int, bytes]]
+    _events: deque
+
+    def control_frames_to_send(self) -> list[tuple[int, bytes]]:
+        """Only the control frames waiting (acknowledgments, NACKs, probes, port status): what
+        the I/O shell takes even when every port's data queue is full, so control never waits
+        behind data."""
+        out = self._ctrl
+        self._ctrl = []
+        return out
+
+    def next_event(self) -> Event | None:
+        return self._events.popleft() if self._events else None
 
 
 def check_qp_args(qpn: int, net: NetConfig) -> None:
