@@ -11,7 +11,7 @@ port (one veth per plane, in the host's network namespace), and then only moves 
   waits behind data), ``Device.frames_to_send`` *only when the ports' data queues have room*,
   then every port sends what its pacer allows;
 - **pacing**: :class:`PortPacer`, a token bucket at the port's link rate over a small two-class
-  queue (control frames and trimmed headers first), so the NIC never builds a deep local
+  queue (control frames first), so the NIC never builds a deep local
   queue and the fabric, not the veth, sees the link rate.  A control frame waits at most for
   the token debt of the data frame before it (one frame's serialisation), never for queued
   data: the rule the simulator's host port follows too (``mrcnic.sim.fabric.HostPort``);

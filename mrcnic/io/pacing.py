@@ -1,6 +1,5 @@
 """Per-port pacing of the NIC, sans-I/O (unit-tested with a fake clock): a token bucket at
-the port's link rate over a small two-class queue (control frames and trimmed headers
-first). The asyncio shell (``mrcnic.io.aio``) owns one per port; the simulator's host port
+the port's link rate over a small two-class queue (control frames first). The asyncio shell (``mrcnic.io.aio``) owns one per port; the simulator's host port
 (``mrcnic.sim.fabric.HostPort``) follows the same rule."""
 
 from __future__ import annotations
@@ -8,11 +7,17 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from mrcnic.wire import layout
+
+# the high four DSCP bits sit in the low nibble of the IPv6 header's first traffic-class byte
+_CONTROL_NIBBLE = int(layout.Dscp.CONTROL) >> 2
+
 
 def is_control_frame(frame: bytes | bytearray | memoryview) -> bool:
-    """DSCP CONTROL (46) or a trimmed header (12, 16): served before data.  The traffic class
-    is bits 4..11 of the IPv6 header; DSCP 44..47 is ``frame[14] & 0xF == 0xB``."""
-    return (frame[14] & 0x0F) == 0x0B
+    """DSCP CONTROL (46): served before data. One byte read on the hot path: DSCPs 44..47
+    share that nibble, and a NIC sends no other DSCP of them (trimmed headers, the other
+    high-priority class, are made by switches, never sent by a NIC)."""
+    return (frame[layout.OFF_TC_HI] & layout.TC_HI_DSCP_MASK) == _CONTROL_NIBBLE
 
 
 @dataclass(frozen=True, slots=True)
