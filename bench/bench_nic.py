@@ -1,0 +1,246 @@
+"""What the NIC costs per frame, against what moving the frames costs: ``make bench-nic``.
+
+Two namespaces (``mrcnb-a``, ``mrcnb-b``) joined by one veth, no switches. Three configs, each a
+sender in ``a`` and a receiver in ``b`` (processes of ``lab/bench/nic.py``, the sender pinned to
+CPU 0 and the receiver to CPU 1), run in alternating order for ``--reps`` repetitions:
+
+- ``raw``: a minimal C AF_PACKET sender (one prepared 4 KiB-payload MRC data frame, sendmmsg)
+  and a minimal C TPACKET_V3 receiver that only counts (``csrc/mrc_raw.c``);
+- ``c``: the NIC with the C engine (``MRC_NIC_ENGINE=c``): one MRC QP writing 1 MiB messages,
+  4 in flight, acknowledged by the coalescing rule;
+- ``py``: the same with the Python engine, its twin (``MRC_NIC_ENGINE=py``).
+
+Each side reports data frames and its own CPU-seconds (user + system); the figure is frames per
+CPU-second, the median over repetitions. Contract keys: ``send_ratio_vs_raw`` and
+``recv_ratio_vs_raw`` (C engine / raw C, same run); ``py_send_ratio_vs_raw`` and
+``py_recv_ratio_vs_raw`` beside them.
+
+    make bench-nic        # = .venv/bin/python bench/bench_nic.py --out results/bench-nic.json
+
+Needs root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+NS_A, NS_B = "mrcnb-a", "mrcnb-b"
+IF_A, IF_B = "mrcnb-a0", "mrcnb-b0"
+MAC_A, MAC_B = "02:00:6e:62:00:01", "02:00:6e:62:00:02"
+SEND_CPU, RECV_CPU = 0, 1
+CONFIGS = ("raw", "c", "py", "ring")
+
+
+def sh(*argv: str) -> None:
+    subprocess.run(argv, check=True, capture_output=True, text=True)
+
+
+def setup() -> None:
+    teardown()
+    sh("ip", "netns", "add", NS_A)
+    sh("ip", "netns", "add", NS_B)
+    sh("ip", "link", "add", IF_A, "netns", NS_A, "type", "veth", "peer", "name", IF_B,
+       "netns", NS_B)  # fmt: skip
+    for ns, ifn, mac in ((NS_A, IF_A, MAC_A), (NS_B, IF_B, MAC_B)):
+        sh("ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv6.conf.{ifn}.disable_ipv6=1")
+        sh("ip", "-n", ns, "link", "set", ifn, "address", mac, "mtu", "9000", "up")
+
+
+def teardown() -> None:
+    for ns in (NS_A, NS_B):
+        if os.path.exists(f"/run/netns/{ns}"):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def _spawn(ns: str, cpu: int, args: list[str], engine: str | None) -> subprocess.Popen[str]:
+    env = dict(os.environ)
+    if engine is not None:
+        env["MRC_NIC_ENGINE"] = engine
+    argv = ["ip", "netns", "exec", ns, "taskset", "-c", str(cpu), PY, "-m", "lab.bench.nic", *args]
+    return subprocess.Popen(
+        argv, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+
+
+def _line(p: subprocess.Popen[str], what: str) -> dict[str, Any]:
+    assert p.stdout is not None
+    line = p.stdout.readline()
+    if not line:
+        p.wait(5)
+        raise RuntimeError(f"bench-nic: {what} exited ({p.returncode}) without a result")
+    return json.loads(line)
+
+
+def run_raw(seconds: float, ring: bool = False) -> dict[str, Any]:
+    args = ["raw-recv", "--ifname", IF_B, "--seconds", str(seconds)] + (["--ring"] if ring else [])
+    rx = _spawn(NS_B, RECV_CPU, args, None)
+    try:
+        _line(rx, "raw receiver")  # ready
+        tx = _spawn(NS_A, SEND_CPU, ["raw-send", "--ifname", IF_A, "--mac", MAC_A, "--peer-mac",
+                                     MAC_B, "--seconds", str(seconds)], None)  # fmt: skip
+        send = _line(tx, "raw sender")
+        tx.wait(10)
+        recv = _line(rx, "raw receiver")
+        rx.wait(10)
+    finally:
+        rx.kill()
+    return {"send": send, "recv": recv}
+
+
+def run_engine(engine: str, seconds: float) -> dict[str, Any]:
+    rx = _spawn(NS_B, RECV_CPU, ["recv", "--ifname", IF_B, "--mac", MAC_B, "--peer-mac", MAC_A],
+                engine)  # fmt: skip
+    tx = None
+    try:
+        hello_rx = _line(rx, "receiver")
+        tx = _spawn(NS_A, SEND_CPU, ["send", "--ifname", IF_A, "--mac", MAC_A, "--peer-mac",
+                                     MAC_B, "--seconds", str(seconds)], engine)  # fmt: skip
+        hello_tx = _line(tx, "sender")
+        assert tx.stdin is not None and rx.stdin is not None
+        tx.stdin.write(json.dumps(hello_rx) + "\n")
+        tx.stdin.flush()
+        rx.stdin.write(json.dumps(hello_tx) + "\n")
+        rx.stdin.flush()
+        send = _line(tx, "sender")
+        tx.wait(10)
+        rx.stdin.write("stop\n")
+        rx.stdin.flush()
+        recv = _line(rx, "receiver")
+        rx.wait(10)
+    finally:
+        for p in (tx, rx):
+            if p is not None and p.poll() is None:
+                p.kill()
+    return {"send": send, "recv": recv}
+
+
+def per_cpu_s(side: dict[str, Any]) -> float:
+    return side["frames"] / side["cpu_s"] if side["cpu_s"] > 0 else 0.0
+
+
+def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for cfg, rs in runs.items():
+        if not rs:
+            continue
+        send = [per_cpu_s(r["send"]) for r in rs]
+        recv = [per_cpu_s(r["recv"]) for r in rs]
+        out[cfg] = {
+            "send_frames_per_cpu_s": round(statistics.median(send)),
+            "recv_frames_per_cpu_s": round(statistics.median(recv)),
+            "send_frames_per_cpu_s_runs": [round(x) for x in send],
+            "recv_frames_per_cpu_s_runs": [round(x) for x in recv],
+            "send_frames_per_s": round(
+                statistics.median(r["send"]["frames"] / r["send"]["elapsed_s"] for r in rs)
+            ),
+            "send_core_fraction": round(
+                statistics.median(r["send"]["cpu_s"] / r["send"]["elapsed_s"] for r in rs), 3
+            ),
+            "recv_core_fraction": round(
+                statistics.median(
+                    r["recv"]["cpu_s"] / max(r["recv"]["elapsed_s"], 1e-9) for r in rs
+                ),
+                3,
+            ),  # fmt: skip
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=3.0, help="per run [3]")
+    ap.add_argument(
+        "--configs", default="raw,c,py",
+        help="subset of raw,c,py,ring [raw,c,py]; ring: the raw receiver on a TPACKET_V3 ring",
+    )  # fmt: skip
+    ap.add_argument("--out", default=None, help="write the JSON here")
+    a = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench-nic: needs root (network namespaces)", file=sys.stderr)
+        return 2
+    configs = [c for c in a.configs.split(",") if c]
+    bad = [c for c in configs if c not in CONFIGS]
+    if bad:
+        print(f"bench-nic: unknown config {bad[0]!r} (raw, c, py, ring)", file=sys.stderr)
+        return 2
+    started = time.time()
+    load0 = os.getloadavg()[0]
+    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
+    setup()
+    try:
+        for rep in range(a.reps):
+            order = configs if rep % 2 == 0 else list(reversed(configs))
+            for cfg in order:
+                if cfg in ("raw", "ring"):
+                    r = run_raw(a.seconds, ring=cfg == "ring")
+                else:
+                    r = run_engine(cfg, a.seconds)
+                runs[cfg].append(r)
+                print(
+                    f"rep {rep + 1}/{a.reps} {cfg:>3}: send {per_cpu_s(r['send']):>9,.0f} "
+                    f"frames/CPU-s ({r['send']['frames']:,} frames), recv "
+                    f"{per_cpu_s(r['recv']):>9,.0f} frames/CPU-s ({r['recv']['frames']:,})",
+                    flush=True,
+                )
+    finally:
+        teardown()
+    summary = summarise(runs)
+    result: dict[str, Any] = {
+        "bench": "bench-nic",
+        "command": "bench/bench_nic.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "timestamp_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "kernel": platform.release(),
+            "python": platform.python_version(),
+            "loadavg_1m_before": round(load0, 2),
+            "loadavg_1m_after": round(os.getloadavg()[0], 2),
+        },
+        "method": {
+            "payload_bytes": 4096,
+            "seconds_per_run": a.seconds,
+            "reps": a.reps,
+            "statistic": "median over repetitions of data frames per CPU-second of the process",
+            "order": "alternating (forward, then reversed)",
+            "elapsed_s": round(time.time() - started, 1),
+        },
+        "configs": summary,
+        "runs": runs,
+    }
+    raw = summary.get("raw")
+    for eng, prefix in (("c", ""), ("py", "py_")):
+        e = summary.get(eng)
+        if raw and e:
+            result[f"{prefix}send_ratio_vs_raw"] = round(
+                e["send_frames_per_cpu_s"] / raw["send_frames_per_cpu_s"], 3
+            )
+            result[f"{prefix}recv_ratio_vs_raw"] = round(
+                e["recv_frames_per_cpu_s"] / raw["recv_frames_per_cpu_s"], 3
+            )
+    for k in ("send_ratio_vs_raw", "recv_ratio_vs_raw", "py_send_ratio_vs_raw",
+              "py_recv_ratio_vs_raw"):  # fmt: skip
+        if k in result:
+            print(f"{k}: {result[k]}")
+    if a.out:
+        Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())
