@@ -9,9 +9,9 @@ import sys
 import time
 from typing import Any
 
-from mrcnic.units import rate_in, size_in, time_in
+from mrcnic.units import size_in, time_in
 
-from . import lifecycle
+from . import calibrate, lifecycle
 from .faults import Faults, tc_rate_arg
 from .netns import LabError, ns_argv
 from .params import DEFAULT_NAME, ParamError, resolve
@@ -49,10 +49,11 @@ def _topology_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--hosts-per-t0", type=int, dest="hosts_per_t0", help="hosts under each T0 [2]")
     g.add_argument(
         "--rate-mbit",
-        type=rate_in(1e6),
+        type=calibrate.rate_arg,
         dest="rate_mbit",
         metavar="R",
-        help="link rate, Mbit/s, or spelled out: 100, 1G, 2.5mbit [100]",
+        help="link rate, Mbit/s, or spelled out: 100, 1G, 2.5mbit; auto: the rate this "
+        "machine carries with the fabric, not the CPU, as the limit (mrc-lab calibrate) [100]",
     )
     g.add_argument(
         "--buffer-kb",
@@ -84,20 +85,30 @@ def _name_flag(p: argparse.ArgumentParser) -> None:
 
 
 def _params(args: argparse.Namespace):
-    return resolve(
+    auto = args.rate_mbit == calibrate.AUTO
+    params = resolve(
         args.topology,
         name=args.name,
         planes=args.planes,
         t0=args.t0,
         t1=args.t1,
         hosts_per_t0=args.hosts_per_t0,
-        rate_mbit=args.rate_mbit,
+        rate_mbit=None if auto else args.rate_mbit,
         buffer_kb=args.buffer_kb,
         ecn_kb=args.ecn_kb,
         mtu=args.mtu,
         block=args.block,
         switch=args.switch,
     )
+    if auto and args.cmd != "calibrate":  # measured (root) or cached; `plan` only reads the cache
+        cal = calibrate.get(params, measure=args.cmd == "up", echo=_stderr)
+        print(f"{cal.line()}\n  {cal.source()}", file=sys.stderr)
+        params = params.with_overrides(rate_mbit=cal.rate_mbit)
+    return params
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -140,6 +151,16 @@ def build_parser() -> argparse.ArgumentParser:
     _topology_flags(p)
     p.add_argument("--keep-on-error", action="store_true", help="leave a half-built lab to debug")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+
+    p = cmd(
+        "calibrate",
+        "measure the link rate at which this machine's CPU keeps up with a lab of this shape "
+        "(cached per boot; used by up --rate-mbit auto, make demo, make bench)",
+        "examples:\n  mrc-lab calibrate\n  mrc-lab calibrate --switch kernel --json\n"
+        "  mrc-lab calibrate --recalibrate\n\nSee docs/lab.md (CALIBRATION).",
+    )
+    _topology_flags(p)
+    calibrate.add_arguments(p)
 
     p = cmd(
         "down",
@@ -435,8 +456,13 @@ def cmd_port(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    return calibrate.run_cli(_params(args), args)
+
+
 COMMANDS = {
     "plan": cmd_plan,
+    "calibrate": cmd_calibrate,
     "up": cmd_up,
     "down": cmd_down,
     "status": cmd_status,

@@ -442,4 +442,5 @@ def _result(
         "cpus": cpu0.get("cpus"),
         "retransmissions": sum(q["retransmissions"] for f in finals for q in f.get("qp", [])),
         "timeouts": sum(q["timeouts"] for f in finals for q in f.get("qp", [])),
+        **bc.cpu_verdict(cpu0.get("machine_cpu_percent"), cpu_ranks),
     }

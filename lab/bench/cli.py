@@ -599,6 +599,8 @@ def format_pair(res: dict[str, Any]) -> str:
             f"client {res['cpu_percent_client'] or 0:.0f}   server {res['cpu_percent_server'] or 0:.0f}",
         )
     )
+    if warn := bc.cpu_warning(res):
+        out.append(warn)
     return "\n".join(out)
 
 
@@ -632,6 +634,8 @@ def format_allreduce(res: dict[str, Any]) -> str:
         out.append(f"   error: {e}")
     ranks = "  ".join(f"r{i} {c or 0:.0f}" for i, c in enumerate(res["cpu_percent_ranks"]))
     out.append(_cpu_line(res, ranks))
+    if warn := bc.cpu_warning(res):
+        out.append(warn)
     return "\n".join(out)
 
 

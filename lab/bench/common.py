@@ -164,6 +164,58 @@ class CpuMeter:
         return out
 
 
+# A run is CPU-bound, and its goodput says more about this machine than about the fabric,
+# when the machine was at least this busy over the run (busy share of all CPUs, /proc/stat)
+# or one NIC process used at least this share of one core (it cannot get more than one).
+CPU_BOUND_MACHINE = 0.85
+CPU_BOUND_NIC = 0.90
+
+
+def cpu_bound(machine_busy_fraction: float | None, nic_core_fraction_max: float | None) -> bool:
+    """True when the machine was >= 85% busy or a NIC process used >= 90% of a core; a
+    figure that was not measured (None) says nothing either way."""
+    return (machine_busy_fraction is not None and machine_busy_fraction >= CPU_BOUND_MACHINE) or (
+        nic_core_fraction_max is not None and nic_core_fraction_max >= CPU_BOUND_NIC
+    )
+
+
+def cpu_verdict(
+    machine_cpu_percent: float | None, nic_cpu_percents: list[float | None]
+) -> dict[str, Any]:
+    """The ``cpu_bound`` keys of mrc-bench's JSON from its CPU figures (percentages: the
+    machine's busy share of all CPUs, each NIC process in % of one core)."""
+    machine = None if machine_cpu_percent is None else round(machine_cpu_percent / 100, 4)
+    nics = [c for c in nic_cpu_percents if c is not None]
+    nic = round(max(nics) / 100, 4) if nics else None
+    return {
+        "cpu_bound": cpu_bound(machine, nic),
+        "machine_busy_fraction": machine,
+        "nic_core_fraction_max": nic,
+        "cpu_bound_thresholds": {
+            "machine_busy_fraction": CPU_BOUND_MACHINE,
+            "nic_core_fraction": CPU_BOUND_NIC,
+        },
+    }
+
+
+def cpu_warning(res: dict[str, Any]) -> str | None:
+    """The screen's warning line for a CPU-bound result (None when it was not)."""
+    if not res.get("cpu_bound"):
+        return None
+    parts = []
+    m, n = res.get("machine_busy_fraction"), res.get("nic_core_fraction_max")
+    if m is not None:
+        parts.append(f"machine {m:.0%} busy (limit {CPU_BOUND_MACHINE:.0%})")
+    if n is not None:
+        parts.append(f"busiest NIC process {n:.0%} of a core (limit {CPU_BOUND_NIC:.0%})")
+    return (
+        " WARNING: CPU-bound run: "
+        + ", ".join(parts)
+        + ": this machine's CPU, not the fabric, may have limited the result; lower the link "
+        "rate (mrc-lab up --rate-mbit auto)"
+    )
+
+
 def switch_pids(lab_state: Any) -> list[int]:
     """PIDs of the lab's switch processes that still run what the lab started."""
     return [rec.pid for rec in lab_state.processes.values() if rec.is_alive()]

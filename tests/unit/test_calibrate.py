@@ -1,0 +1,287 @@
+"""The lab's calibration and mrc-bench's cpu_bound flag: pure parts, no root, no lab."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import pytest
+
+from lab import calibrate as cal
+from lab.bench import common as bc
+from lab.bench.cli import format_pair
+from lab.netns import LabError
+from lab.params import LabParams
+
+
+def meas(rate=100.0, fps=20_000.0, busy=0.94, idle=0.04, nic=0.40, flows=1, **kw):
+    dur = 2.0
+    return cal.Measurement(
+        rate_mbit=rate,
+        planes=kw.pop("planes", 8),
+        flows=flows,
+        duration_s=dur,
+        frames=round(fps * dur),
+        frame_bytes=kw.pop("frame_bytes", 4202.0),
+        cpus=kw.pop("cpus", 2),
+        machine_busy=busy,
+        idle_busy=idle,
+        nic_core_max=nic,
+        **kw,
+    )
+
+
+# --- cpu_bound ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("machine", "nic", "bound"),
+    [
+        (0.84, 0.89, False),
+        (0.85, 0.10, True),  # machine at the threshold
+        (0.10, 0.90, True),  # one NIC process at the threshold
+        (None, 0.95, True),
+        (0.99, None, True),
+        (None, None, False),  # nothing measured says nothing
+    ],
+)
+def test_cpu_bound_rule(machine, nic, bound) -> None:
+    assert bc.cpu_bound(machine, nic) is bound
+
+
+def test_cpu_verdict_from_bench_percentages_and_the_warning_line() -> None:
+    v = bc.cpu_verdict(92.1, [38.5, None, 33.7])
+    assert v["cpu_bound"] is True
+    assert v["machine_busy_fraction"] == 0.921 and v["nic_core_fraction_max"] == 0.385
+    assert v["cpu_bound_thresholds"] == {"machine_busy_fraction": 0.85, "nic_core_fraction": 0.9}
+    warn = bc.cpu_warning(v)
+    assert warn and "WARNING: CPU-bound" in warn and "92% busy" in warn
+    ok = bc.cpu_verdict(60.0, [95.0])
+    assert ok["cpu_bound"] is True and "95% of a core" in bc.cpu_warning(ok)
+    assert bc.cpu_warning(bc.cpu_verdict(50.0, [40.0, 30.0])) is None
+    assert bc.cpu_verdict(None, [])["cpu_bound"] is False
+
+
+def _pair_result(**kw) -> dict:
+    r = {
+        "test": "write",
+        "lab": "mrc",
+        "switch_mode": "python",
+        "planes": 8,
+        "port_rate_bps": 1e8,
+        "transport": "mrc",
+        "src": "h0",
+        "dst": "h3",
+        "same_t0": False,
+        "qps": 1,
+        "depth": 8,
+        "capacity_bps": 8e8,
+        "size": 1 << 20,
+        "iterations": 10,
+        "peak_bps": 6e8,
+        "goodput_bps": 6e8,
+        "msg_rate_pps": 70.0,
+        "goodput_fraction": 0.75,
+        "duration_s": 2.0,
+        "retransmissions": 0,
+        "timeouts": 0,
+        "verified": True,
+        "qp_errors": 0,
+        "cpu_percent_client": 40.0,
+        "cpu_percent_server": 35.0,
+        "machine_cpu_percent": 92.0,
+        "cpus": 2,
+    }
+    r.update(kw)
+    return r
+
+
+def test_the_screen_warns_only_when_cpu_bound() -> None:
+    bound = _pair_result(**bc.cpu_verdict(92.0, [40.0, 35.0]))
+    assert "WARNING: CPU-bound" in format_pair(bound)
+    free = _pair_result(machine_cpu_percent=50.0, **bc.cpu_verdict(50.0, [40.0, 35.0]))
+    assert "WARNING" not in format_pair(free)
+
+
+# --- the rate from a measured cost ----------------------------------------------------------
+
+
+def test_costs_per_frame_come_from_the_measurement() -> None:
+    m = meas(fps=20_000, busy=0.94, idle=0.04, nic=0.40)
+    assert m.machine_core_s_per_frame == pytest.approx(0.90 * 2 / 20_000)
+    assert m.nic_core_s_per_frame == pytest.approx(0.40 / 20_000)
+    two = meas(fps=20_000, nic=0.40, flows=2)  # each process carries half the frames
+    assert two.nic_core_s_per_frame == pytest.approx(0.40 / 10_000)
+    assert m.cpu_bound and not meas(busy=0.6).cpu_bound
+
+
+def test_rate_choice_keeps_the_machine_at_the_headroom_target() -> None:
+    m = meas(fps=20_000, busy=0.94, idle=0.04, nic=0.40)
+    # target machine 0.85 x 0.75 = 0.6375: (0.6375 - 0.04) x 2 / (0.9 x 2 / 20000) fps
+    fps = (0.6375 - 0.04) / 0.90 * 20_000
+    assert cal.target_fps(m) == pytest.approx(fps)
+    assert cal.carried_fps(m) == pytest.approx((0.85 - 0.04) / 0.90 * 20_000)
+    per_mbit = cal.fps_per_mbit(8, 4202.0)
+    assert per_mbit == pytest.approx(8e6 / (4202 * 8))
+    r = cal.choose_rate(m)
+    assert r == cal.floor2(fps / per_mbit) and 40 < r < 60
+    # the result keeps the predicted load at or under the target
+    assert m.idle_busy + m.machine_core_s_per_frame * r * per_mbit / m.cpus <= 0.6375
+
+
+def test_rate_choice_caps_floors_and_respects_the_nic_limit() -> None:
+    cheap = meas(fps=20_000, busy=0.20, idle=0.02, nic=0.10)
+    assert cal.choose_rate(cheap, cap_mbit=100) == 100  # the machine could do more: the cap
+    busy_elsewhere = meas(busy=0.95, idle=0.70)
+    assert cal.choose_rate(busy_elsewhere) == cal.MIN_RATE_MBIT  # nothing left: the floor
+    nic_bound = meas(fps=20_000, busy=0.30, idle=0.02, nic=0.95)
+    # the NIC process limits: 0.675 of a core at 0.95/20000 core-s per frame
+    want = cal.floor2(0.675 / (0.95 / 20_000) / cal.fps_per_mbit(8, 4202.0))
+    assert cal.choose_rate(nic_bound) == want
+    unmeasured = meas(busy=0.04, idle=0.04, nic=0.0)
+    assert math.isinf(cal.target_fps(unmeasured)) and cal.choose_rate(unmeasured) == 100
+
+
+def test_floor2() -> None:
+    assert cal.floor2(54.7) == 54
+    assert cal.floor2(5.47) == 5.4
+    assert cal.floor2(137.0) == 130
+    assert cal.floor2(100.0) == 100
+    assert cal.floor2(0.123) == 0.12
+
+
+def test_within_targets_and_next_rate() -> None:
+    assert cal.within_targets(meas(busy=0.70, nic=0.5))  # <= 0.6375 x 1.15
+    assert not cal.within_targets(meas(busy=0.75, nic=0.5))
+    assert not cal.within_targets(meas(busy=0.5, nic=0.80))  # > 0.675 x 1.15
+    # one step: the constant-cost choice, and never above 0.9 x the last rate
+    first = meas(rate=100, fps=19_845, busy=0.94, idle=0.04)
+    assert cal.next_rate([first]) == cal.choose_rate(first)
+    barely = meas(rate=50, fps=11_000, busy=0.76, idle=0.04)
+    assert cal.next_rate([barely]) <= 45
+    # two steps that were not CPU-bound, cost rising as the rate falls: a lower rate than
+    # the constant-cost model gives
+    a = meas(rate=55, fps=12_870, busy=0.84, idle=0.04)
+    b = meas(rate=40, fps=9_400, busy=0.78, idle=0.04)
+    alpha = cal.fitted_exponent(a, b)
+    assert alpha is not None and alpha < 1
+    assert cal.next_rate([a, b]) < cal.choose_rate(b)
+    # a saturated step says nothing about the exponent
+    assert cal.fitted_exponent(first, b) is None
+
+
+def test_measurement_from_bench_results() -> None:
+    port = {"rx_frames": 5000, "rx_bytes": 5000 * 4200}
+    res = {
+        "nic": {"server": {"ports": [port] * 8}},
+        "cpu_percent_client": 38.5,
+        "cpu_percent_server": 33.7,
+        "machine_cpu_percent": 92.1,
+        "goodput_fraction": 0.76,
+        "duration_s": 2.0,
+        "cpus": 2,
+        "verified": True,
+    }
+    m = cal.measurement_from_results(100.0, 8, [res], idle_busy=0.04)
+    assert m.frames == 40_000 and m.fps == 20_000 and m.frame_bytes == 4200
+    assert m.machine_busy == 0.921 and m.nic_core_max == 0.385 and m.flows == 1
+    assert m.verified and m.goodput_fraction == 0.76
+    with pytest.raises(ValueError):
+        cal.measurement_from_results(100.0, 8, [], 0.0)
+
+
+# --- the cache, per boot --------------------------------------------------------------------
+
+
+def _cal(key="k", rate=45.0, boot="boot-a", code="code-1") -> cal.Calibration:
+    return cal.Calibration(
+        key=key,
+        rate_mbit=rate,
+        verified=True,
+        capped=False,
+        cap_mbit=100.0,
+        headroom=cal.HEADROOM,
+        steps=[meas(rate=100), meas(rate=rate, fps=10_000, busy=0.62)],
+        switch="python",
+        planes=8,
+        flows=1,
+        measured_at="2026-11-23T22:00:00+0000",
+        boot_id=boot,
+        code_hash=code,
+        wall_s=14.0,
+    )
+
+
+def test_cache_is_keyed_per_boot_and_per_code(tmp_path) -> None:
+    path = tmp_path / "calibration.json"
+    assert cal.store(_cal(), path) == path
+    hit = cal.load_cached("k", boot="boot-a", code="code-1", path=path)
+    assert hit is not None and hit.from_cache and hit.rate_mbit == 45.0
+    assert hit.steps[1].machine_busy == 0.62 and hit.to_dict()["rule"]["headroom"] == 0.75
+    assert cal.load_cached("k", boot="boot-b", code="code-1", path=path) is None  # rebooted
+    assert cal.load_cached("k", boot="boot-a", code="code-2", path=path) is None  # new code
+    assert cal.load_cached("other", boot="boot-a", code="code-1", path=path) is None
+    # another shape joins the same boot's file; a new boot's entry drops the old ones
+    cal.store(_cal(key="k2", rate=20.0), path)
+    assert cal.load_cached("k", boot="boot-a", code="code-1", path=path) is not None
+    cal.store(_cal(key="k2", rate=30.0, boot="boot-b"), path)
+    data = json.loads(path.read_text())
+    assert data["boot_id"] == "boot-b" and list(data["entries"]) == ["k2"]
+    assert cal.load_cached("k", boot="boot-b", code="code-1", path=path) is None
+    path.write_text("not json")
+    assert cal.load_cached("k2", boot="boot-b", code="code-1", path=path) is None
+
+
+def test_cache_key_holds_the_shape_not_the_name_or_rate() -> None:
+    a = LabParams(name="mrc", rate_mbit=100)
+    b = LabParams(name="mrcdemo", rate_mbit=20)
+    pairs = [(0, 3)]
+    assert cal.cache_key(a, pairs, env={}) == cal.cache_key(b, pairs, env={})
+    assert cal.cache_key(a, pairs, env={}) != cal.cache_key(
+        LabParams(switch="kernel"), pairs, env={}
+    )
+    assert cal.cache_key(a, pairs, env={}) != cal.cache_key(LabParams(planes=2), pairs, env={})
+    assert cal.cache_key(a, pairs, env={}) != cal.cache_key(a, [(0, 3), (1, 2)], env={})
+    knob = cal.cache_key(a, pairs, env={"MRC_SWITCH_C_LOOP": "0"})
+    assert knob != cal.cache_key(a, pairs, env={}) and "MRC_SWITCH_C_LOOP=0" in knob
+
+
+def test_code_hash_follows_the_code(tmp_path) -> None:
+    (tmp_path / "mrcnic").mkdir()
+    f = tmp_path / "mrcnic" / "x.py"
+    f.write_text("a = 1\n")
+    h1 = cal.code_hash(tmp_path, ("mrcnic/**/*.py",))
+    assert h1 == cal.code_hash(tmp_path, ("mrcnic/**/*.py",))
+    f.write_text("a = 2\n")
+    assert cal.code_hash(tmp_path, ("mrcnic/**/*.py",)) != h1
+    assert len(cal.code_hash()) == 24
+
+
+def test_get_uses_the_cache_and_never_measures_when_told_not_to(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("MRC_CALIBRATION_DIR", str(tmp_path))
+    params = LabParams()
+    with pytest.raises(LabError, match="mrc-lab calibrate"):
+        cal.get(params, measure=False)
+    key = cal.cache_key(params, cal.default_pairs(params))
+    cal.store(_cal(key=key, boot=cal.boot_id(), code=cal.code_hash()))
+    got = cal.get(params, measure=False)
+    assert got.rate_mbit == 45.0 and got.from_cache
+    assert "cached for this boot" in got.source()
+
+
+def test_the_line_says_the_rate_and_why() -> None:
+    c = _cal()
+    line = c.line()
+    assert line.startswith("this machine carries ~")
+    assert "links at 45 Mb/s" in line and "so the fabric, not the CPU, limits" in line
+    busy = cal.Calibration.from_dict({**c.to_dict(), "verified": False})
+    busy.steps[-1] = meas(rate=45, fps=10_000, busy=0.62, idle=0.3)
+    assert "not verified" in busy.line() and "30% busy with other work" in busy.line()
+
+
+def test_rate_arg_takes_auto_or_a_rate() -> None:
+    assert cal.rate_arg("auto") == "auto" and cal.rate_arg("AUTO") == "auto"
+    assert cal.rate_arg("50M") == 50.0 and cal.rate_arg("1G") == 1000.0
+    with pytest.raises(argparse.ArgumentTypeError):
+        cal.rate_arg("fast")
