@@ -20,14 +20,16 @@ import json
 import os
 import platform
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
-from mrcnic.units import rate_in, size_arg, time_arg, time_in
+from mrcnic.units import size_arg, time_arg, time_in
 
 from . import analysis as an
-from . import lifecycle
+from . import calibrate, lifecycle
+from .bench.common import cpu_verdict
 from .netns import LabError, have_net_admin
 from .params import LabParams, resolve
 from .progress import Progress
@@ -149,6 +151,29 @@ def _cpu_cell(run: dict[str, Any]) -> str:
     return " ".join(parts) or "n/a"
 
 
+def _cpu_bound_cell(res: dict[str, Any]) -> str:
+    """Whether a run was CPU-bound (mrc-bench's flag; computed from its CPU figures for a
+    result from before the flag existed), with the figures behind it."""
+    if "cpu_bound" not in res:
+        res = {
+            **res,
+            **cpu_verdict(
+                res.get("machine_cpu_percent"),
+                [res.get("cpu_percent_client"), res.get("cpu_percent_server")],
+            ),
+        }
+    m, n = res.get("machine_busy_fraction"), res.get("nic_core_fraction_max")
+    figs = ", ".join(
+        x
+        for x in (
+            f"machine {m:.0%}" if isinstance(m, int | float) else "",
+            f"NIC {n:.0%}" if isinstance(n, int | float) else "",
+        )
+        if x
+    )
+    return f"{'YES' if res.get('cpu_bound') else 'no'} ({figs})" if figs else "?"
+
+
 def render_screen(doc: dict[str, Any], width: int = 56, unicode: bool = True) -> str:
     """The one screen of the demo, from its JSON document (pure: tested without a lab)."""
     lab = doc["lab"]
@@ -166,8 +191,11 @@ def render_screen(doc: dict[str, Any], width: int = 56, unicode: bool = True) ->
         f"{doc['duration_s']:g} s write, {_size(doc['size'])} messages; bars: goodput per "
         f"{doc['timeline_ms']} ms / what the surviving fabric can carry",
         f"faults: {marks}",
-        "",
     ]
+    why = (doc.get("rate_choice") or {}).get("line")
+    if why:
+        lines += textwrap.wrap(f"rate: {why}", 96, subsequent_indent="      ")
+    lines.append("")
     for key, run in runs.items():
         title = TRANSPORT_TITLES.get(key, key)
         res = run.get("result") or {}
@@ -209,7 +237,7 @@ def render_screen(doc: dict[str, Any], width: int = 56, unicode: bool = True) ->
         return f"{label:<{lab_w}}" + "".join(f"{c:<{col}}" for c in cells).rstrip()
 
     lines.append(row("", [TRANSPORT_TITLES.get(k, k) for k in keys]))
-    cells_gp, cells_b, cells_qp, cells_cpu = [], [], [], []
+    cells_gp, cells_b, cells_qp, cells_cpu, cells_bound = [], [], [], [], []
     for k in keys:
         res = runs[k].get("result") or {}
         if not res:
@@ -217,6 +245,7 @@ def render_screen(doc: dict[str, Any], width: int = 56, unicode: bool = True) ->
             cells_b.append("-")
             cells_qp.append("-")
             cells_cpu.append("-")
+            cells_bound.append("-")
             continue
         gf = res.get("goodput_fraction")
         gp = res.get("goodput_bps")
@@ -229,10 +258,12 @@ def render_screen(doc: dict[str, Any], width: int = 56, unicode: bool = True) ->
         cells_b.append(f"{_bytes(res.get('bytes') or 0)}, {'verified' if v else 'NOT VERIFIED'}")
         cells_qp.append(str(res.get("qp_errors")))
         cells_cpu.append(_cpu_cell(runs[k]))
+        cells_bound.append(_cpu_bound_cell(res))
     lines.append(row("goodput (of capacity)", cells_gp))
     lines.append(row("bytes written", cells_b))
     lines.append(row("QP errors", cells_qp))
     lines.append(row("CPU, 1 core = 100% (sw: switches)", cells_cpu))
+    lines.append(row("CPU-bound (>=85% busy, NIC>=90%)", cells_bound))
     thr = [
         f"{(runs[k].get('analysis') or {}).get('threshold_fraction', 0):.0%}"
         if runs[k].get("analysis")
@@ -292,6 +323,34 @@ def _find_dip(run: dict[str, Any], n: int, kind: str) -> dict[str, Any] | None:
     return None
 
 
+# --- the link rate ---------------------------------------------------------------------------
+
+
+def choose_rate(
+    params: LabParams, auto: bool, pair: tuple[int, int], recalibrate: bool, say
+) -> tuple[LabParams, dict[str, Any]]:
+    """The demo's link rate: calibrated (cached per boot) for ``auto``, else as given; says
+    which on one line and returns the lab's parameters at that rate and the why for the
+    JSON."""
+    if not auto:
+        line = (
+            f"links at {params.rate_mbit:g} Mb/s as given (--rate-mbit); the summary says "
+            "whether the CPU limited the run"
+        )
+        say(line)
+        return params, {"mode": "forced", "rate_mbit": params.rate_mbit, "line": line}
+    cal = calibrate.get(params, [pair], recalibrate=recalibrate, echo=say)
+    say(cal.line())
+    say(f"  {cal.source()}")
+    params = params.with_overrides(rate_mbit=cal.rate_mbit)
+    return params, {
+        "mode": "calibrated",
+        "rate_mbit": cal.rate_mbit,
+        "line": cal.line(),
+        "calibration": cal.to_dict(),
+    }
+
+
 # --- main -----------------------------------------------------------------------------------
 
 
@@ -334,11 +393,17 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--planes", type=int, default=None, help="lab planes [8]")
     ap.add_argument(
         "--rate-mbit",
-        type=rate_in(1e6),
-        default=None,
+        type=calibrate.rate_arg,
+        default=calibrate.AUTO,
         metavar="R",
-        help="link rate in Mb/s, or spelled out (50M) [the lab default, 100]; lower it if this machine's CPU, not the "
-        "fabric, limits the write (see docs/performance.md)",
+        help="link rate in Mb/s, or spelled out (50M); auto: the highest rate at which this "
+        "machine's CPU keeps up, so the fabric limits (measured once per boot: mrc-lab "
+        "calibrate; docs/demo.md) [auto]",
+    )
+    ap.add_argument(
+        "--recalibrate",
+        action="store_true",
+        help="with --rate-mbit auto: measure this machine again, even if this boot has a result",
     )
     ap.add_argument("--out", default=str(RESULTS / "demo.json"))
     ap.add_argument("--png", default=str(RESULTS / "demo-timeline.png"))
@@ -361,15 +426,27 @@ def main(argv: list[str] | None = None) -> int:
     if why:
         print(f"make demo: {why}; run `make setup` first.", file=sys.stderr)
         return 2
+    auto = args.rate_mbit == calibrate.AUTO
     params = resolve(
-        None, name=args.name, switch=args.switch, planes=args.planes, rate_mbit=args.rate_mbit
+        None,
+        name=args.name,
+        switch=args.switch,
+        planes=args.planes,
+        rate_mbit=None if auto else args.rate_mbit,
     )
     plan_hosts = params.host_count
     dst = args.dst or f"h{plan_hosts - 1}"
     src_i, dst_i = int(args.src[1:]), int(dst[1:])
+    say = _printer()
+    try:
+        params, rate_choice = choose_rate(params, auto, (src_i, dst_i), args.recalibrate, say)
+    except LabError as e:
+        say(f"make demo: calibration failed: {e}")
+        return 1
+    except KeyboardInterrupt:
+        return 130
     steps = demo_schedule(args.duration, params.planes, params.t1)
     unicode = not args.ascii and an.can_encode("█▁·", sys.stdout.encoding)
-    say = _printer()
     say(
         f"mrc demo: lab {params.name} ({params.planes} planes, {plan_hosts} hosts, "
         f"{params.switch} switches); {args.src} -> {dst}; {args.duration:g} s per write"
@@ -384,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         "duration_s": args.duration,
         "timeline_ms": args.timeline_ms,
         "schedule": [s.to_dict() for s in steps],
+        "rate_choice": rate_choice,
         "runs": {},
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
     }

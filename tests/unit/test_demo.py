@@ -185,3 +185,27 @@ def test_demo_refuses_without_root(monkeypatch, capsys) -> None:
     monkeypatch.setattr(demo, "have_net_admin", lambda: False)
     assert demo.main([]) == 2
     assert "needs root" in capsys.readouterr().err
+
+
+def test_screen_says_the_rate_chosen_and_whether_each_run_was_cpu_bound() -> None:
+    doc = _doc()
+    doc["rate_choice"] = {
+        "mode": "calibrated",
+        "rate_mbit": 40.0,
+        "line": "this machine carries ~11,352 frames/s through the lab (python switches, 143 us "
+        "of CPU per frame): links at 40 Mb/s (9,500 frames/s) so the fabric, not the CPU, limits",
+    }
+    doc["runs"]["mrc"]["result"].update(
+        cpu_bound=False, machine_busy_fraction=0.71, nic_core_fraction_max=0.34
+    )
+    # a result without the flag (older mrc-bench): computed from its CPU figures
+    doc["runs"]["rocev2"]["result"].update(
+        machine_cpu_percent=93.0, cpu_percent_client=40.0, cpu_percent_server=30.0
+    )
+    screen = demo.render_screen(doc)
+    lines = screen.splitlines()
+    assert len(lines) <= 42 and max(len(line) for line in lines) <= 100
+    assert "rate: this machine carries ~11,352 frames/s" in screen
+    assert "so the fabric, not the CPU, limits" in " ".join(screen.split())
+    row = next(line for line in lines if line.startswith("CPU-bound"))
+    assert "no (machine 71%, NIC 34%)" in row and "YES (machine 93%, NIC 40%)" in row
