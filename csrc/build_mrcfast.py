@@ -30,6 +30,7 @@ ffibuilder.set_source(
     "\n".join(f'#include "{h.name}"' for h in headers),
     sources=[str(s.relative_to(HERE.parent)) for s in sources],
     include_dirs=[str(HERE)],
+    libraries=["z"],  # zlib's crc32: the ICRC (Python's zlib.crc32 is the same function)
     extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE"],
 )
 

@@ -69,7 +69,24 @@ enum {
     /* opcodes (layout.Opcode): the MRC data opcodes are WRITE_FIRST..WRITE_ONLY_IMM */
     MRC_WIRE_OP_WRITE_FIRST = 0xC6,
     MRC_WIRE_OP_WRITE_LAST_IMM = 0xC9,
-    MRC_WIRE_OP_WRITE_ONLY_IMM = 0xCB
+    MRC_WIRE_OP_WRITE_ONLY_IMM = 0xCB,
+    MRC_WIRE_OP_SACK = 0xDC,
+    MRC_WIRE_OP_NACK = 0xDD,
+
+    /* BTH bits beyond the flags byte's TS */
+    MRC_WIRE_BTH_FLAG_RTX = 0x20,         /* in the byte at OFF_BTH_FLAGS: a retransmission */
+    MRC_WIRE_BTH_ACKREQ = -2147483648, /* 0x80000000 in BTH word 2 (above the PSN), as an int */
+
+    /* NACK reasons (layout.NackReason) */
+    MRC_WIRE_NACK_TRIMMED = 1,
+    MRC_WIRE_NACK_TRIMMED_LASTHOP = 2,
+    MRC_WIRE_NACK_PSN_OOR_WINDOW = 5,
+    MRC_WIRE_NACK_UNEXP_EVENT = 6,
+    MRC_WIRE_NACK_REMOTE_ACCESS_ERROR = 7,
+
+    /* SACK marks (layout.SackMark) */
+    MRC_WIRE_SACK_MARK_SKIP_ONCE = 1,
+    MRC_WIRE_SACK_MARK_ALWAYS_SKIP = 2
 };
 
 /* MRC_WIRE_LAYOUT_VERSION as compiled into the module (a stale build shows here). */

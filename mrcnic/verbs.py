@@ -27,6 +27,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from mrcnic.profiles import (
     DEFAULT_EVENTS,
@@ -58,6 +59,7 @@ from mrcnic.transport.qp_types import (
     peek_dest_qp,
     seeded,
 )
+from mrcnic.transport.rx_engine import ENGINES, RxEngines, engine_from_env
 from mrcnic.wire import usid
 from mrcnic.wire.layout import EV_PROBE_QPN
 
@@ -289,6 +291,7 @@ class Device:
         port_rate_bps: float | Sequence[float] = 100e6,
         clock: Callable[[], float] = time.monotonic,
         seed: int | None = None,
+        engine: str | None = None,
     ) -> None:
         self.net = net
         rates = (
@@ -301,6 +304,12 @@ class Device:
         self.port_rates_bps = rates
         self.clock = clock
         self.memory = MemoryTable(seed)
+        #: the responder data path's engine (MRC_NIC_ENGINE: "c" or "py";
+        #: mrcnic.transport.rx_engine); ``engine`` overrides the environment
+        self.engine_name = engine if engine is not None else engine_from_env()
+        if self.engine_name not in ENGINES:
+            raise ValueError(f"engine {self.engine_name!r}: not an engine (c, py)")
+        self._rx_engines = RxEngines(self.memory) if self.engine_name == "c" else None
         self.qps: dict[int, QP] = {}
         # QP 0x2: answers EV probes, hands their answers to the QP they name
         self.ev_probes = EvProbeDesk(net, lambda qpn: q.core if (q := self.qps.get(qpn)) else None)
@@ -353,6 +362,8 @@ class Device:
                 config = prof.apply(config)
         rate = sum(self.port_rates_bps) if transport == "mrc" else max(self.port_rates_bps)
         core = cls(qpn, self.net, self.memory, rate, config)
+        if transport == "mrc" and self._rx_engines is not None:
+            core._rx_engines = self._rx_engines  # connect() gives it a C receive engine
         qp = QP(self, core)
         qp.transport = transport
         for prof in (ev_profile, cc_profile):
@@ -364,6 +375,8 @@ class Device:
         return qp
 
     def destroy_qp(self, qp: QP) -> None:
+        if self._rx_engines is not None:
+            self._rx_engines.remove(qp.qpn)
         if self.qps.pop(qp.qpn, None) is not None:
             for prof in (qp.ev_profile, qp.cc_profile):
                 if prof is not None:
@@ -411,6 +424,37 @@ class Device:
 
     # -- sans-I/O surface for the shell ------------------------------------------------------
 
+    def receive_batch(self, ring: Any, n: int, now_s: float) -> int:
+        """The first ``n`` frames of a receive ring (``mrcnic.io.batch.RecvRing``): data
+        frames of QPs with a C engine go through it in one call, the rest one by one through
+        :meth:`receive_frame`. Returns how many frames were too long for the ring's slots."""
+        eng = self._rx_engines
+        cap = ring.cap
+        view = ring.view
+        if eng is None or not eng.engines or ring.ptr is None:
+            lens = ring.lens
+            too_big = 0
+            for i in range(n):
+                ln = lens[i]
+                if ln > cap:
+                    too_big += 1
+                    continue
+                off = i * cap
+                self.receive_frame(view[off : off + ln], now_s)
+            return too_big
+        done = eng.dispatch(ring.ptr, ring.c_offs, ring.c_lens, n, cap, now_s)
+        too_big = 0
+        rx = self.receive_frame
+        lens = ring.lens
+        for i in range(n):
+            d = done[i]
+            if d == 0:
+                off = i * cap
+                rx(view[off : off + lens[i]], now_s)
+            elif d == 2:
+                too_big += 1
+        return too_big
+
     def receive_frame(self, data: bytes | memoryview, now_s: float) -> None:
         qpn = peek_dest_qp(data)
         qp = self.qps.get(qpn) if qpn is not None else None
@@ -419,11 +463,21 @@ class Device:
         elif qpn == EV_PROBE_QPN:
             self.ev_probes.receive_frame(data, now_s)
 
+    def _engine_ctrl(self) -> list[tuple[int, bytes]]:
+        eng = self._rx_engines
+        if eng is None or not eng.ctrl:
+            return []
+        out = eng.ctrl
+        eng.ctrl = []
+        return out
+
     def frames_to_send(self, now_s: float) -> list[tuple[int, bytes]]:
         cores = self._cores
-        if len(cores) == 1 and not self.ev_probes._out:
+        eng = self._rx_engines
+        if len(cores) == 1 and not self.ev_probes._out and (eng is None or not eng.ctrl):
             return cores[0].frames_to_send(now_s)
-        out: list[tuple[int, bytes]] = self.ev_probes.control_frames_to_send()
+        out: list[tuple[int, bytes]] = self._engine_ctrl()
+        out += self.ev_probes.control_frames_to_send()
         for core in cores:
             out += core.frames_to_send(now_s)
         return out
@@ -433,9 +487,11 @@ class Device:
         status): what the I/O shell takes on every pump, even when every port's data queue is
         full, so control never waits behind data.  ``frames_to_send`` returns them too."""
         cores = self._cores
-        if len(cores) == 1 and not self.ev_probes._out:
+        eng = self._rx_engines
+        if len(cores) == 1 and not self.ev_probes._out and (eng is None or not eng.ctrl):
             return cores[0].control_frames_to_send()
-        out: list[tuple[int, bytes]] = self.ev_probes.control_frames_to_send()
+        out: list[tuple[int, bytes]] = self._engine_ctrl()
+        out += self.ev_probes.control_frames_to_send()
         for core in cores:
             ctrl = core.control_frames_to_send()
             if ctrl:

@@ -94,6 +94,7 @@ from mrcnic.transport.qp_types import (
 )
 from mrcnic.transport.requester import Requester
 from mrcnic.transport.responder import Responder
+from mrcnic.transport.rx_engine import CRxEngine, RxEngines
 from mrcnic.transport.sack import LOST_BY_TIMEOUT, ResponderWindow, Scoreboard, TxRecord
 from mrcnic.wire import usid
 
@@ -161,6 +162,9 @@ class QueuePair(Requester, Responder, Outbox):
         self._rto = max(self._min_rto, INITIAL_RTO_RTTS * cfg.base_rtt_s)
         self._ack_delay = cfg.ack_delay_s if cfg.ack_delay_s is not None else cfg.base_rtt_s / 8
         self._ack_deadline: float | None = None
+        # the C receive engine: Device sets _rx_engines (MRC_NIC_ENGINE=c), connect makes _rxe
+        self._rx_engines: RxEngines | None = None
+        self._rxe: CRxEngine | None = None
         self._ack_trigger = (0, 0, 0, False)  # psn, ev, ts, ce of the last unacked packet
         self._ce_run: dict[int, int] = {}  # responder: consecutive CE-marked packets per EV
         self._local_down = [False] * self.planes
@@ -246,6 +250,10 @@ class QueuePair(Requester, Responder, Outbox):
         )
         self._dest = usid.DestTemplate(self.net.shape, self.net.host, remote.host)
         self._slot_tmpl = [self._make_tmpl(ev) for ev in self.evs.ev_values]
+        if self._rx_engines is not None:  # the C receive engine (mrcnic.transport.rx_engine)
+            eng = CRxEngine(self, self._rx_engines)
+            if self._rx_engines.add(eng):
+                self._rxe = eng
         evs, sb = self.evs, self.sb
         # what _send_new needs that never changes after connect (the objects, not their
         # contents): one tuple unpack instead of a score of attribute loads per call
@@ -361,7 +369,7 @@ class QueuePair(Requester, Responder, Outbox):
         if self.state is not QpState.READY:
             return None
         t = self.sb.next_deadline()
-        a = self._ack_deadline
+        a = self._ack_deadline if self._rxe is None else self._rxe.deadline()
         if a is not None and (t is None or a < t):
             t = a
         if self.evs.probe_due:
@@ -375,7 +383,9 @@ class QueuePair(Requester, Responder, Outbox):
 
     def handle_timer(self, now_s: float) -> None:
         self.evs.now_s = now_s
-        if self._ack_deadline is not None and self._ack_deadline <= now_s:
+        if self._rxe is not None:
+            self._rxe.timer(now_s)
+        elif self._ack_deadline is not None and self._ack_deadline <= now_s:
             self._ack_deadline = None
             psn, ev, ts, ce = self._ack_trigger
             if self.rxwin.pending:
@@ -491,6 +501,9 @@ class QueuePair(Requester, Responder, Outbox):
         """Process one received Ethernet frame addressed to this QP."""
         if self.peer is None or self.state is QpState.ERROR:
             return
+        rxe = self._rxe
+        if rxe is not None and rxe.frame(data, now_s):
+            return  # a data frame: the C engine placed, refused or counted it
         n = len(data)
         if n < _OFF_BTH + 12:
             self.stats.rx_malformed += 1
@@ -567,8 +580,11 @@ class QueuePair(Requester, Responder, Outbox):
             ce = (w0 >> 20) & 3 == 3
             probe = pkt.probe
             plane = probe.ev % self.planes
-            cack = (self.rxwin.expected - 1) & PSN_MASK
-            self._send_sack(cack, probe.ev, probe.tx_ts_ns, ce, plane, _OP_ACK)
+            if self._rxe is not None:
+                self._rxe.ack(_OP_ACK, probe.ev, probe.tx_ts_ns, ce, plane)
+            else:
+                cack = (self.rxwin.expected - 1) & PSN_MASK
+                self._send_sack(cack, probe.ev, probe.tx_ts_ns, ce, plane, _OP_ACK)
         elif op == _OP_EP_REQ and pkt.endpoint.kind == wire.EndpointKind.PORT_STATUS:
             ep = pkt.endpoint
             # acknowledge every copy (the sender retries until it hears this), apply only

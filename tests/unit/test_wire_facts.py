@@ -65,6 +65,18 @@ C_FACTS: dict[str, int] = {
     "MRC_WIRE_OFF_BTH": layout.OFF_BTH,
     "MRC_WIRE_OFF_BTH_FLAGS": layout.OFF_BTH_FLAGS,
     "MRC_WIRE_BTH_FLAG_TS": layout.BTH_FLAG_TS,
+    "MRC_WIRE_BTH_FLAG_RTX": layout.BTH_FLAG_RTX,
+    "MRC_WIRE_BTH_ACKREQ": layout.BTH_ACKREQ - (1 << 32),  # an int enum in C: the same bits
+    "MRC_WIRE_OP_SACK": Opcode.SACK,
+    "MRC_WIRE_OP_NACK": Opcode.NACK,
+    **{
+        f"MRC_WIRE_NACK_{r.name}": int(r)
+        for r in layout.NackReason
+        if r.name
+        in ("TRIMMED", "TRIMMED_LASTHOP", "PSN_OOR_WINDOW", "UNEXP_EVENT", "REMOTE_ACCESS_ERROR")
+    },
+    "MRC_WIRE_SACK_MARK_SKIP_ONCE": int(layout.SackMark.SKIP_ONCE),
+    "MRC_WIRE_SACK_MARK_ALWAYS_SKIP": int(layout.SackMark.ALWAYS_SKIP),
     "MRC_WIRE_TC_HI_DSCP_MASK": layout.TC_HI_DSCP_MASK,
     "MRC_WIRE_TC_LO_DSCP_MASK": layout.TC_LO_DSCP_MASK,
     "MRC_WIRE_TC_LO_ECN_MASK": layout.TC_LO_ECN_MASK,

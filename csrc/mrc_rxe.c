@@ -1,0 +1,545 @@
+/* The receive engine: the responder's data path (see mrc_rxe.h). Each function names the
+ * Python it is the twin of; the order of checks and counters follows it exactly. */
+#include "mrc_rxe.h"
+
+#include <string.h>
+#include <zlib.h>
+
+#include "mrc_psnwin.h"
+#include "mrc_wire.h"
+
+enum {
+    OFF_UDP = MRC_WIRE_OFF_UDP,
+    OFF_BTH = MRC_WIRE_OFF_BTH,
+    OFF_SRC = MRC_WIRE_OFF_SRC,
+    SACK_BODY = 40,
+    NACK_BODY = 20,
+    HALF = MRC_PSN_HALF,
+    MASK = MRC_PSN_MASK,
+    CE_RUN_ALWAYS_SKIP = 8, /* responder: CE marks in a row on one EV -> ALWAYS_SKIP */
+    BITMAP_BITS = 64
+};
+
+static inline uint32_t be16(const uint8_t *p) { return (uint32_t)p[0] << 8 | p[1]; }
+static inline uint32_t be32(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+static inline uint64_t be64(const uint8_t *p) { return (uint64_t)be32(p) << 32 | be32(p + 4); }
+static inline void put16(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 8);
+    p[1] = (uint8_t)v;
+}
+static inline void put32(uint8_t *p, uint32_t v) {
+    put16(p, v >> 16);
+    put16(p + 2, v);
+}
+static inline void put64(uint8_t *p, uint64_t v) {
+    put32(p, (uint32_t)(v >> 32));
+    put32(p + 4, (uint32_t)v);
+}
+
+/* --- EvTable.next_reverse_ev / reverse_ev_on ------------------------------------------------ */
+
+static int rev_is_bad(const struct mrc_rxe_qp *q, uint32_t i) { return q->reverse_bad[i]; }
+
+static uint32_t next_reverse(struct mrc_rxe_qp *q) {
+    uint32_t n = q->n_reverse;
+    for (int skip_bad = 1; skip_bad >= 0; skip_bad--) {
+        for (uint32_t j = 0; j < n; j++) {
+            uint32_t i = q->reverse_next;
+            q->reverse_next = (q->reverse_next + 1) % n;
+            uint32_t ev = q->tmpl[i].ev;
+            if (!q->plane_down[ev % q->planes] && !(skip_bad && rev_is_bad(q, i))) {
+                return i;
+            }
+        }
+    }
+    return 0;
+}
+
+static uint32_t reverse_on(struct mrc_rxe_qp *q, uint32_t plane) {
+    if (q->plane_down[plane]) {
+        return next_reverse(q);
+    }
+    uint32_t per = q->reverse_per_plane;
+    for (uint32_t j = 0; j < per; j++) {
+        uint32_t k = q->reverse_k[plane];
+        q->reverse_k[plane] = (k + 1) % per;
+        uint32_t i = k * q->planes + plane;
+        if (i < q->n_reverse && !rev_is_bad(q, i)) {
+            return i;
+        }
+    }
+    return next_reverse(q);
+}
+
+/* --- control frames (QueuePair._ctrl_frame, Responder._sack_frame) ------------------------- */
+
+/* Headers from template t, the BTH (op, dest QP, w2) and `body` bytes already in place at
+ * OFF_BTH + 12; then the ICRC and the UDP checksum. Returns the frame length. */
+static uint32_t finish_ctrl(uint8_t *f, const struct mrc_rxe_tmpl *t, uint32_t op,
+                            uint32_t dest_qp, uint32_t w2, uint32_t body) {
+    memcpy(f, t->hdr, sizeof(t->hdr));
+    uint32_t end = OFF_BTH + 12 + body;
+    uint32_t ulen = end + 4 - OFF_UDP;
+    put16(f + 18, ulen);      /* IPv6 payload length */
+    put16(f + OFF_UDP + 4, ulen);
+    put16(f + OFF_UDP + 6, 0);
+    f[OFF_BTH] = (uint8_t)op;
+    f[OFF_BTH + 1] = 0;
+    put16(f + OFF_BTH + 2, 0xFFFF);
+    put32(f + OFF_BTH + 4, dest_qp);
+    put32(f + OFF_BTH + 8, w2);
+    put32(f + end, (uint32_t)crc32(0, f + OFF_BTH, end - OFF_BTH));
+    /* one's complement sum of the datagram as the Python twin computes it: the value of
+     * its bytes modulo 0xFFFF (2^16 = 1 mod 0xFFFF), plus the pseudo-header */
+    uint64_t s = (uint64_t)t->psum + ulen;
+    const uint8_t *u = f + OFF_UDP;
+    uint32_t i = 0;
+    for (; i + 1 < ulen; i += 2) {
+        s += be16(u + i);
+    }
+    if (i < ulen) {
+        s += (uint32_t)u[i] << 8; /* an odd datagram: padded with a zero byte */
+    }
+    put16(f + OFF_UDP + 6, 0xFFFF - (uint32_t)(s % 0xFFFF));
+    return end + 4;
+}
+
+static uint8_t *out_slot(struct mrc_rxe_out *out, uint32_t plane, uint32_t len) {
+    uint8_t *f = out->buf + (size_t)out->n * out->slot_len;
+    out->len[out->n] = len;
+    out->plane[out->n] = (uint8_t)plane;
+    out->n++;
+    return f;
+}
+
+/* Responder._send_nack */
+static void send_nack(struct mrc_rxe_qp *q, uint32_t reason, uint32_t psn, uint32_t ev,
+                      uint64_t ts, int plane, struct mrc_rxe_out *out) {
+    q->st.tx_nacks++;
+    uint32_t i = plane < 0 ? next_reverse(q) : reverse_on(q, (uint32_t)plane);
+    const struct mrc_rxe_tmpl *t = &q->tmpl[i];
+    uint8_t *f = out->buf + (size_t)out->n * out->slot_len;
+    uint8_t *b = f + OFF_BTH + 12;
+    put32(b, reason << 24 | psn);
+    put32(b + 4, ev);
+    put32(b + 8, (q->win->expected - 1) & MASK);
+    put64(b + 12, ts);
+    uint32_t len = finish_ctrl(f, t, MRC_WIRE_OP_NACK, q->peer_qpn, psn, NACK_BODY);
+    out_slot(out, t->ev % q->planes, len);
+}
+
+/* ResponderWindow._penalty_of */
+static uint32_t penalty_of(const struct mrc_rxe_qp *q, uint32_t span) {
+    uint32_t half = q->win->size / 2;
+    if (span <= half) {
+        return 0;
+    }
+    uint64_t p = (uint64_t)(span - half) * 127 / half;
+    return p < 127 ? (uint32_t)p : 127;
+}
+
+/* ResponderWindow._lasthop_penalty */
+static uint32_t lasthop_penalty(struct mrc_rxe_qp *q) {
+    uint32_t trims = q->lasthop_trims;
+    double frac = (trims || q->pending) ? (double)trims / (double)(trims + q->pending) : 0.0;
+    q->lasthop_frac += (frac - q->lasthop_frac) * 0.25;
+    q->lasthop_trims = 0;
+    if (q->lasthop_frac < 1.0 / 512) {
+        q->lasthop_frac = 0.0;
+    }
+    int64_t p = (int64_t)(q->lasthop_frac * 4 * 127);
+    return p < 127 ? (uint32_t)p : 127;
+}
+
+static uint32_t ahead(uint32_t psn, uint32_t expected) {
+    uint32_t d = (psn - expected) & MASK;
+    return d >= HALF ? 0 : d;
+}
+
+/* Responder._send_sack with ResponderWindow.sack_values; frames to out (room checked by the
+ * caller: two slots). */
+static void send_sack(struct mrc_rxe_qp *q, uint32_t op, uint32_t psn, uint32_t ev, uint64_t ts,
+                      int ce, uint32_t plane, int twice, struct mrc_rxe_out *out) {
+    int ece = ce || q->ece_pending;
+    struct mrc_psnwin *w = q->win;
+    uint32_t expected = w->expected;
+    uint32_t cack = (expected - 1) & MASK;
+    int64_t h = (w->highest - expected) & MASK;
+    uint32_t pen;
+    if (h >= HALF) {
+        h = -1;
+        pen = 0;
+    } else {
+        pen = (h + 1 < HALF) ? penalty_of(q, (uint32_t)h + 1) : 0;
+    }
+    if (q->lasthop_trims || q->lasthop_frac != 0.0) {
+        uint32_t lp = lasthop_penalty(q);
+        pen = lp > pen ? lp : pen;
+    }
+    int64_t d = (psn - expected) & MASK;
+    if (d >= HALF) {
+        d = 0;
+    }
+    int64_t lo = d;
+    if (q->pending) {
+        int64_t a = ahead((uint32_t)q->pending_lo, expected);
+        lo = a < d ? a : d;
+    }
+    int64_t o = h - (BITMAP_BITS - 1);
+    o = lo < o ? lo : o;
+    uint32_t offset = o > 0 ? (uint32_t)o : 0;
+    uint64_t bitmap = 0;
+    uint32_t ooo = 0;
+    if (h >= 0) {
+        bitmap = mrc_psnwin_sack_bitmap(w, offset);
+        int64_t x = h + 1 - (int64_t)mrc_psnwin_holes(w);
+        ooo = x < 0xFFFF ? (uint32_t)x : 0xFFFF;
+    }
+    q->pending = 0;
+    q->pending_lo = -1;
+    q->ece_pending = 0;
+    uint32_t w0;
+    if (ce) {
+        uint32_t run = 0;
+        for (uint32_t i = 0; i < q->n_ce; i++) {
+            if (q->ce[i].ev == ev) {
+                run = q->ce[i].run;
+                break;
+            }
+        }
+        uint32_t mark = run >= CE_RUN_ALWAYS_SKIP ? MRC_WIRE_SACK_MARK_ALWAYS_SKIP
+                                                  : MRC_WIRE_SACK_MARK_SKIP_ONCE;
+        w0 = mark << 30 | 0x20000000u | cack;
+    } else {
+        w0 = ece ? 0x20000000u | cack : cack;
+    }
+    q->ack_armed = 0;
+    q->st.tx_sacks++;
+    q->sacked = 1;
+    uint32_t copies = 1;
+    uint32_t idx[2];
+    idx[0] = reverse_on(q, plane);
+    if (twice) {
+        for (uint32_t j = 0; j < q->n_reverse; j++) {
+            uint32_t other = next_reverse(q);
+            if (q->tmpl[other].ev % q->planes != plane) {
+                idx[copies++] = other;
+                break;
+            }
+        }
+    }
+    for (uint32_t c = 0; c < copies; c++) {
+        const struct mrc_rxe_tmpl *t = &q->tmpl[idx[c]];
+        uint8_t *f = out->buf + (size_t)out->n * out->slot_len;
+        uint8_t *b = f + OFF_BTH + 12;
+        put32(b, w0);
+        put16(b + 4, offset);
+        b[6] = (uint8_t)pen;
+        b[7] = 0;
+        put64(b + 8, bitmap);
+        put32(b + 16, ev);
+        put16(b + 20, ooo);
+        put16(b + 22, 0);
+        put64(b + 24, ts);
+        put64(b + 32, q->received_bytes);
+        uint32_t len = finish_ctrl(f, t, op, q->peer_qpn, cack, SACK_BODY);
+        out_slot(out, t->ev % q->planes, len);
+    }
+}
+
+/* --- placement (MemoryTable.place) --------------------------------------------------------- */
+
+static struct mrc_rxe_region *find_region(struct mrc_rxe_regions *mem, uint32_t rkey) {
+    for (uint32_t i = 0; i < mem->n; i++) {
+        if (mem->r[i].rkey == rkey) {
+            return &mem->r[i];
+        }
+    }
+    return NULL;
+}
+
+static int place(struct mrc_rxe_regions *mem, uint32_t rkey, uint64_t va, const uint8_t *src,
+                 uint32_t n) {
+    struct mrc_rxe_region *r = find_region(mem, rkey);
+    if (r == NULL || !r->remote_write || va < r->base_va) {
+        return -1;
+    }
+    uint64_t off = va - r->base_va;
+    if (off > r->length || n > r->length - off) {
+        return -1;
+    }
+    memcpy(r->ptr + off, src, n);
+    r->bytes_placed += n;
+    return 0;
+}
+
+/* --- the data path (Responder._rx_data, _rx_placed, _rx_deliver) --------------------------- */
+
+static void event(struct mrc_rxe_qp *q, int32_t kind, uint32_t a, uint32_t b, uint32_t c,
+                  double t) {
+    struct mrc_rxe_event *e = &q->events[q->n_events++];
+    e->kind = kind;
+    e->a = a;
+    e->b = b;
+    e->c = c;
+    e->t_s = t;
+}
+
+static void deliver(struct mrc_rxe_qp *q, double now_s) {
+    uint16_t msn = q->rx_msn;
+    for (;;) {
+        struct mrc_rxe_msg *m = &q->msgs[msn % MRC_RXE_MSN_WINDOW];
+        if (!m->done) {
+            break;
+        }
+        m->done = 0;
+        if (m->has_imm) {
+            m->has_imm = 0;
+            event(q, MRC_RXE_EV_IMM, m->imm, m->length, m->rqmsn, now_s);
+            q->rx_rqmsn = (uint16_t)(m->rqmsn + 1);
+        }
+        msn = (uint16_t)(msn + 1);
+    }
+    q->rx_msn = msn;
+}
+
+static void ce_note(struct mrc_rxe_qp *q, uint32_t ev, int ce) {
+    uint32_t i = 0;
+    while (i < q->n_ce && q->ce[i].ev != ev) {
+        i++;
+    }
+    if (ce) {
+        if (i == q->n_ce) {
+            if (q->n_ce >= MRC_RXE_CE_EVS) {
+                q->n_ce = 0; /* keyed by an EV from the wire: bounded, starts over */
+                i = 0;
+            }
+            q->ce[i].ev = ev;
+            q->ce[i].run = 0;
+            q->n_ce++;
+        }
+        q->ce[i].run++;
+        q->ece_pending = 1;
+    } else if (i < q->n_ce) {
+        q->ce[i] = q->ce[--q->n_ce];
+    }
+}
+
+int mrc_rxe_frame(struct mrc_rxe_qp *q, struct mrc_rxe_regions *mem, const uint8_t *f,
+                  uint32_t n, double now_s, struct mrc_rxe_out *out) {
+    if (q->dead) {
+        return 1;
+    }
+    if (out->n + 2 > out->cap || q->n_events + 1 > MRC_RXE_MAX_EVENTS) {
+        return -1;
+    }
+    if (n < OFF_BTH + 12) {
+        q->st.rx_malformed++;
+        return 1;
+    }
+    uint32_t ip_w0 = be32(f + 14);
+    uint32_t end = OFF_UDP + be16(f + 18);
+    if (be16(f + 12) != MRC_WIRE_ETHERTYPE_IPV6 || ip_w0 >> 28 != 6 || f[20] != 17 || end > n ||
+        end < OFF_UDP + 20) {
+        q->st.rx_malformed++;
+        return 1;
+    }
+    int known = 0;
+    for (uint32_t i = 0; i < q->n_srcs; i++) {
+        if (memcmp(f + OFF_SRC, q->srcs[i], 16) == 0) {
+            known = 1;
+            break;
+        }
+    }
+    if (!known) {
+        q->st.rx_foreign++;
+        return 1;
+    }
+    uint32_t op = f[OFF_BTH];
+    if (op < MRC_WIRE_OP_WRITE_FIRST || op > MRC_WIRE_OP_WRITE_ONLY_IMM) {
+        return 0;
+    }
+    uint32_t dscp = (ip_w0 >> 22) & 0x3F;
+    int trimmed = dscp == MRC_WIRE_DSCP_TRIMMED || dscp == MRC_WIRE_DSCP_TRIMMED_LASTHOP;
+    int imm = op == MRC_WIRE_OP_WRITE_LAST_IMM || op == MRC_WIRE_OP_WRITE_ONLY_IMM;
+    uint32_t hdr_end = OFF_BTH + (imm ? 44 : 40);
+    if (end < hdr_end + (trimmed ? 0 : 4)) {
+        q->st.rx_malformed++;
+        return 1;
+    }
+    if (!trimmed && (uint32_t)crc32(0, f + OFF_BTH, end - 4 - OFF_BTH) != be32(f + end - 4)) {
+        q->st.rx_malformed++;
+        return 1;
+    }
+    const uint8_t *h = f + OFF_BTH + 4;
+    uint32_t w1 = be32(h), w2 = be32(h + 4);
+    uint32_t msn = be16(h + 8), rqmsn = be16(h + 10);
+    uint64_t ts = be64(h + 12), va = be64(h + 20);
+    uint32_t rkey = be32(h + 28), length = be32(h + 32);
+    if ((w1 & MASK) != q->qpn) {
+        q->st.rx_malformed++;
+        return 1;
+    }
+    uint32_t psn = w2 & MASK;
+    uint32_t ev = (uint32_t)f[OFF_UDP] << 24 | (uint32_t)f[OFF_UDP + 1] << 16 | (ip_w0 & 0xFFFF);
+    int ce = ((ip_w0 >> 20) & 3) == 3;
+    uint32_t plane = ev % q->planes;
+    q->st.rx_data_packets++;
+    if (ce) {
+        q->st.rx_ecn_marked++;
+    }
+    struct mrc_psnwin *w = q->win;
+    if (trimmed) {
+        q->st.rx_trimmed++;
+        if (dscp == MRC_WIRE_DSCP_TRIMMED_LASTHOP) {
+            q->lasthop_trims++;
+        }
+        uint32_t reason = dscp == MRC_WIRE_DSCP_TRIMMED ? MRC_WIRE_NACK_TRIMMED
+                                                        : MRC_WIRE_NACK_TRIMMED_LASTHOP;
+        if (mrc_psnwin_test(w, psn) != 1) {
+            send_nack(q, reason, psn, ev, ts, (int)plane, out);
+        }
+        return 1;
+    }
+    uint32_t d = (psn - w->expected) & MASK;
+    if (d < HALF && d >= w->size) {
+        send_nack(q, MRC_WIRE_NACK_PSN_OOR_WINDOW, psn, ev, ts, (int)plane, out);
+        return 1;
+    }
+    if (d >= HALF || (d && mrc_psnwin_test(w, psn) == 1)) {
+        q->st.rx_duplicates++;
+        send_sack(q, MRC_WIRE_OP_SACK, psn, ev, ts, ce, plane, 1, out);
+        return 1;
+    }
+    if (((msn - q->rx_msn) & 0xFFFF) >= MRC_RXE_MSN_WINDOW) {
+        q->st.rx_msn_out_of_range++;
+        return 1;
+    }
+    uint32_t plen = end - 4 - hdr_end;
+    if (place(mem, rkey, va, f + hdr_end, plen) != 0) {
+        q->st.rx_refused++;
+        send_nack(q, MRC_WIRE_NACK_REMOTE_ACCESS_ERROR, psn, ev, ts, -1, out);
+        return 1;
+    }
+    /* ResponderWindow.receive (the window was asked: the mark is new) */
+    mrc_psnwin_mark(w, psn);
+    if (psn == w->expected) {
+        mrc_psnwin_advance(w);
+    }
+    if (q->pending == 0 || ((psn - (uint32_t)q->pending_lo) & MASK) >= HALF) {
+        q->pending_lo = psn;
+    }
+    q->pending++;
+    q->st.rx_placed_bytes += plen;
+    q->received_bytes += plen;
+    struct mrc_rxe_msg *m = &q->msgs[msn % MRC_RXE_MSN_WINDOW];
+    if (imm) {
+        /* Responder._rx_imm_check */
+        uint32_t ahead_n = (rqmsn - q->rx_rqmsn) & 0xFFFF;
+        if (ahead_n >= q->max_wimm_inflight && ahead_n < 0x8000) {
+            send_nack(q, MRC_WIRE_NACK_UNEXP_EVENT, psn, 0, 0, -1, out);
+            event(q, MRC_RXE_EV_WIMM_FATAL, ahead_n + 1, 0, 0, now_s);
+            q->dead = 1;
+            return 1;
+        }
+        m->has_imm = 1;
+        m->rqmsn = (uint16_t)rqmsn;
+        m->imm = be32(f + OFF_BTH + 40);
+    }
+    /* Responder._rx_placed: message accounting, completion in MSN order */
+    uint64_t got = (uint64_t)m->bytes + plen;
+    if (got >= length) {
+        m->bytes = 0;
+        if (msn == q->rx_msn && !m->has_imm) {
+            q->rx_msn = (uint16_t)(msn + 1);
+            deliver(q, now_s);
+        } else {
+            m->done = 1;
+            m->length = length;
+            deliver(q, now_s);
+        }
+    } else {
+        m->bytes = (uint32_t)got;
+    }
+    if (ce || q->n_ce) {
+        ce_note(q, ev, ce);
+    }
+    int rtx = (w1 >> 24) & MRC_WIRE_BTH_FLAG_RTX;
+    if (ce || rtx || (w2 & (uint32_t)MRC_WIRE_BTH_ACKREQ) || q->pending >= q->ack_every) {
+        send_sack(q, MRC_WIRE_OP_SACK, psn, ev, ts, ce, plane, rtx != 0, out);
+    } else {
+        q->trig_psn = psn;
+        q->trig_ev = ev;
+        q->trig_ts = ts;
+        q->trig_ce = (uint8_t)ce;
+        if (!q->ack_armed) {
+            q->ack_armed = 1;
+            q->ack_deadline_s = now_s + q->ack_delay_s;
+        }
+    }
+    return 1;
+}
+
+int mrc_rxe_ack_timer(struct mrc_rxe_qp *q, double now_s, struct mrc_rxe_out *out) {
+    if (!q->ack_armed || q->ack_deadline_s > now_s) {
+        return 0;
+    }
+    if (out->n + 2 > out->cap) {
+        return -1;
+    }
+    q->ack_armed = 0;
+    if (!q->pending || q->dead) {
+        return 0;
+    }
+    send_sack(q, MRC_WIRE_OP_SACK, q->trig_psn, q->trig_ev, q->trig_ts, q->trig_ce,
+              q->trig_ev % q->planes, 0, out);
+    return 1;
+}
+
+int mrc_rxe_ack(struct mrc_rxe_qp *q, uint32_t op, uint32_t ev, uint64_t ts, int ce,
+                uint32_t plane, struct mrc_rxe_out *out) {
+    if (out->n + 2 > out->cap) {
+        return -1;
+    }
+    send_sack(q, op, (q->win->expected - 1) & MASK, ev, ts, ce, plane % q->planes, 0, out);
+    return 1;
+}
+
+int mrc_rxe_dispatch(struct mrc_rxe_dev *d, const uint8_t *buf, const uint32_t *offs,
+                     const uint32_t *lens, uint32_t n, uint32_t slot_len, double now_s,
+                     int8_t *done) {
+    uint32_t i = 0;
+    uint32_t nq = d->n < 64 ? d->n : 64;
+    for (; i < n; i++) {
+        uint32_t len = lens[i];
+        if (len > slot_len) {
+            done[i] = 2;
+            continue;
+        }
+        const uint8_t *f = buf + offs[i];
+        done[i] = 0;
+        if (len < OFF_BTH + 8 || f[OFF_BTH] < MRC_WIRE_OP_WRITE_FIRST ||
+            f[OFF_BTH] > MRC_WIRE_OP_WRITE_ONLY_IMM) {
+            continue;
+        }
+        uint32_t qpn = be32(f + OFF_BTH + 4) & MASK;
+        struct mrc_rxe_qp *q = NULL;
+        for (uint32_t j = 0; j < nq; j++) {
+            if (d->qpn[j] == qpn) {
+                q = d->qp[j];
+                break;
+            }
+        }
+        if (q == NULL) {
+            continue;
+        }
+        int r = mrc_rxe_frame(q, d->mem, f, len, now_s, d->out);
+        if (r < 0) {
+            break;
+        }
+        done[i] = (int8_t)r;
+    }
+    return (int)i;
+}

@@ -1,0 +1,168 @@
+#ifndef MRC_RXE_H
+#define MRC_RXE_H
+#include <stdint.h>
+/* The receive engine: an MRC responder's data path in C (make bench-nic, docs/core.md).
+ *
+ * For each data frame of a connected QP: the acceptance rules (the peer's source address,
+ * headers, ICRC, QP number, PSN window, MSN window, R_Key/permission/bounds), placement into
+ * registered memory, the PSN bitmap, CE accounting, message completion in MSN order, and the
+ * SACK or NACK the coalescing rule asks for, built from per-EV templates into an output
+ * array. Python decides everything else (control frames, timers, errors) and is called per
+ * batch. Its twin is the Python responder (mrcnic/transport/responder.py with
+ * mrcnic/transport/sack.py ResponderWindow): for the same frames both produce the same
+ * control frames, events and counters (tests/unit/test_rx_engine.py).
+ *
+ * The caller owns every struct and array; nothing here allocates. */
+
+struct mrc_psnwin;
+
+/* One registered memory region: the placement rule of mrcnic.transport.memory. */
+struct mrc_rxe_region {
+    uint32_t rkey;
+    uint32_t remote_write; /* 1 when the region's access includes REMOTE_WRITE */
+    uint64_t base_va;
+    uint64_t length;
+    uint8_t *ptr;
+    uint64_t bytes_placed; /* counted here; the shell adds it to the Python region */
+};
+
+struct mrc_rxe_regions {
+    struct mrc_rxe_region *r;
+    uint32_t n;
+    uint32_t cap;
+};
+
+/* A control-frame template of one reverse EV: Ethernet + IPv6 + UDP headers (payload
+ * length, UDP length and checksum zero; DSCP CONTROL, ECT0) and the UDP pseudo-header sum
+ * over the source and final destination address plus next header, modulo 0xFFFF. */
+struct mrc_rxe_tmpl {
+    uint8_t hdr[62];
+    uint32_t ev;
+    uint32_t psum;
+};
+
+/* Control frames out: slot i of cap frames of slot_len bytes each; plane[i] is the port. */
+struct mrc_rxe_out {
+    uint8_t *buf;
+    uint32_t slot_len;
+    uint32_t cap;
+    uint32_t n;
+    uint32_t *len;
+    uint8_t *plane;
+};
+
+enum {
+    MRC_RXE_EV_IMM = 1,        /* a = imm, b = length, c = rqmsn: ImmReceived */
+    MRC_RXE_EV_WIMM_FATAL = 2, /* a = write-with-imm messages in flight: REMOTE_OP_ERROR */
+    MRC_RXE_MAX_EVENTS = 256,
+    MRC_RXE_MAX_SRCS = 16,
+    MRC_RXE_MAX_REVERSE = 128,
+    MRC_RXE_CE_EVS = 4096,
+    MRC_RXE_MSN_WINDOW = 16384
+};
+
+struct mrc_rxe_event {
+    int32_t kind;
+    uint32_t a;
+    uint32_t b;
+    uint32_t c;
+    double t_s;
+};
+
+/* Per-message state, indexed by msn % MRC_RXE_MSN_WINDOW (live MSNs are within the window). */
+struct mrc_rxe_msg {
+    uint32_t bytes;  /* placed so far (0: none, or complete) */
+    uint32_t imm;
+    uint32_t length; /* of a completed message waiting for an earlier one */
+    uint16_t rqmsn;
+    uint8_t has_imm; /* its last packet carried an immediate (placed) */
+    uint8_t done;    /* complete, waiting for earlier messages */
+};
+
+struct mrc_rxe_ce {
+    uint32_t ev;
+    uint32_t run;
+};
+
+struct mrc_rxe_stats {
+    int64_t rx_data_packets, rx_ecn_marked, rx_malformed, rx_trimmed, rx_duplicates;
+    int64_t rx_msn_out_of_range, rx_refused, rx_placed_bytes, rx_foreign;
+    int64_t tx_sacks, tx_nacks;
+};
+
+struct mrc_rxe_qp {
+    /* set by the shell at connect */
+    uint32_t qpn, peer_qpn, planes, reverse_per_plane;
+    uint32_t ack_every, max_wimm_inflight;
+    double ack_delay_s;
+    uint32_t n_srcs;
+    uint8_t srcs[16][16];          /* the peer's source address per plane */
+    struct mrc_psnwin *win;        /* the tracking window (mrcnic.fast.PsnWindow's struct) */
+    struct mrc_rxe_msg *msgs;      /* MRC_RXE_MSN_WINDOW entries */
+    struct mrc_rxe_ce *ce;         /* MRC_RXE_CE_EVS entries */
+    struct mrc_rxe_tmpl *tmpl;     /* n_reverse templates, in reverse-EV order */
+    uint32_t n_reverse;
+    uint8_t reverse_bad[128];      /* per reverse EV: its probes went unanswered */
+    uint8_t plane_down[16];
+    /* the coalescing state (ResponderWindow) */
+    uint32_t pending;
+    int64_t pending_lo;            /* -1: none */
+    uint8_t ece_pending;
+    uint8_t dead;                  /* a fatal error was reported: take no more frames */
+    uint8_t sacked;                /* a SACK was sent since the shell last cleared this */
+    uint8_t ack_armed;             /* ack_deadline_s is set */
+    uint64_t received_bytes;
+    uint32_t lasthop_trims;
+    double lasthop_frac;
+    double ack_deadline_s;
+    uint32_t trig_psn, trig_ev;    /* the last packet not yet acknowledged */
+    uint64_t trig_ts;
+    uint8_t trig_ce;
+    /* messages */
+    uint16_t rx_msn, rx_rqmsn;
+    uint32_t n_ce;
+    /* reverse-EV round robin (EvTable.next_reverse_ev / reverse_ev_on) */
+    uint32_t reverse_next;
+    uint32_t reverse_k[16];
+    /* events for the shell */
+    uint32_t n_events;
+    struct mrc_rxe_event events[256];
+    struct mrc_rxe_stats st;
+};
+
+/* One frame for qp (its destination QP is q->qpn: the shell demultiplexed it). Returns 1
+ * when the frame was a data frame and is done with (placed, refused or counted), 0 when it
+ * is not a data frame of an acceptable header (the shell's control path takes it), -1 when
+ * the output or event array is full (nothing done: the shell drains and calls again). */
+int mrc_rxe_frame(struct mrc_rxe_qp *q, struct mrc_rxe_regions *mem, const uint8_t *frame,
+                  uint32_t n, double now_s, struct mrc_rxe_out *out);
+
+/* The delayed-ACK timer: when due, the SACK for the last unacknowledged packet (if any is
+ * pending). Returns 1 if a SACK was queued, 0 if not, -1 when out is full. */
+int mrc_rxe_ack_timer(struct mrc_rxe_qp *q, double now_s, struct mrc_rxe_out *out);
+
+/* An acknowledgment now, outside the coalescing rule: the answer to an EV probe (op ACK, on
+ * `plane`, echoing ev and ts; Python's Responder._send_sack with the cumulative ack as its
+ * trigger). Returns 1, or -1 when out is full. */
+int mrc_rxe_ack(struct mrc_rxe_qp *q, uint32_t op, uint32_t ev, uint64_t ts, int ce,
+                uint32_t plane, struct mrc_rxe_out *out);
+
+/* A device's QPs with a C data path, by QP number, and where their control frames go. */
+struct mrc_rxe_dev {
+    uint32_t n;
+    uint32_t qpn[64];
+    struct mrc_rxe_qp *qp[64];
+    struct mrc_rxe_regions *mem;
+    struct mrc_rxe_out *out;
+};
+
+/* A receive batch: frame i at buf + offs[i], lens[i] bytes (a length above slot_len means
+ * the kernel cut it). Each frame goes to the QP its BTH names; done[i] = 1 when an engine
+ * took it, 0 when the shell's per-frame path must (control frames, QPs without an engine),
+ * 2 when it was cut (too big). Returns how many frames were looked at: fewer than n when
+ * the output or an event array filled up (the shell drains it and calls again with the
+ * rest). */
+int mrc_rxe_dispatch(struct mrc_rxe_dev *d, const uint8_t *buf, const uint32_t *offs,
+                     const uint32_t *lens, uint32_t n, uint32_t slot_len, double now_s,
+                     int8_t *done);
+#endif

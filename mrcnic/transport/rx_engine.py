@@ -1,0 +1,324 @@
+"""The receive engine: which code runs a responder's data path, and the C one's shell.
+
+``MRC_NIC_ENGINE`` picks it for every QP a :class:`mrcnic.verbs.Device` creates:
+
+- ``c`` (the default when the C module is built): ``csrc/mrc_rxe.c`` takes each data frame of
+  an MRC QP (acceptance rules, ICRC, placement, PSN bitmap, CE accounting, completion in MSN
+  order, SACK/NACK by the coalescing rule) and the I/O shell hands it whole receive batches
+  (:func:`dispatch_batch`); Python is called per batch, for the QP's control frames and its
+  timers;
+- ``py``: the Python responder (``mrcnic.transport.responder``), the engine's twin and the
+  protocol's reference. tests/unit/test_rx_engine.py drives both with the same frames and
+  compares the control frames, events and counters they produce.
+
+The send side is Python in both engines today (docs/core.md says what moves next).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import Any
+
+from mrcnic.transport.frames import _DSCP_CTRL_ECT0, MSN_WINDOW
+from mrcnic.transport.memory import Access, MemoryTable
+from mrcnic.transport.qp_types import ImmReceived, WcStatus
+from mrcnic.transport.responder import REVERSE_PROBE_RTOS_FIRST
+
+ENGINES = ("c", "py")
+_CTRL_SLOT = 128  # bytes per control frame slot (a SACK frame is 118)
+_OUT_CAP = 256
+_HDR = struct.Struct(">6s6sHIHBB16s16sHHHH")  # Ethernet, IPv6, UDP: a template's 62 bytes
+_STATS = (
+    "rx_data_packets", "rx_ecn_marked", "rx_malformed", "rx_trimmed", "rx_duplicates",
+    "rx_msn_out_of_range", "rx_refused", "rx_placed_bytes", "rx_foreign", "tx_sacks",
+    "tx_nacks",
+)  # fmt: skip
+
+
+def _c_module() -> Any:
+    from mrcnic import fast
+
+    if fast.BACKEND != "c":
+        return None
+    try:
+        from mrcnic import _mrcfast
+    except ImportError:
+        return None
+    return _mrcfast if hasattr(_mrcfast.lib, "mrc_rxe_frame") else None
+
+
+def engine_from_env() -> str:
+    """The engine ``MRC_NIC_ENGINE`` asks for (``c`` when unset and the C module is built,
+    else ``py``); a value that is not an engine raises ValueError."""
+    want = os.environ.get("MRC_NIC_ENGINE", "").strip().lower()
+    if want and want not in ENGINES:
+        raise ValueError(f"MRC_NIC_ENGINE={want!r}: not an engine (c, py)")
+    if want == "py":
+        return "py"
+    if _c_module() is None:
+        if want == "c":
+            raise ValueError(
+                "MRC_NIC_ENGINE=c but the C module mrcnic._mrcfast is not built (or "
+                "MRC_PURE_PYTHON=1): run `make setup`"
+            )
+        return "py"
+    return "c"
+
+
+class RxEngines:
+    """A device's C data paths: its QPs' engines by QP number, the C copy of its
+    :class:`MemoryTable` that placement reads (rebuilt when a region is registered or
+    withdrawn or its access changes, checked once per batch), and the control frames the
+    engines made, waiting for the shell (:attr:`ctrl`)."""
+
+    MAX_QPS = 64  # csrc/mrc_rxe.h struct mrc_rxe_dev
+
+    def __init__(self, memory: MemoryTable, cap: int = 1024) -> None:
+        m = _c_module()
+        ffi = self._ffi = m.ffi
+        self._lib = m.lib
+        self.memory = memory
+        self.cap = cap
+        self._arr = ffi.new("struct mrc_rxe_region[]", cap)
+        self.c = ffi.new("struct mrc_rxe_regions *", {"r": self._arr, "n": 0, "cap": cap})
+        self._sig: tuple = ()
+        self._regions: list = []
+        self._bufs: list = []
+        self._out_buf = ffi.new("uint8_t[]", _OUT_CAP * _CTRL_SLOT)
+        self._out_len = ffi.new("uint32_t[]", _OUT_CAP)
+        self._out_plane = ffi.new("uint8_t[]", _OUT_CAP)
+        self.out_struct = ffi.new(
+            "struct mrc_rxe_out *",
+            {"buf": self._out_buf, "slot_len": _CTRL_SLOT, "cap": _OUT_CAP, "n": 0,
+             "len": self._out_len, "plane": self._out_plane},
+        )  # fmt: skip
+        self._out_view = ffi.buffer(self._out_buf)
+        self.dev = ffi.new("struct mrc_rxe_dev *", {"mem": self.c, "out": self.out_struct})
+        self.engines: dict[int, CRxEngine] = {}
+        self.ctrl: list[tuple[int, bytes]] = []
+        self._done = ffi.new("int8_t[]", 256)
+
+    def add(self, eng: CRxEngine) -> bool:
+        """Serve ``eng``'s QP; False when the device already serves MAX_QPS (that QP then
+        runs the Python path)."""
+        if len(self.engines) >= self.MAX_QPS:
+            return False
+        self.engines[eng.qp.qpn] = eng
+        self._rebuild()
+        return True
+
+    def remove(self, qpn: int) -> None:
+        if self.engines.pop(qpn, None) is not None:
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        d = self.dev
+        for i, (qpn, eng) in enumerate(self.engines.items()):
+            d.qpn[i] = qpn
+            d.qp[i] = eng.q
+        d.n = len(self.engines)
+
+    def drain_out(self) -> None:
+        out = self.out_struct
+        n = out.n
+        if n:
+            view = self._out_view
+            lens, planes = self._out_len, self._out_plane
+            ctrl = self.ctrl
+            for i in range(n):
+                off = i * _CTRL_SLOT
+                ctrl.append((planes[i], view[off : off + lens[i]]))
+            out.n = 0
+
+    def prepare(self, now_s: float) -> None:
+        """Before a batch: regions, reverse-EV states, QP states and the clock as Python has
+        them."""
+        self.sync()
+        for eng in self.engines.values():
+            eng.qp.evs.now_s = now_s
+            eng.sync_reverse()
+            if eng.qp.state.name == "ERROR":
+                eng.q.dead = 1
+
+    def dispatch(
+        self, ptr: Any, offs: Any, lens: Any, n: int, slot_len: int, now_s: float
+    ) -> memoryview:
+        """Run a receive batch through the engines; returns ``done`` (per frame: 1 taken, 0
+        for the per-frame path, 2 cut). Everything the engines produced is handed over."""
+        self.prepare(now_s)
+        done = self._done
+        start = 0
+        lib = self._lib
+        while start < n:
+            k = lib.mrc_rxe_dispatch(
+                self.dev, ptr, offs + start, lens + start, n - start, slot_len, now_s,
+                done + start,
+            )  # fmt: skip
+            self.flush(now_s)
+            start += k
+            if k == 0 and start < n:  # nothing fits even when drained: cannot happen
+                raise RuntimeError("rx engine: output full after a drain")
+        return memoryview(self._ffi.buffer(done, n)).cast("b")
+
+    def flush(self, now_s: float) -> None:
+        self.drain_out()
+        for eng in self.engines.values():
+            eng.flush(now_s)
+
+    def sync(self) -> None:
+        regions = list(self.memory._by_rkey.values())
+        sig = tuple((mr.rkey, mr.access, id(mr.buffer)) for mr in regions)
+        if sig == self._sig:
+            return
+        self.harvest()
+        ffi = self._ffi
+        bufs = []
+        n = 0
+        for mr in regions[: self.cap]:
+            r = self._arr[n]
+            buf = ffi.from_buffer("uint8_t[]", mr.buffer, require_writable=True)
+            bufs.append(buf)
+            r.rkey, r.base_va, r.length, r.ptr = mr.rkey, mr.base_va, len(mr.buffer), buf
+            r.remote_write = 1 if mr.access & Access.REMOTE_WRITE else 0
+            r.bytes_placed = 0
+            n += 1
+        self.c.n = n
+        self._bufs = bufs  # the C table points into these: keep them alive
+        self._regions = regions[:n]
+        self._sig = sig
+
+    def harvest(self) -> None:
+        """Add what C placed to each region's ``bytes_placed``."""
+        for i, mr in enumerate(self._regions):
+            r = self._arr[i]
+            if r.bytes_placed:
+                mr.bytes_placed += r.bytes_placed
+                r.bytes_placed = 0
+
+
+class CRxEngine:
+    """The C data path of one connected MRC QP (``qp``: a QueuePair)."""
+
+    def __init__(self, qp: Any, regions: RxEngines) -> None:
+        m = _c_module()
+        ffi = self._ffi = m.ffi
+        self._lib = m.lib
+        self.qp = qp
+        self.regions = regions
+        evs = qp.evs
+        q = self.q = ffi.new("struct mrc_rxe_qp *")
+        q.qpn, q.peer_qpn, q.planes = qp.qpn, qp.peer.qpn, qp.planes
+        q.reverse_per_plane = evs.config.reverse_per_plane
+        q.ack_every = qp.config.ack_every
+        q.max_wimm_inflight = qp.config.max_wimm_inflight
+        q.ack_delay_s = qp._ack_delay
+        srcs = sorted(qp._peer_srcs)
+        q.n_srcs = len(srcs)
+        for i, s in enumerate(srcs):
+            ffi.memmove(q.srcs[i], s, 16)
+        q.win = qp.rxwin.win._w  # the same window object the Python responder would use
+        self._msgs = ffi.new("struct mrc_rxe_msg[]", MSN_WINDOW)
+        self._ce = ffi.new("struct mrc_rxe_ce[]", 4096)
+        q.msgs, q.ce = self._msgs, self._ce
+        rev = list(evs.reverse)
+        self._tmpl = ffi.new("struct mrc_rxe_tmpl[]", max(1, len(rev)))
+        for i, ev in enumerate(rev):
+            eth_dst, eth_src, w0, src, dst, sport, psum = qp._make_tmpl(ev)
+            hdr = _HDR.pack(
+                eth_dst, eth_src, 0x86DD, w0 | _DSCP_CTRL_ECT0, 0, 17, 64, src, dst, sport,
+                4791, 0, 0,
+            )  # fmt: skip
+            t = self._tmpl[i]
+            ffi.memmove(t.hdr, hdr, len(hdr))
+            t.ev, t.psum = ev, psum
+        q.tmpl, q.n_reverse = self._tmpl, len(rev)
+        self._rev = rev
+        q.reverse_next = evs._reverse_next
+        for p in range(qp.planes):
+            q.reverse_k[p] = evs._reverse_k[p]
+        q.pending_lo = -1
+        q.rx_msn, q.rx_rqmsn = qp._rx_msn, qp._rx_rqmsn
+        self._rev_sig: tuple = ()
+        self.sync_reverse()
+        self.out = regions.out_struct
+
+    def sync_reverse(self) -> None:
+        """The reverse EVs' states as the Python EV table has them (probes, planes down)."""
+        evs = self.qp.evs
+        sig = (tuple(evs.plane_down), frozenset(evs.reverse_bad))
+        if sig == self._rev_sig:
+            return
+        self._rev_sig = sig
+        q = self.q
+        for p, down in enumerate(evs.plane_down):
+            q.plane_down[p] = 1 if down else 0
+        bad = evs.reverse_bad
+        for i, ev in enumerate(self._rev):
+            q.reverse_bad[i] = 1 if ev in bad else 0
+
+    # -- per batch -------------------------------------------------------------------------
+
+    def frame(self, data: Any, now_s: float) -> bool:
+        """One frame (the per-frame path: a frame handed to the QP itself): True when the
+        engine took it, False when it is the QP's control path's."""
+        regions = self.regions
+        regions.prepare(now_s)
+        buf = self._ffi.from_buffer(data)
+        while True:
+            r = self._lib.mrc_rxe_frame(self.q, regions.c, buf, len(data), now_s, self.out)
+            if r >= 0:
+                break
+            regions.flush(now_s)
+        regions.flush(now_s)
+        return r == 1
+
+    def timer(self, now_s: float) -> None:
+        while self._lib.mrc_rxe_ack_timer(self.q, now_s, self.out) < 0:
+            self.regions.flush(now_s)
+        self.regions.flush(now_s)
+
+    def ack(self, op: int, ev: int, ts_ns: int, ce: bool, plane: int) -> None:
+        """Acknowledge now (an EV probe's answer): Responder._send_sack's twin."""
+        while self._lib.mrc_rxe_ack(self.q, op, ev, ts_ns, ce, plane, self.out) < 0:
+            self.regions.flush(0.0)
+        self.regions.flush(0.0)
+
+    def deadline(self) -> float | None:
+        q = self.q
+        return q.ack_deadline_s if q.ack_armed else None
+
+    def flush(self, now_s: float) -> None:
+        """Hand what the C side produced to the QP: control frames, events, counters."""
+        _ = now_s
+        q = self.q
+        qp = self.qp
+        self.regions.drain_out()
+        if q.n_events:
+            for i in range(q.n_events):
+                e = q.events[i]
+                if e.kind == 1:
+                    qp._events.append(ImmReceived(e.a, e.b, e.c, e.t_s))
+                elif e.kind == 2:
+                    qp._fatal(
+                        WcStatus.REMOTE_OP_ERROR,
+                        f"peer has {e.a} write-with-immediate messages in flight, "
+                        f"max_wimm_inflight is {qp.config.max_wimm_inflight}",
+                        e.t_s,
+                    )
+            q.n_events = 0
+        if q.sacked:
+            q.sacked = 0
+            if qp._rev_probe_at is None and qp.peer is not None:
+                qp._rev_probe_at = qp.evs.now_s + REVERSE_PROBE_RTOS_FIRST * qp._rto
+        st = q.st
+        if st.rx_data_packets or st.rx_malformed or st.rx_foreign or st.tx_sacks:
+            qs = qp.stats
+            for name in _STATS:
+                v = getattr(st, name)
+                if v:
+                    setattr(qs, name, getattr(qs, name) + v)
+                    setattr(st, name, 0)
+        if qp.state.name == "ERROR":
+            q.dead = 1
+        self.regions.harvest()
