@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from lab import analysis as an
-from lab import lifecycle
+from lab import calibrate, lifecycle
 from lab.netns import LabError, have_net_admin
 from lab.params import LabParams, resolve
 from lab.scenario import (
@@ -54,7 +54,7 @@ from lab.scenario import (
     run_write,
 )
 from lab.state import LabState, exists
-from mrcnic.units import rate_in, size_arg, time_arg, time_in
+from mrcnic.units import size_arg, time_arg, time_in
 
 BENCHMARKS = ("single", "permutation", "failures", "cpu")
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -111,6 +111,31 @@ def lab_up(params: LabParams) -> Iterator[LabState]:
         say(f"  lab {params.name} down")
 
 
+def link_rate(
+    a: argparse.Namespace, flag: str, pairs: list[tuple[int, int]] | None = None, **shape: Any
+) -> tuple[float, dict[str, Any]]:
+    """The link rate of the labs of one benchmark and why: ``--rate-mbit`` (or
+    ``--perm-rate-mbit``) as given, or with ``auto`` the calibration of this machine for
+    the lab's shape with python switches (the costlier mode; kernel-switch labs of the
+    same benchmark run at the same rate, so the two stay comparable), measured once per
+    boot and cached (lab/calibrate.py). Prints one line saying which."""
+    given = getattr(a, flag)
+    if given != calibrate.AUTO:
+        line = f"links at {given:g} Mb/s as given (--{flag.replace('_', '-')})"
+        say(f"  {line}")
+        return float(given), {"mode": "forced", "rate_mbit": float(given), "line": line}
+    params = resolve(None, name=a.name, **{**shape, "switch": "python"})
+    cal = calibrate.get(params, pairs, recalibrate=a.recalibrate, echo=say)
+    a.recalibrate = False  # once per run of this script, not once per benchmark
+    say(f"  {cal.line()}\n    {cal.source()}")
+    return cal.rate_mbit, {
+        "mode": "calibrated",
+        "rate_mbit": cal.rate_mbit,
+        "line": cal.line(),
+        "calibration": cal.to_dict(),
+    }
+
+
 def command_text(spec: WriteSpec, lab: str) -> str:
     argv = spec.argv(lab)
     n = len(bench_argv())
@@ -141,6 +166,7 @@ def summarise_runs(results: list[dict[str, Any] | None]) -> dict[str, Any]:
     gf = [g for g in gf if g is not None]
     steady = [s for r in ok if (s := steady_fraction(r)) is not None]
     cpu = [c for r in ok if (c := _num(r.get("cpu_percent"))) is not None]
+    bound = [r.get("cpu_bound") for r in ok]
     return {
         "runs": len(results),
         "runs_with_result": len(ok),
@@ -154,6 +180,8 @@ def summarise_runs(results: list[dict[str, Any] | None]) -> dict[str, Any]:
         "verified_all": bool(ok) and all(bool(r.get("verified")) for r in ok),
         "qp_errors_total": sum(int(r.get("qp_errors") or 0) for r in ok),
         "cpu_percent_median": round(statistics.median(cpu), 1) if cpu else None,
+        "cpu_bound_runs": bound,
+        "cpu_bound_any": any(bool(b) for b in bound),
     }
 
 
@@ -161,7 +189,8 @@ def summarise_runs(results: list[dict[str, Any] | None]) -> dict[str, Any]:
 
 
 def bench_single(a: argparse.Namespace) -> dict[str, Any]:
-    params = resolve(None, name=a.name)
+    rate, choice = link_rate(a, "rate_mbit")
+    params = resolve(None, name=a.name, rate_mbit=rate)
     plans = [(params, [("mrc", 1), ("rocev2", 1), ("rocev2", params.planes)], "", None)]
     if a.single_python_loop:
         # The baseline of mrc-switch's C event loop: the same write, the switches running
@@ -169,12 +198,13 @@ def bench_single(a: argparse.Namespace) -> dict[str, Any]:
         plans.append((params, [("mrc", 1)], "_python_loop", {"MRC_SWITCH_C_LOOP": "0"}))
     if a.single_kernel:
         # The same write with the kernel as the switches: the NIC without the switches' CPU.
-        kparams = resolve(None, name=a.name, switch="kernel")
+        kparams = resolve(None, name=a.name, switch="kernel", rate_mbit=rate)
         plans.append((kparams, [("mrc", 1)], "_kernel", None))
     out: dict[str, Any] = {
         "benchmark": "e2e-single",
         "what": "one write h0 -> h3 (other T0) on the idle default lab; median of reps",
         "lab": params.to_dict(),
+        "rate_choice": choice,
         "target": {"mrc_goodput_fraction": 0.9},
         "configs": {},
     }
@@ -265,13 +295,14 @@ def bench_permutations(a: argparse.Namespace) -> dict[str, Any]:
 def bench_permutation(a: argparse.Namespace) -> dict[str, Any]:
     hpt = a.perm_hosts_per_t0
     planes = a.perm_planes
-    rate = a.perm_rate_mbit
     common = {"name": a.name, "t0": 2, "t1": hpt, "hosts_per_t0": hpt, "switch": a.perm_switch}
-    multi = resolve(None, planes=planes, rate_mbit=rate, **common)
-    single = resolve(None, planes=1, rate_mbit=rate * planes, **common)
-    shape = an.Shape.from_params(multi)
+    shape = an.Shape.from_params(resolve(None, planes=planes, **common))
     one_way = a.perm_mode == "oneway"
     pairs = an.permutation_pairs(shape, one_way=one_way)
+    dims = {"planes": planes, "t0": 2, "t1": hpt, "hosts_per_t0": hpt}
+    rate, choice = link_rate(a, "perm_rate_mbit", list(pairs), **dims)
+    multi = resolve(None, planes=planes, rate_mbit=rate, **common)
+    single = resolve(None, planes=1, rate_mbit=rate * planes, **common)
     out: dict[str, Any] = {
         "benchmark": "e2e-permutation",
         "what": "every host writes to a distinct host under the other T0, all at once; "
@@ -287,6 +318,7 @@ def bench_permutation(a: argparse.Namespace) -> dict[str, Any]:
         "fabric_multi_plane": multi.to_dict(),
         "fabric_single_plane": single.to_dict(),
         "non_blocking": multi.t1 >= multi.hosts_per_t0,
+        "rate_choice": choice,
         "capacity_bps_computed": an.permutation_capacity_bps(shape, pairs),
         "target": {"mrc_goodput_fraction": 0.9},
         "configs": {},
@@ -419,13 +451,15 @@ def bench_failures(a: argparse.Namespace) -> dict[str, Any]:
     at, undo = round(d * 0.3, 2), round(d * 0.7, 2)
     scenarios = failure_steps(at, undo, a.reboot_down_ms)
     modes = [m.strip() for m in a.fail_switch.split(",") if m.strip()]
-    base = resolve(None, name=a.name)
+    rate, choice = link_rate(a, "rate_mbit")
+    base = resolve(None, name=a.name, rate_mbit=rate)
     dst = base.host_count - 1
     out: dict[str, Any] = {
         "benchmark": "e2e-failures",
         "what": f"one write h0 -> h{dst} of {d:g} s per fault, fault at {at:g} s, undone at "
         f"{undo:g} s (a reboot: {a.reboot_down_ms:g} ms down); dips per lab/analysis.py",
         "lab": base.to_dict(),
+        "rate_choice": choice,
         "switch_modes": modes,
         "definitions": {
             "capacity": "what the surviving fabric carries for h0 -> h3 (lab/analysis.py)",
@@ -444,7 +478,7 @@ def bench_failures(a: argparse.Namespace) -> dict[str, Any]:
         "modes": {},
     }
     for mode in modes:
-        params = resolve(None, name=a.name, switch=mode)
+        params = resolve(None, name=a.name, switch=mode, rate_mbit=rate)
         shape = an.Shape.from_params(params)
         transports: dict[str, Any] = {}
         with lab_up(params) as state:
@@ -586,13 +620,18 @@ def bench_cpu(a: argparse.Namespace, single: dict[str, Any] | None) -> dict[str,
         "from mrc-bench's CPU figures of MRC writes h0 -> h3, 1 QP",
         "modes": {},
     }
+    if single:
+        out["rate_choice"] = single.get("rate_choice")
+    rate = None
     for key, mode in (("mrc_1qp", "python"), ("mrc_1qp_kernel", "kernel")):
         results = [
             r for r in ((single or {}).get("configs", {}).get(key, {}).get("results") or []) if r
         ]
         source = "the single benchmark's runs"
         if not results and (mode == "python" or a.single_kernel):
-            params = resolve(None, name=a.name, switch=mode)
+            if rate is None:
+                rate, out["rate_choice"] = link_rate(a, "rate_mbit")
+            params = resolve(None, name=a.name, switch=mode, rate_mbit=rate)
             spec = WriteSpec(
                 "h0", f"h{params.host_count - 1}", a.size, a.single_s, None, 1, "mrc", None
             )
@@ -628,6 +667,12 @@ def _dip_cell(d: dict[str, Any] | None) -> str:
     return f"{d['lowest_fraction']:.2f} for {d['duration_s']:.2f} s{tail}"
 
 
+def _rate_lines(d: dict[str, Any]) -> list[str]:
+    """The link rate's why, as the benchmark printed it (nothing for older JSON)."""
+    line = (d.get("rate_choice") or {}).get("line")
+    return [f"Link rate: {line}.", ""] if line else []
+
+
 def report(out_dir: Path) -> str:
     """Markdown tables of every results/bench-e2e-*.json there is (docs/performance.md)."""
     parts: list[str] = []
@@ -640,6 +685,7 @@ def report(out_dir: Path) -> str:
         parts += [
             f"### 1. One QP, idle lab ({d['written_at']}, load {d['machine']['load_avg_at_start']})",
             "",
+            *_rate_lines(d),
             "| config | switches | goodput_fraction median | runs | steady | verified | QP errors | CPU NICs % | CPU switches (cores) | switch CPU per frame and hop (us) |",
             "|---|---|---|---|---|---|---|---|---|---|",
         ]
@@ -666,6 +712,7 @@ def report(out_dir: Path) -> str:
             f"{fm['rate_mbit']:g} Mb/s; single-plane: 1 plane at {fs['rate_mbit']:g} Mb/s; "
             f"{fm['switch']} switches. Pairs: " + ", ".join(f"{s}->{t}" for s, t in d["pairs"]),
             "",
+            *_rate_lines(d),
             "| config | QPs per pair | aggregate goodput_fraction median | runs | MRC / this | verified | QP errors | machine CPU % | lab processes (cores) |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
@@ -755,6 +802,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--size", type=size_arg, default=1 << 20, metavar="BYTES", help="bytes per message [1M]"
     )
+    p.add_argument(
+        "--rate-mbit",
+        type=calibrate.rate_arg,
+        default=calibrate.AUTO,
+        metavar="R",
+        help="link rate of the single, failures and cpu labs, Mb/s; auto: the highest rate at "
+        "which this machine's CPU keeps up with the default lab, measured once per boot "
+        "(mrc-lab calibrate) [auto]",
+    )
+    p.add_argument(
+        "--recalibrate",
+        action="store_true",
+        help="with auto rates: measure this machine again even if this boot has a result",
+    )
     p.add_argument("--reps", type=int, default=3, help="repetitions of each single config [3]")
     p.add_argument("--single-s", type=time_arg, default=8.0, help="seconds per single write [8]")
     p.add_argument(
@@ -792,11 +853,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--perm-rate-mbit",
-        type=rate_in(1e6),
+        type=calibrate.rate_arg,
         metavar="R",
-        default=10.0,
+        default=calibrate.AUTO,
         help="link rate of the multi-plane permutation fabric; the single-plane one runs at "
-        "planes x this (CPU bounds what the lab can carry) [10]",
+        "planes x this; auto: calibrated for the permutation's lab and writers, all at once "
+        "[auto]",
     )
     p.add_argument("--fail-s", type=time_arg, default=12.0, help="seconds per failure write [12]")
     p.add_argument(

@@ -93,3 +93,39 @@ def test_parser_selects_benchmarks() -> None:
     a = be.build_parser().parse_args(["--only", "permutation", "--quick"])
     assert a.only == "permutation" and a.quick
     assert be.main(["--only", "nonsense"]) == 2
+
+
+def test_summarise_runs_keeps_each_runs_cpu_bound_flag() -> None:
+    s = be.summarise_runs([result(0.8, cpu_bound=True), result(0.95, cpu_bound=False)])
+    assert s["cpu_bound_runs"] == [True, False] and s["cpu_bound_any"] is True
+
+
+def test_link_rate_forced_or_from_this_boots_calibration(tmp_path, monkeypatch) -> None:
+    from lab import calibrate as cal
+
+    monkeypatch.setenv("MRC_CALIBRATION_DIR", str(tmp_path))
+    a = be.build_parser().parse_args(["--rate-mbit", "50M"])
+    assert a.perm_rate_mbit == "auto"
+    rate, why = be.link_rate(a, "rate_mbit")
+    assert rate == 50.0 and why["mode"] == "forced" and "as given (--rate-mbit)" in why["line"]
+    # auto: the cached calibration of the default shape with python switches
+    a = be.build_parser().parse_args([])
+    params = LabParams()
+    m = cal.Measurement(40.0, 8, 1, 2.0, 19_000, 4202.0, 2, 0.66, 0.03, 0.3, 0.96)
+    c = cal.Calibration(
+        key=cal.cache_key(params, cal.default_pairs(params)),
+        rate_mbit=40.0,
+        verified=True,
+        capped=False,
+        cap_mbit=100.0,
+        headroom=cal.HEADROOM,
+        steps=[m],
+        switch="python",
+        planes=8,
+        flows=1,
+        boot_id=cal.boot_id(),
+        code_hash=cal.code_hash(),
+    )
+    cal.store(c)
+    rate, why = be.link_rate(a, "rate_mbit")
+    assert rate == 40.0 and why["mode"] == "calibrated" and why["calibration"]["verified"]
