@@ -15,7 +15,7 @@ DEMO_ARGS ?=
 demo: setup
 	$(PY) -m lab.demo $(DEMO_ARGS)
 
-.PHONY: demo bench setup test test-unit test-lab lint bench-core bench-transport bench-nscc bench-switch lab-up lab-down lab-status clean help
+.PHONY: demo bench setup test test-unit test-lab lint bench-core bench-transport bench-nscc bench-switch bench-nic lab-up lab-down lab-status clean help
 
 help:
 	@echo "make demo        the main job: lab up, MRC write through a T1 reboot and a link flap, vs RoCEv2 (root)"
@@ -27,11 +27,13 @@ help:
 	@echo "make bench-transport  transport core pps and mrc-sim goodput -> results/bench-transport.json"
 	@echo "make bench-nscc       NSCC on oversubscribed/lossy/incast sim fabrics -> results/bench-nscc.json"
 	@echo "make bench-switch     mrc-switch vs kernel seg6local forwarding -> results/bench-switch.json"
+	@echo "make bench-nic        NIC frames per CPU-second, C and Python engines vs raw AF_PACKET -> results/bench-nic.json (root)"
 	@echo "make lab-up / lab-down / lab-status   the namespace lab (root); flags via LAB_ARGS=..."
 
 setup: $(STAMP)
 
 $(STAMP): $(SETUP_INPUTS)
+	@test -f /usr/include/zlib.h || { test "$$(id -u)" = 0 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zlib1g-dev; } || { echo "the C core needs zlib's header (Debian: zlib1g-dev)"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
@@ -69,6 +71,10 @@ bench-nscc: setup
 
 bench-switch: setup
 	$(PY) bench/bench_switch.py --out results/bench-switch.json
+
+# Two namespaces, one veth: the NIC's engines against a minimal C sender and receiver (root, ~1 min)
+bench-nic: setup
+	$(PY) bench/bench_nic.py --out results/bench-nic.json
 
 # Lab: pass topology flags through LAB_ARGS, e.g. make lab-up LAB_ARGS="--planes 2 --switch kernel"
 LAB_ARGS ?=
