@@ -28,7 +28,7 @@ stack as it is** (the NIC, the switches, the kernel's veths; whatever their code
    when the measured load is within TOLERANCE (15%) of the targets (<= 73% busy, a NIC <=
    78% of a core: still below cpu_bound), else the cost measured there gives the next,
    lower rate (with two steps that were not CPU-bound, from ``busy - idle = k x fps^alpha``
-   fitted through them: :func:`next_rate`); at most MAX_STEPS (3) writes. A result that
+   fitted through them: :func:`next_rate`); at most MAX_STEPS (4) writes. A result that
    never verified says so (``verified: false``) and its rate is the last step's choice.
 
 Headroom, not the threshold itself, because a demo or benchmark run does more than the
@@ -64,7 +64,7 @@ from .params import LabParams
 AUTO = "auto"
 HEADROOM = 0.75  # the calibrated rate aims at 3/4 of each cpu_bound threshold
 TOLERANCE = 0.15  # a verifying write may land up to 15% above the targets (noise of 2 s)
-MAX_STEPS = 3
+MAX_STEPS = 4
 STEP_S = 2.0  # seconds of each calibration write
 IDLE_S = 1.0  # seconds of the idle sample before the first write
 IDLE_AFTER_S = 0.5  # and after each write (the larger of the two counts)
