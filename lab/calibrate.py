@@ -11,7 +11,7 @@ stack as it is** (the NIC, the switches, the kernel's veths; whatever their code
    hosts, switch mode: the shape sets the hops a frame crosses and how many processes share
    the work) at the highest rate allowed (``cap``, the lab's default 100 Mb/s), samples the
    machine's busy share with the lab idle for 1 s (``/proc/stat``: other users and the
-   switches' timers; sampled again for 0.5 s after each write, the larger counts), then runs ``mrc-bench write`` on the same pairs the caller will use
+   switches' timers; sampled again around every write, the larger sample counts), then runs ``mrc-bench write`` on the same pairs the caller will use
    (default h0 -> the last host, across the T1 tier) for 2 s;
 2. from mrc-bench's JSON it takes the data frames delivered (the destinations' NIC ports),
    the machine's busy share over the write and the busiest NIC process's share of a core,
@@ -67,7 +67,7 @@ TOLERANCE = 0.15  # a verifying write may land up to 15% above the targets (nois
 MAX_STEPS = 4
 STEP_S = 2.0  # seconds of each calibration write
 IDLE_S = 1.0  # seconds of the idle sample before the first write
-IDLE_AFTER_S = 0.5  # and after each write (the larger of the two counts)
+IDLE_AFTER_S = 0.5  # before the later ones, and after each (the larger of the two counts)
 SIZE = 1 << 18  # bytes per message: the demo's
 MIN_RATE_MBIT = 1.0
 BUSY_ELSEWHERE = 0.2  # idle load above this: the line says the machine was busy elsewhere
@@ -489,8 +489,9 @@ def measure_step(
     step_s: float = STEP_S,
     idle: float | None = None,
 ) -> tuple[Measurement, float]:
-    """Bring the lab ``params`` up, (sample the idle machine,) run one write per pair for
-    ``step_s``, take the lab down. Returns the measurement and the idle share used."""
+    """Bring the lab ``params`` up, sample the idle machine (1 s for the first step,
+    ``idle`` None; 0.5 s later), run one write per pair for ``step_s``, sample again, take
+    the lab down. Returns the measurement and the idle share used (the larger sample)."""
     from . import lifecycle
     from .netns import LabError
     from .scenario import WriteSpec, run_parallel
@@ -500,9 +501,8 @@ def measure_step(
         lifecycle.down(params.name)
     state = lifecycle.up(params)
     try:
-        if idle is None:
-            time.sleep(0.2)  # let the switches' start-up settle
-            idle = idle_busy()
+        time.sleep(0.2)  # let the switches' start-up settle
+        before = idle_busy(IDLE_S if idle is None else IDLE_AFTER_S)
         specs = [
             WriteSpec(f"h{s}", f"h{d}", size, step_s, None, 1, "mrc", None, ("--quiet",))
             for s, d in pairs
@@ -510,7 +510,7 @@ def measure_step(
         out = run_parallel(state, specs)
         # Other work that started meanwhile is still there after the write, most often (a
         # test suite, another lab): count it as idle load, not as the lab's cost per frame.
-        idle = max(idle, idle_busy(IDLE_AFTER_S))
+        idle = max(before, idle_busy(IDLE_AFTER_S))
     finally:
         lifecycle.down(params.name)
     results = [r for _s, r, _t in out]
