@@ -24,12 +24,15 @@ stack as it is** (the NIC, the switches, the kernel's veths; whatever their code
    ``busy = idle + cost x frames/s``. The rate is floored to two significant digits and
    capped at ``cap``;
 4. CPU per frame rises as the rate falls (fewer frames per wake-up: less batching), so the
-   rate is **verified**: a fresh lab at that rate, the same write; the rate is accepted
-   when the measured load is within TOLERANCE (15%) of the targets (<= 73% busy, a NIC <=
-   78% of a core: still below cpu_bound), else the cost measured there gives the next,
-   lower rate (with two steps that were not CPU-bound, from ``busy - idle = k x fps^alpha``
-   fitted through them: :func:`next_rate`); at most MAX_STEPS (4) writes. A result that
-   never verified says so (``verified: false``) and its rate is the last step's choice.
+   rate is **verified**: a fresh lab at that rate, the same write; a rate is verified when
+   the measured load is within TOLERANCE (15%) of the targets (<= 73% busy, a NIC <= 78%
+   of a core: still below cpu_bound). Over the targets, the cost measured there gives the
+   next, lower rate (with two steps that were not CPU-bound, from ``busy - idle = k x
+   fps^alpha`` fitted through them: :func:`next_rate`); well within them (the cost allows
+   25% more), the next step tries that higher rate, below 0.9 x any rate that failed
+   (:func:`decide`: a step spoiled by other work must not leave the rate far too low). At
+   most MAX_STEPS (4) writes; the result is the highest verified rate. One that never
+   verified says so (``verified: false``) and keeps the last step's choice.
 
 Headroom, not the threshold itself, because a demo or benchmark run does more than the
 calibration's 2 s write (fault recovery, probes, retransmissions, the RoCEv2 baseline's 8
@@ -65,6 +68,7 @@ AUTO = "auto"
 HEADROOM = 0.75  # the calibrated rate aims at 3/4 of each cpu_bound threshold
 TOLERANCE = 0.15  # a verifying write may land up to 15% above the targets (noise of 2 s)
 MAX_STEPS = 4
+UP_MIN = 1.25  # a verified step is followed by a higher one only if that is 25% higher
 STEP_S = 2.0  # seconds of each calibration write
 IDLE_S = 1.0  # seconds of the idle sample before the first write
 IDLE_AFTER_S = 0.5  # before the later ones, and after each (the larger of the two counts)
@@ -240,6 +244,33 @@ def next_rate(
     return max(MIN_RATE_MBIT, min(rate, floor2(last.rate_mbit * 0.9)))
 
 
+def decide(
+    steps: Sequence[Measurement],
+    cap_mbit: float = DEFAULT_CAP_MBIT,
+    headroom: float = HEADROOM,
+) -> tuple[float | None, float | None]:
+    """(the highest rate verified so far or None, the next rate to measure or None: stop).
+
+    A step over the targets sends the search down (:func:`next_rate`), but never to or
+    below a rate already verified. A step within them sends it up when the cost measured
+    there allows UP_MIN x that rate or more (a constant cost per frame, which overstates
+    the cost at a higher rate: cautious), never to or above 0.9 x a rate that failed: a
+    step spoiled by other work on the machine does not leave the rate far too low."""
+    ok = [s.rate_mbit for s in steps if within_targets(s, headroom)]
+    bad = [s.rate_mbit for s in steps if not within_targets(s, headroom)]
+    best = max(ok) if ok else None
+    last = steps[-1]
+    if within_targets(last, headroom):
+        nxt = choose_rate(last, cap_mbit, headroom)
+        if bad:
+            nxt = min(nxt, floor2(min(bad) * 0.9))
+        return best, (nxt if nxt >= last.rate_mbit * UP_MIN else None)
+    nxt = next_rate(steps, cap_mbit, headroom)
+    if nxt >= last.rate_mbit or (best is not None and nxt <= best):
+        return best, None
+    return best, nxt
+
+
 def within_targets(
     m: Measurement, headroom: float = HEADROOM, tolerance: float = TOLERANCE
 ) -> bool:
@@ -309,8 +340,9 @@ class Calibration:
 
     @property
     def basis(self) -> Measurement:
-        """The step the figures come from: the last one (closest to the chosen rate)."""
-        return self.steps[-1]
+        """The step the figures come from: the one at the chosen rate, else the last."""
+        at = [s for s in self.steps if s.rate_mbit == self.rate_mbit]
+        return at[-1] if at else self.steps[-1]
 
     @property
     def carried_fps(self) -> float:
@@ -542,7 +574,6 @@ def calibrate(
     rate = cap_mbit
     steps: list[Measurement] = []
     idle: float | None = None
-    chosen, verified = rate, False
     for _ in range(max_steps):
         m, idle = measure_step(
             replace(shape, rate_mbit=rate), pairs, size=size, step_s=step_s, idle=idle
@@ -554,14 +585,15 @@ def calibrate(
             f"busy ({m.idle_busy:.0%} idle load), busiest NIC process {m.nic_core_max:.0%} of "
             f"a core; {m.machine_core_s_per_frame * 1e6:.0f} us of CPU per frame"
         )
-        if within_targets(m, headroom):
-            chosen, verified = rate, True
-            break
-        nxt = next_rate(steps, cap_mbit, headroom)
-        chosen, verified = nxt, False
-        if nxt >= rate:
+        best, nxt = decide(steps, cap_mbit, headroom)
+        if nxt is None:
             break
         rate = nxt
+    best, _ = decide(steps, cap_mbit, headroom)
+    if best is not None:
+        chosen, verified = best, True
+    else:
+        chosen, verified = next_rate(steps, cap_mbit, headroom), False
     cal = Calibration(
         key=cache_key(params, pairs, size, cap_mbit),
         rate_mbit=chosen,

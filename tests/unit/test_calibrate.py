@@ -285,3 +285,31 @@ def test_rate_arg_takes_auto_or_a_rate() -> None:
     assert cal.rate_arg("50M") == 50.0 and cal.rate_arg("1G") == 1000.0
     with pytest.raises(argparse.ArgumentTypeError):
         cal.rate_arg("fast")
+
+
+def test_decide_searches_down_then_up_and_keeps_the_highest_verified_rate() -> None:
+    over = meas(rate=100, fps=17_000, busy=0.94, idle=0.05)
+    best, nxt = cal.decide([over])
+    assert best is None and nxt is not None and nxt < 100
+    # a step spoiled by other work sent the search too low: it goes up again, below 0.9 x
+    # the rate that failed
+    low = meas(rate=12, fps=2_870, busy=0.40, idle=0.07)
+    best, nxt = cal.decide([over, low])
+    assert best == 12 and nxt is not None and 12 * cal.UP_MIN <= nxt <= 90
+    # the higher step verifies too: it is the result; nothing much higher is left to try
+    near = meas(rate=nxt, fps=nxt * 237, busy=0.66, idle=0.07)
+    best, again = cal.decide([over, low, near])
+    assert best == nxt and again is None
+    # the higher step fails: back down, but never to or below the verified 12
+    hot = meas(rate=nxt, fps=nxt * 237, busy=0.80, idle=0.07)
+    best, down = cal.decide([over, low, hot])
+    assert best == 12 and (down is None or 12 < down < nxt)
+    # verified at the cap: stop
+    fast = meas(rate=100, fps=23_000, busy=0.40, idle=0.02)
+    assert cal.decide([fast]) == (100, None)
+
+
+def test_the_line_takes_its_figures_from_the_step_at_the_chosen_rate() -> None:
+    c = _cal(rate=45.0)
+    c.steps = [meas(rate=45, fps=10_000, busy=0.62), meas(rate=70, fps=15_000, busy=0.9)]
+    assert c.basis.rate_mbit == 45
