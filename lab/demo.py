@@ -166,7 +166,7 @@ def _cpu_bound_cell(res: dict[str, Any]) -> str:
     figs = ", ".join(
         x
         for x in (
-            f"machine {m:.0%}" if isinstance(m, int | float) else "",
+            f"{m:.0%} busy" if isinstance(m, int | float) else "",
             f"NIC {n:.0%}" if isinstance(n, int | float) else "",
         )
         if x

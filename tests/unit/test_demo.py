@@ -208,4 +208,4 @@ def test_screen_says_the_rate_chosen_and_whether_each_run_was_cpu_bound() -> Non
     assert "rate: this machine carries ~11,352 frames/s" in screen
     assert "so the fabric, not the CPU, limits" in " ".join(screen.split())
     row = next(line for line in lines if line.startswith("CPU-bound"))
-    assert "no (machine 71%, NIC 34%)" in row and "YES (machine 93%, NIC 40%)" in row
+    assert "no (71% busy, NIC 34%)" in row and "YES (93% busy, NIC 40%)" in row
