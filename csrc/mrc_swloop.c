@@ -22,17 +22,17 @@ static int64_t now_ns(void) {
 
 /* epoll_pwait2 (Linux 5.11: a nanosecond timeout) through syscall(2), so that an older C
  * library still builds this file; an older kernel says ENOSYS once and the loop waits with
- * epoll_wait and a timeout rounded up to whole milliseconds from then on. */
-static int wait_events(struct mrc_sw *sw, struct epoll_event *evs, int max, int64_t wait_ns) {
-    int epfd = sw->epfd;
+ * epoll_wait and a timeout rounded up to whole milliseconds from then on (*ms_only = 1). */
+static int wait_events(int epfd, int32_t *ms_only, struct epoll_event *evs, int max,
+                       int64_t wait_ns) {
 #ifdef SYS_epoll_pwait2
-    if (!sw->wait_ms_only) {
+    if (!*ms_only) {
         struct timespec ts = {.tv_sec = wait_ns / 1000000000, .tv_nsec = wait_ns % 1000000000};
         long r = syscall(SYS_epoll_pwait2, epfd, evs, max, &ts, NULL, (size_t)0);
         if (r >= 0 || errno != ENOSYS) {
             return (int)r;
         }
-        sw->wait_ms_only = 1;
+        *ms_only = 1;
     }
 #endif
     int64_t ms = (wait_ns + 999999) / 1000000;
@@ -185,7 +185,7 @@ static int rx_batch(struct mrc_sw *sw, uint32_t pi, int64_t now, struct mrc_sw_e
 static int check(const struct mrc_sw *sw) {
     if (sw == NULL || sw->ports == NULL || sw->n_ports == 0 ||
         sw->n_ports > MRC_SW_MAX_PORTS || sw->batches_per_wake == 0 ||
-        sw->timer_slack_ns < 0) {
+        sw->timer_slack_ns < 0 || sw->hold_ns < 0 || sw->hold_ns > 1000000000) {
         return 0;
     }
     const struct mrc_fwd_batch *b = &sw->fwd;
@@ -215,27 +215,118 @@ static void clear(struct mrc_sw_event *ev) {
     *ev = (struct mrc_sw_event){.why = MRC_SW_DEADLINE, .port = -1, .fd = -1};
 }
 
-int mrc_sw_poll(struct mrc_sw *sw, int64_t deadline_ns, struct mrc_sw_event *ev) {
-    if (ev == NULL || !check(sw)) {
-        return -EINVAL;
+static int group_check(const struct mrc_sw_group *g) {
+    if (g == NULL || g->sw == NULL || g->n_sw == 0 || g->n_sw > MRC_SW_MAX_GROUP ||
+        g->timer_slack_ns < 0 || g->hold_ns < 0 || g->hold_ns > 1000000000) {
+        return 0;
     }
+    for (uint32_t s = 0; s < g->n_sw; s++) {
+        if (!check(g->sw[s])) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The switch and port whose rx_fd is fd: returns 0 and sets *si, *pi, or -1 (not a port). */
+static int find_port(const struct mrc_sw_group *g, int fd, uint32_t *si, uint32_t *pi) {
+    for (uint32_t s = 0; s < g->n_sw; s++) {
+        const struct mrc_sw *sw = g->sw[s];
+        for (uint32_t i = 0; i < sw->n_ports; i++) {
+            if (sw->ports[i].rx_fd == fd) {
+                *si = s;
+                *pi = i;
+                return 0;
+            }
+        }
+    }
+    return -1;
+}
+
+/* Sleep ns (at most 1 s); -1 if a signal interrupted it. */
+static int hold(int64_t ns) {
+    struct timespec ts = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
+    return nanosleep(&ts, NULL) == 0 ? 0 : -1;
+}
+
+/* Every ready port of one wait: returns a code to report (ev filled), or GO_ON. Sets *frames
+ * when a port of the group was ready (the loop then holds before its next wait). */
+static int handle(struct mrc_sw_group *g, const struct epoll_event *evs, int ne,
+                  struct mrc_sw_event *ev, int *frames) {
+    for (int e = 0; e < ne; e++) {
+        int fd = evs[e].data.fd;
+        uint32_t si = 0, pi = 0;
+        if (find_port(g, fd, &si, &pi) < 0) {
+            ev->fd = fd;
+            return ev->why = MRC_SW_OTHER_FD;
+        }
+        struct mrc_sw *sw = g->sw[si];
+        if (sw->wake_stamp != g->wakeups) {
+            sw->wake_stamp = g->wakeups;
+            sw->port_wakeups++;
+        }
+        *frames = 1;
+        if (evs[e].events & EPOLLERR) {
+            ev->port = (int32_t)pi;
+            ev->sw = (int32_t)si;
+            return ev->why = MRC_SW_SOCK_ERR;
+        }
+        for (uint32_t k = 0; k < sw->batches_per_wake; k++) {
+            int64_t t = now_ns();
+            if (serve(sw, t, ev) < 0) {
+                ev->sw = (int32_t)si;
+                return ev->why; /* LINK_DOWN */
+            }
+            int n = 0;
+            int code = rx_batch(sw, pi, t, ev, &n);
+            if (code != GO_ON) {
+                ev->sw = (int32_t)si;
+                ev->why = code >= 0 ? code : MRC_SW_DEADLINE;
+                return code;
+            }
+            if (n < (int)sw->ports[pi].rx.slots) {
+                break;
+            }
+        }
+    }
+    return GO_ON;
+}
+
+static int group_loop(struct mrc_sw_group *g, int64_t deadline_ns, struct mrc_sw_event *ev) {
     clear(ev);
     struct epoll_event evs[MAX_EVENTS];
+    int polling = 0; /* the last wait brought frames: hold, then look (hold_ns > 0) */
     for (;;) {
         int64_t now = now_ns();
-        int64_t next = serve(sw, now, ev); /* what already waits leaves first */
-        if (next < 0) {
-            return ev->why; /* LINK_DOWN */
+        int64_t next = INT64_MAX;
+        for (uint32_t s = 0; s < g->n_sw; s++) { /* what already waits leaves first */
+            int64_t t = serve(g->sw[s], now, ev);
+            if (t < 0) {
+                ev->sw = (int32_t)s;
+                return ev->why; /* LINK_DOWN */
+            }
+            next = t < next ? t : next;
         }
         if (now >= deadline_ns) {
             return ev->why = MRC_SW_DEADLINE;
         }
         int64_t until = deadline_ns;
-        if (next != INT64_MAX && next < until - sw->timer_slack_ns) { /* no overflow */
-            until = next + sw->timer_slack_ns;
+        if (next != INT64_MAX && next < until - g->timer_slack_ns) { /* no overflow */
+            until = next + g->timer_slack_ns;
         }
         int64_t wait = until > now ? until - now : 0;
-        int ne = wait_events(sw, evs, MAX_EVENTS, wait);
+        int ne;
+        if (polling && g->hold_ns > 0) {
+            /* frames came on the last wake-up: more are likely on their way; sleep without
+             * being woken by each of them, then take what came in one go */
+            if (hold(wait < g->hold_ns ? wait : g->hold_ns) < 0) {
+                return ev->why = MRC_SW_EINTR;
+            }
+            g->holds++;
+            ne = wait_events(g->epfd, &g->wait_ms_only, evs, MAX_EVENTS, 0);
+        } else {
+            ne = wait_events(g->epfd, &g->wait_ms_only, evs, MAX_EVENTS, wait);
+        }
         if (ne < 0) {
             if (errno == EINTR) {
                 return ev->why = MRC_SW_EINTR;
@@ -243,39 +334,42 @@ int mrc_sw_poll(struct mrc_sw *sw, int64_t deadline_ns, struct mrc_sw_event *ev)
             return -errno;
         }
         if (ne == 0) {
-            sw->timer_wakeups++;
+            if (!polling) {
+                g->timer_wakeups++;
+            }
+            polling = 0; /* nothing came while holding: wait to be woken again */
             continue;
         }
-        sw->wakeups++;
-        for (int e = 0; e < ne; e++) {
-            int fd = evs[e].data.fd;
-            uint32_t pi = 0;
-            while (pi < sw->n_ports && sw->ports[pi].rx_fd != fd) {
-                pi++;
-            }
-            if (pi == sw->n_ports) {
-                ev->fd = fd;
-                return ev->why = MRC_SW_OTHER_FD;
-            }
-            if (evs[e].events & EPOLLERR) {
-                ev->port = (int32_t)pi;
-                return ev->why = MRC_SW_SOCK_ERR;
-            }
-            for (uint32_t k = 0; k < sw->batches_per_wake; k++) {
-                int64_t t = now_ns();
-                if (serve(sw, t, ev) < 0) {
-                    return ev->why; /* LINK_DOWN */
-                }
-                int n = 0;
-                int code = rx_batch(sw, pi, t, ev, &n);
-                if (code != GO_ON) {
-                    ev->why = code >= 0 ? code : MRC_SW_DEADLINE;
-                    return code;
-                }
-                if (n < (int)sw->ports[pi].rx.slots) {
-                    break;
-                }
-            }
+        g->wakeups++;
+        int frames = 0;
+        int code = handle(g, evs, ne, ev, &frames);
+        if (code != GO_ON) {
+            return code;
         }
+        polling = frames;
     }
+}
+
+int mrc_sw_group_poll(struct mrc_sw_group *g, int64_t deadline_ns, struct mrc_sw_event *ev) {
+    if (ev == NULL || !group_check(g)) {
+        return -EINVAL;
+    }
+    return group_loop(g, deadline_ns, ev);
+}
+
+int mrc_sw_poll(struct mrc_sw *sw, int64_t deadline_ns, struct mrc_sw_event *ev) {
+    if (ev == NULL || !check(sw)) {
+        return -EINVAL;
+    }
+    struct mrc_sw *one[1] = {sw};
+    struct mrc_sw_group g = {.epfd = sw->epfd, .n_sw = 1, .sw = one,
+                             .timer_slack_ns = sw->timer_slack_ns, .hold_ns = sw->hold_ns,
+                             .wakeups = sw->wakeups, .timer_wakeups = sw->timer_wakeups,
+                             .holds = sw->holds, .wait_ms_only = sw->wait_ms_only};
+    int r = group_loop(&g, deadline_ns, ev);
+    sw->wakeups = g.wakeups;
+    sw->timer_wakeups = g.timer_wakeups;
+    sw->holds = g.holds;
+    sw->wait_ms_only = g.wait_ms_only;
+    return r;
 }

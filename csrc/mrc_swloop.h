@@ -44,6 +44,8 @@ struct mrc_sw_event {
     int32_t err;    /* LINK_DOWN: errno of the failed send */
     int64_t frames; /* MISS, PUNT: frames collected in the batch */
     int64_t n_punt; /* PUNT: refused frames, listed first in fwd.defer[] */
+    int32_t sw;     /* mrc_sw_group_poll: the switch (index in group.sw) of port; else 0 */
+    int32_t spare;
 };
 
 struct mrc_sw_port {
@@ -72,17 +74,50 @@ struct mrc_sw {
     int32_t reason_queue_full;
     int32_t reason_tx_error;
     int64_t timer_slack_ns; /* a paced send may be this late (fewer, fuller wake-ups) */
+    int64_t hold_ns;        /* mrc_sw_poll: as struct mrc_sw_group's hold_ns (0: off) */
     /* mrc_fwd_wake's scratch and out-ports (n_ports of them); the loop sets its budget,
      * stamp_ns and fds from the queues, and hist to the in-port's drops, for each batch */
     struct mrc_fwd_batch fwd;
     /* counters (in/out) */
     int64_t wakeups;       /* epoll waits that returned events */
     int64_t timer_wakeups; /* waits that ended by timeout */
+    int64_t holds;         /* mrc_sw_poll: sleeps of hold_ns */
     int32_t wait_ms_only;  /* set by the loop: no epoll_pwait2 here (ENOSYS), epoll_wait in ms */
     int32_t spare;
+    int64_t port_wakeups;  /* waits that found one of its ports ready (in a group: its share) */
+    int64_t wake_stamp;    /* the loop's: the group wait that last counted port_wakeups */
 };
 
 /* Run until something needs Python (see MRC_SW_*); *ev says why (ev->why = the code).
  * Returns the code, or -EINVAL (bad arguments: nothing done), or -errno of a failed wait. */
 int mrc_sw_poll(struct mrc_sw *sw, int64_t deadline_ns, struct mrc_sw_event *ev);
+
+/* One process serving several switches (mrcswitch/host.py): every switch's ports in one
+ * epoll set (epfd; each switch's own epfd is not used), one loop over all of them. A frame
+ * that one switch sends to another switch of the group lands in that switch's ring during
+ * the send (veth runs the receive in the sender's softirq), so the same wake-up forwards it
+ * again: a frame crosses the group's switches on one wake-up instead of one per hop.
+ * Each switch keeps its own ports, caches, queues, counters and budgets; ev->sw says which
+ * switch a port event is about. The loop does exactly what mrc_sw_poll does for one switch
+ * (mrc_sw_poll is this loop over a group of one), switch by switch in group order. */
+enum { MRC_SW_MAX_GROUP = 4096 };
+
+struct mrc_sw_group {
+    int32_t epfd;
+    uint32_t n_sw;          /* 1..MRC_SW_MAX_GROUP */
+    struct mrc_sw **sw;     /* n_sw switches, each valid as for mrc_sw_poll */
+    int64_t timer_slack_ns; /* the group's (the switches' own are not used) */
+    int64_t hold_ns;        /* after a wake-up by frames, wait this long before reading
+                             * (bounded receive coalescing: more frames per wake-up, at most
+                             * hold_ns of added latency per wake-up); 0: off */
+    /* counters (in/out) */
+    int64_t wakeups;       /* waits that returned events */
+    int64_t timer_wakeups; /* waits that ended by timeout */
+    int64_t holds;         /* wake-ups that waited hold_ns */
+    int32_t wait_ms_only;  /* as in struct mrc_sw */
+    int32_t spare;
+};
+
+/* As mrc_sw_poll, for every switch of the group; ev->sw names the switch of ev->port. */
+int mrc_sw_group_poll(struct mrc_sw_group *g, int64_t deadline_ns, struct mrc_sw_event *ev);
 #endif

@@ -176,6 +176,9 @@ class Faults:
         rec = self.state.processes.get(node.name)
         if rec is None:
             raise LabError(f"no switch process recorded for {node.name}")
+        if rec.control is not None:
+            self._reboot_hosted(rec, down_ms)
+            return
         t = time.monotonic()
         if rec.is_alive():
             self.echo(f"kill -TERM {rec.pid}   # {node.name}: {argv_text(rec.argv)}")
@@ -192,6 +195,21 @@ class Faults:
         self.state.save()
         pyswitch.wait_ready([new])
         self.echo(f"# {node.name} is back (pid {new.pid}) after {time.monotonic() - t:.2f} s")
+
+    def _reboot_hosted(self, rec, down_ms: float) -> None:
+        """A switch served by a shared process: stopped and started again from its config
+        file through the process's control socket; the other switches keep running."""
+        t = time.monotonic()
+        ctl = rec.control
+        self.echo(f"# {rec.node}: stop (control socket {ctl} of pid {rec.pid})")
+        pyswitch.hosted_request(rec, "stop")
+        _sleep_until(t + down_ms / 1000.0)
+        self.echo(f"# {rec.node}: start from its unchanged config {rec.config}")
+        if rec.stats:
+            Path(rec.stats).unlink(missing_ok=True)
+        pyswitch.hosted_request(rec, "start")
+        pyswitch.wait_ready([rec])
+        self.echo(f"# {rec.node} is back (pid {rec.pid}) after {time.monotonic() - t:.2f} s")
 
     # --- NIC port ------------------------------------------------------------------------
     def port(self, host: str, plane: int, up: bool) -> None:

@@ -14,6 +14,7 @@ with the lab's prefix.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -27,6 +28,20 @@ from .topology import KIND_HOST, KIND_MGMT, Node, Plan, mac_bytes, mac_text
 
 HOST_SYSCTLS = {"net.ipv6.conf.default.disable_ipv6": 1}  # NIC ports: no kernel IPv6 at all
 PY_SWITCH_SYSCTLS = {"net.ipv6.conf.default.disable_ipv6": 1}
+# python switches: 0 = one mrc-switch process per switch; N >= 1 = N processes each serving
+# a share of the switches (pyswitch.groups: whole planes while N <= planes).
+# MRC_LAB_SWITCH_PROCS overrides the default; `mrc-lab up --switch-procs N` overrides both.
+DEFAULT_SWITCH_PROCS = 0
+
+
+def switch_procs_default() -> int:
+    text = os.environ.get("MRC_LAB_SWITCH_PROCS", "")
+    try:
+        return max(0, int(text)) if text else DEFAULT_SWITCH_PROCS
+    except ValueError:
+        raise LabError(f"MRC_LAB_SWITCH_PROCS={text!r}: not a whole number") from None
+
+
 MGMT_SYSCTLS = {
     "net.ipv6.conf.default.accept_dad": 0,
     "net.ipv6.conf.default.dad_transmits": 0,
@@ -88,10 +103,19 @@ def py_switch_lines(plan: Plan, node: Node) -> list[str]:
 
 
 def up(
-    params: LabParams, progress: Progress | None = None, keep_on_error: bool = False
+    params: LabParams,
+    progress: Progress | None = None,
+    keep_on_error: bool = False,
+    switch_procs: int | None = None,
 ) -> LabState:
-    """Create the lab; LabError (after cleaning up) if anything fails."""
+    """Create the lab; LabError (after cleaning up) if anything fails. ``switch_procs``
+    (python switches): 0 = one process per switch, N >= 1 = N shared processes; None = the
+    default (:func:`switch_procs_default`)."""
     require_root()
+    if switch_procs is None:
+        switch_procs = switch_procs_default()
+    if switch_procs < 0:
+        raise LabError(f"switch_procs must be >= 0, got {switch_procs}")
     progress = progress or Progress(quiet=True)
     plan = Plan(params)
     if state_path(params.name).exists():
@@ -113,7 +137,7 @@ def up(
     state.save()  # before anything exists: `down` can always clean up after us
     t0 = time.monotonic()
     try:
-        _build(state, plan, progress)
+        _build(state, plan, progress, switch_procs)
     except BaseException as e:
         state.phase = "failed"
         state.error = str(e)
@@ -130,7 +154,7 @@ def up(
     return state
 
 
-def _build(state: LabState, plan: Plan, progress: Progress) -> None:
+def _build(state: LabState, plan: Plan, progress: Progress, switch_procs: int = 0) -> None:
     params = plan.params
     kernel = params.switch == "kernel"
     namespaces = state.namespaces
@@ -186,8 +210,17 @@ def _build(state: LabState, plan: Plan, progress: Progress) -> None:
         return
 
     progress.step("switch processes", plan.switch_count)
-    paths = pyswitch.write_configs(state)
+    paths = pyswitch.write_configs(state, shared=switch_procs > 0)
     recs = []
+    if switch_procs > 0:
+        for k, nodes in enumerate(pyswitch.groups(plan, switch_procs)):
+            group = pyswitch.start_group(state, k, nodes, paths)
+            for rec in group:
+                state.processes[rec.node] = rec
+            state.save()  # the PID is on disk before we do anything else
+            recs += group
+            progress.advance(len(group))
+        paths = {}
     for node, (conf, stats, log) in paths.items():
         rec = pyswitch.start_switch(state, node, conf, stats, log)
         state.processes[node] = rec

@@ -1,10 +1,18 @@
-"""Python-switch mode: one ``mrc-switch --config FILE`` process per switch namespace.
+"""Python-switch mode: one ``mrc-switch --config FILE`` process per switch namespace, or
+(``switch_procs`` N >= 1) N processes each serving a share of the switches.
 
 The lab writes each switch's static config (the format of ``mrcswitch/config.py``, see
 docs/switch.md) to ``/run/mrc-lab/<lab>/switches/<node>.json``, starts the process inside
 the switch's namespace with ``ip netns exec``, records its PID and command line in the state
 file at once, and waits until the switch says it is ready. Stopping signals only a recorded
 PID whose ``/proc/PID/cmdline`` still is that command line.
+
+Shared processes (``mrc-switch --control SOCK --config A --config B ...``, started in the
+root namespace; each config names its switch's namespace, where its ports are opened): the
+switches of a plane stay in one process as long as there are no more processes than planes,
+so a frame crosses its plane's switches on one wake-up. Each switch keeps its record (the
+process's PID and command line, its own config and stats file, and the control socket);
+``reboot`` stops and starts exactly that switch through the control socket.
 """
 
 from __future__ import annotations
@@ -28,8 +36,11 @@ READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 3.0
 
 
-def switch_config(plan: Plan, node: Node, stats_path: str) -> dict[str, Any]:
-    """The mrc-switch config of one switch: ports, static table, stats file."""
+def switch_config(
+    plan: Plan, node: Node, stats_path: str, netns: str | None = None
+) -> dict[str, Any]:
+    """The mrc-switch config of one switch: ports, static table, stats file (and its
+    namespace, for a process serving several switches)."""
     p = plan.params
     ports = []
     for port in plan.switch_ports(node):
@@ -50,7 +61,9 @@ def switch_config(plan: Plan, node: Node, stats_path: str) -> dict[str, Any]:
     table = {
         f"{route.usid:04x}": route.ifname.removeprefix(plan.prefix) for route in plan.table(node)
     }
+    extra = {"netns": netns} if netns else {}
     return {
+        **extra,
         "name": node.name,
         "block": plan.fmt.prefix_text(),
         "own_usids": [f"{plan.own_usid(node):04x}"],
@@ -73,8 +86,9 @@ def switch_command() -> list[str]:
     return [sys.executable, "-m", "mrcswitch.switch"]
 
 
-def write_configs(state: LabState) -> dict[str, tuple[Path, Path, Path]]:
-    """Write every switch's config; -> node -> (config, stats, log) paths."""
+def write_configs(state: LabState, shared: bool = False) -> dict[str, tuple[Path, Path, Path]]:
+    """Write every switch's config (``shared``: each names its namespace); -> node ->
+    (config, stats, log) paths."""
     plan = state.plan
     conf_dir = state.run_dir / "switches"
     stats_dir = state.run_dir / "stats"
@@ -86,7 +100,8 @@ def write_configs(state: LabState) -> dict[str, tuple[Path, Path, Path]]:
         conf = conf_dir / f"{node.name}.json"
         stats = stats_dir / f"{node.name}.json"
         log = log_dir / f"{node.name}.log"
-        conf.write_text(json.dumps(switch_config(plan, node, str(stats)), indent=1))
+        ns = plan.namespace(node.name) if shared else None
+        conf.write_text(json.dumps(switch_config(plan, node, str(stats), ns), indent=1))
         out[node.name] = (conf, stats, log)
     return out
 
@@ -116,6 +131,65 @@ def start_switch(state: LabState, node: str, conf: Path, stats: Path, log: Path)
         log=str(log),
         started_at=time.time(),
     )
+
+
+def groups(plan: Plan, procs: int) -> list[list[str]]:
+    """The switches of each of ``procs`` shared processes: contiguous runs of the switches in
+    plane order, so that with ``procs`` <= planes no plane is split when planes divide
+    evenly (and as few as can be otherwise)."""
+    names = [n.name for n in plan.switches()]
+    procs = max(1, min(procs, len(names)))
+    out = []
+    for k in range(procs):
+        lo, hi = k * len(names) // procs, (k + 1) * len(names) // procs
+        out.append(names[lo:hi])
+    return out
+
+
+def start_group(
+    state: LabState, index: int, nodes: list[str], paths: dict[str, tuple[Path, Path, Path]]
+) -> list[ProcessRecord]:
+    """Start one process serving ``nodes`` (their configs name their namespaces); one
+    record per switch, all with its PID, saved by the caller at once."""
+    ctl = state.run_dir / f"switchproc{index}.sock"
+    log = state.run_dir / "logs" / f"switchproc{index}.log"
+    argv = [*switch_command(), "--control", str(ctl)]
+    for node in nodes:
+        argv += ["--config", str(paths[node][0])]
+        with contextlib.suppress(FileNotFoundError):
+            paths[node][1].unlink()
+    with open(log, "ab") as logf:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    now = time.time()
+    return [
+        ProcessRecord(
+            node=node, pid=proc.pid, argv=argv, config=str(paths[node][0]),
+            stats=str(paths[node][1]), log=str(log), started_at=now, control=str(ctl),
+        )
+        for node in nodes
+    ]  # fmt: skip
+
+
+def hosted_request(rec: ProcessRecord, op: str) -> dict:
+    """``op`` ("stop", "start") for the switch of ``rec`` through its process's control
+    socket; LabError if the process is gone or refuses."""
+    from mrcswitch.host import control
+
+    if rec.control is None or not rec.is_alive():
+        raise LabError(f"the process serving {rec.node} (pid {rec.pid}) is not running")
+    try:
+        reply = control(rec.control, {"op": op, "switch": rec.node})
+    except (OSError, ValueError) as e:
+        raise LabError(f"{rec.node}: control socket {rec.control}: {e}") from None
+    if not reply.get("ok"):
+        raise LabError(f"{rec.node}: {op} refused: {reply.get('error')}")
+    return reply
 
 
 def is_ready(rec: ProcessRecord) -> bool:
@@ -186,6 +260,13 @@ def stop_processes(recs: list[ProcessRecord], timeout_s: float = STOP_TIMEOUT_S)
     once, SIGKILL the ones that hang. -> node -> "stopped" | "killed" | "not running"."""
     result: dict[str, str] = {}
     signalled: list[ProcessRecord] = []
+    by_pid: dict[int, list[ProcessRecord]] = {}  # a shared process: signalled once
+    for rec in recs:
+        by_pid.setdefault(rec.pid, []).append(rec)
+    others: dict[str, list[str]] = {}
+    for same in by_pid.values():
+        others[same[0].node] = [r.node for r in same[1:]]
+    recs = [same[0] for same in by_pid.values()]
     for rec in recs:
         if not rec.is_alive():
             exited(rec)
@@ -214,6 +295,9 @@ def stop_processes(recs: list[ProcessRecord], timeout_s: float = STOP_TIMEOUT_S)
                 os.kill(rec.pid, signal.SIGKILL)
             result[rec.node] = "killed"
         exited(rec)
+    for node, rest in others.items():
+        for other in rest:
+            result[other] = result[node]
     return result
 
 

@@ -56,9 +56,12 @@ class ProcessRecord:
     stats: str | None = None
     log: str | None = None
     started_at: float = 0.0
+    # a process serving several switches (mrc-lab up --switch-procs N): its control socket,
+    # through which one switch is stopped and started (several records share the PID)
+    control: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "node": self.node,
             "pid": self.pid,
             "argv": self.argv,
@@ -67,6 +70,9 @@ class ProcessRecord:
             "log": self.log,
             "started_at": self.started_at,
         }
+        if self.control is not None:
+            d["control"] = self.control
+        return d
 
     def is_alive(self) -> bool:
         """The PID exists and still runs the command we started (PIDs get reused)."""

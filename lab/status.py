@@ -154,6 +154,11 @@ def node_status(state: LabState, node, views: dict[str, NsView]) -> dict[str, An
     else:
         rec = state.processes.get(node.name)
         alive = bool(rec and rec.is_alive())
+        if alive and rec is not None and rec.control is not None:
+            # a switch of a shared process: its process runs, but is the switch running?
+            from .pyswitch import is_ready
+
+            alive = is_ready(rec)
         out["pid"] = rec.pid if rec else None
         out["up"] = view.exists and alive
     out["ports_up"] = sum(1 for p in ports if p["admin"] == "up" and p["carrier"])

@@ -10,6 +10,10 @@ pipeline's, replayed from the caches), same queues, same counters.
 
 What the loop counted (packets, bytes, drops by reason) accumulates in the C structs;
 :meth:`CLoop.fold` moves it into the ports' Python counters (before every stats snapshot).
+
+:class:`CGroup` runs the same loop over several switches of one process
+(``mrc_sw_group_poll``, :mod:`mrcswitch.host`): one epoll set, each switch's ``struct mrc_sw``
+as its :class:`CLoop` built it; the event says which switch (``event.sw``).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ class CLoop:
     def __init__(
         self, epfd: int, ports: list, caches: list, planner, *, slots: int, cap: int,
         hist_len: int, batches_per_wake: int, timer_slack_ns: int, reasons: tuple[int, int, int],
+        hold_ns: int = 0,
     ) -> None:  # fmt: skip
         if not available():
             raise RuntimeError("the C module mrcnic._mrcfast with mrc_sw_poll is not available")
@@ -75,6 +80,7 @@ class CLoop:
         sw.batches_per_wake = batches_per_wake
         sw.reason_port_down, sw.reason_queue_full, sw.reason_tx_error = reasons
         sw.timer_slack_ns = timer_slack_ns
+        sw.hold_ns = hold_ns
         sw.fwd = fwd[0]  # a copy: the loop points its hist at each in-port's drops
         self._keep = planner  # the arrays must outlive the struct that points at them
         self._poll = lib.mrc_sw_poll
@@ -104,17 +110,31 @@ class CLoop:
         for p in self.ports:
             self.sync(p)
 
-    def poll(self, deadline_ns: int) -> Wake:
-        """Run the loop until ``deadline_ns`` (time.monotonic_ns) or until something needs
-        Python; :attr:`event` holds the details. Ring heads are copied in and back out."""
+    def heads_in(self) -> None:
+        """Copy the Python rings' heads into the C ports (before a poll)."""
         cports = self._cports
         for p in self.ports:
             if p.ring is not None:
                 cports[p.index].head = p.ring.head
-        r = self._poll(self._sw, deadline_ns, self.event)
+
+    def heads_out(self) -> None:
+        """Copy the C ports' heads back into the Python rings (after a poll)."""
+        cports = self._cports
         for p in self.ports:
             if p.ring is not None:
                 p.ring.head = cports[p.index].head
+
+    @property
+    def sw(self):
+        """The ``struct mrc_sw *`` (a :class:`CGroup` points at it)."""
+        return self._sw
+
+    def poll(self, deadline_ns: int) -> Wake:
+        """Run the loop until ``deadline_ns`` (time.monotonic_ns) or until something needs
+        Python; :attr:`event` holds the details. Ring heads are copied in and back out."""
+        self.heads_in()
+        r = self._poll(self._sw, deadline_ns, self.event)
+        self.heads_out()
         if r < 0:
             raise OSError(-r, f"mrc_sw_poll: {os.strerror(-r)}")
         return Wake(r)
@@ -142,5 +162,64 @@ class CLoop:
                     d[r] = 0
 
     def counters(self) -> dict[str, int]:
-        """The loop's own counters: wake-ups by events and by timer (in the stats file)."""
-        return {"wakeups": self._sw.wakeups, "timer_wakeups": self._sw.timer_wakeups}
+        """The loop's own counters (in the stats file): wake-ups by events and by timer,
+        holds (sleeps of hold_ns after a wake-up by frames), waits that found a port of
+        this switch ready."""
+        sw = self._sw
+        return {
+            "wakeups": sw.wakeups,
+            "timer_wakeups": sw.timer_wakeups,
+            "holds": sw.holds,
+            "port_wakeups": sw.port_wakeups,
+            "hold_ns": sw.hold_ns,
+        }
+
+
+class CGroup:
+    """``struct mrc_sw_group``: one C loop over the :class:`CLoop` of every switch in
+    ``loops`` (one epoll set ``epfd`` holding all their ports). :meth:`set_members` changes
+    the switches (a switch stopped or started by the process hosting them)."""
+
+    __slots__ = ("loops", "event", "_g", "_arr", "_poll")
+
+    def __init__(self, epfd: int, loops: list[CLoop], *, timer_slack_ns: int, hold_ns: int = 0):
+        if not available():
+            raise RuntimeError("the C module mrcnic._mrcfast with mrc_sw_poll is not available")
+        ffi, lib = _mod.ffi, _mod.lib
+        self._g = ffi.new("struct mrc_sw_group *")
+        self._g.epfd = epfd
+        self._g.timer_slack_ns = timer_slack_ns
+        self._g.hold_ns = hold_ns
+        self.event = ffi.new("struct mrc_sw_event *")
+        self._poll = lib.mrc_sw_group_poll
+        self.loops: list[CLoop] = []
+        self._arr = None
+        self.set_members(loops)
+
+    def set_members(self, loops: list[CLoop]) -> None:
+        self.loops = list(loops)
+        self._arr = _mod.ffi.new("struct mrc_sw *[]", [lp.sw for lp in self.loops] or 1)
+        self._g.sw = self._arr
+        self._g.n_sw = len(self.loops)
+
+    def poll(self, deadline_ns: int) -> Wake:
+        """As :meth:`CLoop.poll`, over every switch; ``event.sw`` indexes :attr:`loops`."""
+        loops = self.loops
+        for lp in loops:
+            lp.heads_in()
+        r = self._poll(self._g, deadline_ns, self.event)
+        for lp in loops:
+            lp.heads_out()
+        if r < 0:
+            raise OSError(-r, f"mrc_sw_group_poll: {os.strerror(-r)}")
+        return Wake(r)
+
+    def counters(self) -> dict[str, int]:
+        """The process's wake-ups (by events, by timer) and holds, for all its switches."""
+        g = self._g
+        return {
+            "wakeups": g.wakeups,
+            "timer_wakeups": g.timer_wakeups,
+            "holds": g.holds,
+            "hold_ns": g.hold_ns,
+        }

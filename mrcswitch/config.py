@@ -80,6 +80,9 @@ class SwitchConfig:
     # PACKET_MMAP receive ring slots per port (0: recvmmsg instead); config_from_dict's
     # default is as many max_frame_bytes slots as DEFAULT_RX_RING_BYTES hold
     rx_ring_frames: int = 512
+    # network namespace (a name under /run/netns) the ports are opened in; "" = the
+    # process's own (a process serving several switches opens each in its own namespace)
+    netns: str = ""
     _port_index: Mapping[str, int] = field(default_factory=dict, repr=False, compare=False)
 
     def port_index(self, name: str) -> int:
@@ -99,6 +102,7 @@ _TOP_FIELDS = {
     "batch_size",
     "max_frame_bytes",
     "rx_ring_frames",
+    "netns",
 }
 _PORT_FIELDS = {
     "name",
@@ -344,6 +348,11 @@ def config_from_dict(data: Any) -> SwitchConfig:
     ring_frames = _int(data, "rx_ring_frames", "", default=auto_frames, minimum=0)
     if ring_frames > MAX_RX_RING_FRAMES:
         raise ConfigError("rx_ring_frames", f"must be <= {MAX_RX_RING_FRAMES}")
+    netns = data.get("netns", "")
+    if not isinstance(netns, str) or "/" in netns or netns in (".", ".."):
+        raise ConfigError(
+            "netns", f"must be a namespace name (as `ip netns` lists it), got {netns!r}"
+        )
     return SwitchConfig(
         name=name,
         block=block,
@@ -357,6 +366,7 @@ def config_from_dict(data: Any) -> SwitchConfig:
         batch_size=batch,
         max_frame_bytes=max_frame,
         rx_ring_frames=ring_frames,
+        netns=netns,
         _port_index=MappingProxyType(index),
     )
 

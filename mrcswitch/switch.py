@@ -38,6 +38,7 @@ from pathlib import Path
 
 from mrcnic.io import afpacket, linkstate
 from mrcnic.io import batch as batch_io
+from mrcnic.io.netns import in_netns
 
 from . import cloop
 from .config import ConfigError, PortConfig, SwitchConfig, load_config
@@ -56,6 +57,22 @@ RX_BATCHES_PER_WAKE = 8  # bound the time one busy port can hold the loop
 SMALL_BATCH = 4  # up to this many frames, a batch refreshes only the budgets it needs
 RCVBUF_BYTES = 4 << 20
 TIMER_SLACK_NS = 100_000  # C loop: a paced send may leave this late (fewer timer wake-ups)
+# C loop: after a wake-up by frames, sleep this long before looking again instead of being
+# woken by each frame (bounded receive coalescing; adds at most this much latency per
+# wake-up). MRC_SWITCH_HOLD_US overrides it; 0 = off.
+DEFAULT_HOLD_US = 0.0
+
+
+def hold_ns_from_env() -> int:
+    """``MRC_SWITCH_HOLD_US`` (microseconds, 0..1e6) as nanoseconds, else the default."""
+    text = os.environ.get("MRC_SWITCH_HOLD_US", "")
+    try:
+        us = float(text) if text else DEFAULT_HOLD_US
+    except ValueError:
+        us = DEFAULT_HOLD_US
+    return int(min(max(us, 0.0), 1e6) * 1000)
+
+
 _NETDOWN = afpacket.NETDOWN_ERRNOS
 _EPOLLERR = select.EPOLLERR
 
@@ -166,7 +183,15 @@ class Port:
 
 
 class Switch:
-    def __init__(self, cfg: SwitchConfig, config_path: str = "") -> None:
+    """One switch. Alone (``mrc-switch --config FILE``) it owns its epoll set and runs its
+    own loop (:meth:`run`); hosted by :class:`mrcswitch.host.SwitchHost` it registers its
+    fds in the host's ``epoll`` (and ``owners``: fd -> this switch) and the host drives it
+    (:meth:`start`, the ``on_*`` handlers, :meth:`tick`, :meth:`finish`)."""
+
+    def __init__(
+        self, cfg: SwitchConfig, config_path: str = "", *, epoll: select.epoll | None = None,
+        owners: dict | None = None, hold_ns: int | None = None,
+    ) -> None:  # fmt: skip
         self.cfg = cfg
         self.config_path = config_path
         self.table = build_table(cfg)
@@ -183,7 +208,13 @@ class Switch:
         self.started_unix = time.time()
         self.ready = False
         self._stop = False
-        self._ep = select.epoll()
+        self.hosted = epoll is not None
+        self._ep = epoll if epoll is not None else select.epoll()
+        self._owners = owners if owners is not None else {}
+        self.hold_ns = hold_ns_from_env() if hold_ns is None else hold_ns
+        self._host_counters = None  # hosted: the process's loop counters (a callable)
+        self._ioctl: socket.socket | None = None  # link flags, in the switch's namespace
+        self._probe_due = self._stats_due = 0
         self._by_fd: dict[int, Port] = {}
         self._wake_r = self._wake_w = -1
         self._ctl: socket.socket | None = None
@@ -197,11 +228,28 @@ class Switch:
         self._link_events = 0  # notifications that named a port
 
     # --- set-up -------------------------------------------------------------------------
+    def _in_ns(self) -> contextlib.AbstractContextManager:
+        """The body runs in the switch's namespace (``netns`` of the config), if it has one:
+        sockets opened there stay there."""
+        return in_netns(self.cfg.netns) if self.cfg.netns else contextlib.nullcontext()
+
+    def _watch(self, fd: int) -> None:
+        self._ep.register(fd, select.EPOLLIN)
+        self._owners[fd] = self
+
     def open_ports(self) -> None:
+        try:
+            with self._in_ns():
+                self._open_ports()
+        except OSError as exc:  # NetnsError: the namespace is missing
+            raise ConfigError("netns", str(exc)) from None
+
+    def _open_ports(self) -> None:
+        self._ioctl = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         # Link notifications before the ports: no change after a port's check at open is missed.
         self._links = linkstate.LinkWatcher.open()
         if self._links is not None:
-            self._ep.register(self._links.fileno(), select.EPOLLIN)
+            self._watch(self._links.fileno())
         for i, p in enumerate(self.ports):
             try:
                 p.open()
@@ -241,6 +289,7 @@ class Switch:
                 cap=self.cfg.max_frame_bytes, hist_len=max(DropReason) + 1,
                 batches_per_wake=RX_BATCHES_PER_WAKE, timer_slack_ns=TIMER_SLACK_NS,
                 reasons=(DropReason.PORT_DOWN, DropReason.QUEUE_FULL, DropReason.TX_ERROR),
+                hold_ns=self.hold_ns,
             )  # fmt: skip
         self._sync_fds()
 
@@ -265,15 +314,20 @@ class Switch:
     def _register(self, p: Port) -> None:
         assert p.sock is not None
         fd = p.sock.fileno()
-        self._ep.register(fd, select.EPOLLIN)
+        self._watch(fd)
         self._by_fd[fd] = p
 
     def _unregister(self, p: Port) -> None:
         if p.sock is not None:
             fd = p.sock.fileno()
             self._by_fd.pop(fd, None)
-            with contextlib.suppress(OSError):
-                self._ep.unregister(fd)
+            self._unwatch(fd)
+
+    def _unwatch(self, fd: int) -> None:
+        if self._owners.get(fd) is self:
+            del self._owners[fd]
+        with contextlib.suppress(OSError):
+            self._ep.unregister(fd)
 
     def _install_signals(self) -> None:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -297,7 +351,7 @@ class Switch:
         s.listen(8)
         s.setblocking(False)
         self._ctl = s
-        self._ep.register(s.fileno(), select.EPOLLIN)
+        self._watch(s.fileno())
 
     def _serve_control(self) -> None:
         assert self._ctl is not None
@@ -344,7 +398,9 @@ class Switch:
             "fwd_path": self._fwd_path(),
             "queue_backend": "c" if getattr(self.ports[0].queue, "ptr", None) else "python",
             # the C loop's wake-ups: by arriving frames and by paced sends' timers
-            "c_loop": self._cloop.counters() if self._cloop is not None else None,
+            # (a process serving several switches: its wake-ups, shared by all of them, with
+            # this switch's own "port_wakeups" and "switches_in_process")
+            "c_loop": self._c_loop_counters(),
             # netlink link notifications (None: none, only the SIOCGIFFLAGS probe): how many
             # named a port, how often the kernel dropped some
             "link_watch": {"port_events": self._link_events, "overflows": self._links.overflows}
@@ -370,6 +426,14 @@ class Switch:
             },
             "ports": ports,
         }
+
+    def _c_loop_counters(self) -> dict | None:
+        if self._cloop is None:
+            return None
+        own = self._cloop.counters()
+        if self._host_counters is None:
+            return own
+        return {**self._host_counters(), "port_wakeups": own["port_wakeups"]}
 
     def _fwd_path(self) -> str:
         if self._cloop is not None:
@@ -421,7 +485,7 @@ class Switch:
 
     def probe_links(self) -> None:
         for p in self.ports:
-            flags = linkstate.link_flags(p.cfg.interface)
+            flags = linkstate.link_flags(p.cfg.interface, self._ioctl)
             up = linkstate.flags_up(flags)
             if not up:
                 if p.up:
@@ -430,14 +494,16 @@ class Switch:
             if p.up:
                 continue
             try:
-                ifindex = socket.if_nametoindex(p.cfg.interface)
+                with self._in_ns():
+                    ifindex = socket.if_nametoindex(p.cfg.interface)
             except OSError:
                 continue
             if p.sock is None or ifindex != p.ifindex:
                 # the interface was re-created: the old socket is bound to a dead ifindex
                 self._unregister(p)
                 try:
-                    p.open()
+                    with self._in_ns():
+                        p.open()
                 except OSError as exc:
                     log.warning("port %s: reopen failed: %s", p.cfg.name, exc)
                     self._sync_fds()  # its old send socket is closed
@@ -735,21 +801,19 @@ class Switch:
             if len(frames) < batch:
                 return
 
-    def _timeout_s(self, now_ns: int, deadline_ns: int) -> float:
-        nxt = deadline_ns
-        for p in self._queued:
-            t = p.queue.next_send_ns(now_ns)
-            if t is not None and t < nxt:
-                nxt = t
-        return max(0.0, (nxt - now_ns) / 1e9)
-
-    def run(self) -> None:
-        self._install_signals()
+    def start(self) -> None:
+        """Everything before the loop: signals (alone), the control socket, the stats
+        writer, ``"ready": true``."""
+        if not self.hosted:
+            self._install_signals()
         self._open_control()
         if self.cfg.stats_path:
             self._writer = StatsWriter(self.cfg.stats_path)
         self.ready = True
         self.write_stats()
+        now = time.monotonic_ns()
+        self._probe_due = now + int(LINK_PROBE_INTERVAL_S * 1e9)
+        self._stats_due = now + int(self.cfg.stats_interval_s * 1e9)
         log.info(
             "%s ready: %d ports, %d table entries, io %s",
             self.cfg.name,
@@ -757,24 +821,35 @@ class Switch:
             len(self.table),
             batch_io.BACKEND,
         )
+
+    def finish(self) -> None:
+        """After the loop: a last stats file with ``"ready": false``."""
+        self.ready = False
+        self.write_stats(sync=True)
+
+    def run(self) -> None:
+        self.start()
         if self._cloop is not None:
             self._run_c()
         else:
             self._run_python()
-        self.ready = False
-        self.write_stats(sync=True)
+        self.finish()
 
-    def _periodic(self, now: int, probe_due: int, stats_due: int) -> tuple[int, int]:
-        """Link probes and the stats file when due; returns the next due times."""
-        if now >= probe_due:
+    @property
+    def due_ns(self) -> int:
+        """When :meth:`tick` has work next (link probes, stats file)."""
+        return min(self._probe_due, self._stats_due)
+
+    def tick(self, now: int) -> None:
+        """Link probes and the stats file when due (at ``now`` or earlier)."""
+        if now >= self._probe_due:
             self.probe_links()
-            probe_due = now + int(LINK_PROBE_INTERVAL_S * 1e9)
-        if now >= stats_due:
+            self._probe_due = now + int(LINK_PROBE_INTERVAL_S * 1e9)
+        if now >= self._stats_due:
             self.write_stats()
-            stats_due = now + int(self.cfg.stats_interval_s * 1e9)
-        return probe_due, stats_due
+            self._stats_due = now + int(self.cfg.stats_interval_s * 1e9)
 
-    def _serve_other_fd(self, fd: int) -> None:
+    def on_other_fd(self, fd: int) -> None:
         """A ready fd that is no port: the signal pipe (drained; the handler has run), the
         control socket or the link notifications."""
         if fd == self._wake_r:
@@ -789,7 +864,25 @@ class Switch:
         """Every ready fd that is no port (the C loop leaves them to us)."""
         for fd, _ev in self._ep.poll(0):
             if fd not in self._by_fd:
-                self._serve_other_fd(fd)
+                self.on_other_fd(fd)
+
+    def on_c_wake(self, why: cloop.Wake, ev, now: int) -> None:
+        """What the C loop handed back about this switch (``ev``: its struct mrc_sw_event;
+        OTHER_FD is the caller's to serve)."""
+        cl = self._cloop
+        assert cl is not None
+        # Every port the loop took down, whatever this return reports (one batch can
+        # down two ports, or down one and hand back refused frames).
+        for p in cl.downed():
+            self._set_down(p, "send failed: link down")
+        if why is cloop.Wake.MISS or why is cloop.Wake.PUNT:
+            self._c_batch(self.ports[ev.port], why, ev.frames, ev.n_punt, now)
+        elif why is cloop.Wake.SOCK_ERR:
+            p = self.ports[ev.port]
+            self._sock_error(p)
+            if p.sock is not None:
+                self._rx(p)  # as the Python loop: read it too, so an error cannot starve it
+        self._queued.clear()  # the C loop serves every queue
 
     def _run_c(self) -> None:
         """The event loop when C runs it (mrc_sw_poll): Python wakes up only for what the C
@@ -797,30 +890,15 @@ class Switch:
         cl = self._cloop
         assert cl is not None
         ev = cl.event  # struct mrc_sw_event: the details of why the loop returned
-        ports = self.ports
         monotonic_ns = time.monotonic_ns
-        now = monotonic_ns()
-        probe_due = now + int(LINK_PROBE_INTERVAL_S * 1e9)
-        stats_due = now + int(self.cfg.stats_interval_s * 1e9)
         while not self._stop:
-            why = cl.poll(min(probe_due, stats_due))
+            why = cl.poll(self.due_ns)
             now = monotonic_ns()
-            # Every port the loop took down, whatever this return reports (one batch can
-            # down two ports, or down one and hand back refused frames).
-            for p in cl.downed():
-                self._set_down(p, "send failed: link down")
-            if why is cloop.Wake.MISS or why is cloop.Wake.PUNT:
-                self._c_batch(ports[ev.port], why, ev.frames, ev.n_punt, now)
-            elif why is cloop.Wake.SOCK_ERR:
-                p = ports[ev.port]
-                self._sock_error(p)
-                if p.sock is not None:
-                    self._rx(p)  # as the Python loop: read it too, so an error cannot starve it
-            elif why is cloop.Wake.OTHER_FD:
+            if why is cloop.Wake.OTHER_FD:
                 self._serve_other_fds()
-            self._queued.clear()  # the C loop serves every queue
-            if now >= probe_due or now >= stats_due:
-                probe_due, stats_due = self._periodic(now, probe_due, stats_due)
+            self.on_c_wake(why, ev, now)
+            if now >= self.due_ns:
+                self.tick(now)
 
     def _c_batch(self, p: Port, why: cloop.Wake, n: int, n_punt: int, now: int) -> None:
         """A batch the C loop handed back: a miss (Python decides the whole batch and stores
@@ -836,11 +914,36 @@ class Switch:
         finally:
             ring.release(n)
 
+    def on_fd(self, fd: int, ev: int) -> None:
+        """The Python loop: a ready fd of this switch (a port, or another of its fds)."""
+        p = self._by_fd.get(fd)
+        if p is not None:
+            if ev & _EPOLLERR:
+                self._sock_error(p)
+            if p.sock is not None:
+                self._rx(p)
+        else:
+            self.on_other_fd(fd)
+
+    def timeout_ns(self, now: int, deadline: int) -> int:
+        """The Python loop: when it must look again (``deadline``, or a queued frame's
+        send time if sooner)."""
+        nxt = deadline
+        for p in self._queued:
+            t = p.queue.next_send_ns(now)
+            if t is not None and t < nxt:
+                nxt = t
+        return nxt
+
+    def serve_queues(self, now: int) -> None:
+        """The Python loop: send what every queue may send by now."""
+        queued = self._queued
+        if queued:
+            for p in tuple(queued):
+                self._tx(p, now)
+
     def _run_python(self) -> None:
         """The event loop in Python (the C loop's twin; with recvmmsg or without C)."""
-        now = time.monotonic_ns()
-        stats_due = now + int(self.cfg.stats_interval_s * 1e9)
-        probe_due = now + int(LINK_PROBE_INTERVAL_S * 1e9)
         # one wake-up per frame is the common case at a few thousand frames/s per switch:
         # keep what the loop does per wake-up (outside _rx) to a handful of operations
         poll = self._ep.poll
@@ -848,11 +951,11 @@ class Switch:
         queued = self._queued
         monotonic_ns = time.monotonic_ns
         rx = self._rx
-        due = min(stats_due, probe_due)
+        due = self.due_ns
         now = monotonic_ns()
         while not self._stop:
             if queued:
-                timeout = self._timeout_s(now, due)
+                timeout = max(0.0, (self.timeout_ns(now, due) - now) / 1e9)
             else:
                 timeout = (due - now) / 1e9 if due > now else 0.0
             for fd, ev in poll(timeout):
@@ -863,14 +966,14 @@ class Switch:
                     if p.sock is not None:
                         rx(p)
                 else:
-                    self._serve_other_fd(fd)
+                    self.on_other_fd(fd)
             now = monotonic_ns()
             if queued:
                 for p in tuple(queued):
                     self._tx(p, now)
             if now >= due:
-                probe_due, stats_due = self._periodic(now, probe_due, stats_due)
-                due = min(stats_due, probe_due)
+                self.tick(now)
+                due = self.due_ns
 
     def close(self) -> None:
         if self._writer is not None:  # the loop ended abnormally: stop the thread anyway
@@ -880,21 +983,38 @@ class Switch:
             self._unregister(p)
             p.close()
         if self._ctl is not None:
+            self._unwatch(self._ctl.fileno())
             self._ctl.close()
+            self._ctl = None
             if self.cfg.control_socket:
                 Path(self.cfg.control_socket).unlink(missing_ok=True)
         if self._links is not None:
+            self._unwatch(self._links.fileno())
             self._links.close()  # closing the fd takes it out of the epoll set
             self._links = None
-        self._ep.close()
+        if self._ioctl is not None:
+            self._ioctl.close()
+            self._ioctl = None
+        if not self.hosted:
+            self._ep.close()
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="mrc-switch", description="Run one SRv6 uSID software switch in this netns."
+        prog="mrc-switch",
+        description="Run one SRv6 uSID software switch in this netns (or several in one "
+        "process: --config more than once, each config naming its netns).",
     )
-    ap.add_argument("--config", required=True, help="TOML or JSON (.json) switch config")
-    ap.add_argument("--check", action="store_true", help="validate the config and exit")
+    ap.add_argument(
+        "--config", required=True, action="append",
+        help="TOML or JSON (.json) switch config; more than once: one process serves them all",
+    )  # fmt: skip
+    ap.add_argument("--check", action="store_true", help="validate the config(s) and exit")
+    ap.add_argument(
+        "--control", default=None,
+        help="unix socket taking stop/start/list requests for single switches (JSON lines); "
+        "implies the serving of several switches even with one --config",
+    )  # fmt: skip
     ap.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
     args = ap.parse_args(argv)
     logging.basicConfig(
@@ -902,24 +1022,56 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s mrc-switch %(levelname)s %(message)s",
         stream=sys.stderr,
     )
+    if len(args.config) > 1 or args.control:
+        return _main_host(args)
+    path = args.config[0]
     try:
-        cfg = load_config(args.config)
+        cfg = load_config(path)
     except ConfigError as exc:
-        print(f"mrc-switch: bad config {args.config}: {exc}", file=sys.stderr)
+        print(f"mrc-switch: bad config {path}: {exc}", file=sys.stderr)
         return 2
     if args.check:
-        print(f"mrc-switch: {args.config}: OK ({len(cfg.ports)} ports, {len(cfg.table)} routes)")
+        print(f"mrc-switch: {path}: OK ({len(cfg.ports)} ports, {len(cfg.table)} routes)")
         return 0
-    sw = Switch(cfg, str(Path(args.config).resolve()))
+    sw = Switch(cfg, str(Path(path).resolve()))
     try:
         sw.write_stats()  # "ready": false until every port is open
         sw.open_ports()
         sw.run()
     except ConfigError as exc:
-        print(f"mrc-switch: bad config {args.config}: {exc}", file=sys.stderr)
+        print(f"mrc-switch: bad config {path}: {exc}", file=sys.stderr)
         return 2
     finally:
         sw.close()
+    return 0
+
+
+def _main_host(args: argparse.Namespace) -> int:
+    """Several switches in this process (mrcswitch.host)."""
+    from .host import SwitchHost
+
+    if args.check:
+        for path in args.config:
+            try:
+                cfg = load_config(path)
+            except ConfigError as exc:
+                print(f"mrc-switch: bad config {path}: {exc}", file=sys.stderr)
+                return 2
+            print(f"mrc-switch: {path}: OK ({len(cfg.ports)} ports, {len(cfg.table)} routes)")
+        return 0
+    try:
+        host = SwitchHost(args.config, args.control)
+    except ConfigError as exc:
+        print(f"mrc-switch: bad config: {exc}", file=sys.stderr)
+        return 2
+    try:
+        host.open()
+        host.run()
+    except ConfigError as exc:
+        print(f"mrc-switch: bad config: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        host.close()
     return 0
 
 
