@@ -151,6 +151,12 @@ def build_parser() -> argparse.ArgumentParser:
     _topology_flags(p)
     p.add_argument("--keep-on-error", action="store_true", help="leave a half-built lab to debug")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+    p.add_argument(
+        "--switch-procs", type=int, default=None, metavar="N",
+        help="python switches: 0 = one mrc-switch process per switch, N >= 1 = N processes "
+        "serving whole planes each (default $MRC_LAB_SWITCH_PROCS, else "
+        f"{lifecycle.DEFAULT_SWITCH_PROCS}; see docs/lab.md)",
+    )  # fmt: skip
 
     p = cmd(
         "calibrate",
@@ -345,7 +351,9 @@ def cmd_up(args: argparse.Namespace) -> int:
             "namespaces",
             file=sys.stderr,
         )
-    state = lifecycle.up(params, progress, keep_on_error=args.keep_on_error)
+    state = lifecycle.up(
+        params, progress, keep_on_error=args.keep_on_error, switch_procs=args.switch_procs
+    )
     st = status(state, with_faults=False)
     c = st["counts"]
     print(
