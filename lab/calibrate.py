@@ -126,6 +126,9 @@ class Measurement:
     nic_core_max: float  # the busiest NIC process, share of one core
     goodput_fraction: float | None = None
     verified: bool = True
+    # the lab's own processes over the write (NICs + switches, cores): what the machine's
+    # busy share holds beyond them is the kernel's work outside them and other users
+    lab_cores: float | None = None
 
     @property
     def fps(self) -> float:
@@ -311,7 +314,18 @@ def measurement_from_results(
         nic_core_max=round(max(nic), 4) if nic else 0.0,
         goodput_fraction=round(sum(gf) / len(gf), 4) if gf else None,
         verified=all(bool(r.get("verified")) for r in results),
+        lab_cores=_lab_cores(results),
     )
+
+
+def _lab_cores(results: Sequence[dict[str, Any]]) -> float | None:
+    """NIC processes of every flow plus the switch processes (counted once: every client
+    measures all of them over its run), in cores."""
+    nics = sum(
+        float(r.get(k) or 0) for r in results for k in ("cpu_percent_client", "cpu_percent_server")
+    )
+    sw = [r["switch_cpu_percent"] for r in results if r.get("switch_cpu_percent") is not None]
+    return round((nics + (sum(sw) / len(sw) if sw else 0.0)) / 100, 3)
 
 
 # --- the result, its cache ------------------------------------------------------------------
@@ -583,7 +597,8 @@ def calibrate(
             f"  calibrate: links at {rate:g} Mb/s: {m.fps:,.0f} frames/s delivered "
             f"(goodput {m.goodput_fraction or 0:.2f} of capacity), machine {m.machine_busy:.0%} "
             f"busy ({m.idle_busy:.0%} idle load), busiest NIC process {m.nic_core_max:.0%} of "
-            f"a core; {m.machine_core_s_per_frame * 1e6:.0f} us of CPU per frame"
+            f"a core, lab processes {m.lab_cores or 0:.2f} cores; "
+            f"{m.machine_core_s_per_frame * 1e6:.0f} us of CPU per frame"
         )
         best, nxt = decide(steps, cap_mbit, headroom)
         if nxt is None:

@@ -178,6 +178,7 @@ def test_measurement_from_bench_results() -> None:
         "cpu_percent_client": 38.5,
         "cpu_percent_server": 33.7,
         "machine_cpu_percent": 92.1,
+        "switch_cpu_percent": 106.7,
         "goodput_fraction": 0.76,
         "duration_s": 2.0,
         "cpus": 2,
@@ -187,6 +188,7 @@ def test_measurement_from_bench_results() -> None:
     assert m.frames == 40_000 and m.fps == 20_000 and m.frame_bytes == 4200
     assert m.machine_busy == 0.921 and m.nic_core_max == 0.385 and m.flows == 1
     assert m.verified and m.goodput_fraction == 0.76
+    assert m.lab_cores == pytest.approx((38.5 + 33.7 + 106.7) / 100)
     with pytest.raises(ValueError):
         cal.measurement_from_results(100.0, 8, [], 0.0)
 
