@@ -94,7 +94,13 @@ CODE_GLOBS = (
     "lab/calibrate.py",
 )
 # Environment knobs that change the stack under the lab (they are part of the cache key).
-ENV_KNOBS = ("MRC_SWITCH_C_LOOP", "MRC_NIC_ENGINE", "MRC_PURE_PYTHON")
+ENV_KNOBS = (
+    "MRC_SWITCH_C_LOOP",
+    "MRC_NIC_ENGINE",
+    "MRC_PURE_PYTHON",
+    "MRC_LAB_SWITCH_PROCS",
+    "MRC_SWITCH_HOLD_US",
+)
 
 Printer = Callable[[str], None]
 

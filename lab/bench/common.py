@@ -217,8 +217,9 @@ def cpu_warning(res: dict[str, Any]) -> str | None:
 
 
 def switch_pids(lab_state: Any) -> list[int]:
-    """PIDs of the lab's switch processes that still run what the lab started."""
-    return [rec.pid for rec in lab_state.processes.values() if rec.is_alive()]
+    """PIDs of the lab's switch processes that still run what the lab started, each once
+    (one shared process serves several switches: its CPU must not count once per switch)."""
+    return sorted({rec.pid for rec in lab_state.processes.values() if rec.is_alive()})
 
 
 # --- capacity ------------------------------------------------------------------------------------

@@ -315,3 +315,17 @@ def test_the_line_takes_its_figures_from_the_step_at_the_chosen_rate() -> None:
     c = _cal(rate=45.0)
     c.steps = [meas(rate=45, fps=10_000, busy=0.62), meas(rate=70, fps=15_000, busy=0.9)]
     assert c.basis.rate_mbit == 45
+
+
+def test_a_shared_switch_process_counts_once() -> None:
+    class Rec:
+        def __init__(self, pid: int) -> None:
+            self.pid = pid
+
+        def is_alive(self) -> bool:
+            return True
+
+    class State:
+        processes = {f"p{p}-t0-0": Rec(4242) for p in range(8)} | {"p0-t1-0": Rec(17)}
+
+    assert bc.switch_pids(State()) == [17, 4242]
