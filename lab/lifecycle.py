@@ -29,9 +29,12 @@ from .topology import KIND_HOST, KIND_MGMT, Node, Plan, mac_bytes, mac_text
 HOST_SYSCTLS = {"net.ipv6.conf.default.disable_ipv6": 1}  # NIC ports: no kernel IPv6 at all
 PY_SWITCH_SYSCTLS = {"net.ipv6.conf.default.disable_ipv6": 1}
 # python switches: 0 = one mrc-switch process per switch; N >= 1 = N processes each serving
-# a share of the switches (pyswitch.groups: whole planes while N <= planes).
-# MRC_LAB_SWITCH_PROCS overrides the default; `mrc-lab up --switch-procs N` overrides both.
-DEFAULT_SWITCH_PROCS = 0
+# a share of the switches (pyswitch.groups: whole planes while N <= planes). One process for
+# all: a frame crosses its three switches on one wake-up of one process (docs/switch.md,
+# "One process, several switches": 2.2x less switch CPU per frame and hop than one process
+# per switch). MRC_LAB_SWITCH_PROCS overrides the default; `mrc-lab up --switch-procs N`
+# overrides both.
+DEFAULT_SWITCH_PROCS = 1
 
 
 def switch_procs_default() -> int:

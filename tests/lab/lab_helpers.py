@@ -40,11 +40,12 @@ def lab_name() -> str:
 
 
 @contextmanager
-def running_lab(**kw) -> Iterator[LabState]:
-    """Bring a lab up; ALWAYS take it down, whatever the test did."""
+def running_lab(switch_procs: int | None = None, **kw) -> Iterator[LabState]:
+    """Bring a lab up; ALWAYS take it down, whatever the test did. ``switch_procs``: as
+    lifecycle.up's (python switches: 0 = a process per switch; None = the default)."""
     params = LabParams(**{"name": lab_name(), **SMALL, **kw})
     try:
-        state = lifecycle.up(params)
+        state = lifecycle.up(params, switch_procs=switch_procs)
         yield state
     finally:
         lifecycle.down(params.name)

@@ -42,13 +42,15 @@ def test_kernel_up_then_down_leaves_nothing() -> None:
     assert not again.found
 
 
-def test_python_up_then_down_stops_every_process() -> None:
+@pytest.mark.parametrize("procs", [0, 1, 3])
+def test_python_up_then_down_stops_every_process(procs: int) -> None:
     name = H.lab_name()
     params = LabParams(name=name, switch="python", **H.SMALL)
-    st = lifecycle.up(params)
+    st = lifecycle.up(params, switch_procs=procs)
     pids = [rec.pid for rec in st.processes.values()]
     try:
         assert len(pids) == st.plan.switch_count
+        assert len(set(pids)) == (procs or st.plan.switch_count)
         assert all(H.pid_running(p) for p in pids)
     finally:
         lifecycle.down(name)

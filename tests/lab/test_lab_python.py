@@ -19,7 +19,9 @@ pytest.importorskip("mrcswitch.switch", reason="mrc-switch (issue 4) is not in t
 
 @pytest.fixture(scope="module")
 def plab():
-    with H.running_lab(switch="python") as st:
+    # one mrc-switch process per switch (a reboot kills and restarts one process);
+    # test_switch_host.py runs the same on processes serving several switches
+    with H.running_lab(switch="python", switch_procs=0) as st:
         yield st
 
 

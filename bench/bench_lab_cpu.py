@@ -1,0 +1,354 @@
+#!/usr/bin/env python3
+"""The lab's CPU per delivered frame: python switches against kernel switches (root).
+
+    .venv/bin/python bench/bench_lab_cpu.py [--reps 3] [--out results/bench-lab-cpu.json]
+
+One MRC write h0 -> h3 (``mrc-bench write --size 1M --duration D --json``; h3 is under the
+other T0, so every frame crosses T0-T1-T0) on the default lab (name ``mrcswc``), once per
+configuration and repetition, configurations alternating (forward, then backward order),
+each run on a lab brought up for it and taken down after it:
+
+- ``kernel``: kernel switches (``seg6local``);
+- ``python``: python switches as the lab runs them by default (``mrc-lab up``'s
+  ``--switch-procs`` default: shared processes, see docs/switch.md);
+- ``python_per_process``: one mrc-switch process per switch (``--switch-procs 0``);
+- ``python_hold``: shared processes with receive coalescing (``MRC_SWITCH_HOLD_US``).
+
+Per run: the machine's CPU-seconds (``/proc/stat``, every process on the machine, over the
+write as mrc-bench measures it) per delivered data frame (the receiving NIC's frames), the
+switch processes' own CPU (``/proc/PID/stat``) per data frame and hop, goodput_fraction,
+the switch processes' wake-ups per data frame (their stats files' ``c_loop`` counters),
+then ``mrc-bench lat`` (64 B writes) for the latency. Medians per configuration; the
+headline ``machine_cpu_ratio_python_vs_kernel`` (goal <= 2.0) and the added latency per
+hop of each python configuration against the one-process-per-switch mode.
+
+The kernel charges much of its forwarding to whichever process sent the frame (the NICs'
+softirqs), so only the whole machine's CPU compares the two modes fairly; the switches'
+own CPU is reported beside it. The machine is shared: the load average before and after is
+recorded, and runs wait (up to 20 s) for a mostly idle machine before they start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lab import lifecycle  # noqa: E402
+from lab.netns import LabError, have_net_admin  # noqa: E402
+from lab.params import resolve  # noqa: E402
+from lab.scenario import WriteSpec, bench_argv, run_write  # noqa: E402
+from lab.state import LabState, exists  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+HOPS = 3  # h0 -> h3: T0, T1, T0
+CONFIGS = ("kernel", "python", "python_per_process", "python_hold")
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _median(xs: list[float | None]) -> float | None:
+    v = [x for x in xs if x is not None]
+    return statistics.median(v) if v else None
+
+
+def machine_idle_fraction(seconds: float = 1.0) -> float:
+    def ticks() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return v[3] + v[4], sum(v[:8])
+
+    i0, t0 = ticks()
+    time.sleep(seconds)
+    i1, t1 = ticks()
+    return (i1 - i0) / (t1 - t0) if t1 > t0 else 0.0
+
+
+def wait_quiet(max_s: float = 20.0, idle: float = 0.8) -> float:
+    """Wait (up to max_s) for the machine to be at least ``idle`` idle; the last sample."""
+    deadline = time.monotonic() + max_s
+    while True:
+        f = machine_idle_fraction(1.0)
+        if f >= idle or time.monotonic() > deadline:
+            return round(f, 3)
+
+
+def stats_files(state: LabState) -> dict[int, dict[str, Any]]:
+    """One stats document per switch process (pid -> the last switch's file: a shared
+    process's ``c_loop`` counters are the process's)."""
+    out: dict[int, dict[str, Any]] = {}
+    for rec in state.processes.values():
+        if not rec.stats:
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            out[rec.pid] = json.loads(Path(rec.stats).read_text())
+    return out
+
+
+def wakeups(docs: dict[int, dict[str, Any]]) -> dict[str, int]:
+    tot = {"wakeups": 0, "timer_wakeups": 0, "holds": 0}
+    for d in docs.values():
+        c = d.get("c_loop") or {}
+        for k in tot:
+            tot[k] += int(c.get(k) or 0)
+    return tot
+
+
+def config_env(name: str, a: argparse.Namespace) -> tuple[str, int, dict[str, str]]:
+    """-> (switch mode, switch_procs, environment for the switch processes)."""
+    if name == "kernel":
+        return "kernel", 0, {}
+    if name == "python":
+        return "python", lifecycle.switch_procs_default(), {}
+    if name == "python_per_process":
+        return "python", 0, {"MRC_SWITCH_HOLD_US": "0"}
+    if name == "python_hold":
+        return (
+            "python",
+            max(1, lifecycle.switch_procs_default()),
+            {"MRC_SWITCH_HOLD_US": f"{a.hold_us:g}"},
+        )
+    raise ValueError(name)
+
+
+@contextlib.contextmanager
+def env_set(env: dict[str, str]):
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def lat_run(state: LabState, a: argparse.Namespace) -> dict[str, Any] | None:
+    argv = [*bench_argv(), "lat", "--lab", state.name, "--src", "h0", "--dst", "h3"]
+    argv += ["--size", "64", "--iters", str(a.lat_iters), "--json"]
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return None
+    try:
+        return json.loads(p.stdout)
+    except ValueError:
+        say(f"    lat failed: {p.stderr.strip()[-300:]}")
+        return None
+
+
+def one_run(name: str, a: argparse.Namespace) -> dict[str, Any]:
+    mode, procs, env = config_env(name, a)
+    params = resolve(None, name=a.name, switch=mode)
+    with env_set(env):
+        if exists(a.name):
+            lifecycle.down(a.name)
+        idle_before = wait_quiet()
+        state = lifecycle.up(params, switch_procs=procs)
+    try:
+        time.sleep(1.0)
+        docs0 = stats_files(state)
+        spec = WriteSpec("h0", "h3", a.size, a.duration, None, 1, "mrc", None)
+        run = run_write(state, spec, echo=say)
+        time.sleep(0.7)  # the stats files are rewritten every 0.5 s
+        docs1 = stats_files(state)
+        r = run.result or {}
+        lat = lat_run(state, a) if a.lat_iters else None
+    finally:
+        lifecycle.down(a.name)
+    cpus = r.get("cpus") or os.cpu_count() or 1
+    dur = r.get("duration_s") or 0.0
+    mpct = r.get("machine_cpu_percent")
+    machine_s = mpct / 100 * cpus * dur if mpct is not None else None
+    srv = ((r.get("nic") or {}).get("server")) or {}
+    delivered = sum(p.get("rx_frames", 0) for p in srv.get("ports", []))
+    sent = sum(q.get("tx_data_packets", 0) for q in r.get("qp_stats") or [])
+    sw_s = run.cpu.get("switch_cpu_s") if mode == "python" else None
+    w0, w1 = wakeups(docs0), wakeups(docs1)
+    dw = {k: w1[k] - w0[k] for k in w0}
+    # process wake-ups: by events, by paced-send timers, and the sleeps of hold_ns
+    wk = dw["wakeups"] + dw["timer_wakeups"] + dw["holds"] if mode == "python" else None
+    lat_s = (lat or {}).get("latency_us") or {}
+    lat_us = lat_s.get("t_typical")
+    out = {
+        "config": name,
+        "switch": mode,
+        "switch_procs": procs if mode == "python" else None,
+        "switch_processes": len({rec.pid for rec in state.processes.values()}),
+        "env": env,
+        "idle_before": idle_before,
+        "error": run.error,
+        "goodput_fraction": r.get("goodput_fraction"),
+        "verified": r.get("verified"),
+        "duration_s": dur,
+        "machine_cpu_percent": mpct,
+        "machine_cpu_s": round(machine_s, 3) if machine_s is not None else None,
+        "delivered_frames": delivered,
+        "data_frames_sent": sent,
+        "machine_cpu_s_per_frame": (machine_s / delivered) if machine_s and delivered else None,
+        "nic_cpu_percent": [r.get("cpu_percent_client"), r.get("cpu_percent_server")],
+        "switch_cpu_s": sw_s,
+        "switch_us_per_frame_hop": round(sw_s / (sent * HOPS) * 1e6, 3)
+        if sw_s is not None and sent
+        else None,
+        "switch_wakeups": dw if mode == "python" else None,
+        "wakeups_per_frame": round(wk / sent, 3) if wk is not None and sent else None,
+        "lat_us_typical": lat_us,
+        "lat_us_p99": lat_s.get("p99"),
+    }
+    m = out["machine_cpu_s_per_frame"]
+    say(
+        f"    {name}: goodput {out['goodput_fraction']}, machine {m * 1e6 if m else float('nan'):.1f}"
+        f" us/frame, switches {out['switch_us_per_frame_hop']} us/frame/hop, wakeups/frame "
+        f"{out['wakeups_per_frame']}, lat {lat_us} us"
+    )
+    return out
+
+
+def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    def med(k: str, nd: int = 4) -> float | None:
+        m = _median([r.get(k) for r in runs])
+        return round(m, nd) if m is not None else None
+
+    m = _median([r.get("machine_cpu_s_per_frame") for r in runs])
+    return {
+        "switch": runs[0]["switch"],
+        "switch_procs": runs[0]["switch_procs"],
+        "switch_processes": runs[0]["switch_processes"],
+        "env": runs[0]["env"],
+        "runs": len(runs),
+        "machine_cpu_s_per_frame_median": round(m, 9) if m is not None else None,
+        "machine_us_per_frame_median": round(m * 1e6, 2) if m is not None else None,
+        "machine_us_per_frame_runs": [
+            round(r["machine_cpu_s_per_frame"] * 1e6, 2) if r["machine_cpu_s_per_frame"] else None
+            for r in runs
+        ],
+        "switch_us_per_frame_hop_median": med("switch_us_per_frame_hop"),
+        "switch_us_per_frame_hop_runs": [r["switch_us_per_frame_hop"] for r in runs],
+        "goodput_fraction_median": med("goodput_fraction"),
+        "goodput_fraction_runs": [r["goodput_fraction"] for r in runs],
+        "wakeups_per_frame_median": med("wakeups_per_frame"),
+        "machine_cpu_percent_median": med("machine_cpu_percent"),
+        "lat_us_typical_median": med("lat_us_typical", 2),
+        "lat_us_typical_runs": [r["lat_us_typical"] for r in runs],
+        "lat_us_p99_median": med("lat_us_p99", 2),
+        "verified_all": all(bool(r.get("verified")) for r in runs),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--name", default="mrcswc", help="lab name (default mrcswc)")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions per configuration (>= 1)")
+    ap.add_argument("--size", type=int, default=1 << 20, help="message size (bytes)")
+    ap.add_argument("--duration", type=float, default=6.0, help="seconds per write")
+    ap.add_argument("--lat-iters", type=int, default=1000, help="mrc-bench lat writes; 0: none")
+    ap.add_argument("--hold-us", type=float, default=100.0, help="python_hold's hold (us)")
+    ap.add_argument("--configs", default=",".join(CONFIGS), help=f"subset of {CONFIGS}")
+    ap.add_argument("--out", default=str(RESULTS / "bench-lab-cpu.json"))
+    a = ap.parse_args(argv)
+    if not have_net_admin():
+        print("bench_lab_cpu: needs root (CAP_NET_ADMIN)", file=sys.stderr)
+        return 2
+    configs = [c for c in a.configs.split(",") if c]
+    bad = [c for c in configs if c not in CONFIGS]
+    if bad or a.reps < 1:
+        print(f"bench_lab_cpu: unknown configs {bad} or reps < 1", file=sys.stderr)
+        return 2
+    # Ctrl-C or SIGTERM: the finally clauses take the lab down
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    t0 = time.monotonic()
+    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
+    try:
+        for rep in range(a.reps):
+            order = configs if rep % 2 == 0 else configs[::-1]
+            for c in order:
+                say(f"rep {rep + 1}/{a.reps}: {c}")
+                runs[c].append(one_run(c, a))
+    except KeyboardInterrupt:
+        say("interrupted: lab taken down")
+        return 130
+    finally:
+        with contextlib.suppress(LabError):
+            lifecycle.down(a.name)
+    out: dict[str, Any] = {
+        "benchmark": "lab-cpu",
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "what": "one MRC write h0 -> h3 on the default lab: the machine's CPU per delivered "
+        "data frame, python switches against kernel switches; medians of alternating reps",
+        "command": f"mrc-bench write --lab {a.name} --src h0 --dst h3 --size {a.size} "
+        f"--duration {a.duration:g} --qps 1 --transport mrc --json; mrc-bench lat --lab "
+        f"{a.name} --src h0 --dst h3 --size 64 --iters {a.lat_iters} --json",
+        "machine": {
+            "cores": os.cpu_count(),
+            "kernel": platform.release(),
+            "python": platform.python_version(),
+            "loadavg_before": load_before,
+            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        },
+        "nic_engine": os.environ.get("MRC_NIC_ENGINE", "default"),
+        "switch_procs_default": lifecycle.switch_procs_default(),
+        "hold_us": a.hold_us,
+        "reps": a.reps,
+        "hops": HOPS,
+        "wall_s": round(time.monotonic() - t0, 1),
+        "goal": {"machine_cpu_ratio_python_vs_kernel": 2.0},
+        "configs": {c: summarise(rs) for c, rs in runs.items()},
+        "runs": runs,
+    }
+    cs = out["configs"]
+    k = (cs.get("kernel") or {}).get("machine_cpu_s_per_frame_median")
+    for c in configs:
+        m = cs[c]["machine_cpu_s_per_frame_median"]
+        cs[c]["machine_cpu_ratio_vs_kernel"] = round(m / k, 3) if m and k else None
+    ratio = (cs.get("python") or {}).get("machine_cpu_ratio_vs_kernel")
+    out["machine_cpu_ratio_python_vs_kernel"] = ratio
+    out["meets_goal"] = ratio is not None and ratio <= 2.0
+    base = (cs.get("python_per_process") or {}).get("lat_us_typical_median")
+    out["added_latency_per_hop_us"] = {
+        c: round((cs[c]["lat_us_typical_median"] - base) / (2 * HOPS), 2)
+        if base is not None and cs[c]["lat_us_typical_median"] is not None
+        else None
+        for c in configs
+        if c.startswith("python") and c != "python_per_process"
+    }
+    out["added_latency_note"] = (
+        "(median 64 B write latency - that of python_per_process) / 6: a write's latency "
+        "crosses 3 switches each way (data, then its ACK)"
+    )
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+    say(f"wrote {a.out}")
+    for c in configs:
+        s = cs[c]
+        say(
+            f"  {c:20s} machine {s['machine_us_per_frame_median']} us/frame "
+            f"(x{s['machine_cpu_ratio_vs_kernel']} kernel), switches "
+            f"{s['switch_us_per_frame_hop_median']} us/frame/hop, goodput "
+            f"{s['goodput_fraction_median']}, wakeups/frame {s['wakeups_per_frame_median']}, "
+            f"lat {s['lat_us_typical_median']} us"
+        )
+    say(f"machine_cpu_ratio_python_vs_kernel = {ratio} (goal <= 2.0)")
+    say(f"added latency per hop (us): {out['added_latency_per_hop_us']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Python switches served by shared processes (mrc-lab up --switch-procs N): frames cross,
+and a reboot stops exactly one switch and brings it back from its static config while the
+other switches of its process keep running. Once with the C loop (mrc_sw_group_poll), once
+with its Python twin (MRC_SWITCH_C_LOOP=0)."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import lab_helpers as H
+import pytest
+
+from lab.faults import Faults
+from lab.state import load
+from lab.status import status
+
+pytestmark = [pytest.mark.lab, H.needs_root]
+
+
+@pytest.fixture(scope="module", params=["c", "python"])
+def slab(request):
+    env = {"MRC_SWITCH_C_LOOP": "0"} if request.param == "python" else {}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        with H.running_lab(switch="python", switch_procs=1) as st:
+            yield st, request.param
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _stats(rec) -> dict:
+    return json.loads(Path(rec.stats).read_text())
+
+
+def test_one_process_serves_every_switch(slab) -> None:
+    st, loop = slab
+    pids = {rec.pid for rec in st.processes.values()}
+    assert len(pids) == 1 and len(st.processes) == st.plan.switch_count
+    last = st.plan.host_count - 1
+    for ev in range(4):  # both planes, both T1s
+        assert H.crosses(st, 0, last, ev), ev
+        assert H.crosses(st, last, 0, ev), ev
+    doc = _stats(st.processes["p0-t1-0"])
+    assert doc["fwd_path"] == ("c_loop" if loop == "c" else "one_call")
+    if loop == "c":
+        assert doc["c_loop"]["switches_in_process"] == st.plan.switch_count
+
+
+def test_reboot_stops_exactly_one_switch_and_brings_it_back(slab) -> None:
+    st, _ = slab
+    printed: list[str] = []
+    f = Faults(st, echo=printed.append)
+    rec = st.processes["p0-t1-0"]
+    others = [r for n, r in st.processes.items() if n != "p0-t1-0"]
+    started = {r.node: _stats(r)["started_unix"] for r in others}
+    assert H.crosses(st, 0, 1, ev=0)
+    t = threading.Thread(target=f.reboot, args=("p0-t1-0", 1500))
+    t.start()
+    try:
+        time.sleep(0.5)
+        assert _stats(rec)["ready"] is False
+        assert not H.crosses(st, 0, 1, ev=0)  # through p0-t1-0
+        assert H.crosses(st, 0, 1, ev=2)  # the other T1 of plane 0 carries on
+        nodes = {n["name"]: n for n in status(load(st.name))["nodes"]}
+        assert nodes["p0-t1-0"]["up"] is False
+        assert all(nodes[r.node]["up"] for r in others)
+    finally:
+        t.join()
+    assert "stop" in printed[0] and rec.control in printed[0]
+    fresh = load(st.name)
+    assert fresh.processes["p0-t1-0"].pid == rec.pid and rec.is_alive()  # the same process
+    doc = _stats(rec)
+    assert doc["ready"] is True and doc["pid"] == rec.pid
+    # the others were never restarted
+    assert all(_stats(r)["started_unix"] == started[r.node] for r in others)
+    assert all(n["up"] for n in status(fresh)["nodes"])
+    assert H.crosses(st, 0, 1, ev=0)
+
+
+def test_a_link_down_up_on_a_hosted_switch(slab) -> None:
+    st, _ = slab
+    f = Faults(st, echo=None)
+    f.link_down("p1-t0-1", "p1-t1-1")
+    try:
+        assert not H.crosses(st, 0, 1, ev=1 + 2)  # plane 1, T1 1
+        assert H.crosses(st, 0, 1, ev=1)  # plane 1, T1 0
+    finally:
+        f.link_up("p1-t0-1", "p1-t1-1")
+    deadline = time.monotonic() + 3
+    while not H.crosses(st, 0, 1, ev=3) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert H.crosses(st, 0, 1, ev=3)
