@@ -11,7 +11,8 @@ stack as it is** (the NIC, the switches, the kernel's veths; whatever their code
    hosts, switch mode: the shape sets the hops a frame crosses and how many processes share
    the work) at the highest rate allowed (``cap``, the lab's default 100 Mb/s), samples the
    machine's busy share with the lab idle for 1 s (``/proc/stat``: other users and the
-   switches' timers; sampled again around every write, the larger sample counts), then runs ``mrc-bench write`` on the same pairs the caller will use
+   switches' timers; sampled again around every write, the larger sample counts, but
+   never more than the machine did beyond the lab's own processes during it), then runs ``mrc-bench write`` on the same pairs the caller will use
    (default h0 -> the last host, across the T1 tier) for 2 s;
 2. from mrc-bench's JSON it takes the data frames delivered (the destinations' NIC ports),
    the machine's busy share over the write and the busiest NIC process's share of a core,
@@ -307,6 +308,14 @@ def measurement_from_results(
     ]
     busy = [r["machine_cpu_percent"] / 100 for r in results if r.get("machine_cpu_percent")]
     gf = [r["goodput_fraction"] for r in results if isinstance(r.get("goodput_fraction"), float)]
+    cpus = int(results[0].get("cpus") or os.cpu_count() or 1)
+    machine = sum(busy) / len(busy) if busy else 0.0
+    lab = _lab_cores(results)
+    if lab is not None:
+        # Other work during the write is at most what the machine did beyond the lab's own
+        # processes (an idle sample taken while something else ran just before or after
+        # must not make the lab's frames look free).
+        idle_busy = min(idle_busy, max(0.0, machine - lab / cpus))
     return Measurement(
         rate_mbit=rate_mbit,
         planes=planes,
@@ -314,13 +323,13 @@ def measurement_from_results(
         duration_s=sum(float(r.get("duration_s") or 0) for r in results) / len(results),
         frames=frames,
         frame_bytes=round(rx_bytes / frames, 1) if frames else 4202.0,
-        cpus=int(results[0].get("cpus") or os.cpu_count() or 1),
-        machine_busy=round(sum(busy) / len(busy), 4) if busy else 0.0,
+        cpus=cpus,
+        machine_busy=round(machine, 4),
         idle_busy=round(idle_busy, 4),
         nic_core_max=round(max(nic), 4) if nic else 0.0,
         goodput_fraction=round(sum(gf) / len(gf), 4) if gf else None,
         verified=all(bool(r.get("verified")) for r in results),
-        lab_cores=_lab_cores(results),
+        lab_cores=lab,
     )
 
 
