@@ -29,7 +29,8 @@ stack as it is** (the NIC, the switches, the kernel's veths; whatever their code
    the measured load is within TOLERANCE (15%) of the targets (<= 73% busy, a NIC <= 78%
    of a core: still below cpu_bound). Over the targets, the cost measured there gives the
    next, lower rate (with two steps that were not CPU-bound, from ``busy - idle = k x
-   fps^alpha`` fitted through them: :func:`next_rate`); well within them (the cost allows
+   fps^alpha`` fitted through them; after the first step at most a halving:
+   :func:`next_rate`); well within them (the cost allows
    25% more), the next step tries that higher rate, below 0.9 x any rate that failed
    (:func:`decide`: a step spoiled by other work must not leave the rate far too low). At
    most MAX_STEPS (4) writes; the result is the highest verified rate. One that never
@@ -70,6 +71,7 @@ HEADROOM = 0.75  # the calibrated rate aims at 3/4 of each cpu_bound threshold
 TOLERANCE = 0.15  # a verifying write may land up to 15% above the targets (noise of 2 s)
 MAX_STEPS = 4
 UP_MIN = 1.25  # a verified step is followed by a higher one only if that is 25% higher
+MAX_DROP = 0.5  # after the first step, a failed step at most halves the rate
 STEP_S = 2.0  # seconds of each calibration write
 IDLE_S = 1.0  # seconds of the idle sample before the first write
 IDLE_AFTER_S = 0.5  # before the later ones, and after each (the larger of the two counts)
@@ -242,7 +244,9 @@ def next_rate(
     """The rate to try after ``steps`` (none of which was within the targets): the choice of
     the last step's cost (:func:`choose_rate`, which assumes a constant cost per frame), or,
     when the last two steps show the cost rising as the rate falls, the lower rate the
-    fitted ``busy - idle = k x fps^alpha`` gives; always at most 0.9 x the last rate."""
+    fitted ``busy - idle = k x fps^alpha`` gives; always at most 0.9 x the last rate and,
+    after the first step (which starts at the cap, often far above), at least MAX_DROP (1/2)
+    x it: a step spoiled by other work on the machine costs a halving, not the rate."""
     last = steps[-1]
     rate = choose_rate(last, cap_mbit, headroom)
     alpha = fitted_exponent(steps[-2], last) if len(steps) >= 2 else None
@@ -251,7 +255,10 @@ def next_rate(
     if alpha is not None and alpha < 1 and load > 0 and goal > 0 and last.fps > 0:
         fps = last.fps * (goal / load) ** (1 / alpha)
         rate = min(rate, floor2(fps / fps_per_mbit(last.planes, last.frame_bytes, last.flows)))
-    return max(MIN_RATE_MBIT, min(rate, floor2(last.rate_mbit * 0.9)))
+    rate = min(rate, floor2(last.rate_mbit * 0.9))
+    if len(steps) >= 2:  # after the first step, at most halve: one spoiled step cannot sink it
+        rate = max(rate, floor2(last.rate_mbit * MAX_DROP))
+    return max(MIN_RATE_MBIT, rate)
 
 
 def decide(

@@ -334,3 +334,10 @@ def test_a_shared_switch_process_counts_once() -> None:
         processes = {f"p{p}-t0-0": Rec(4242) for p in range(8)} | {"p0-t1-0": Rec(17)}
 
     assert bc.switch_pids(State()) == [17, 4242]
+
+
+def test_after_the_first_step_a_failed_step_at_most_halves_the_rate() -> None:
+    first = meas(rate=100, fps=22_000, busy=0.80, idle=0.05, nic=0.93)
+    spoiled = meas(rate=44, fps=10_400, busy=0.94, idle=0.05, nic=0.45)  # others ran meanwhile
+    assert cal.next_rate([first, spoiled]) >= 22
+    assert cal.next_rate([first]) < 100  # the first step may drop further than half
