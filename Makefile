@@ -27,6 +27,7 @@ help:
 	@echo "make bench-transport  transport core pps and mrc-sim goodput -> results/bench-transport.json"
 	@echo "make bench-nscc       NSCC on oversubscribed/lossy/incast sim fabrics -> results/bench-nscc.json"
 	@echo "make bench-switch     mrc-switch vs kernel seg6local forwarding -> results/bench-switch.json"
+	@echo "make bench-lab-cpu    machine CPU per delivered frame, python vs kernel switches -> results/bench-lab-cpu.json (root)"
 	@echo "make bench-nic        NIC frames per CPU-second, C and Python engines vs raw AF_PACKET -> results/bench-nic.json (root)"
 	@echo "make lab-up / lab-down / lab-status   the namespace lab (root); flags via LAB_ARGS=..."
 
@@ -75,6 +76,10 @@ bench-switch: setup
 # Two namespaces, one veth: the NIC's engines against a minimal C sender and receiver (root, ~1 min)
 bench-nic: setup
 	$(PY) bench/bench_nic.py --out results/bench-nic.json
+
+# One write on python vs kernel switches: whole-machine CPU per delivered frame (root)
+bench-lab-cpu: setup
+	$(PY) bench/bench_lab_cpu.py --out results/bench-lab-cpu.json
 
 # Lab: pass topology flags through LAB_ARGS, e.g. make lab-up LAB_ARGS="--planes 2 --switch kernel"
 LAB_ARGS ?=
