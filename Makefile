@@ -29,6 +29,7 @@ help:
 	@echo "make bench-switch     mrc-switch vs kernel seg6local forwarding -> results/bench-switch.json"
 	@echo "make bench-lab-cpu    machine CPU per delivered frame, python vs kernel switches -> results/bench-lab-cpu.json (root)"
 	@echo "make bench-nic        NIC frames per CPU-second, C and Python engines vs raw AF_PACKET -> results/bench-nic.json (root)"
+	@echo "make calibrate   measure the link rate this machine carries (root; cached per boot in /run/mrc)"
 	@echo "make lab-up / lab-down / lab-status   the namespace lab (root); flags via LAB_ARGS=..."
 
 setup: $(STAMP)
@@ -85,6 +86,9 @@ bench-lab-cpu: setup
 LAB_ARGS ?=
 lab-up: setup
 	$(VENV)/bin/mrc-lab up $(LAB_ARGS)
+
+calibrate: setup
+	$(VENV)/bin/mrc-lab calibrate $(LAB_ARGS)
 
 lab-down: setup
 	$(VENV)/bin/mrc-lab down $(LAB_ARGS)
