@@ -41,6 +41,7 @@ from typing import Any
 
 from lab import analysis as an
 from lab import calibrate, lifecycle
+from lab.bench.common import env_added
 from lab.netns import LabError, have_net_admin
 from lab.params import LabParams, resolve
 from lab.scenario import (
@@ -76,20 +77,10 @@ def machine(load_at_start: list[float] | None = None) -> dict[str, Any]:
     }
 
 
-@contextlib.contextmanager
-def switch_env(env: dict[str, str] | None) -> Iterator[None]:
+def switch_env(env: dict[str, str] | None) -> contextlib.AbstractContextManager[None]:
     """Run the body with ``env`` added to os.environ: the lab's switch processes inherit it
     (e.g. MRC_SWITCH_C_LOOP=0 for mrc-switch's Python loop)."""
-    saved = {k: os.environ.get(k) for k in env or {}}
-    os.environ.update(env or {})
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    return env_added(env)
 
 
 @contextlib.contextmanager

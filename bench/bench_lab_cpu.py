@@ -47,6 +47,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lab import lifecycle  # noqa: E402
+from lab.bench.common import env_added  # noqa: E402
 from lab.netns import LabError, have_net_admin  # noqa: E402
 from lab.params import resolve  # noqa: E402
 from lab.scenario import WriteSpec, bench_argv, run_write  # noqa: E402
@@ -125,20 +126,6 @@ def config_env(name: str, a: argparse.Namespace) -> tuple[str, int, dict[str, st
     raise ValueError(name)
 
 
-@contextlib.contextmanager
-def env_set(env: dict[str, str]):
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def lat_run(state: LabState, a: argparse.Namespace) -> dict[str, Any] | None:
     argv = [*bench_argv(), "lat", "--lab", state.name, "--src", "h0", "--dst", "h3"]
     argv += ["--size", "64", "--iters", str(a.lat_iters), "--json"]
@@ -156,7 +143,7 @@ def lat_run(state: LabState, a: argparse.Namespace) -> dict[str, Any] | None:
 def one_run(name: str, a: argparse.Namespace) -> dict[str, Any]:
     mode, procs, env = config_env(name, a)
     params = resolve(None, name=a.name, switch=mode)
-    with env_set(env):
+    with env_added(env):
         if exists(a.name):
             lifecycle.down(a.name)
         idle_before = wait_quiet()

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #define MRC_RAW_MAX_BATCH 256
+#define MRC_RAW_MAX_SLOT 9216 /* bytes per recvmmsg slot: a jumbo frame */
 
 static int64_t now_ns(void) {
     struct timespec ts;
@@ -62,10 +63,15 @@ int mrc_raw_send(const struct mrc_raw_cfg *cfg, struct mrc_raw_result *res) {
     return 0;
 }
 
+/* Both receivers count for duration_ns from their first frame (twice that with none). */
+static int64_t recv_end(const struct mrc_raw_cfg *cfg, int64_t t0, int64_t first) {
+    return first ? first + cfg->duration_ns : t0 + 2 * cfg->duration_ns;
+}
+
 static int recv_mmsg(const struct mrc_raw_cfg *cfg, struct mrc_raw_result *res) {
-    static uint8_t slots[MRC_RAW_MAX_BATCH * 9216];
+    static uint8_t slots[MRC_RAW_MAX_BATCH * MRC_RAW_MAX_SLOT];
     if (cfg->batch == 0 || cfg->batch > MRC_RAW_MAX_BATCH || cfg->slot_len == 0 ||
-        cfg->slot_len > 9216) {
+        cfg->slot_len > MRC_RAW_MAX_SLOT) {
         return -EINVAL;
     }
     struct mmsghdr msgs[MRC_RAW_MAX_BATCH];
@@ -81,7 +87,7 @@ static int recv_mmsg(const struct mrc_raw_cfg *cfg, struct mrc_raw_result *res) 
     int64_t first = 0;
     int64_t t = t0;
     for (;;) {
-        int64_t end = first ? first + cfg->duration_ns : t0 + 2 * cfg->duration_ns;
+        int64_t end = recv_end(cfg, t0, first);
         if (t >= end) {
             break;
         }
@@ -141,7 +147,7 @@ int mrc_raw_recv(const struct mrc_raw_cfg *cfg, struct mrc_raw_result *res) {
     int64_t first = 0;
     int64_t t = t0;
     for (;;) {
-        int64_t end = first ? first + cfg->duration_ns : t0 + 2 * cfg->duration_ns;
+        int64_t end = recv_end(cfg, t0, first);
         if (t >= end) {
             break;
         }

@@ -17,8 +17,20 @@ enum {
     HALF = MRC_PSN_HALF,
     MASK = MRC_PSN_MASK,
     CE_RUN_ALWAYS_SKIP = 8, /* responder: CE marks in a row on one EV -> ALWAYS_SKIP */
-    BITMAP_BITS = 64
+    BITMAP_BITS = 64,
+    SACK_ECE = 0x20000000 /* in the SACK body's first word, beside the mark and cack_psn */
 };
+
+/* The struct's arrays are sized by number (the cffi cdef takes no constant expressions):
+ * hold them to the limits the header names. */
+#define MRC_RXE_LEN(a) (sizeof(a) / sizeof((a)[0]))
+_Static_assert(MRC_RXE_LEN(((struct mrc_rxe_qp *)0)->srcs) == MRC_RXE_MAX_SRCS, "srcs");
+_Static_assert(MRC_RXE_LEN(((struct mrc_rxe_qp *)0)->reverse_bad) == MRC_RXE_MAX_REVERSE,
+               "reverse_bad");
+_Static_assert(MRC_RXE_LEN(((struct mrc_rxe_qp *)0)->events) == MRC_RXE_MAX_EVENTS, "events");
+_Static_assert(MRC_RXE_LEN(((struct mrc_rxe_qp *)0)->plane_down) ==
+                   MRC_RXE_LEN(((struct mrc_rxe_qp *)0)->reverse_k),
+               "planes");
 
 static inline uint32_t be16(const uint8_t *p) { return (uint32_t)p[0] << 8 | p[1]; }
 static inline uint32_t be32(const uint8_t *p) {
@@ -211,9 +223,9 @@ static void send_sack(struct mrc_rxe_qp *q, uint32_t op, uint32_t psn, uint32_t 
         }
         uint32_t mark = run >= CE_RUN_ALWAYS_SKIP ? MRC_WIRE_SACK_MARK_ALWAYS_SKIP
                                                   : MRC_WIRE_SACK_MARK_SKIP_ONCE;
-        w0 = mark << 30 | 0x20000000u | cack;
+        w0 = mark << 30 | SACK_ECE | cack;
     } else {
-        w0 = ece ? 0x20000000u | cack : cack;
+        w0 = ece ? SACK_ECE | cack : cack;
     }
     q->ack_armed = 0;
     q->st.tx_sacks++;
@@ -511,17 +523,20 @@ int mrc_rxe_dispatch(struct mrc_rxe_dev *d, const uint8_t *buf, const uint32_t *
                      const uint32_t *lens, uint32_t n, uint32_t slot_len, double now_s,
                      int8_t *done) {
     uint32_t i = 0;
-    uint32_t nq = d->n < 64 ? d->n : 64;
+    d->n_rest = 0;
+    uint32_t nq = d->n < MRC_RXE_LEN(d->qpn) ? d->n : MRC_RXE_LEN(d->qpn);
     for (; i < n; i++) {
         uint32_t len = lens[i];
         if (len > slot_len) {
             done[i] = 2;
+            d->n_rest++;
             continue;
         }
         const uint8_t *f = buf + offs[i];
         done[i] = 0;
         if (len < OFF_BTH + 8 || f[OFF_BTH] < MRC_WIRE_OP_WRITE_FIRST ||
             f[OFF_BTH] > MRC_WIRE_OP_WRITE_ONLY_IMM) {
+            d->n_rest++;
             continue;
         }
         uint32_t qpn = be32(f + OFF_BTH + 4) & MASK;
@@ -533,6 +548,7 @@ int mrc_rxe_dispatch(struct mrc_rxe_dev *d, const uint8_t *buf, const uint32_t *
             }
         }
         if (q == NULL) {
+            d->n_rest++;
             continue;
         }
         int r = mrc_rxe_frame(q, d->mem, f, len, now_s, d->out);
@@ -540,6 +556,7 @@ int mrc_rxe_dispatch(struct mrc_rxe_dev *d, const uint8_t *buf, const uint32_t *
             break;
         }
         done[i] = (int8_t)r;
+        d->n_rest += r == 0;
     }
     return (int)i;
 }

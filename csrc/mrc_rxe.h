@@ -154,6 +154,7 @@ struct mrc_rxe_dev {
     struct mrc_rxe_qp *qp[64];
     struct mrc_rxe_regions *mem;
     struct mrc_rxe_out *out;
+    uint32_t n_rest; /* set by mrc_rxe_dispatch: frames it looked at and did not take */
 };
 
 /* A receive batch: frame i at buf + offs[i], lens[i] bytes (a length above slot_len means

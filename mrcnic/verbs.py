@@ -443,6 +443,8 @@ class Device:
                 self.receive_frame(view[off : off + ln], now_s)
             return too_big
         done = eng.dispatch(ring.ptr, ring.c_offs, ring.c_lens, n, cap, now_s)
+        if done is None:
+            return 0  # the common case: every frame was a data frame an engine took
         too_big = 0
         rx = self.receive_frame
         lens = ring.lens

@@ -23,14 +23,13 @@ import json
 import logging
 import os
 import select
-import signal
 import socket
 import time
 from pathlib import Path
 
 from . import cloop
 from .config import ConfigError, load_config
-from .switch import TIMER_SLACK_NS, Switch, hold_ns_from_env
+from .switch import TIMER_SLACK_NS, Switch, hold_ns_from_env, listen_unix, stop_signals_wake
 
 log = logging.getLogger("mrc-switch")
 
@@ -136,11 +135,7 @@ class SwitchHost:
 
     # --- control ----------------------------------------------------------------------------
     def _install_signals(self) -> None:
-        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._on_signal)
-        self._ep.register(self._wake_r, select.EPOLLIN)
+        self._wake_r, self._wake_w = stop_signals_wake(self._ep, self._on_signal)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         log.info("signal %d: stopping", signum)
@@ -149,14 +144,8 @@ class SwitchHost:
     def _open_control(self) -> None:
         if not self.control_path:
             return
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.control_path)
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.bind(self.control_path)
-        s.listen(8)
-        s.setblocking(False)
-        self._ctl = s
-        self._ep.register(s.fileno(), select.EPOLLIN)
+        self._ctl = listen_unix(self.control_path)
+        self._ep.register(self._ctl.fileno(), select.EPOLLIN)
 
     def command(self, msg: dict) -> dict:
         """One control request -> its answer."""

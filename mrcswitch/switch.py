@@ -81,6 +81,28 @@ def _mac_text(mac: bytes) -> str:
     return ":".join(f"{b:02x}" for b in mac)
 
 
+def stop_signals_wake(ep: select.epoll, handler: object) -> tuple[int, int]:
+    """SIGTERM and SIGINT call ``handler`` and wake ``ep``: the read end of a wake-up pipe is
+    registered with it. Returns the pipe (read end, write end)."""
+    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handler)  # type: ignore[arg-type]
+    ep.register(r, select.EPOLLIN)
+    return r, w
+
+
+def listen_unix(path: str) -> socket.socket:
+    """A non-blocking Unix stream socket listening at ``path`` (replacing a stale one)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)
+    s.listen(8)
+    s.setblocking(False)
+    return s
+
+
 class Port:
     """One port: its socket, egress queue and counters."""
 
@@ -330,11 +352,7 @@ class Switch:
             self._ep.unregister(fd)
 
     def _install_signals(self) -> None:
-        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._on_signal)
-        self._ep.register(self._wake_r, select.EPOLLIN)
+        self._wake_r, self._wake_w = stop_signals_wake(self._ep, self._on_signal)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         log.info("signal %d: stopping", signum)
@@ -344,14 +362,8 @@ class Switch:
         path = self.cfg.control_socket
         if not path:
             return
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.bind(path)
-        s.listen(8)
-        s.setblocking(False)
-        self._ctl = s
-        self._watch(s.fileno())
+        self._ctl = listen_unix(path)
+        self._watch(self._ctl.fileno())
 
     def _serve_control(self) -> None:
         assert self._ctl is not None

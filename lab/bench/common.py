@@ -13,12 +13,14 @@ chunk) completed, so the last write of each chunk is well defined even over seve
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import random
 import resource
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,6 +94,22 @@ def plan_region(size: int, iters: int | None, depth: int, region_cap: int) -> tu
 # --- CPU ----------------------------------------------------------------------------------------
 
 _HZ = os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def env_added(env: dict[str, str] | None) -> Iterator[None]:
+    """Run the body with ``env`` added to os.environ (processes started meanwhile, such as a
+    lab's switches, inherit it), then put back what was there."""
+    saved = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def process_cpu_s() -> float:

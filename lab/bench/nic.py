@@ -21,11 +21,11 @@ import argparse
 import asyncio
 import json
 import os
-import resource
 import sys
 import time
 from typing import Any
 
+from lab.bench.common import process_cpu_s
 from mrcnic.io.afpacket import open_rx_socket, open_tx_socket
 from mrcnic.io.aio import AioNic, run
 from mrcnic.transport.qp_types import NetConfig, PortAddr, QpAttributes, QpConfig
@@ -41,11 +41,6 @@ DEPTH = 4
 #: the NIC's port rate: far above what a process moves, so the pacer never limits
 PORT_RATE_BPS = 20e9
 BASE_RTT_S = 200e-6
-
-
-def cpu_s() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
 
 
 def _emit(d: dict[str, Any]) -> None:
@@ -77,31 +72,20 @@ def data_frame(mac: bytes, peer_mac: bytes) -> bytes:
 # --- raw ----------------------------------------------------------------------------------------
 
 
-def raw_send(ifname: str, seconds: float, frame: bytes, batch: int = 64) -> dict[str, Any]:
+def _raw_run(fn_name: str, sock: Any, cfg_fields: dict[str, Any]) -> dict[str, Any]:
+    """Run one of csrc/mrc_raw.c's loops on ``sock`` (closed after) and time its CPU."""
     from mrcnic import _mrcfast
 
     ffi, lib = _mrcfast.ffi, _mrcfast.lib
-    tx = open_tx_socket(ifname)
-    buf = ffi.new("uint8_t[]", frame)
-    cfg = ffi.new(
-        "struct mrc_raw_cfg *",
-        {
-            "fd": tx.fileno(),
-            "frame": buf,
-            "frame_len": len(frame),
-            "batch": batch,
-            "duration_ns": int(seconds * 1e9),
-        },
-    )
+    cfg = ffi.new("struct mrc_raw_cfg *", {"fd": sock.fileno(), **cfg_fields})
     res = ffi.new("struct mrc_raw_result *")
-    c0 = cpu_s()
-    r = lib.mrc_raw_send(cfg, res)
-    c1 = cpu_s()
-    tx.close()
+    c0 = process_cpu_s()
+    r = getattr(lib, fn_name)(cfg, res)
+    c1 = process_cpu_s()
+    sock.close()
     if r < 0:
         raise OSError(-r, os.strerror(-r))
     return {
-        "role": "raw-send",
         "frames": res.frames,
         "bytes": res.bytes,
         "cpu_s": c1 - c0,
@@ -111,33 +95,24 @@ def raw_send(ifname: str, seconds: float, frame: bytes, batch: int = 64) -> dict
     }
 
 
-def raw_recv(ifname: str, seconds: float, ring: bool = False) -> dict[str, Any]:
+def raw_send(ifname: str, seconds: float, frame: bytes, batch: int = 64) -> dict[str, Any]:
     from mrcnic import _mrcfast
 
-    ffi, lib = _mrcfast.ffi, _mrcfast.lib
+    buf = _mrcfast.ffi.new("uint8_t[]", frame)  # alive until the loop returns
+    fields = {"frame": buf, "frame_len": len(frame), "batch": batch,
+              "duration_ns": int(seconds * 1e9)}  # fmt: skip
+    return {"role": "raw-send", **_raw_run("mrc_raw_send", open_tx_socket(ifname), fields)}
+
+
+def raw_recv(ifname: str, seconds: float, ring: bool = False) -> dict[str, Any]:
     rx = open_rx_socket(ifname)
-    cfg = ffi.new(
-        "struct mrc_raw_cfg *",
-        {"fd": rx.fileno(), "duration_ns": int(seconds * 1e9), "block_size": 1 << 20,
-         "block_nr": 16 if ring else 0, "batch": 64, "slot_len": 9216},
-    )  # fmt: skip
-    res = ffi.new("struct mrc_raw_result *")
+    fields = {"duration_ns": int(seconds * 1e9), "block_size": 1 << 20,
+              "block_nr": 16 if ring else 0, "batch": 64, "slot_len": 9216}  # fmt: skip
     _emit({"role": "raw-recv", "ready": True})
-    c0 = cpu_s()
-    r = lib.mrc_raw_recv(cfg, res)
-    c1 = cpu_s()
-    rx.close()
-    if r < 0:
-        raise OSError(-r, os.strerror(-r))
     return {
         "role": "raw-recv",
         "mechanism": "tpacket_v3 ring" if ring else "recvmmsg, 64 per call",
-        "frames": res.frames,
-        "bytes": res.bytes,
-        "cpu_s": c1 - c0,
-        "elapsed_s": res.elapsed_ns / 1e9,
-        "calls": res.calls,
-        "errors": res.errors,
+        **_raw_run("mrc_raw_recv", rx, fields),
     }
 
 
@@ -170,11 +145,11 @@ async def engine_recv(ifname: str, mac: bytes, peer_mac: bytes) -> dict[str, Any
 
         def progress(_now: float) -> None:
             if not first and st.rx_data_packets:
-                first.extend((cpu_s(), float(st.rx_data_packets), time.monotonic()))
+                first.extend((process_cpu_s(), float(st.rx_data_packets), time.monotonic()))
 
         nic.on_progress = progress
         await stop.wait()
-        c1, n1, t1 = cpu_s(), st.rx_data_packets, time.monotonic()
+        c1, n1, t1 = process_cpu_s(), st.rx_data_packets, time.monotonic()
         nic_stats = nic.stats()
     loop.remove_reader(sys.stdin.fileno())
     c0, n0, t0 = first or (c1, float(n1), t1)
@@ -216,12 +191,12 @@ async def engine_send(ifname: str, mac: bytes, peer_mac: bytes, seconds: float) 
 
     async with AioNic(dev, [ifname]) as nic:
         end = time.monotonic() + seconds
-        c0, n0, t0 = cpu_s(), st.tx_data_packets, time.monotonic()
+        c0, n0, t0 = process_cpu_s(), st.tx_data_packets, time.monotonic()
         nic.on_progress = post
         post(t0)
         nic.kick()
         await nic.wait_for(lambda: time.monotonic() >= end, timeout_s=seconds + 5)
-        c1, n1, t1 = cpu_s(), st.tx_data_packets, time.monotonic()
+        c1, n1, t1 = process_cpu_s(), st.tx_data_packets, time.monotonic()
         nic.on_progress = None
         await nic.wait_for(lambda: posted == done or qp.core.state.name == "ERROR", 5)
         nic_stats = nic.stats()

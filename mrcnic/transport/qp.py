@@ -502,7 +502,12 @@ class QueuePair(Requester, Responder, Outbox):
         if self.peer is None or self.state is QpState.ERROR:
             return
         rxe = self._rxe
-        if rxe is not None and rxe.frame(data, now_s):
+        if (
+            rxe is not None
+            and len(data) > _OFF_BTH
+            and _OP_FIRST <= data[_OFF_BTH] <= _OP_ONLY_IMM
+            and rxe.frame(data, now_s)
+        ):
             return  # a data frame: the C engine placed, refused or counted it
         n = len(data)
         if n < _OFF_BTH + 12:

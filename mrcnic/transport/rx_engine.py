@@ -5,8 +5,8 @@
 - ``c`` (the default when the C module is built): ``csrc/mrc_rxe.c`` takes each data frame of
   an MRC QP (acceptance rules, ICRC, placement, PSN bitmap, CE accounting, completion in MSN
   order, SACK/NACK by the coalescing rule) and the I/O shell hands it whole receive batches
-  (:func:`dispatch_batch`); Python is called per batch, for the QP's control frames and its
-  timers;
+  (:meth:`RxEngines.dispatch`, through ``Device.receive_batch``); Python is called per batch,
+  for the QP's control frames, events and timers;
 - ``py``: the Python responder (``mrcnic.transport.responder``), the engine's twin and the
   protocol's reference. tests/unit/test_rx_engine.py drives both with the same frames and
   compares the control frames, events and counters they produce.
@@ -22,18 +22,13 @@ from typing import Any
 
 from mrcnic.transport.frames import _DSCP_CTRL_ECT0, MSN_WINDOW
 from mrcnic.transport.memory import Access, MemoryTable
-from mrcnic.transport.qp_types import ImmReceived, WcStatus
+from mrcnic.transport.qp_types import ImmReceived, QpState, WcStatus
 from mrcnic.transport.responder import REVERSE_PROBE_RTOS_FIRST
 
 ENGINES = ("c", "py")
 _CTRL_SLOT = 128  # bytes per control frame slot (a SACK frame is 118)
 _OUT_CAP = 256
 _HDR = struct.Struct(">6s6sHIHBB16s16sHHHH")  # Ethernet, IPv6, UDP: a template's 62 bytes
-_STATS = (
-    "rx_data_packets", "rx_ecn_marked", "rx_malformed", "rx_trimmed", "rx_duplicates",
-    "rx_msn_out_of_range", "rx_refused", "rx_placed_bytes", "rx_foreign", "tx_sacks",
-    "tx_nacks",
-)  # fmt: skip
 
 
 def _c_module() -> Any:
@@ -138,33 +133,36 @@ class RxEngines:
         for eng in self.engines.values():
             eng.qp.evs.now_s = now_s
             eng.sync_reverse()
-            if eng.qp.state.name == "ERROR":
+            if eng.qp.state is QpState.ERROR:
                 eng.q.dead = 1
 
     def dispatch(
         self, ptr: Any, offs: Any, lens: Any, n: int, slot_len: int, now_s: float
-    ) -> memoryview:
+    ) -> memoryview | None:
         """Run a receive batch through the engines; returns ``done`` (per frame: 1 taken, 0
-        for the per-frame path, 2 cut). Everything the engines produced is handed over."""
+        for the per-frame path, 2 cut), or None when the engines took every frame.
+        Everything the engines produced is handed over."""
         self.prepare(now_s)
         done = self._done
-        start = 0
+        start = rest = 0
         lib = self._lib
         while start < n:
             k = lib.mrc_rxe_dispatch(
                 self.dev, ptr, offs + start, lens + start, n - start, slot_len, now_s,
                 done + start,
             )  # fmt: skip
-            self.flush(now_s)
+            rest += self.dev.n_rest
+            self.flush()
             start += k
-            if k == 0 and start < n:  # nothing fits even when drained: cannot happen
-                raise RuntimeError("rx engine: output full after a drain")
+        if not rest:
+            return None
         return memoryview(self._ffi.buffer(done, n)).cast("b")
 
-    def flush(self, now_s: float) -> None:
+    def flush(self) -> None:
+        """Hand everything the engines produced to their QPs and the shell."""
         self.drain_out()
         for eng in self.engines.values():
-            eng.flush(now_s)
+            eng.flush()
 
     def sync(self) -> None:
         regions = list(self.memory._by_rkey.values())
@@ -200,12 +198,14 @@ class RxEngines:
 class CRxEngine:
     """The C data path of one connected MRC QP (``qp``: a QueuePair)."""
 
-    def __init__(self, qp: Any, regions: RxEngines) -> None:
+    def __init__(self, qp: Any, dev: RxEngines) -> None:
         m = _c_module()
         ffi = self._ffi = m.ffi
         self._lib = m.lib
         self.qp = qp
-        self.regions = regions
+        self.dev = dev
+        # the C counters, by the QpStats field each one adds to (the same names)
+        self._stat_names = [name for name, _f in ffi.typeof("struct mrc_rxe_stats").fields]
         evs = qp.evs
         q = self.q = ffi.new("struct mrc_rxe_qp *")
         q.qpn, q.peer_qpn, q.planes = qp.qpn, qp.peer.qpn, qp.planes
@@ -241,7 +241,7 @@ class CRxEngine:
         q.rx_msn, q.rx_rqmsn = qp._rx_msn, qp._rx_rqmsn
         self._rev_sig: tuple = ()
         self.sync_reverse()
-        self.out = regions.out_struct
+        self.out = dev.out_struct
 
     def sync_reverse(self) -> None:
         """The reverse EVs' states as the Python EV table has them (probes, planes down)."""
@@ -259,47 +259,46 @@ class CRxEngine:
 
     # -- per batch -------------------------------------------------------------------------
 
+    def _run(self, call: Any, *args: Any) -> int:
+        """A C call that may find the output full: drain and call again, then hand over."""
+        while (r := call(*args)) < 0:
+            self.dev.flush()
+        self.dev.flush()
+        return r
+
     def frame(self, data: Any, now_s: float) -> bool:
         """One frame (the per-frame path: a frame handed to the QP itself): True when the
         engine took it, False when it is the QP's control path's."""
-        regions = self.regions
-        regions.prepare(now_s)
+        dev = self.dev
+        dev.prepare(now_s)
         buf = self._ffi.from_buffer(data)
-        while True:
-            r = self._lib.mrc_rxe_frame(self.q, regions.c, buf, len(data), now_s, self.out)
-            if r >= 0:
-                break
-            regions.flush(now_s)
-        regions.flush(now_s)
-        return r == 1
+        return (
+            self._run(self._lib.mrc_rxe_frame, self.q, dev.c, buf, len(data), now_s, self.out) == 1
+        )
 
     def timer(self, now_s: float) -> None:
-        while self._lib.mrc_rxe_ack_timer(self.q, now_s, self.out) < 0:
-            self.regions.flush(now_s)
-        self.regions.flush(now_s)
+        self._run(self._lib.mrc_rxe_ack_timer, self.q, now_s, self.out)
 
     def ack(self, op: int, ev: int, ts_ns: int, ce: bool, plane: int) -> None:
         """Acknowledge now (an EV probe's answer): Responder._send_sack's twin."""
-        while self._lib.mrc_rxe_ack(self.q, op, ev, ts_ns, ce, plane, self.out) < 0:
-            self.regions.flush(0.0)
-        self.regions.flush(0.0)
+        self._run(self._lib.mrc_rxe_ack, self.q, op, ev, ts_ns, ce, plane, self.out)
 
     def deadline(self) -> float | None:
         q = self.q
         return q.ack_deadline_s if q.ack_armed else None
 
-    def flush(self, now_s: float) -> None:
-        """Hand what the C side produced to the QP: control frames, events, counters."""
-        _ = now_s
+    def flush(self) -> None:
+        """Hand what the C side produced to the QP: events, counters (the control frames are
+        the device's: RxEngines.drain_out)."""
         q = self.q
         qp = self.qp
-        self.regions.drain_out()
+        lib = self._lib
         if q.n_events:
             for i in range(q.n_events):
                 e = q.events[i]
-                if e.kind == 1:
+                if e.kind == lib.MRC_RXE_EV_IMM:
                     qp._events.append(ImmReceived(e.a, e.b, e.c, e.t_s))
-                elif e.kind == 2:
+                elif e.kind == lib.MRC_RXE_EV_WIMM_FATAL:
                     qp._fatal(
                         WcStatus.REMOTE_OP_ERROR,
                         f"peer has {e.a} write-with-immediate messages in flight, "
@@ -314,11 +313,11 @@ class CRxEngine:
         st = q.st
         if st.rx_data_packets or st.rx_malformed or st.rx_foreign or st.tx_sacks:
             qs = qp.stats
-            for name in _STATS:
+            for name in self._stat_names:
                 v = getattr(st, name)
                 if v:
                     setattr(qs, name, getattr(qs, name) + v)
                     setattr(st, name, 0)
-        if qp.state.name == "ERROR":
+        if qp.state is QpState.ERROR:
             q.dead = 1
-        self.regions.harvest()
+        self.dev.harvest()

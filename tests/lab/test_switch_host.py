@@ -6,7 +6,6 @@ with its Python twin (MRC_SWITCH_C_LOOP=0)."""
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import lab_helpers as H
 import pytest
 
+from lab.bench.common import env_added
 from lab.faults import Faults
 from lab.state import load
 from lab.status import status
@@ -24,17 +24,8 @@ pytestmark = [pytest.mark.lab, H.needs_root]
 @pytest.fixture(scope="module", params=["c", "python"])
 def slab(request):
     env = {"MRC_SWITCH_C_LOOP": "0"} if request.param == "python" else {}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        with H.running_lab(switch="python", switch_procs=1) as st:
-            yield st, request.param
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with env_added(env), H.running_lab(switch="python", switch_procs=1) as st:
+        yield st, request.param
 
 
 def _stats(rec) -> dict:
