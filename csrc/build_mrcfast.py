@@ -31,7 +31,7 @@ ffibuilder.set_source(
     sources=[str(s.relative_to(HERE.parent)) for s in sources],
     include_dirs=[str(HERE)],
     libraries=["z"],  # zlib's crc32: the ICRC (Python's zlib.crc32 is the same function)
-    extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE"],
+    extra_compile_args=["-O2", "-ffp-contract=off", "-std=c11", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE"],
 )
 
 if __name__ == "__main__":

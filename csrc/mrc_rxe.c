@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include "mrc_psnwin.h"
+#include "mrc_txe.h"
 #include "mrc_wire.h"
 
 enum {
@@ -534,29 +535,37 @@ int mrc_rxe_dispatch(struct mrc_rxe_dev *d, const uint8_t *buf, const uint32_t *
         }
         const uint8_t *f = buf + offs[i];
         done[i] = 0;
-        if (len < OFF_BTH + 8 || f[OFF_BTH] < MRC_WIRE_OP_WRITE_FIRST ||
-            f[OFF_BTH] > MRC_WIRE_OP_WRITE_ONLY_IMM) {
+        if (len < OFF_BTH + 8) {
             d->n_rest++;
             continue;
         }
+        uint32_t op = f[OFF_BTH];
         uint32_t qpn = be32(f + OFF_BTH + 4) & MASK;
-        struct mrc_rxe_qp *q = NULL;
-        for (uint32_t j = 0; j < nq; j++) {
-            if (d->qpn[j] == qpn) {
-                q = d->qp[j];
-                break;
-            }
+        uint32_t j = 0;
+        while (j < nq && d->qpn[j] != qpn) {
+            j++;
         }
-        if (q == NULL) {
+        if (j == nq) { /* not a QP with an engine: the shell's, after the batch */
             d->n_rest++;
             continue;
         }
-        int r = mrc_rxe_frame(q, d->mem, f, len, now_s, d->out);
+        int r = 0;
+        if (op >= MRC_WIRE_OP_WRITE_FIRST && op <= MRC_WIRE_OP_WRITE_ONLY_IMM) {
+            r = mrc_rxe_frame(d->qp[j], d->mem, f, len, now_s, d->out);
+        } else if ((op == MRC_WIRE_OP_SACK || op == MRC_WIRE_OP_ACK) && d->txq[j] != NULL) {
+            r = mrc_txe_frame(d->txq[j], f, len, now_s);
+        }
         if (r < 0) {
             break;
         }
         done[i] = (int8_t)r;
-        d->n_rest += r == 0;
+        if (r == 0) {
+            /* a frame of an engine's QP that Python must take (a NACK, a probe...): stop, so
+             * that it is taken in its place among the QP's frames */
+            d->n_rest++;
+            d->stopped = 1;
+            return (int)i + 1;
+        }
     }
     return (int)i;
 }

@@ -15,6 +15,7 @@
  * The caller owns every struct and array; nothing here allocates. */
 
 struct mrc_psnwin;
+struct mrc_txe_qp;
 
 /* One registered memory region: the placement rule of mrcnic.transport.memory. */
 struct mrc_rxe_region {
@@ -152,17 +153,22 @@ struct mrc_rxe_dev {
     uint32_t n;
     uint32_t qpn[64];
     struct mrc_rxe_qp *qp[64];
+    struct mrc_txe_qp *txq[64]; /* the same QP's send engine (its SACKs), or NULL */
     struct mrc_rxe_regions *mem;
     struct mrc_rxe_out *out;
     uint32_t n_rest; /* set by mrc_rxe_dispatch: frames it looked at and did not take */
+    uint8_t stopped; /* set by mrc_rxe_dispatch: it stopped after a frame of an engine's QP
+                      * that it did not take (the last one it looked at) */
 };
 
 /* A receive batch: frame i at buf + offs[i], lens[i] bytes (a length above slot_len means
- * the kernel cut it). Each frame goes to the QP its BTH names; done[i] = 1 when an engine
+ * the kernel cut it). Each frame goes to the QP its BTH names (data frames to its receive
+ * engine, SACKs and ACKs to its send engine, mrc_txe_frame); done[i] = 1 when an engine
  * took it, 0 when the shell's per-frame path must (control frames, QPs without an engine),
  * 2 when it was cut (too big). Returns how many frames were looked at: fewer than n when
  * the output or an event array filled up (the shell drains it and calls again with the
- * rest). */
+ * rest), or when a frame of a QP with an engine was not taken (d->stopped: the shell takes
+ * that frame now, in order, then calls again with the rest). */
 int mrc_rxe_dispatch(struct mrc_rxe_dev *d, const uint8_t *buf, const uint32_t *offs,
                      const uint32_t *lens, uint32_t n, uint32_t slot_len, double now_s,
                      int8_t *done);

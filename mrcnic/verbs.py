@@ -364,6 +364,7 @@ class Device:
         core = cls(qpn, self.net, self.memory, rate, config)
         if transport == "mrc" and self._rx_engines is not None:
             core._rx_engines = self._rx_engines  # connect() gives it a C receive engine
+            core._tx_c = self._rx_engines.module  # and a C send engine
         qp = QP(self, core)
         qp.transport = transport
         for prof in (ev_profile, cc_profile):
@@ -442,7 +443,12 @@ class Device:
                 off = i * cap
                 self.receive_frame(view[off : off + ln], now_s)
             return too_big
-        done = eng.dispatch(ring.ptr, ring.c_offs, ring.c_lens, n, cap, now_s)
+
+        def in_order(i: int) -> None:
+            off = i * cap
+            self.receive_frame(view[off : off + ring.lens[i]], now_s)
+
+        done = eng.dispatch(ring.ptr, ring.c_offs, ring.c_lens, n, cap, now_s, in_order)
         if done is None:
             return 0  # the common case: every frame was a data frame an engine took
         too_big = 0

@@ -17,6 +17,7 @@ import enum
 import random
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 from mrcnic.errors import MrcError
 
@@ -244,6 +245,9 @@ class EvTable:
         self.reverse_bad: set[int] = set()  # reverse EVs whose EV probes went unanswered
         self.events: deque[EvStateChanged] = deque()
         self.active: list[int] = []
+        #: the C send engine dealing the EVs (mrcnic.transport.tx_engine), or None: it owns
+        #: the bags, the round robin and tx_count while set
+        self.picker: Any = None
         self._groups: list[list[int]] = []
         self._bags: list[list[int]] = []  # per group: slots still to deal this round
         self._rr = 0
@@ -383,6 +387,9 @@ class EvTable:
         failed port is. Then the floor: with fewer than ``ev_min_active`` EVs, SKIP and then
         ASSUMED_BAD EVs of live planes are added, so the QP keeps trying (and its retry
         limit can end a truly dead connection) rather than stalling silently."""
+        picker = self.picker
+        if picker is not None:
+            picker.pull_bags()
         want = self.active_per_plane
         state = self.state
         good, skip = EvState.GOOD, EvState.SKIP
@@ -421,6 +428,8 @@ class EvTable:
         for g in self._groups:
             keep = set(g)
             self._bags.append([x for x in old_bags.get(self.plane_of[g[0]], ()) if x in keep])
+        if picker is not None:
+            picker.push_groups()
 
     # -- feedback helpers used by the QP ------------------------------------------------------
 
@@ -544,6 +553,8 @@ class EvTable:
         return out
 
     def stats(self) -> list[EvStats]:
+        if self.picker is not None:
+            self.picker.pull_stats()
         return [
             EvStats(
                 ev=self.ev_values[s],

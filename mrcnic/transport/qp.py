@@ -28,6 +28,7 @@ dispatch and errors.
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 from mrcnic import wire
 from mrcnic.transport.cc import CcParams, CongestionControl, make_cc
@@ -96,6 +97,7 @@ from mrcnic.transport.requester import Requester
 from mrcnic.transport.responder import Responder
 from mrcnic.transport.rx_engine import CRxEngine, RxEngines
 from mrcnic.transport.sack import LOST_BY_TIMEOUT, ResponderWindow, Scoreboard, TxRecord
+from mrcnic.transport.tx_engine import CTxEngine
 from mrcnic.wire import usid
 
 #: a round of EV probes over the reverse EV set every this many RTOs (while acknowledging)
@@ -165,6 +167,9 @@ class QueuePair(Requester, Responder, Outbox):
         # the C receive engine: Device sets _rx_engines (MRC_NIC_ENGINE=c), connect makes _rxe
         self._rx_engines: RxEngines | None = None
         self._rxe: CRxEngine | None = None
+        # the C send engine: Device sets _tx_c (the C module), connect makes _txe
+        self._tx_c: Any = None
+        self._txe: CTxEngine | None = None
         self._ack_trigger = (0, 0, 0, False)  # psn, ev, ts, ce of the last unacked packet
         self._ce_run: dict[int, int] = {}  # responder: consecutive CE-marked packets per EV
         self._local_down = [False] * self.planes
@@ -250,6 +255,8 @@ class QueuePair(Requester, Responder, Outbox):
         )
         self._dest = usid.DestTemplate(self.net.shape, self.net.host, remote.host)
         self._slot_tmpl = [self._make_tmpl(ev) for ev in self.evs.ev_values]
+        if self._tx_c is not None and self.evs._bag_mode:  # the C send engine (tx_engine)
+            self._txe = CTxEngine(self, self._tx_c)
         if self._rx_engines is not None:  # the C receive engine (mrcnic.transport.rx_engine)
             eng = CRxEngine(self, self._rx_engines)
             if self._rx_engines.add(eng):
@@ -301,7 +308,9 @@ class QueuePair(Requester, Responder, Outbox):
         self._local_down[port] = not up
         self.evs.now_s = now_s
         self._update_plane(port, now_s)
-        if not up:  # everything in flight on that port is gone: repair it now
+        if not up and self._txe is not None:
+            self._txe.port_down(port)
+        elif not up:  # everything in flight on that port is gone: repair it now
             for rec in list(self.sb.records.values()):
                 if not rec.lost and self.evs.plane_of[rec.slot] == port:
                     self.sb.mark_lost(rec)
@@ -360,6 +369,8 @@ class QueuePair(Requester, Responder, Outbox):
     @property
     def idle(self) -> bool:
         """Nothing posted is unfinished."""
+        if self._txe is not None:
+            return self._txe.idle
         return not self._sendq and not self._inflight_msgs
 
     # -- timers -------------------------------------------------------------------------------
@@ -368,7 +379,7 @@ class QueuePair(Requester, Responder, Outbox):
         """The earliest deadline (retransmission, delayed ACK, probe), or None."""
         if self.state is not QpState.READY:
             return None
-        t = self.sb.next_deadline()
+        t = self.sb.next_deadline() if self._txe is None else self._txe.next_deadline()
         a = self._ack_deadline if self._rxe is None else self._rxe.deadline()
         if a is not None and (t is None or a < t):
             t = a
@@ -407,8 +418,12 @@ class QueuePair(Requester, Responder, Outbox):
                 return
         if self._rev_probe_at is not None and self._rev_probe_at <= now_s:
             self._reverse_probe_round(now_s)
+        if self._txe is not None:  # the same loop, in C
+            self._txe.expire(now_s)
+            if self.state is not QpState.READY:
+                return
         max_rto = self.config.max_rto_s
-        for rec in self.sb.expired(now_s):
+        for rec in self.sb.expired(now_s) if self._txe is None else ():
             # the deadline was set with the RTO of its send time: if the RTO has grown since
             # (the queues grew), the packet gets the current one
             rto = self._rto * (1 << min(rec.retries, 30))  # (capped: max_rto_s caps the result)
@@ -417,13 +432,7 @@ class QueuePair(Requester, Responder, Outbox):
                 self.sb.arm(rec, deadline)
                 continue
             if rec.retries >= self.config.retry_limit:
-                self._fatal(
-                    WcStatus.RETRY_EXCEEDED,
-                    f"PSN {rec.psn} unacknowledged after {rec.retries} retransmissions "
-                    f"(retry_limit {self.config.retry_limit})",
-                    now_s,
-                    failed=rec.msg,
-                )
+                self._retry_exceeded(rec.psn, rec.retries, rec.msg, now_s)
                 return
             self.stats.timeouts += 1
             # a path that acknowledged anything in the last half RTO is queued, not dead
@@ -492,7 +501,12 @@ class QueuePair(Requester, Responder, Outbox):
         if self.peer is None:
             return
         evs = self.evs
+        rxe = self._rxe
+        if rxe is not None:  # one round robin over the reverse EVs: the C engine's
+            rxe.pull_reverse()
         ev = evs.next_reverse_ev() if plane < 0 else evs.reverse_ev_on(plane)
+        if rxe is not None:
+            rxe.push_reverse()
         self._ctrl.append(self._ctrl_frame(op, psn, body, ev))
 
     # -- receiving ------------------------------------------------------------------------------
@@ -502,13 +516,13 @@ class QueuePair(Requester, Responder, Outbox):
         if self.peer is None or self.state is QpState.ERROR:
             return
         rxe = self._rxe
-        if (
-            rxe is not None
-            and len(data) > _OFF_BTH
-            and _OP_FIRST <= data[_OFF_BTH] <= _OP_ONLY_IMM
-            and rxe.frame(data, now_s)
-        ):
-            return  # a data frame: the C engine placed, refused or counted it
+        if rxe is not None and len(data) > _OFF_BTH:
+            op = data[_OFF_BTH]
+            if _OP_FIRST <= op <= _OP_ONLY_IMM and rxe.frame(data, now_s):
+                return  # a data frame: the C engine placed, refused or counted it
+            txe = self._txe
+            if txe is not None and op in (_OP_SACK, _OP_ACK) and txe.frame(data, now_s):
+                return  # a SACK: the C send engine applied or counted it
         n = len(data)
         if n < _OFF_BTH + 12:
             self.stats.rx_malformed += 1
@@ -677,7 +691,12 @@ class QueuePair(Requester, Responder, Outbox):
             self._stall_deadline = now_s + self._rto
 
     def _check_stall(self, now_s: float) -> None:
-        if self.evs.active or not (self._rtxq or self._sendq or self.sb.records):
+        txe = self._txe
+        if txe is not None:
+            work = txe.work_waiting or txe.outstanding > 0
+        else:
+            work = bool(self._rtxq or self._sendq or self.sb.records)
+        if self.evs.active or not work:
             self._stall_deadline = None
             return
         if self._stall_tries >= self.config.retry_limit:
@@ -691,7 +710,9 @@ class QueuePair(Requester, Responder, Outbox):
                 f"local ports down {local}, peer ports down {peer}, "
                 f"EVs {counts['ASSUMED_BAD']} ASSUMED_BAD and {counts['DENIED']} DENIED",
                 now_s,
-                failed=self._inflight_msgs[0]
+                failed=txe.first_message()
+                if txe is not None
+                else self._inflight_msgs[0]
                 if self._inflight_msgs
                 else (self._sendq[0] if self._sendq else None),
             )
@@ -711,7 +732,11 @@ class QueuePair(Requester, Responder, Outbox):
         self._transition(QpInput.FATAL)
         self._events.append(QpErrorEvent(self.qpn, status, reason, now_s))
         seen = set()
-        for m in list(self._inflight_msgs) + list(self._sendq):
+        txe = self._txe
+        msgs = txe.messages() if txe is not None else list(self._inflight_msgs) + list(self._sendq)
+        if txe is not None:
+            txe.reset()
+        for m in msgs:
             if id(m) in seen:
                 continue
             seen.add(id(m))

@@ -87,10 +87,13 @@ class Requester:
         """Queue an RDMA Write (with immediate if ``imm`` is given) of ``local`` to the peer."""
         buf = checked_write(self.qpn, self.state, local, remote_va, rkey, imm)
         msg = TxMessage(wr_id, buf, remote_va, rkey, imm, self._msn, self._rqmsn)
+        if self._txe is not None:
+            self._txe.post(msg)  # (raises at the C engine's limit: nothing changed yet)
+        else:
+            self._sendq.append(msg)
         self._msn = (self._msn + 1) & 0xFFFF
         if imm is not None:
             self._rqmsn = (self._rqmsn + 1) & 0xFFFF
-        self._sendq.append(msg)
 
     def frames_to_send(self, now_s: float) -> list[tuple[int, bytes]]:
         """Everything that may leave now: control first, then retransmissions, then new data
@@ -100,6 +103,10 @@ class Requester:
         if self.state is not QpState.READY:
             return out
         self.evs.now_s = now_s
+        if self._txe is not None:  # the C engine: the same rules, per batch
+            self._txe.send(now_s, out)
+            self._after_send(now_s, self._txe.work_waiting)
+            return out
         sb = self.sb
         cc = self.cc
         window = self.peer.window_psns if self.peer else 0
@@ -123,11 +130,14 @@ class Requester:
         # (the window test here too: a window-limited QP is asked often, and answers cheaply)
         if self._sendq and self.peer is not None and sb.inflight_bytes < cc.cwnd_bytes:
             self._send_new(out, now_s, window)
-        if not self.evs.active and (rtxq or self._sendq):
+        self._after_send(now_s, bool(rtxq or self._sendq))
+        return out
+
+    def _after_send(self, now_s: float, work_waiting: bool) -> None:
+        if not self.evs.active and work_waiting:
             self._note_stall(now_s)  # nothing can carry the work: keep a timer running
         elif self._stall_deadline is not None and self.evs.active:
             self._stall_deadline = None
-        return out
 
     def _send_new(self, out: list[tuple[int, bytes]], now_s: float, window: int) -> None:
         """Segment posted writes into new packets while the window allows.  The hot path:
@@ -383,6 +393,12 @@ class Requester:
         now_s: float,
     ) -> None:
         """Apply one SACK (or probe answer; ``mark`` is the wire value of wire.SackMark)."""
+        if self._txe is not None:
+            self._txe.sack(
+                cack_psn, offset, bitmap, ev, mark, ece, rcv_cwnd_pen, reflected_ts_ns,
+                is_probe_answer, now_s,
+            )  # fmt: skip
+            return
         self.stats.rx_sacks += 1
         evs = self.evs
         acked = self.sb.on_sack(cack_psn, offset, bitmap)
@@ -578,6 +594,8 @@ class Requester:
     def loss_recovery_s(self) -> list[float]:
         """For each packet retransmitted because it was lost (not spuriously), the time from
         its first transmission to its first retransmission (the last 65536 such packets)."""
+        if self._txe is not None:
+            return self._txe.loss_recovery_s()
         return [d for d, spurious in self._recoveries if not spurious]
 
     def _complete_messages(self, now_s: float) -> None:
@@ -595,6 +613,9 @@ class Requester:
             self._events.append(WriteCompleted(m.wr_id, WcStatus.SUCCESS, m.length, now_s))
 
     def _rx_nack(self, n: wire.NACK, now_s: float) -> None:
+        if self._txe is not None:
+            self._txe.nack(int(n.reason), n.psn, n.cack_psn, n.reflected_ts_ns, now_s)
+            return
         st = self.stats
         st.rx_nacks += 1
         reason = n.reason
@@ -605,22 +626,8 @@ class Requester:
             # when it names a packet this QP is waiting on)
             st.rx_stale_nacks += 1
             return
-        if reason == R.UNEXP_EVENT:
-            self._fatal(
-                WcStatus.REMOTE_OP_ERROR,
-                f"peer reported an unexpected event (UNEXP_EVENT) at PSN {n.psn}",
-                now_s,
-            )
-            return
-        if reason == R.REMOTE_ACCESS_ERROR:
-            m = rec.msg
-            self._fatal(
-                WcStatus.REMOTE_ACCESS_ERROR,
-                f"peer refused write wr_id={m.wr_id} (R_Key {m.rkey:#x}, VA {m.remote_va:#x}, "
-                f"{m.length} bytes): remote access error",
-                now_s,
-                failed=m,
-            )
+        if reason in (R.UNEXP_EVENT, R.REMOTE_ACCESS_ERROR):
+            self._nack_fatal(reason, n.psn, rec.msg, now_s)
             return
         if rec.lost or rec.tx_ts_ns != n.reflected_ts_ns:
             return  # about an older transmission of this PSN: already being repaired
@@ -643,3 +650,30 @@ class Requester:
                     self.peer = QpAttributes(**{**asdict(self.peer), "window_psns": span})
             self.sb.mark_lost(rec)
             self._rtxq.append(rec)
+
+    def _nack_fatal(self, reason: int, psn: int, m: TxMessage, now_s: float) -> None:
+        """A NACK that ends the QP: UNEXP_EVENT or REMOTE_ACCESS_ERROR about PSN ``psn`` of
+        write ``m``."""
+        if reason == wire.NackReason.UNEXP_EVENT:
+            self._fatal(
+                WcStatus.REMOTE_OP_ERROR,
+                f"peer reported an unexpected event (UNEXP_EVENT) at PSN {psn}",
+                now_s,
+            )
+            return
+        self._fatal(
+            WcStatus.REMOTE_ACCESS_ERROR,
+            f"peer refused write wr_id={m.wr_id} (R_Key {m.rkey:#x}, VA {m.remote_va:#x}, "
+            f"{m.length} bytes): remote access error",
+            now_s,
+            failed=m,
+        )
+
+    def _retry_exceeded(self, psn: int, retries: int, m: TxMessage, now_s: float) -> None:
+        self._fatal(
+            WcStatus.RETRY_EXCEEDED,
+            f"PSN {psn} unacknowledged after {retries} retransmissions "
+            f"(retry_limit {self.config.retry_limit})",
+            now_s,
+            failed=m,
+        )

@@ -11,13 +11,15 @@
   protocol's reference. tests/unit/test_rx_engine.py drives both with the same frames and
   compares the control frames, events and counters they produce.
 
-The send side is Python in both engines today (docs/core.md says what moves next).
+The send side has its own C engine (``mrcnic.transport.tx_engine``); this module's
+:meth:`RxEngines.dispatch` hands it the SACKs of a receive batch.
 """
 
 from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from mrcnic.transport.frames import _DSCP_CTRL_ECT0, MSN_WINDOW
@@ -70,7 +72,7 @@ class RxEngines:
     MAX_QPS = 64  # csrc/mrc_rxe.h struct mrc_rxe_dev
 
     def __init__(self, memory: MemoryTable, cap: int = 1024) -> None:
-        m = _c_module()
+        m = self.module = _c_module()
         ffi = self._ffi = m.ffi
         self._lib = m.lib
         self.memory = memory
@@ -112,6 +114,8 @@ class RxEngines:
         for i, (qpn, eng) in enumerate(self.engines.items()):
             d.qpn[i] = qpn
             d.qp[i] = eng.q
+            txe = eng.qp._txe
+            d.txq[i] = txe.q if txe is not None else self._ffi.NULL
         d.n = len(self.engines)
 
     def drain_out(self) -> None:
@@ -137,23 +141,39 @@ class RxEngines:
                 eng.q.dead = 1
 
     def dispatch(
-        self, ptr: Any, offs: Any, lens: Any, n: int, slot_len: int, now_s: float
+        self,
+        ptr: Any,
+        offs: Any,
+        lens: Any,
+        n: int,
+        slot_len: int,
+        now_s: float,
+        in_order: Callable[[int], None],
     ) -> memoryview | None:
         """Run a receive batch through the engines; returns ``done`` (per frame: 1 taken, 0
-        for the per-frame path, 2 cut), or None when the engines took every frame.
-        Everything the engines produced is handed over."""
+        for the per-frame path, 2 cut, 3 taken in order by ``in_order(i)``), or None when
+        the engines took every frame. Everything the engines produced is handed over."""
         self.prepare(now_s)
         done = self._done
         start = rest = 0
         lib = self._lib
+        dev = self.dev
         while start < n:
             k = lib.mrc_rxe_dispatch(
-                self.dev, ptr, offs + start, lens + start, n - start, slot_len, now_s,
-                done + start,
-            )  # fmt: skip
-            rest += self.dev.n_rest
+                dev, ptr, offs + start, lens + start, n - start, slot_len, now_s, done + start
+            )
+            rest += dev.n_rest
             self.flush()
+            for eng in self.engines.values():  # what the send engines read (SACKs)
+                txe = eng.qp._txe
+                if txe is not None:
+                    txe.flush(now_s)
             start += k
+            if dev.stopped:  # a control frame of an engine's QP: its turn is now
+                dev.stopped = 0
+                in_order(start - 1)
+                done[start - 1] = 3
+                self.prepare(now_s)
         if not rest:
             return None
         return memoryview(self._ffi.buffer(done, n)).cast("b")
@@ -234,14 +254,26 @@ class CRxEngine:
             t.ev, t.psum = ev, psum
         q.tmpl, q.n_reverse = self._tmpl, len(rev)
         self._rev = rev
-        q.reverse_next = evs._reverse_next
-        for p in range(qp.planes):
-            q.reverse_k[p] = evs._reverse_k[p]
+        self.push_reverse()
         q.pending_lo = -1
         q.rx_msn, q.rx_rqmsn = qp._rx_msn, qp._rx_rqmsn
         self._rev_sig: tuple = ()
         self.sync_reverse()
         self.out = dev.out_struct
+
+    def pull_reverse(self) -> None:
+        """The reverse-EV round robin as C has it, for a control frame Python sends."""
+        evs = self.qp.evs
+        q = self.q
+        evs._reverse_next = q.reverse_next
+        evs._reverse_k[:] = [q.reverse_k[p] for p in range(self.qp.planes)]
+
+    def push_reverse(self) -> None:
+        evs = self.qp.evs
+        q = self.q
+        q.reverse_next = evs._reverse_next
+        for p in range(self.qp.planes):
+            q.reverse_k[p] = evs._reverse_k[p]
 
     def sync_reverse(self) -> None:
         """The reverse EVs' states as the Python EV table has them (probes, planes down)."""
@@ -281,6 +313,7 @@ class CRxEngine:
 
     def ack(self, op: int, ev: int, ts_ns: int, ce: bool, plane: int) -> None:
         """Acknowledge now (an EV probe's answer): Responder._send_sack's twin."""
+        self.sync_reverse()
         self._run(self._lib.mrc_rxe_ack, self.q, op, ev, ts_ns, ce, plane, self.out)
 
     def deadline(self) -> float | None:

@@ -67,6 +67,7 @@ C_FACTS: dict[str, int] = {
     "MRC_WIRE_BTH_FLAG_TS": layout.BTH_FLAG_TS,
     "MRC_WIRE_BTH_FLAG_RTX": layout.BTH_FLAG_RTX,
     "MRC_WIRE_BTH_ACKREQ": layout.BTH_ACKREQ - (1 << 32),  # an int enum in C: the same bits
+    "MRC_WIRE_OP_ACK": Opcode.ACK,
     "MRC_WIRE_OP_SACK": Opcode.SACK,
     "MRC_WIRE_OP_NACK": Opcode.NACK,
     **{

@@ -1,0 +1,391 @@
+"""The C send engine's shell: an MRC requester's per-packet work in ``csrc/mrc_txe.c``.
+
+With the C engine (``MRC_NIC_ENGINE=c``, the default when the C module is built) a connected
+MRC QP segments its writes, sprays them over its EVs, builds the data frames, keeps its
+scoreboard and timers and reads SACKs in C, called per batch (``mrc_txe_send``, the receive
+batch's ``mrc_rxe_dispatch``, ``mrc_txe_expire``). Python keeps the policy: the EV state
+machine (``EvTable.apply``, probes, the active set), NSCC (``cc.on_ack`` per SACK), errors and
+completions, which the C side lists in its feedback array in the order the Python requester
+would have made those calls; :meth:`CTxEngine.flush` makes them.
+
+The Python requester (``mrcnic.transport.requester``) is the twin: tests/unit/test_tx_engine.py
+drives both with the same writes, SACKs, NACKs, losses and timers and compares the frames,
+events and counters. Limits of the C engine (the QP runs the Python requester beyond them):
+``spray="bag"`` (the default) only; per QP at most REC_CAP - 1 PSNs outstanding and
+MSG_CAP writes posted and not completed (a post beyond raises); about 4 MB of state per QP.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import asdict
+from typing import Any
+
+from mrcnic.errors import MrcError
+from mrcnic.transport.cc import new_ack_sample
+from mrcnic.transport.ev import EvInput
+from mrcnic.transport.qp_types import QpAttributes, TxMessage, WcStatus, WriteCompleted
+
+REC_CAP = 8192  # PSNs in flight + 1 (a power of two)
+MSG_CAP = 32768  # writes posted and not completed (a power of two, > MSN_WINDOW)
+RECOVERY_LOG = 65536  # Requester._recoveries' length
+OUT_FRAMES = 64  # data frames per mrc_txe_send call before the shell drains them
+_HDR = struct.Struct(">6s6sHIHBB16s16sHHHH")  # Ethernet, IPv6, UDP: a template's 62 bytes
+
+
+class TxLimitError(MrcError, RuntimeError):
+    """A QP on the C engine has as many writes posted and not completed as it can hold."""
+
+
+def _inputs(lib: Any) -> dict[int, EvInput]:
+    return {
+        lib.MRC_TXE_IN_ECN_ECHO: EvInput.ECN_ECHO,
+        lib.MRC_TXE_IN_ALWAYS_SKIP: EvInput.ALWAYS_SKIP,
+        lib.MRC_TXE_IN_LOST: EvInput.LOST,
+        lib.MRC_TXE_IN_TRIMMED: EvInput.TRIMMED,
+        lib.MRC_TXE_IN_TIMEOUT: EvInput.TIMEOUT,
+    }
+
+
+class CTxEngine:
+    """The C send path of one connected MRC QP (``qp``: a QueuePair; ``m``: the C module)."""
+
+    def __init__(self, qp: Any, m: Any) -> None:
+        ffi = self._ffi = m.ffi
+        lib = self._lib = m.lib
+        self.qp = qp
+        self._stat_names = [name for name, _f in ffi.typeof("struct mrc_txe_stats").fields]
+        self._inputs = _inputs(lib)
+        evs = qp.evs
+        n = len(evs.ev_values)
+        npaths = qp.planes * qp.net.shape.t1
+        keep = self._keep = []  # every array the C struct points into
+
+        def arr(ctype: str, init: Any) -> Any:
+            a = ffi.new(ctype, init)
+            keep.append(a)
+            return a
+
+        q = self.q = ffi.new("struct mrc_txe_qp *")
+        cfg = qp.config
+        q.qpn, q.peer_qpn, q.planes, q.mtu, q.nslots = (
+            qp.qpn, qp.peer.qpn, qp.planes, qp.mtu, n
+        )  # fmt: skip
+        q.retry_limit = cfg.retry_limit
+        q.max_wimm_inflight = qp.peer.max_wimm_inflight
+        q.window_psns = qp.peer.window_psns
+        q.max_rto_s, q.min_rto_s = cfg.max_rto_s, qp._min_rto
+        srcs = sorted(qp._peer_srcs)
+        q.n_srcs = len(srcs)
+        for i, s in enumerate(srcs):
+            ffi.memmove(q.srcs[i], s, 16)
+        tmpl = arr("struct mrc_txe_tmpl[]", n)
+        for i, t in enumerate(qp._slot_tmpl):
+            eth_dst, eth_src, w0, src, dst, sport, psum = t
+            hdr = _HDR.pack(eth_dst, eth_src, 0x86DD, w0, 0, 17, 64, src, dst, sport, 4791, 0, 0)
+            ffi.memmove(tmpl[i].hdr, hdr, len(hdr))
+            tmpl[i].psum = psum
+        q.tmpl = tmpl
+        q.ev_values = arr("uint32_t[]", evs.ev_values)
+        q.plane_of = arr("uint32_t[]", evs.plane_of)
+        q.path_of = arr("uint32_t[]", evs.path_of)
+        self._slot_arrays = {}
+        for name in ("tx_packets", "acked_packets", "timeouts", "trims", "ecn_echoes"):
+            self._slot_arrays[name] = a = arr("int64_t[]", getattr(evs, name))
+            setattr(q, name, a)
+        for name, src_list in (
+            ("evidence_s", evs.evidence_s),
+            ("ev_acked_sent_s", qp._ev_acked_sent_s),
+            ("path_evidence_s", evs.path_evidence_s),
+            ("path_ack_s", evs.path_ack_s),
+        ):
+            self._slot_arrays[name] = a = arr("double[]", src_list)
+            setattr(q, name, a)
+        assert len(evs.path_evidence_s) == npaths
+        # spraying: the groups and bags as the EV table has them, its RNG's state
+        q.grp = self._grp = arr("int32_t[]", 16 * n)
+        q.bag = self._bag = arr("int32_t[]", 16 * n)
+        q.rr, q.tx_count = evs._rr, evs.tx_count
+        state = evs._rng.getstate()[1]
+        lib.mrc_txe_mt_load(q, arr("uint32_t[]", state[:624]), state[624])
+        self._groups_ref: Any = None
+        self.push_groups()
+        # messages, scoreboard, queues, logs, feedback
+        q.msgs, q.msg_cap = arr("struct mrc_txe_msg[]", MSG_CAP), MSG_CAP
+        self._objs: list[TxMessage | None] = [None] * MSG_CAP
+        self._bufs: list[Any] = [None] * MSG_CAP
+        q.recs, q.rec_cap = arr("struct mrc_txe_rec[]", REC_CAP), REC_CAP
+        q.work = arr("uint32_t[]", 2 * REC_CAP)
+        q.fifo, q.fifo_cap = arr("struct mrc_txe_timer[]", 2 * REC_CAP), 2 * REC_CAP
+        q.heap, q.heap_cap = arr("struct mrc_txe_timer[]", REC_CAP), REC_CAP
+        q.ord, q.ord_cap = arr("struct mrc_txe_ord[]", 2 * REC_CAP), 2 * REC_CAP
+        q.rtxq, q.rtxq_cap = arr("uint32_t[]", 2 * REC_CAP), 2 * REC_CAP
+        q.recov_delay = arr("double[]", RECOVERY_LOG)
+        q.recov_spur = arr("uint8_t[]", RECOVERY_LOG)
+        q.recov_cap = RECOVERY_LOG
+        q.fb, q.fb_cap = arr("struct mrc_txe_fb[]", 2 * REC_CAP + 64), 2 * REC_CAP + 64
+        sb = qp.sb
+        q.snd_una = q.snd_nxt = sb.snd_nxt
+        q.rto, q.min_rtt, q.rtt_peak = qp._rto, qp._min_rtt, qp._rtt_peak
+        q.rttvar, q.rtt_measured = qp._rttvar, qp._rtt_measured
+        q.has_srtt = qp._srtt is not None
+        q.srtt = qp._srtt or 0.0
+        q.ev_order_ok, q.reo_mult, q.rack_sent_s = 1, qp._reo_mult, qp._rack_sent_s
+        # data frames out
+        self._slot_len = (qp.mtu + 112 + 63) & ~63
+        self._out_buf = arr("uint8_t[]", OUT_FRAMES * self._slot_len)
+        self._out_len = arr("uint32_t[]", OUT_FRAMES)
+        self._out_plane = arr("uint8_t[]", OUT_FRAMES)
+        self.out = ffi.new(
+            "struct mrc_txe_out *",
+            {"buf": self._out_buf, "slot_len": self._slot_len, "cap": OUT_FRAMES, "n": 0,
+             "len": self._out_len, "plane": self._out_plane},
+        )  # fmt: skip
+        self._view = ffi.buffer(self._out_buf)
+        self._deadline = ffi.new("double *")
+        evs.picker = self
+
+    # -- the EV table's spraying state ------------------------------------------------------
+
+    def push_groups(self) -> None:
+        """EvTable._rebuild made new groups (and kept each plane's bag): hand them to C."""
+        evs = self.qp.evs
+        q = self.q
+        n = q.nslots
+        grp, bag = self._grp, self._bag
+        for g, (slots, b) in enumerate(zip(evs._groups, evs._bags, strict=True)):
+            q.grp_n[g] = len(slots)
+            q.bag_n[g] = len(b)
+            base = g * n
+            for k, s in enumerate(slots):
+                grp[base + k] = s
+            for k, s in enumerate(b):
+                bag[base + k] = s
+        q.n_groups = len(evs._groups)
+        self._groups_ref = evs._groups
+
+    def pull_bags(self) -> None:
+        """Before EvTable._rebuild: the bags as C dealt them."""
+        evs = self.qp.evs
+        q = self.q
+        n = q.nslots
+        bag = self._bag
+        evs._bags = [[bag[g * n + k] for k in range(q.bag_n[g])] for g in range(q.n_groups)]
+        evs._rr = q.rr
+        evs.tx_count = q.tx_count
+
+    def pull_stats(self) -> None:
+        """The per-EV and per-path arrays as C has them (for EvTable.stats)."""
+        evs = self.qp.evs
+        for name, a in self._slot_arrays.items():
+            target = self.qp._ev_acked_sent_s if name == "ev_acked_sent_s" else getattr(evs, name)
+            target[:] = list(a[0 : len(target)])
+
+    # -- messages ------------------------------------------------------------------------------
+
+    def post(self, msg: TxMessage) -> None:
+        q = self.q
+        i = q.m_tail
+        if i - q.m_done >= MSG_CAP:
+            raise TxLimitError(
+                f"QP {self.qp.qpn}: {MSG_CAP} writes posted and not completed (the C "
+                "engine's limit); poll completions before posting more"
+            )
+        k = i & (MSG_CAP - 1)
+        e = q.msgs[k]
+        buf = self._ffi.from_buffer(msg.buf)
+        e.buf = buf
+        e.va, e.rkey, e.length = msg.remote_va, msg.rkey, msg.length
+        e.has_imm = msg.imm is not None
+        e.imm = msg.imm or 0
+        e.next_off, e.last_psn = 0, -1
+        e.msn, e.rqmsn = msg.msn, msg.rqmsn
+        self._objs[k] = msg
+        self._bufs[k] = buf
+        q.m_tail = i + 1
+
+    def messages(self) -> list[TxMessage]:
+        """Every write posted and not completed, oldest first (QueuePair._fatal's list)."""
+        q = self.q
+        out = []
+        for i in range(q.m_done, q.m_tail):
+            m = self._objs[i & (MSG_CAP - 1)]
+            if m is not None:
+                out.append(m)
+        return out
+
+    def first_message(self) -> TxMessage | None:
+        q = self.q
+        return self._objs[q.m_done & (MSG_CAP - 1)] if q.m_done != q.m_tail else None
+
+    @property
+    def idle(self) -> bool:
+        return self.q.m_done == self.q.m_tail
+
+    @property
+    def work_waiting(self) -> bool:
+        """Retransmissions or unsent writes (QueuePair's stall test: ``rtxq or sendq``)."""
+        q = self.q
+        return bool(q.rtxq_n) or q.m_seg != q.m_tail
+
+    @property
+    def outstanding(self) -> int:
+        return self.q.n_live
+
+    # -- per batch -----------------------------------------------------------------------------
+
+    def send(self, now_s: float, out: list[tuple[int, bytes]]) -> None:
+        """Requester.frames_to_send's data part: frames appended to ``out``."""
+        q = self.q
+        qp = self.qp
+        evs = qp.evs
+        lib = self._lib
+        if evs._groups is not self._groups_ref:
+            self.push_groups()
+        rel = evs._skip_release
+        q.rel_head = rel[0][0] if rel else -1
+        cc = qp.cc
+        o = self.out
+        view = self._view
+        slot_len = self._slot_len
+        lens, planes = self._out_len, self._out_plane
+        while True:
+            r = lib.mrc_txe_send(q, now_s, cc.cwnd_bytes, o)
+            for i in range(o.n):
+                off = i * slot_len
+                out.append((planes[i], view[off : off + lens[i]]))
+            o.n = 0
+            if r == lib.MRC_TXE_OUT_FULL:
+                continue
+            if r == lib.MRC_TXE_RELEASE:
+                evs.tx_count = q.tx_count
+                evs.now_s = now_s
+                evs._release_skips()
+                if evs._groups is not self._groups_ref:
+                    self.push_groups()
+                q.rel_head = rel[0][0] if rel else -1
+                continue
+            break
+        evs.tx_count = q.tx_count
+        st = q.st
+        if st.tx_data_packets or st.retransmissions:
+            self._stats()
+
+    def frame(self, data: Any, now_s: float) -> bool:
+        """A SACK or ACK handed to the QP itself (not through a receive batch): True when C
+        took it, False when the control path must decode it."""
+        buf = self._ffi.from_buffer(data)
+        lib = self._lib
+        while (r := lib.mrc_txe_frame(self.q, buf, len(data), now_s)) < 0:
+            self.flush(now_s)
+        self.flush(now_s)
+        return r == 1
+
+    def sack(self, *fields: Any) -> None:
+        now_s = fields[-1]
+        while self._lib.mrc_txe_sack(self.q, *fields) < 0:
+            self.flush(now_s)
+        self.flush(now_s)
+
+    def nack(self, reason: int, psn: int, cack_psn: int, ts_ns: int, now_s: float) -> None:
+        while self._lib.mrc_txe_nack(self.q, reason, psn, cack_psn, ts_ns, now_s) < 0:
+            self.flush(now_s)
+        self.flush(now_s)
+
+    def expire(self, now_s: float) -> None:
+        while self._lib.mrc_txe_expire(self.q, now_s) < 0:
+            self.flush(now_s)
+        self.flush(now_s)
+
+    def next_deadline(self) -> float | None:
+        d = self._deadline
+        return d[0] if self._lib.mrc_txe_next_deadline(self.q, d) else None
+
+    def port_down(self, plane: int) -> None:
+        self._lib.mrc_txe_port_down(self.q, plane)
+
+    def reset(self) -> None:
+        self._lib.mrc_txe_reset(self.q)
+        self._objs = [None] * MSG_CAP
+        self._bufs = [None] * MSG_CAP
+
+    def loss_recovery_s(self) -> list[float]:
+        q = self.q
+        cap = q.recov_cap
+        n = q.recov_count
+        return [
+            q.recov_delay[i % cap] for i in range(max(0, n - cap), n) if not q.recov_spur[i % cap]
+        ]
+
+    def flush(self, now_s: float) -> None:
+        """Make the Python calls the C side listed (in its order), then the counters and the
+        RTT estimator's state."""
+        q = self.q
+        n = q.n_fb
+        if n:
+            q.n_fb = 0
+            self._replay(n, now_s)
+        self._stats()
+
+    def _replay(self, n: int, now_s: float) -> None:
+        q = self.q
+        qp = self.qp
+        evs = qp.evs
+        cc = qp.cc
+        lib = self._lib
+        inputs = self._inputs
+        evs.now_s = now_s
+        evs.tx_count = q.tx_count
+        fbs = q.fb
+        for i in range(n):
+            f = fbs[i]
+            k = f.kind
+            if k == lib.MRC_TXE_FB_EV:
+                evs.apply(f.slot, inputs[f.a], now_s)
+            elif k == lib.MRC_TXE_FB_ACK:
+                x = f.x
+                cc.on_ack(new_ack_sample(f.a, x if x >= 0 else None, bool(f.b), now_s))
+            elif k == lib.MRC_TXE_FB_COMPLETE:
+                j = f.ts & (MSG_CAP - 1)
+                m = self._objs[j]
+                self._objs[j] = self._bufs[j] = None
+                if m is not None:
+                    m.done = True
+                    qp._events.append(WriteCompleted(m.wr_id, WcStatus.SUCCESS, m.length, now_s))
+            elif k == lib.MRC_TXE_FB_DRAIN:
+                if evs.events:
+                    qp._drain_ev_events()
+            elif k == lib.MRC_TXE_FB_PENALTY:
+                cc.on_rcv_penalty(f.a, now_s)
+            elif k == lib.MRC_TXE_FB_PROBE:
+                evs.on_probe_answer(f.slot, f.ts, bool(f.b), now_s)
+            elif k == lib.MRC_TXE_FB_TRIM:
+                cc.on_trim(bool(f.b), now_s)
+            elif k == lib.MRC_TXE_FB_TIMEOUT:
+                cc.on_timeout(now_s)
+            elif k == lib.MRC_TXE_FB_WINDOW:
+                qp.peer = QpAttributes(**{**asdict(qp.peer), "window_psns": f.a})
+            elif k == lib.MRC_TXE_FB_NACK_FATAL:
+                self._stats()
+                qp._nack_fatal(f.a, f.b, self._objs[f.ts & (MSG_CAP - 1)], now_s)
+            elif k == lib.MRC_TXE_FB_RETRY:
+                self._stats()
+                qp._retry_exceeded(f.a, f.b, self._objs[f.ts & (MSG_CAP - 1)], now_s)
+
+    def _stats(self) -> None:
+        q = self.q
+        qp = self.qp
+        st = q.st
+        qs = qp.stats
+        for name in self._stat_names:
+            v = getattr(st, name)
+            if v:
+                setattr(qs, name, getattr(qs, name) + v)
+                setattr(st, name, 0)
+        qp._rto = q.rto
+        qp._srtt = q.srtt if q.has_srtt else None
+        qp._rttvar = q.rttvar
+        qp._min_rtt = q.min_rtt
+        qp._rtt_peak = q.rtt_peak
+        qp._rtt_measured = bool(q.rtt_measured)
+        qp._wimm_outstanding = q.wimm_outstanding
