@@ -36,6 +36,7 @@ setup: $(STAMP)
 
 $(STAMP): $(SETUP_INPUTS)
 	@test -f /usr/include/zlib.h || { test "$$(id -u)" = 0 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zlib1g-dev; } || { echo "the C core needs zlib's header (Debian: zlib1g-dev)"; exit 1; }
+	@ldconfig -p | grep -q 'libdeflate\.so\.0' || { test "$$(id -u)" = 0 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libdeflate0; } || echo "note: without libdeflate0 the ICRC uses zlib's slower CRC-32"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'

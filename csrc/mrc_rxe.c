@@ -3,10 +3,10 @@
 #include "mrc_rxe.h"
 
 #include <string.h>
-#include <zlib.h>
 
 #include "mrc_psnwin.h"
 #include "mrc_txe.h"
+#include "mrc_crc.h"
 #include "mrc_wire.h"
 
 enum {
@@ -103,7 +103,7 @@ static uint32_t finish_ctrl(uint8_t *f, const struct mrc_rxe_tmpl *t, uint32_t o
     put16(f + OFF_BTH + 2, 0xFFFF);
     put32(f + OFF_BTH + 4, dest_qp);
     put32(f + OFF_BTH + 8, w2);
-    put32(f + end, (uint32_t)crc32(0, f + OFF_BTH, end - OFF_BTH));
+    put32(f + end, mrc_crc32(0, f + OFF_BTH, end - OFF_BTH));
     /* one's complement sum of the datagram as the Python twin computes it: the value of
      * its bytes modulo 0xFFFF (2^16 = 1 mod 0xFFFF), plus the pseudo-header */
     uint64_t s = (uint64_t)t->psum + ulen;
@@ -382,7 +382,7 @@ int mrc_rxe_frame(struct mrc_rxe_qp *q, struct mrc_rxe_regions *mem, const uint8
         q->st.rx_malformed++;
         return 1;
     }
-    if (!trimmed && (uint32_t)crc32(0, f + OFF_BTH, end - 4 - OFF_BTH) != be32(f + end - 4)) {
+    if (!trimmed && mrc_crc32(0, f + OFF_BTH, end - 4 - OFF_BTH) != be32(f + end - 4)) {
         q->st.rx_malformed++;
         return 1;
     }

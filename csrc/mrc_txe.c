@@ -3,9 +3,9 @@
 #include "mrc_txe.h"
 
 #include <string.h>
-#include <zlib.h>
 
 #include "mrc_checksum.h"
+#include "mrc_crc.h"
 #include "mrc_wire.h"
 
 enum {
@@ -377,7 +377,7 @@ static uint32_t build(struct mrc_txe_qp *q, uint8_t *f, int32_t slot, uint32_t o
         put32(b + 40, m->imm);
     }
     memcpy(f + hdr, m->buf + off, n);
-    uint32_t icrc = (uint32_t)crc32(0L, f + OFF_BTH, hdr + n - OFF_BTH);
+    uint32_t icrc = mrc_crc32(0, f + OFF_BTH, hdr + n - OFF_BTH);
     put32(f + hdr + n, icrc);
     /* the UDP checksum as the Python twin writes it: 0xFFFF - (sum mod 0xFFFF), the sum of
      * the datagram as 16-bit words plus the pseudo-header (psum, ulen) */
@@ -994,7 +994,7 @@ int mrc_txe_frame(struct mrc_txe_qp *q, const uint8_t *f, uint32_t n, double now
         return 0; /* the control path decodes it */
     }
     /* (from here on, the Python path ends by draining the EV events, whatever happened) */
-    if ((uint32_t)crc32(0L, f + OFF_BTH, SACK_END - 4 - OFF_BTH) != be32(f + SACK_END - 4)) {
+    if (mrc_crc32(0, f + OFF_BTH, SACK_END - 4 - OFF_BTH) != be32(f + SACK_END - 4)) {
         q->st.rx_malformed++;
         fb(q, MRC_TXE_FB_DRAIN, -1, 0, 0, 0, 0.0);
         return 1;

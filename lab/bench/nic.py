@@ -207,6 +207,9 @@ async def engine_send(ifname: str, mac: bytes, peer_mac: bytes, seconds: float) 
         "cpu_s": c1 - c0,
         "elapsed_s": t1 - t0,
         "retransmissions": st.retransmissions,
+        "probes_sent": st.probes_sent,
+        "sacks_received": st.rx_sacks,
+        "ev_states": qp.ev_states(),
         "completed": done,
         "pumps": nic_stats["pumps"],
     }

@@ -509,6 +509,8 @@ class EvTable:
         due = self.probe_due
         if not due:
             return None
+        if True not in self.plane_down:
+            return min(due.values())  # the common case, asked at every turn of the I/O loop
         best = None
         for slot, t in due.items():
             if not self.plane_down[self.plane_of[slot]] and (best is None or t < best):

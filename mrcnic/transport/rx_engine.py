@@ -167,7 +167,7 @@ class RxEngines:
             for eng in self.engines.values():  # what the send engines read (SACKs)
                 txe = eng.qp._txe
                 if txe is not None:
-                    txe.flush(now_s)
+                    txe.flush(now_s, batch=True)
             start += k
             if dev.stopped:  # a control frame of an engine's QP: its turn is now
                 dev.stopped = 0

@@ -317,14 +317,17 @@ class CTxEngine:
             q.recov_delay[i % cap] for i in range(max(0, n - cap), n) if not q.recov_spur[i % cap]
         ]
 
-    def flush(self, now_s: float) -> None:
+    def flush(self, now_s: float, batch: bool = False) -> None:
         """Make the Python calls the C side listed (in its order), then the counters and the
-        RTT estimator's state."""
+        RTT estimator's state. ``batch``: after a receive batch, where every SACK leaves
+        feedback and only the frame checks count without it."""
         q = self.q
         n = q.n_fb
         if n:
             q.n_fb = 0
             self._replay(n, now_s)
+        elif batch and not (q.st.rx_malformed or q.st.rx_foreign):
+            return
         self._stats()
 
     def _replay(self, n: int, now_s: float) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 import random
+import zlib
 from dataclasses import asdict
 
 import pytest
@@ -174,3 +175,15 @@ def test_the_parity_cases_reach_every_path() -> None:
     for k in ("tx_data_packets", "retransmissions", "rx_sacks", "rx_nacks", "sack_losses",
               "timeouts", "completions", "rx_malformed", "rx_foreign", "spurious_timeouts"):  # fmt: skip
         assert tot.get(k, 0) > 0, k
+
+
+@needs_c
+def test_the_icrc_is_zlibs_crc32() -> None:
+    """csrc/mrc_crc.c (libdeflate's CRC-32 when the build found it, else zlib's) computes
+    what Python's zlib.crc32 does: the two engines' frames carry the same ICRC."""
+    lib = _c_module().lib
+    rng = random.Random(1)
+    for n in (0, 1, 7, 64, 4136, 9000):
+        b = bytes(rng.randrange(256) for _ in range(n))
+        assert lib.mrc_crc32(0, b, n) == zlib.crc32(b)
+        assert lib.mrc_crc32(zlib.crc32(b[:3]), b[3:], max(0, n - 3)) == zlib.crc32(b)
