@@ -87,13 +87,6 @@ class PortPacer:
             if len(data) > self.max_data_frames:
                 self.max_data_frames = len(data)
 
-    def push_data(self, frames: list[bytes]) -> None:
-        """Data frames (the transport knows which frames are data): one extend."""
-        data = self.data
-        data.extend(frames)
-        if len(data) > self.max_data_frames:
-            self.max_data_frames = len(data)
-
     def _refill(self, now_s: float) -> None:
         dt = now_s - self.last_s
         if dt > 0:
