@@ -41,7 +41,15 @@ ffibuilder.set_source(
     libraries=["z"],  # zlib's crc32: the ICRC (Python's zlib.crc32 is the same function)
     define_macros=[("MRC_HAVE_LIBDEFLATE", "1")] if deflate else [],
     extra_link_args=[f"-l:{deflate}"] if deflate else [],
-    extra_compile_args=["-O2", "-ffp-contract=off", "-std=c11", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE"],
+    extra_compile_args=[
+        "-O2",
+        "-ffp-contract=off",
+        "-std=c11",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-D_GNU_SOURCE",
+    ],
 )
 
 if __name__ == "__main__":

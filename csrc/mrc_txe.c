@@ -6,6 +6,7 @@
 
 #include "mrc_checksum.h"
 #include "mrc_crc.h"
+#include "mrc_txq.h"
 #include "mrc_wire.h"
 
 enum {
@@ -386,12 +387,38 @@ static uint32_t build(struct mrc_txe_qp *q, uint8_t *f, int32_t slot, uint32_t o
     return OFF_UDP + ulen;
 }
 
-static uint8_t *out_slot(struct mrc_txe_out *out, uint32_t plane) {
-    if (out->n >= out->cap) {
-        return NULL;
+/* Room for one more frame on any port: MRC_TXE_SENT (0), or why not */
+static int out_room(const struct mrc_txe_out *out) {
+    if (out->ports == NULL) {
+        return out->n < out->cap ? MRC_TXE_SENT : MRC_TXE_OUT_FULL;
     }
-    out->plane[out->n] = (uint8_t)plane;
-    return out->buf + (size_t)out->n * out->slot_len;
+    for (uint32_t i = 0; i < out->n_ports; i++) {
+        if (out->ports[i].n >= out->ports[i].cap) {
+            return MRC_TXE_PORT_FULL;
+        }
+    }
+    return MRC_TXE_SENT;
+}
+
+/* Where the next frame on `plane` goes (out_room said there is room) */
+static uint8_t *out_frame(struct mrc_txe_out *out, uint32_t plane) {
+    if (out->ports == NULL) {
+        return out->buf + (size_t)out->n * out->slot_len;
+    }
+    struct mrc_txq *p = &out->ports[plane];
+    return p->buf + (size_t)((p->head + p->n) % p->cap) * p->slot_len;
+}
+
+static void out_commit(struct mrc_txe_out *out, uint32_t plane, uint32_t len) {
+    if (out->ports == NULL) {
+        out->plane[out->n] = (uint8_t)plane;
+        out->len[out->n++] = len;
+        return;
+    }
+    struct mrc_txq *p = &out->ports[plane];
+    p->len[(p->head + p->n) % p->cap] = len;
+    p->n++;
+    p->bytes += len;
 }
 
 static inline uint64_t ts_of(double now_s) {
@@ -400,15 +427,18 @@ static inline uint64_t ts_of(double now_s) {
 }
 
 /* Requester._send_record with rtx=True: 1 sent, 0 no EV (the caller re-queues), -2 release */
-static int send_record(struct mrc_txe_qp *q, struct mrc_txe_rec *r, double now_s, uint8_t *f,
-                       uint32_t *len) {
+static int send_record(struct mrc_txe_qp *q, struct mrc_txe_rec *r, double now_s,
+                       struct mrc_txe_out *out) {
     int32_t slot = pick(q, r->slot);
     if (slot < 0) {
         return slot == -2 ? -2 : 0;
     }
     uint64_t ts_ns = ts_of(now_s);
     struct mrc_txe_msg *m = &q->msgs[r->msg & (q->msg_cap - 1)];
-    *len = build(q, f, slot, r->opcode, r->psn, m, r->offset, r->length, ts_ns, 1);
+    uint32_t plane = q->plane_of[slot];
+    out_commit(out, plane,
+               build(q, out_frame(out, plane), slot, r->opcode, r->psn, m, r->offset, r->length,
+                     ts_ns, 1));
     if (!r->ever_rtx && r->lost_by >= LOST_BY_TIMEOUT && r->lost_by <= LOST_BY_EV_ORDER) {
         uint32_t i = (uint32_t)(q->recov_count % q->recov_cap);
         q->recov_delay[i] = now_s - r->first_sent_s;
@@ -455,19 +485,16 @@ int mrc_txe_send(struct mrc_txe_qp *q, double now_s, double cwnd_bytes,
                 i++;
                 continue;
             }
-            uint8_t *f = out_slot(out, q->plane_of[0]);
-            if (f == NULL) {
-                res = MRC_TXE_OUT_FULL;
+            int room = out_room(out);
+            if (room != MRC_TXE_SENT) {
+                res = room;
                 break;
             }
-            uint32_t len = 0;
-            int s = send_record(q, r, now_s, f, &len);
+            int s = send_record(q, r, now_s, out);
             if (s <= 0) {
                 res = s == -2 ? MRC_TXE_RELEASE : MRC_TXE_NO_EV;
                 break; /* the record stays at the front, after the deferred ones */
             }
-            out->plane[out->n] = (uint8_t)q->plane_of[r->slot];
-            out->len[out->n++] = len;
             i++;
         }
         /* what is left follows the deferred entries */
@@ -475,7 +502,7 @@ int mrc_txe_send(struct mrc_txe_qp *q, double now_s, double cwnd_bytes,
             q->rtxq[(head + kept + k - i) & m] = q->rtxq[(head + k) & m];
         }
         q->rtxq_n = kept + (n - i);
-        if (res == MRC_TXE_OUT_FULL || res == MRC_TXE_RELEASE) {
+        if (res == MRC_TXE_OUT_FULL || res == MRC_TXE_RELEASE || res == MRC_TXE_PORT_FULL) {
             return res;
         }
     }
@@ -531,14 +558,16 @@ int mrc_txe_send(struct mrc_txe_qp *q, double now_s, double cwnd_bytes,
         } else {
             op = OP_MIDDLE;
         }
-        uint8_t *f = out_slot(out, 0);
-        if (f == NULL) {
+        int room = out_room(out);
+        if (room != MRC_TXE_SENT) {
             if (first && m->has_imm) {
                 q->wimm_outstanding--;
             }
-            q->resume_new = 1; /* go on here: the retransmissions had their turn */
-            q->resume_in_order = (uint8_t)in_order;
-            return MRC_TXE_OUT_FULL;
+            if (room == MRC_TXE_OUT_FULL) {
+                q->resume_new = 1; /* go on here: the retransmissions had their turn */
+                q->resume_in_order = (uint8_t)in_order;
+            }
+            return room;
         }
         int32_t slot = pick(q, -1);
         if (slot < 0) {
@@ -553,9 +582,8 @@ int mrc_txe_send(struct mrc_txe_qp *q, double now_s, double cwnd_bytes,
             return MRC_TXE_NO_EV;
         }
         uint32_t psn = q->snd_nxt;
-        uint32_t len = build(q, f, slot, op, psn, m, off, n, ts_ns, 0);
-        out->plane[out->n] = (uint8_t)q->plane_of[slot];
-        out->len[out->n++] = len;
+        uint32_t plane = q->plane_of[slot];
+        out_commit(out, plane, build(q, out_frame(out, plane), slot, op, psn, m, off, n, ts_ns, 0));
         struct mrc_txe_rec *r = rec_at(q, psn);
         *r = (struct mrc_txe_rec){.sent_s = now_s, .first_sent_s = now_s, .to_sent_s = -1.0,
                                   .tx_ts_ns = ts_ns, .recovery = -1, .msg = q->m_seg,

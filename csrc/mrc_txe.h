@@ -43,6 +43,7 @@ enum {
     MRC_TXE_OUT_FULL = 1,  /* the output filled: drain it and call again */
     MRC_TXE_RELEASE = 2,   /* a SKIP rotation ends here: release it (Python) and call again */
     MRC_TXE_NO_EV = 3,     /* no EV to send on */
+    MRC_TXE_PORT_FULL = 4, /* a port's queue is full: the pacer must let frames go first */
     MRC_TXE_MAX_GROUPS = 16,
     MRC_TXE_MAX_SRCS = 16
 };
@@ -114,7 +115,11 @@ struct mrc_txe_fb {
     double x;
 };
 
-/* Data frames out: frame i at buf + i * slot_len, len[i] bytes, on port plane[i]. */
+struct mrc_txq;
+
+/* Data frames out: frame i at buf + i * slot_len, len[i] bytes, on port plane[i]; or, when
+ * ports is set, straight into the queue of the frame's port (ports[plane], n_ports of them:
+ * mrc_txq.h), sending stopping as soon as one of them is full. */
 struct mrc_txe_out {
     uint8_t *buf;
     uint32_t slot_len;
@@ -122,6 +127,8 @@ struct mrc_txe_out {
     uint32_t n;
     uint32_t *len;
     uint8_t *plane;
+    struct mrc_txq *ports;
+    uint32_t n_ports;
 };
 
 struct mrc_txe_stats {

@@ -60,6 +60,7 @@ from mrcnic.transport.qp_types import (
     seeded,
 )
 from mrcnic.transport.rx_engine import ENGINES, RxEngines, engine_from_env
+from mrcnic.transport.tx_engine import PortQueues
 from mrcnic.wire import usid
 from mrcnic.wire.layout import EV_PROBE_QPN
 
@@ -462,6 +463,21 @@ class Device:
             elif d == 2:
                 too_big += 1
         return too_big
+
+    def attach_port_queues(self, caps: list[int] | None) -> list[Any] | None:
+        """The I/O shell's per-port C queues for the C send engine's data frames
+        (``mrcnic.io.batch.PortQueues``; ``caps``: each port's data queue limit, in frames), or
+        None to detach them (the engine then hands frames back as bytes). Returns the ports'
+        queues, or None when this device has no C engine."""
+        eng = self._rx_engines
+        if eng is None:
+            return None
+        if caps is None:
+            eng.port_queues = None
+            return None
+        pq = PortQueues([max(1, c) for c in caps])
+        eng.port_queues = pq
+        return pq.queues
 
     def receive_frame(self, data: bytes | memoryview, now_s: float) -> None:
         qpn = peek_dest_qp(data)

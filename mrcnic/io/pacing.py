@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 from mrcnic.wire import layout
 
@@ -52,6 +53,8 @@ class PortPacer:
         "high_limit",
         "high_drops",
         "max_data_frames",
+        "cq",
+        "c_take",
     )
 
     def __init__(self, rate_bps: float, config: PacerConfig = PacerConfig(), now_s: float = 0.0):
@@ -68,12 +71,20 @@ class PortPacer:
         self.high_limit = config.high_queue_frames
         self.high_drops = 0
         self.max_data_frames = 0
+        #: the port's queue of data frames built in C (mrcnic.io.batch.PortQueue), served
+        #: after the Python data queue; c_take: how many of them the last take() let go
+        self.cq: Any = None
+        self.c_take = 0
 
     def __len__(self) -> int:
-        return len(self.high) + len(self.data)
+        return len(self.high) + self.data_len()
+
+    def data_len(self) -> int:
+        cq = self.cq
+        return len(self.data) + (len(cq) if cq is not None else 0)
 
     def room(self) -> int:
-        return self.data_limit - len(self.data)
+        return self.data_limit - self.data_len()
 
     def push(self, frame: bytes) -> None:
         if is_control_frame(frame):
@@ -95,8 +106,10 @@ class PortPacer:
             self.last_s = now_s
 
     def take(self, now_s: float) -> list[bytes]:
-        """The frames that may leave now, control first."""
+        """The frames that may leave now, control first; then (``c_take``) how many of the C
+        queue's frames follow them."""
         self._refill(now_s)
+        self.c_take = 0
         tokens = self.tokens
         if tokens <= 0:
             return []
@@ -111,11 +124,17 @@ class PortPacer:
                 break
             tokens -= len(f)
             out.append(f)
+        cq = self.cq
+        if tokens > 0 and cq is not None and len(cq):
+            self.c_take, tokens = cq.take(tokens)
+            n = len(cq)
+            if n > self.max_data_frames:
+                self.max_data_frames = n
         self.tokens = tokens
         return out
 
     def next_due(self, now_s: float) -> float | None:
-        if not self.high and not self.data:
+        if not self.high and not self.data and not (self.cq is not None and len(self.cq)):
             return None
         self._refill(now_s)
         if self.tokens > 0:
@@ -126,4 +145,6 @@ class PortPacer:
         n = len(self.high) + len(self.data)
         self.high.clear()
         self.data.clear()
+        if self.cq is not None:
+            n += self.cq.clear()
         return n

@@ -45,6 +45,19 @@ def _c_module() -> Any:
     return _mrcfast if hasattr(_mrcfast.lib, "mrc_rxe_frame") else None
 
 
+def raw_pointer(ffi: Any, view: Any, writable: bool = False) -> Any:
+    """A raw ``uint8_t *`` into ``view``'s bytes that holds no buffer export: the caller keeps
+    ``view`` (a memoryview, whose own export keeps a bytearray from being resized) alive as
+    long as C may use the pointer. A cffi buffer object kept instead would hold an export on
+    the view, and when both end up in a reference cycle the garbage collector's clear of the
+    view fails (BufferError) and frees memory still in use."""
+    tmp = ffi.from_buffer("uint8_t[]", view, require_writable=writable)
+    try:
+        return ffi.cast("uint8_t *", tmp)
+    finally:
+        ffi.release(tmp)
+
+
 def engine_from_env() -> str:
     """The engine ``MRC_NIC_ENGINE`` asks for (``c`` when unset and the C module is built,
     else ``py``); a value that is not an engine raises ValueError."""
@@ -81,7 +94,6 @@ class RxEngines:
         self.c = ffi.new("struct mrc_rxe_regions *", {"r": self._arr, "n": 0, "cap": cap})
         self._sig: tuple = ()
         self._regions: list = []
-        self._bufs: list = []
         self._out_buf = ffi.new("uint8_t[]", _OUT_CAP * _CTRL_SLOT)
         self._out_len = ffi.new("uint32_t[]", _OUT_CAP)
         self._out_plane = ffi.new("uint8_t[]", _OUT_CAP)
@@ -93,6 +105,8 @@ class RxEngines:
         self._out_view = ffi.buffer(self._out_buf)
         self.dev = ffi.new("struct mrc_rxe_dev *", {"mem": self.c, "out": self.out_struct})
         self.engines: dict[int, CRxEngine] = {}
+        #: the I/O shell's per-port queues of C-built data frames (Device.attach_port_queues)
+        self.port_queues: Any = None
         self.ctrl: list[tuple[int, bytes]] = []
         self._done = ffi.new("int8_t[]", 256)
 
@@ -191,19 +205,16 @@ class RxEngines:
             return
         self.harvest()
         ffi = self._ffi
-        bufs = []
         n = 0
         for mr in regions[: self.cap]:
             r = self._arr[n]
-            buf = ffi.from_buffer("uint8_t[]", mr.buffer, require_writable=True)
-            bufs.append(buf)
+            buf = raw_pointer(ffi, mr.buffer, writable=True)
             r.rkey, r.base_va, r.length, r.ptr = mr.rkey, mr.base_va, len(mr.buffer), buf
             r.remote_write = 1 if mr.access & Access.REMOTE_WRITE else 0
             r.bytes_placed = 0
             n += 1
         self.c.n = n
-        self._bufs = bufs  # the C table points into these: keep them alive
-        self._regions = regions[:n]
+        self._regions = regions[:n]  # the C table points into their buffers: keep them
         self._sig = sig
 
     def harvest(self) -> None:
@@ -303,10 +314,9 @@ class CRxEngine:
         engine took it, False when it is the QP's control path's."""
         dev = self.dev
         dev.prepare(now_s)
-        buf = self._ffi.from_buffer(data)
-        return (
-            self._run(self._lib.mrc_rxe_frame, self.q, dev.c, buf, len(data), now_s, self.out) == 1
-        )
+        with self._ffi.from_buffer(data) as buf:
+            r = self._run(self._lib.mrc_rxe_frame, self.q, dev.c, buf, len(data), now_s, self.out)
+        return r == 1
 
     def timer(self, now_s: float) -> None:
         self._run(self._lib.mrc_rxe_ack_timer, self.q, now_s, self.out)

@@ -18,6 +18,7 @@ MSG_CAP writes posted and not completed (a post beyond raises); about 4 MB of st
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -25,6 +26,7 @@ from mrcnic.errors import MrcError
 from mrcnic.transport.cc import new_ack_sample
 from mrcnic.transport.ev import EvInput
 from mrcnic.transport.qp_types import QpAttributes, TxMessage, WcStatus, WriteCompleted
+from mrcnic.transport.rx_engine import _c_module, raw_pointer
 
 REC_CAP = 8192  # PSNs in flight + 1 (a power of two)
 MSG_CAP = 32768  # writes posted and not completed (a power of two, > MSN_WINDOW)
@@ -54,6 +56,7 @@ class CTxEngine:
         ffi = self._ffi = m.ffi
         lib = self._lib = m.lib
         self.qp = qp
+        self._engines = qp._rx_engines  # the device's C state (its port queues)
         self._stat_names = [name for name, _f in ffi.typeof("struct mrc_txe_stats").fields]
         self._inputs = _inputs(lib)
         evs = qp.evs
@@ -113,7 +116,6 @@ class CTxEngine:
         # messages, scoreboard, queues, logs, feedback
         q.msgs, q.msg_cap = arr("struct mrc_txe_msg[]", MSG_CAP), MSG_CAP
         self._objs: list[TxMessage | None] = [None] * MSG_CAP
-        self._bufs: list[Any] = [None] * MSG_CAP
         q.recs, q.rec_cap = arr("struct mrc_txe_rec[]", REC_CAP), REC_CAP
         q.work = arr("uint32_t[]", 2 * REC_CAP)
         q.fifo, q.fifo_cap = arr("struct mrc_txe_timer[]", 2 * REC_CAP), 2 * REC_CAP
@@ -193,15 +195,13 @@ class CTxEngine:
             )
         k = i & (MSG_CAP - 1)
         e = q.msgs[k]
-        buf = self._ffi.from_buffer(msg.buf)
-        e.buf = buf
+        e.buf = raw_pointer(self._ffi, msg.buf)
         e.va, e.rkey, e.length = msg.remote_va, msg.rkey, msg.length
         e.has_imm = msg.imm is not None
         e.imm = msg.imm or 0
         e.next_off, e.last_psn = 0, -1
         e.msn, e.rqmsn = msg.msn, msg.rqmsn
-        self._objs[k] = msg
-        self._bufs[k] = buf
+        self._objs[k] = msg  # its buf (a memoryview) keeps the bytes alive and in place
         q.m_tail = i + 1
 
     def messages(self) -> list[TxMessage]:
@@ -246,6 +246,11 @@ class CTxEngine:
         q.rel_head = rel[0][0] if rel else -1
         cc = qp.cc
         o = self.out
+        pq = self._engines.port_queues if self._engines is not None else None
+        if pq is not None and pq.slot_len >= self._slot_len and pq.n == qp.planes:
+            o.ports, o.n_ports = pq.array, pq.n  # straight into the ports' queues
+        else:
+            o.ports, o.n_ports = self._ffi.NULL, 0
         view = self._view
         slot_len = self._slot_len
         lens, planes = self._out_len, self._out_plane
@@ -256,7 +261,7 @@ class CTxEngine:
                 out.append((planes[i], view[off : off + lens[i]]))
             o.n = 0
             if r == lib.MRC_TXE_OUT_FULL:
-                continue
+                continue  # (PORT_FULL: the pacer lets frames go first)
             if r == lib.MRC_TXE_RELEASE:
                 evs.tx_count = q.tx_count
                 evs.now_s = now_s
@@ -274,10 +279,10 @@ class CTxEngine:
     def frame(self, data: Any, now_s: float) -> bool:
         """A SACK or ACK handed to the QP itself (not through a receive batch): True when C
         took it, False when the control path must decode it."""
-        buf = self._ffi.from_buffer(data)
         lib = self._lib
-        while (r := lib.mrc_txe_frame(self.q, buf, len(data), now_s)) < 0:
-            self.flush(now_s)
+        with self._ffi.from_buffer(data) as buf:
+            while (r := lib.mrc_txe_frame(self.q, buf, len(data), now_s)) < 0:
+                self.flush(now_s)
         self.flush(now_s)
         return r == 1
 
@@ -307,7 +312,6 @@ class CTxEngine:
     def reset(self) -> None:
         self._lib.mrc_txe_reset(self.q)
         self._objs = [None] * MSG_CAP
-        self._bufs = [None] * MSG_CAP
 
     def loss_recovery_s(self) -> list[float]:
         q = self.q
@@ -351,7 +355,7 @@ class CTxEngine:
             elif k == lib.MRC_TXE_FB_COMPLETE:
                 j = f.ts & (MSG_CAP - 1)
                 m = self._objs[j]
-                self._objs[j] = self._bufs[j] = None
+                self._objs[j] = None
                 if m is not None:
                     m.done = True
                     qp._events.append(WriteCompleted(m.wr_id, WcStatus.SUCCESS, m.length, now_s))
@@ -392,3 +396,61 @@ class CTxEngine:
         qp._rtt_peak = q.rtt_peak
         qp._rtt_measured = bool(q.rtt_measured)
         qp._wimm_outstanding = q.wimm_outstanding
+
+
+class PortQueues:
+    """The ports' queues of data frames the C send engine builds (``csrc/mrc_txq.c``): one
+    contiguous array of ``struct mrc_txq`` (the engine writes into ``array[plane]``) and
+    their slots. ``queue(i)`` is port i's :class:`PortQueue`, which its pacer drains."""
+
+    def __init__(self, caps: Sequence[int], slot_len: int = 9344) -> None:
+        m = _c_module()
+        if m is None:
+            raise RuntimeError("the C module mrcnic._mrcfast is not available")
+        ffi = self._ffi = m.ffi
+        self._lib = m.lib
+        self.slot_len = slot_len
+        self.n = len(caps)
+        self.array = ffi.new("struct mrc_txq[]", self.n)
+        self._keep = []
+        for i, cap in enumerate(caps):
+            q = self.array[i]
+            buf = ffi.new("uint8_t[]", cap * slot_len)
+            lens = ffi.new("uint32_t[]", cap)
+            self._keep += [buf, lens]
+            q.buf, q.len, q.slot_len, q.cap = buf, lens, slot_len, cap
+        self.queues = [PortQueue(self, i) for i in range(self.n)]
+
+
+class PortQueue:
+    """One port's C-built data frames (see :class:`PortQueues`)."""
+
+    __slots__ = ("_owner", "q", "_tokens", "_res", "_lib")
+
+    def __init__(self, owner: PortQueues, i: int) -> None:
+        ffi = owner._ffi
+        self._owner = owner  # keeps the array alive
+        self.q = owner.array + i
+        self._tokens = ffi.new("double *")
+        self._res = ffi.new("struct mrc_txq_sent *")
+        self._lib = owner._lib
+
+    def __len__(self) -> int:
+        return self.q.n
+
+    def take(self, tokens: float) -> tuple[int, float]:
+        """How many of the first frames ``tokens`` lets go, and the tokens left after them."""
+        t = self._tokens
+        t[0] = tokens
+        k = self._lib.mrc_txq_take(self.q, t)
+        return k, t[0]
+
+    def send(self, fd: int, n: int) -> tuple[int, int, int, int]:
+        """Send (and drop) the first ``n`` frames: (sent, failed, errno, bytes sent)."""
+        r = self._res
+        if self._lib.mrc_txq_send(self.q, fd, n, r) < 0:
+            raise ValueError(f"mrc_txq_send: {n} frames asked, {self.q.n} queued")
+        return r.sent, r.failed, r.err, r.bytes
+
+    def clear(self) -> int:
+        return self._lib.mrc_txq_clear(self.q)
