@@ -70,6 +70,30 @@ int mrc_txq_send(struct mrc_txq *q, int fd, uint32_t n, struct mrc_txq_sent *res
     return 0;
 }
 
+uint32_t mrc_txq_push_many(struct mrc_txq *ports, uint32_t n_ports, const uint8_t *buf,
+                           uint32_t slot_len, const uint32_t *lens, const uint8_t *planes,
+                           uint32_t n) {
+    uint32_t moved = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (planes[i] >= n_ports) {
+            continue;
+        }
+        struct mrc_txq *q = &ports[planes[i]];
+        uint32_t len = lens[i];
+        if (q->n >= q->cap || len > q->slot_len || len > slot_len) {
+            q->drops++;
+            continue;
+        }
+        uint32_t s = (q->head + q->n) % q->cap;
+        memcpy(q->buf + (size_t)s * q->slot_len, buf + (size_t)i * slot_len, len);
+        q->len[s] = len;
+        q->n++;
+        q->bytes += len;
+        moved++;
+    }
+    return moved;
+}
+
 uint32_t mrc_txq_clear(struct mrc_txq *q) {
     uint32_t n = q->n;
     q->head = 0;

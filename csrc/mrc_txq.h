@@ -15,6 +15,7 @@ struct mrc_txq {
     uint32_t head;
     uint32_t n;
     uint64_t bytes; /* queued */
+    uint64_t drops; /* frames mrc_txq_push_many found no room for */
 };
 
 struct mrc_txq_sent {
@@ -32,6 +33,14 @@ uint32_t mrc_txq_take(const struct mrc_txq *q, double *tokens);
  * refused (errors as mrc_io_send_batch: a refused frame is counted and skipped; ENETDOWN,
  * ENXIO, ENODEV fail the rest). Returns 0, or -EINVAL when n is more than the queue holds. */
 int mrc_txq_send(struct mrc_txq *q, int fd, uint32_t n, struct mrc_txq_sent *res);
+
+/* Copy n frames (frame i at buf + i * slot_len, lens[i] bytes, for port planes[i]) to the
+ * end of their ports' queues (ports[planes[i]], n_ports of them); a frame that finds its
+ * queue full, too long for a slot, or a port out of range is dropped and counted in that
+ * queue's drops (or not at all for a bad port). Returns how many were queued. */
+uint32_t mrc_txq_push_many(struct mrc_txq *ports, uint32_t n_ports, const uint8_t *buf,
+                           uint32_t slot_len, const uint32_t *lens, const uint8_t *planes,
+                           uint32_t n);
 
 /* Drop everything queued (the port went down); returns how many frames. */
 uint32_t mrc_txq_clear(struct mrc_txq *q);

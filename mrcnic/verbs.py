@@ -464,11 +464,12 @@ class Device:
                 too_big += 1
         return too_big
 
-    def attach_port_queues(self, caps: list[int] | None) -> list[Any] | None:
-        """The I/O shell's per-port C queues for the C send engine's data frames
-        (``mrcnic.io.batch.PortQueues``; ``caps``: each port's data queue limit, in frames), or
-        None to detach them (the engine then hands frames back as bytes). Returns the ports'
-        queues, or None when this device has no C engine."""
+    def attach_port_queues(self, caps: list[int] | None) -> Any:
+        """Per-port C queues for the frames the C engines build (data frames of the send
+        engine, SACKs and NACKs of the receive engine), which the I/O shell's pacers drain
+        (``mrcnic.transport.tx_engine.PortQueues``; ``caps``: each port's data queue limit,
+        in frames), or None to detach them (the engines then hand frames back as bytes).
+        Returns the PortQueues, or None when this device has no C engine."""
         eng = self._rx_engines
         if eng is None:
             return None
@@ -477,7 +478,7 @@ class Device:
             return None
         pq = PortQueues([max(1, c) for c in caps])
         eng.port_queues = pq
-        return pq.queues
+        return pq
 
     def receive_frame(self, data: bytes | memoryview, now_s: float) -> None:
         qpn = peek_dest_qp(data)

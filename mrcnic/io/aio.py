@@ -249,9 +249,10 @@ class AioNic:
         self.device.on_work = self.kick
         # data frames of the C send engine go straight into per-port C queues the pacers
         # drain with sendmmsg (no Python object per data frame)
-        queues = self.device.attach_port_queues([p.pacer.data_limit for p in self.ports])
-        for p, cq in zip(self.ports, queues or [None] * len(self.ports), strict=True):
-            p.pacer.cq = cq
+        pq = self.device.attach_port_queues([p.pacer.data_limit for p in self.ports])
+        if pq is not None:
+            for p, cq, chq in zip(self.ports, pq.queues, pq.high_queues, strict=True):
+                p.pacer.cq, p.pacer.chq = cq, chq
         now = self.clock()
         self._link_poll_at = now + LINK_POLL_S
         for p in self.ports:  # tell the core about ports that are already down
@@ -283,7 +284,7 @@ class AioNic:
         self.device.attach_port_queues(None)
         for p in self.ports:
             p.pacer.flush()
-            p.pacer.cq = None
+            p.pacer.cq = p.pacer.chq = None
         self._close_sockets()
         for _pred, fut in self._waiters:
             if not fut.done():
@@ -469,14 +470,16 @@ class AioNic:
             if not len(pacer):
                 continue
             frames = pacer.take(now)
+            if pacer.c_high_take:  # control first (the C queue's are SACKs and NACKs)
+                self._send_c(p, pacer.chq, pacer.c_high_take, now)
             if frames:
                 self._send(p, frames, now)
             if pacer.c_take:
-                self._send_c(p, pacer.c_take, now)
+                self._send_c(p, pacer.cq, pacer.c_take, now)
             d = pacer.next_due(now)
             if d is None:
                 continue
-            if d < tick and not pacer.high:
+            if d < tick and not pacer.has_control():
                 d = tick  # only data waits: the next pacing tick (the bucket bounds the burst)
             if nxt is None or d < nxt:
                 nxt = d
@@ -512,10 +515,9 @@ class AioNic:
         else:
             p.tx_bytes += sum(map(len, frames)) * res.sent // len(frames)
 
-    def _send_c(self, p: NicPort, n: int, now: float) -> None:
-        """The first ``n`` frames of the port's C queue (as _send, without a Python object
-        per frame)."""
-        cq = p.pacer.cq
+    def _send_c(self, p: NicPort, cq: Any, n: int, now: float) -> None:
+        """The first ``n`` frames of one of the port's C queues (as _send, without a Python
+        object per frame)."""
         if p.tx_fd < 0:
             p.tx_down_drops += cq.clear()
             return

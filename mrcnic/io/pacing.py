@@ -55,6 +55,8 @@ class PortPacer:
         "max_data_frames",
         "cq",
         "c_take",
+        "chq",
+        "c_high_take",
     )
 
     def __init__(self, rate_bps: float, config: PacerConfig = PacerConfig(), now_s: float = 0.0):
@@ -75,9 +77,18 @@ class PortPacer:
         #: after the Python data queue; c_take: how many of them the last take() let go
         self.cq: Any = None
         self.c_take = 0
+        #: the port's queue of control frames built in C (served right after the Python
+        #: control queue); c_high_take: how many of them the last take() let go
+        self.chq: Any = None
+        self.c_high_take = 0
 
     def __len__(self) -> int:
-        return len(self.high) + self.data_len()
+        chq = self.chq
+        return len(self.high) + (len(chq) if chq is not None else 0) + self.data_len()
+
+    def has_control(self) -> bool:
+        chq = self.chq
+        return bool(self.high) or (chq is not None and len(chq) > 0)
 
     def data_len(self) -> int:
         cq = self.cq
@@ -106,22 +117,25 @@ class PortPacer:
             self.last_s = now_s
 
     def take(self, now_s: float) -> list[bytes]:
-        """The frames that may leave now, control first; then (``c_take``) how many of the C
-        queue's frames follow them."""
+        """The frames that may leave now, control first: the Python control frames, then
+        ``c_high_take`` of the C control queue's, then the Python data frames (returned with
+        the control frames), then ``c_take`` of the C data queue's."""
         self._refill(now_s)
-        self.c_take = 0
+        self.c_take = self.c_high_take = 0
         tokens = self.tokens
         if tokens <= 0:
             return []
         out = []
         high, data = self.high, self.data
-        while tokens > 0:
-            if high:
-                f = high.popleft()
-            elif data:
-                f = data.popleft()
-            else:
-                break
+        while tokens > 0 and high:
+            f = high.popleft()
+            tokens -= len(f)
+            out.append(f)
+        chq = self.chq
+        if tokens > 0 and chq is not None and len(chq):
+            self.c_high_take, tokens = chq.take(tokens)
+        while tokens > 0 and data:
+            f = data.popleft()
             tokens -= len(f)
             out.append(f)
         cq = self.cq
@@ -134,7 +148,7 @@ class PortPacer:
         return out
 
     def next_due(self, now_s: float) -> float | None:
-        if not self.high and not self.data and not (self.cq is not None and len(self.cq)):
+        if not len(self):
             return None
         self._refill(now_s)
         if self.tokens > 0:
@@ -145,6 +159,7 @@ class PortPacer:
         n = len(self.high) + len(self.data)
         self.high.clear()
         self.data.clear()
-        if self.cq is not None:
-            n += self.cq.clear()
+        for q in (self.cq, self.chq):
+            if q is not None:
+                n += q.clear()
         return n

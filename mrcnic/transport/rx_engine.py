@@ -135,7 +135,11 @@ class RxEngines:
     def drain_out(self) -> None:
         out = self.out_struct
         n = out.n
-        if n:
+        if n and self.port_queues is not None:  # straight to the ports' C queues
+            self.port_queues.push_high(self._out_buf, _CTRL_SLOT, self._out_len,
+                                       self._out_plane, n)  # fmt: skip
+            out.n = 0
+        elif n:
             view = self._out_view
             lens, planes = self._out_len, self._out_plane
             ctrl = self.ctrl

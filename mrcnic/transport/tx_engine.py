@@ -399,27 +399,42 @@ class CTxEngine:
 
 
 class PortQueues:
-    """The ports' queues of data frames the C send engine builds (``csrc/mrc_txq.c``): one
-    contiguous array of ``struct mrc_txq`` (the engine writes into ``array[plane]``) and
-    their slots. ``queue(i)`` is port i's :class:`PortQueue`, which its pacer drains."""
+    """The ports' C queues, filled in C and drained by the I/O shell's pacers with sendmmsg
+    (``csrc/mrc_txq.c``): per port, one for the data frames the C send engine builds (the
+    engine writes into ``array[plane]``) and one for the control frames the C receive engine
+    builds (``high``: SACKs, NACKs). ``queue(i)`` / ``high_queue(i)`` are port i's
+    :class:`PortQueue` objects."""
 
-    def __init__(self, caps: Sequence[int], slot_len: int = 9344) -> None:
+    HIGH_SLOT = 128  # bytes per control frame slot (a SACK frame is 118)
+
+    def __init__(self, caps: Sequence[int], high_cap: int = 512, slot_len: int = 9344) -> None:
         m = _c_module()
         if m is None:
             raise RuntimeError("the C module mrcnic._mrcfast is not available")
-        ffi = self._ffi = m.ffi
+        self._ffi = m.ffi
         self._lib = m.lib
         self.slot_len = slot_len
         self.n = len(caps)
-        self.array = ffi.new("struct mrc_txq[]", self.n)
-        self._keep = []
+        self._keep: list[Any] = []
+        self.array = self._make([max(1, c) for c in caps], slot_len)
+        self.high = self._make([high_cap] * self.n, self.HIGH_SLOT)
+        self.queues = [PortQueue(self, self.array, i) for i in range(self.n)]
+        self.high_queues = [PortQueue(self, self.high, i) for i in range(self.n)]
+
+    def _make(self, caps: list[int], slot_len: int) -> Any:
+        ffi = self._ffi
+        arr = ffi.new("struct mrc_txq[]", len(caps))
         for i, cap in enumerate(caps):
-            q = self.array[i]
+            q = arr[i]
             buf = ffi.new("uint8_t[]", cap * slot_len)
             lens = ffi.new("uint32_t[]", cap)
             self._keep += [buf, lens]
             q.buf, q.len, q.slot_len, q.cap = buf, lens, slot_len, cap
-        self.queues = [PortQueue(self, i) for i in range(self.n)]
+        return arr
+
+    def push_high(self, buf: Any, slot_len: int, lens: Any, planes: Any, n: int) -> None:
+        """Control frames from an output array (the receive engine's) to their ports."""
+        self._lib.mrc_txq_push_many(self.high, self.n, buf, slot_len, lens, planes, n)
 
 
 class PortQueue:
@@ -427,10 +442,10 @@ class PortQueue:
 
     __slots__ = ("_owner", "q", "_tokens", "_res", "_lib")
 
-    def __init__(self, owner: PortQueues, i: int) -> None:
+    def __init__(self, owner: PortQueues, array: Any, i: int) -> None:
         ffi = owner._ffi
         self._owner = owner  # keeps the array alive
-        self.q = owner.array + i
+        self.q = array + i
         self._tokens = ffi.new("double *")
         self._res = ffi.new("struct mrc_txq_sent *")
         self._lib = owner._lib

@@ -77,3 +77,31 @@ def test_the_pacer_serves_control_then_python_data_then_the_c_queue_by_its_token
     assert p.take(0.0) == [] and p.c_take == 0  # in debt: nothing until refilled
     assert p.next_due(0.0) == pytest.approx((1e-9 + 20) / 1e6)
     assert p.flush() == 2 and len(p) == 0
+
+
+@needs_c
+def test_control_frames_from_an_output_array_go_to_their_ports_control_queues() -> None:
+    ffi = _c_module().ffi
+    pq = PortQueues([4, 4], high_cap=2)
+    slot = 128
+    frames = [bytes([i + 1]) * (90 + i) for i in range(4)]
+    buf = ffi.new("uint8_t[]", slot * 4)
+    for i, f in enumerate(frames):
+        ffi.memmove(buf + i * slot, f, len(f))
+    lens = ffi.new("uint32_t[]", [len(f) for f in frames])
+    planes = ffi.new("uint8_t[]", [1, 1, 1, 0])  # port 1's queue holds two: one dropped
+    pq.push_high(buf, slot, lens, planes, 4)
+    assert [len(q) for q in pq.high_queues] == [1, 2]
+    assert pq.high[1].drops == 1 and pq.high[0].drops == 0
+    cfg = PacerConfig(burst_s=0.0, frame_bytes=1000)
+    p = PortPacer(8e6, cfg, now_s=0.0)
+    p.cq, p.chq = pq.queues[1], pq.high_queues[1]
+    p.push(b"\x00" * 500)  # Python data
+    _put(pq, 1, b"\x00" * 1000)  # C data
+    assert p.has_control() and len(p) == 4
+    assert [len(f) for f in p.take(0.0)] == [500]
+    assert (p.c_high_take, p.c_take) == (2, 1)  # control first, then data, by the tokens
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    with a, b:
+        assert p.chq.send(a.fileno(), 2)[0] == 2
+        assert [b.recv(9000) for _ in range(2)] == frames[:2]
