@@ -57,6 +57,18 @@ def setup() -> None:
     for ns, ifn, mac in ((NS_A, IF_A, MAC_A), (NS_B, IF_B, MAC_B)):
         sh("ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv6.conf.{ifn}.disable_ipv6=1")
         sh("ip", "-n", ns, "link", "set", ifn, "address", mac, "mtu", "9000", "up")
+    # The carrier shows a moment after both ends are up (the kernel's link watch): a NIC
+    # opened before would take its port for down and start by probing its way back.
+    deadline = time.monotonic() + 5.0
+    for ns, ifn in ((NS_A, IF_A), (NS_B, IF_B)):
+        while True:
+            out = subprocess.run(["ip", "-n", ns, "-o", "link", "show", ifn],
+                                 capture_output=True, text=True).stdout  # fmt: skip
+            if "LOWER_UP" in out and "state UP" in out:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"bench-nic: {ifn} in {ns} never came up: {out.strip()}")
+            time.sleep(0.02)
 
 
 def teardown() -> None:

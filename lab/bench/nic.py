@@ -160,6 +160,8 @@ async def engine_recv(ifname: str, mac: bytes, peer_mac: bytes) -> dict[str, Any
         "cpu_s": c1 - c0,
         "elapsed_s": t1 - t0,
         "sacks": qp.core.stats.tx_sacks,
+        "probes_sent": qp.core.stats.probes_sent,
+        "ev_states": qp.ev_states(),
         "rx_wakeups": nic_stats["rx_wakeups"],
         "pumps": nic_stats["pumps"],
     }

@@ -23,6 +23,12 @@ port (one veth per plane, in the host's network namespace), and then only moves 
   rate exact and bounds the burst), so the NIC does not pay a wake-up per data frame.  Without
   the C module (or ``MRC_PURE_PYTHON=1``) the twin is ``loop.call_later`` (:class:`LoopTimer`),
   floored at 1 ms as libuv's timers are;
+- **C queues**: with the C engines (``MRC_NIC_ENGINE=c``) the data frames the send engine
+  builds and the SACKs and NACKs the receive engine builds go straight into per-port C queues
+  (``Device.attach_port_queues``, ``csrc/mrc_txq.c``) that each pacer serves by the same
+  token rule (Python control, C control, Python data, C data) and sends with ``sendmmsg``
+  from their slots: no Python object per frame. The send engine builds data only while every
+  port's C data queue is below the pacer's data limit;
 - **send**: ``sendmmsg`` per port and wake-up (``batch_io.Sender``); ``ENOBUFS`` (a tc/nft
   fault dropped the frame) and other per-frame refusals count as losses, which the transport
   repairs; ``ENETDOWN`` means the port is down;
