@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-stamp
-SETUP_INPUTS := pyproject.toml setup.py $(wildcard csrc/*.c csrc/*.h csrc/*.py)
+SETUP_INPUTS := pyproject.toml setup.py $(wildcard csrc/*.c csrc/*.h csrc/*.inc csrc/*.py)
 
 # The main job: lab up, an MRC write through a T1 reboot and a link flap, the RoCEv2
 # baseline under the same schedule, one screen of results, lab down. Root needed.

@@ -33,23 +33,7 @@ _Static_assert(MRC_RXE_LEN(((struct mrc_rxe_qp *)0)->plane_down) ==
                    MRC_RXE_LEN(((struct mrc_rxe_qp *)0)->reverse_k),
                "planes");
 
-static inline uint32_t be16(const uint8_t *p) { return (uint32_t)p[0] << 8 | p[1]; }
-static inline uint32_t be32(const uint8_t *p) {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-static inline uint64_t be64(const uint8_t *p) { return (uint64_t)be32(p) << 32 | be32(p + 4); }
-static inline void put16(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)(v >> 8);
-    p[1] = (uint8_t)v;
-}
-static inline void put32(uint8_t *p, uint32_t v) {
-    put16(p, v >> 16);
-    put16(p + 2, v);
-}
-static inline void put64(uint8_t *p, uint64_t v) {
-    put32(p, (uint32_t)(v >> 32));
-    put32(p + 4, (uint32_t)v);
-}
+#include "mrc_bytes.inc"
 
 /* --- EvTable.next_reverse_ev / reverse_ev_on ------------------------------------------------ */
 
@@ -359,14 +343,8 @@ int mrc_rxe_frame(struct mrc_rxe_qp *q, struct mrc_rxe_regions *mem, const uint8
         q->st.rx_malformed++;
         return 1;
     }
-    int known = 0;
-    for (uint32_t i = 0; i < q->n_srcs; i++) {
-        if (memcmp(f + OFF_SRC, q->srcs[i], 16) == 0) {
-            known = 1;
-            break;
-        }
-    }
-    if (!known) {
+    if (!known_source(f + OFF_SRC, (const uint8_t(*)[16])q->srcs,
+                      q->n_srcs < MRC_RXE_MAX_SRCS ? q->n_srcs : MRC_RXE_MAX_SRCS)) {
         q->st.rx_foreign++;
         return 1;
     }

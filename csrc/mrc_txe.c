@@ -40,23 +40,7 @@ static const double RTT_PEAK_RELEASE = 1.0 / 64;
 static const double RTO_PEAK_GAIN = 1.5;
 static const double SPURIOUS_RTT_FRACTION = 0.5;
 
-static inline uint32_t be16(const uint8_t *p) { return (uint32_t)p[0] << 8 | p[1]; }
-static inline uint32_t be32(const uint8_t *p) {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-static inline uint64_t be64(const uint8_t *p) { return (uint64_t)be32(p) << 32 | be32(p + 4); }
-static inline void put16(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)(v >> 8);
-    p[1] = (uint8_t)v;
-}
-static inline void put32(uint8_t *p, uint32_t v) {
-    put16(p, v >> 16);
-    put16(p + 2, v);
-}
-static inline void put64(uint8_t *p, uint64_t v) {
-    put32(p, (uint32_t)(v >> 32));
-    put32(p + 4, (uint32_t)v);
-}
+#include "mrc_bytes.inc"
 
 /* --- random.Random's Mersenne Twister (getrandbits for k <= 32) ------------------------------ */
 
@@ -679,6 +663,22 @@ static int spurious(struct mrc_txe_qp *q, struct mrc_txe_rec *r, uint32_t ev, ui
     return 1;
 }
 
+/* records.pop(psn): the record leaves the scoreboard (its data stays readable in the ring
+ * until the PSN is sent again); appended to acked[c] */
+static uint32_t pop_acked(struct mrc_txe_qp *q, uint32_t psn, uint32_t *acked, uint32_t c) {
+    struct mrc_txe_rec *r = rec_get(q, psn);
+    if (r == NULL) {
+        return c;
+    }
+    if (!r->lost) {
+        q->inflight_bytes -= r->length;
+    }
+    r->live = 0;
+    q->n_live--;
+    acked[c] = psn;
+    return c + 1;
+}
+
 /* Scoreboard.on_sack: the newly acknowledged PSNs go to acked[]; returns how many */
 static uint32_t on_sack(struct mrc_txe_qp *q, uint32_t cack, uint32_t offset, uint64_t bitmap,
                         uint32_t *acked) {
@@ -690,16 +690,7 @@ static uint32_t on_sack(struct mrc_txe_qp *q, uint32_t cack, uint32_t offset, ui
     uint32_t n = ((cack - una) & MASK) + 1, una_floor;
     if (n <= span) {
         for (uint32_t k = 0; k < n; k++) {
-            uint32_t psn = (una + k) & MASK;
-            struct mrc_txe_rec *r = rec_get(q, psn);
-            if (r != NULL) {
-                if (!r->lost) {
-                    q->inflight_bytes -= r->length;
-                }
-                r->live = 0;
-                q->n_live--;
-                acked[c++] = psn;
-            }
+            c = pop_acked(q, (una + k) & MASK, acked, c);
         }
         una_floor = (cack + 1) & MASK;
     } else {
@@ -712,15 +703,7 @@ static uint32_t on_sack(struct mrc_txe_qp *q, uint32_t cack, uint32_t offset, ui
             bitmap &= bitmap - 1;
             uint32_t psn = (base + b) & MASK;
             if (((psn - una) & MASK) < span) {
-                struct mrc_txe_rec *r = rec_get(q, psn);
-                if (r != NULL) {
-                    if (!r->lost) {
-                        q->inflight_bytes -= r->length;
-                    }
-                    r->live = 0;
-                    q->n_live--;
-                    acked[c++] = psn;
-                }
+                c = pop_acked(q, psn, acked, c);
             }
         }
     }
@@ -1007,14 +990,8 @@ int mrc_txe_frame(struct mrc_txe_qp *q, const uint8_t *f, uint32_t n, double now
         q->st.rx_malformed++;
         return 1;
     }
-    int known = 0;
-    for (uint32_t i = 0; i < q->n_srcs && i < MRC_TXE_MAX_SRCS; i++) {
-        if (memcmp(f + OFF_SRC, q->srcs[i], 16) == 0) {
-            known = 1;
-            break;
-        }
-    }
-    if (!known) {
+    if (!known_source(f + OFF_SRC, (const uint8_t(*)[16])q->srcs,
+                      q->n_srcs < MRC_TXE_MAX_SRCS ? q->n_srcs : MRC_TXE_MAX_SRCS)) {
         q->st.rx_foreign++;
         return 1;
     }

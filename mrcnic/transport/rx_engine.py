@@ -58,6 +58,16 @@ def raw_pointer(ffi: Any, view: Any, writable: bool = False) -> Any:
         ffi.release(tmp)
 
 
+def add_counters(st: Any, names: list[str], stats: Any) -> None:
+    """Add the C struct ``st``'s counters to the QpStats fields of the same names, and zero
+    them in C."""
+    for name in names:
+        v = getattr(st, name)
+        if v:
+            setattr(stats, name, getattr(stats, name) + v)
+            setattr(st, name, 0)
+
+
 def engine_from_env() -> str:
     """The engine ``MRC_NIC_ENGINE`` asks for (``c`` when unset and the C module is built,
     else ``py``); a value that is not an engine raises ValueError."""
@@ -359,12 +369,7 @@ class CRxEngine:
                 qp._rev_probe_at = qp.evs.now_s + REVERSE_PROBE_RTOS_FIRST * qp._rto
         st = q.st
         if st.rx_data_packets or st.rx_malformed or st.rx_foreign or st.tx_sacks:
-            qs = qp.stats
-            for name in self._stat_names:
-                v = getattr(st, name)
-                if v:
-                    setattr(qs, name, getattr(qs, name) + v)
-                    setattr(st, name, 0)
+            add_counters(st, self._stat_names, qp.stats)
         if qp.state is QpState.ERROR:
             q.dead = 1
         self.dev.harvest()

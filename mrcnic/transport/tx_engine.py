@@ -26,7 +26,7 @@ from mrcnic.errors import MrcError
 from mrcnic.transport.cc import new_ack_sample
 from mrcnic.transport.ev import EvInput
 from mrcnic.transport.qp_types import QpAttributes, TxMessage, WcStatus, WriteCompleted
-from mrcnic.transport.rx_engine import _c_module, raw_pointer
+from mrcnic.transport.rx_engine import _c_module, add_counters, raw_pointer
 
 REC_CAP = 8192  # PSNs in flight + 1 (a power of two)
 MSG_CAP = 32768  # writes posted and not completed (a power of two, > MSN_WINDOW)
@@ -382,13 +382,7 @@ class CTxEngine:
     def _stats(self) -> None:
         q = self.q
         qp = self.qp
-        st = q.st
-        qs = qp.stats
-        for name in self._stat_names:
-            v = getattr(st, name)
-            if v:
-                setattr(qs, name, getattr(qs, name) + v)
-                setattr(st, name, 0)
+        add_counters(q.st, self._stat_names, qp.stats)
         qp._rto = q.rto
         qp._srtt = q.srtt if q.has_srtt else None
         qp._rttvar = q.rttvar
