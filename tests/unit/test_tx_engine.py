@@ -15,7 +15,7 @@ from mrcnic import wire
 from mrcnic.io.batch import RecvRing
 from mrcnic.sim.fabric import host_net
 from mrcnic.transport.ev import EvConfig
-from mrcnic.transport.qp_types import QpAttributes, QpConfig
+from mrcnic.transport.qp_types import QpAttributes, QpConfig, QpState
 from mrcnic.transport.rx_engine import _c_module
 from mrcnic.verbs import Device, RemoteBuffer
 from mrcnic.wire import layout, usid
@@ -62,7 +62,28 @@ def _mangle(frame: bytes, rng: random.Random, to_sender: bool) -> list[bytes]:
     return [frame]
 
 
-def _run(engine: str, seed: int, steps: int = 160) -> dict:
+def _forge(qp: object, rng: random.Random, t: float) -> None:
+    """A well-formed acknowledgment with hostile fields (what a third host or a confused peer
+    may send; the ICRC and the source are right, since these go past the frame checks)."""
+    core = qp.core
+    if core.state is not QpState.READY:
+        return  # (receive_frame takes nothing for a QP in ERROR)
+    sb_una = core.sb.snd_una if core._txe is None else core._txe.q.snd_una
+    psn = (sb_una + rng.randrange(-70, 200)) & 0xFFFFFF
+    if rng.random() < 0.7:
+        core._rx_sack(
+            psn, rng.choice([0, 1, 63, 500, 0xFFFF]), rng.getrandbits(64), rng.getrandbits(32),
+            rng.randrange(4), rng.random() < 0.2, rng.randrange(128), rng.getrandbits(64),
+            rng.random() < 0.2, t,
+        )  # fmt: skip
+    else:
+        reason = rng.choice([1, 2, 3, 4, 5])  # (6 and 7 end the QP: the seeded runs do that)
+        core._rx_nack(wire.NACK(reason, psn, 0, (psn - rng.randrange(300)) & 0xFFFFFF,
+                                rng.getrandbits(64)), t)  # fmt: skip
+    core._drain_ev_events()
+
+
+def _run(engine: str, seed: int, steps: int = 160, hostile: bool = False) -> dict:
     rng = random.Random(seed)
     a = Device(host_net(SHAPE, 0), 100e6, seed=seed, engine=engine)
     b = Device(host_net(SHAPE, 2), 100e6, seed=seed, engine="py")
@@ -81,7 +102,7 @@ def _run(engine: str, seed: int, steps: int = 160) -> dict:
     wr = 0
     dead_path = rng.random() < 0.3  # one plane loses everything for a while
     for step in range(steps):
-        if step % 20 == 0 and step < 120:
+        if step % 20 == 0 and step < 120 and qa.core.state is QpState.READY:
             for _ in range(rng.randrange(1, 4)):
                 n = rng.choice([0, 100, 4096, 9000, 30000, 70000])
                 off = rng.randrange(0, REGION - n)
@@ -112,6 +133,8 @@ def _run(engine: str, seed: int, steps: int = 160) -> dict:
             else:
                 for arr, f in batch:
                     a.receive_frame(f, arr)
+        if hostile and rng.random() < 0.3:
+            _forge(qa, rng, t)
         for dev in (a, b):
             tm = dev.get_timer()
             if tm is not None and tm <= t:
@@ -161,6 +184,17 @@ def test_c_engine_matches_the_python_requester(seed: int) -> None:
     assert c["recovery"] == py["recovery"]
     assert c["memory"] == py["memory"]
     assert c["idle"] == py["idle"]
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(20))
+def test_hostile_acknowledgments_leave_both_engines_in_the_same_state(seed: int) -> None:
+    """SACKs and NACKs with random fields (cumulative acks behind and beyond what was sent,
+    full and sparse bitmaps, unknown EVs, marks, penalties, timestamps) on top of the seeded
+    runs: the C engine neither crashes nor does anything its twin does not."""
+    c, py = _run("c", seed, hostile=True), _run("py", seed, hostile=True)
+    assert c["trace"] == py["trace"], _first_difference(c["trace"], py["trace"])
+    assert c["ev"] == py["ev"]
 
 
 @needs_c
