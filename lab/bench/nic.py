@@ -126,10 +126,12 @@ def _read_line() -> dict[str, Any]:
     return json.loads(line)
 
 
-async def engine_recv(ifname: str, mac: bytes, peer_mac: bytes) -> dict[str, Any]:
+async def engine_recv(
+    ifname: str, mac: bytes, peer_mac: bytes, transport: str = "mrc"
+) -> dict[str, Any]:
     """Serve one writer: export the QP and region, count what arrives until told to stop."""
     dev = _device(1, mac, peer_mac)
-    qp = dev.create_qp(_qp_config())
+    qp = dev.create_qp(_qp_config(), transport)
     mr = dev.register(bytearray(REGION_BYTES))
     _emit({"role": "recv", "qp": json.loads(qp.export()), "region": json.loads(
         RemoteBuffer.of(mr).to_json())})  # fmt: skip
@@ -159,7 +161,8 @@ async def engine_recv(ifname: str, mac: bytes, peer_mac: bytes) -> dict[str, Any
         "frames": n1 - int(n0),
         "cpu_s": c1 - c0,
         "elapsed_s": t1 - t0,
-        "sacks": qp.core.stats.tx_sacks,
+        "transport": transport,
+        "sacks": qp.core.stats.tx_sacks + getattr(qp.core.stats, "tx_acks", 0),
         "probes_sent": qp.core.stats.probes_sent,
         "ev_states": qp.ev_states(),
         "rx_wakeups": nic_stats["rx_wakeups"],
@@ -167,10 +170,12 @@ async def engine_recv(ifname: str, mac: bytes, peer_mac: bytes) -> dict[str, Any
     }
 
 
-async def engine_send(ifname: str, mac: bytes, peer_mac: bytes, seconds: float) -> dict[str, Any]:
+async def engine_send(
+    ifname: str, mac: bytes, peer_mac: bytes, seconds: float, transport: str = "mrc"
+) -> dict[str, Any]:
     """Write MSG_BYTES messages, DEPTH in flight, for ``seconds``; count data frames sent."""
     dev = _device(0, mac, peer_mac)
-    qp = dev.create_qp(_qp_config())
+    qp = dev.create_qp(_qp_config(), transport)
     _emit({"role": "send", "qp": json.loads(qp.export())})
     peer = _read_line()
     qp.connect(QpAttributes.from_json(json.dumps(peer["qp"])))
@@ -210,7 +215,8 @@ async def engine_send(ifname: str, mac: bytes, peer_mac: bytes, seconds: float) 
         "elapsed_s": t1 - t0,
         "retransmissions": st.retransmissions,
         "probes_sent": st.probes_sent,
-        "sacks_received": st.rx_sacks,
+        "transport": transport,
+        "sacks_received": st.rx_sacks + getattr(st, "rx_acks", 0),
         "ev_states": qp.ev_states(),
         "completed": done,
         "pumps": nic_stats["pumps"],
@@ -225,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peer-mac", default="02:00:00:00:00:02")
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--ring", action="store_true", help="raw-recv: a TPACKET_V3 ring")
+    ap.add_argument("--transport", choices=["mrc", "rocev2"], default="mrc",
+                    help="send/recv: the QP's transport (rocev2: the baseline's)")  # fmt: skip
     a = ap.parse_args(argv)
     mac, peer = bytes.fromhex(a.mac.replace(":", "")), bytes.fromhex(a.peer_mac.replace(":", ""))
     if a.role == "raw-send":
@@ -232,9 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     elif a.role == "raw-recv":
         out = raw_recv(a.ifname, a.seconds, a.ring)
     elif a.role == "recv":
-        out = run(engine_recv(a.ifname, mac, peer))
+        out = run(engine_recv(a.ifname, mac, peer, a.transport))
     else:
-        out = run(engine_send(a.ifname, mac, peer, a.seconds))
+        out = run(engine_send(a.ifname, mac, peer, a.seconds, a.transport))
     _emit(out)
     return 0
 
