@@ -28,7 +28,7 @@ help:
 	@echo "make bench-nscc       NSCC on oversubscribed/lossy/incast sim fabrics -> results/bench-nscc.json"
 	@echo "make bench-switch     mrc-switch vs kernel seg6local forwarding -> results/bench-switch.json"
 	@echo "make bench-lab-cpu    machine CPU per delivered frame, python vs kernel switches -> results/bench-lab-cpu.json (root)"
-	@echo "make bench-nic        NIC frames per CPU-second, C and Python engines vs raw AF_PACKET -> results/bench-nic.json (root)"
+	@echo "make bench-nic        NIC frames per CPU-second, C and Python engines and the RoCEv2 QP vs raw AF_PACKET -> results/bench-nic.json (root)"
 	@echo "make calibrate   measure the link rate this machine carries (root; cached per boot in /run/mrc)"
 	@echo "make lab-up / lab-down / lab-status   the namespace lab (root); flags via LAB_ARGS=..."
 
