@@ -13,7 +13,10 @@ stack as it is** (the NIC, the switches, the kernel's veths; whatever their code
    machine's busy share with the lab idle for 1 s (``/proc/stat``: other users and the
    switches' timers; sampled again around every write, the larger sample counts, but
    never more than the machine did beyond the lab's own processes during it), then runs ``mrc-bench write`` on the same pairs the caller will use
-   (default h0 -> the last host, across the T1 tier) for 2 s;
+   (default h0 -> the last host, across the T1 tier) for 2 s, once with MRC and once with
+   the RoCEv2 baseline (one QP per plane, as the demo and the benchmarks run it), and keeps
+   the costlier of the two (:data:`TRANSPORTS`: a RoCEv2 frame costs its NIC several times
+   an MRC frame, so a rate chosen on MRC alone would leave the baseline CPU-bound);
 2. from mrc-bench's JSON it takes the data frames delivered (the destinations' NIC ports),
    the machine's busy share over the write and the busiest NIC process's share of a core,
    and derives the CPU cost per delivered frame: **machine core-seconds per frame**
@@ -80,6 +83,11 @@ MIN_RATE_MBIT = 1.0
 BUSY_ELSEWHERE = 0.2  # idle load above this: the line says the machine was busy elsewhere
 DEFAULT_CAP_MBIT = LabParams().rate_mbit  # the lab's default rate: never above it
 CAL_NAME = "mrccal"
+#: what each step writes with: MRC (1 QP) and the RoCEv2 baseline (one QP per plane, as the
+#: demo and the benchmarks run it). A RoCEv2 frame costs the NIC several times an MRC frame
+#: (its QP is Python; MRC's data path is C: docs/core.md), so a rate chosen on MRC alone
+#: would leave the baseline CPU-bound where MRC is not: the rate suits the costlier one.
+TRANSPORTS = ("mrc", "rocev2")
 CACHE_VERSION = 1
 DEFAULT_DIR = "/run/mrc"
 REPO = Path(__file__).resolve().parents[1]
@@ -138,6 +146,7 @@ class Measurement:
     # the lab's own processes over the write (NICs + switches, cores): what the machine's
     # busy share holds beyond them is the kernel's work outside them and other users
     lab_cores: float | None = None
+    transport: str = "mrc"  # the transport of the write (the step's costlier one)
 
     @property
     def fps(self) -> float:
@@ -471,16 +480,18 @@ def cache_key(
     size: int = SIZE,
     cap_mbit: float = DEFAULT_CAP_MBIT,
     env: dict[str, str] | None = None,
+    transports: Sequence[str] = TRANSPORTS,
 ) -> str:
     """What a calibration holds for: the lab's shape (not its name or rate), the flows, the
-    message size, the cap and the environment knobs that change the stack."""
+    message size, the cap, the transports measured and the environment knobs that change
+    the stack."""
     env = os.environ if env is None else env
     knobs = ",".join(f"{k}={env[k]}" for k in ENV_KNOBS if k in env)
     flows = ",".join(f"h{s}-h{d}" for s, d in pairs)
     return (
         f"{params.switch}:{params.planes}p:{params.t0}x{params.t1}:{params.hosts_per_t0}h:"
         f"mtu{params.mtu}:buf{params.buffer_kb}:ecn{params.ecn_kb}:{flows}:size{size}:"
-        f"cap{cap_mbit:g}:{knobs}"
+        f"cap{cap_mbit:g}:{'+'.join(transports)}:{knobs}"
     )
 
 
@@ -556,10 +567,13 @@ def measure_step(
     size: int = SIZE,
     step_s: float = STEP_S,
     idle: float | None = None,
+    transports: Sequence[str] = TRANSPORTS,
 ) -> tuple[Measurement, float]:
-    """Bring the lab ``params`` up, sample the idle machine (1 s for the first step,
-    ``idle`` None; 0.5 s later), run one write per pair for ``step_s``, sample again, take
-    the lab down. Returns the measurement and the idle share used (the larger sample)."""
+    """Bring the lab ``params`` up; for each of ``transports`` in turn (RoCEv2 with one QP
+    per plane): sample the idle machine (1 s before the step's first write, ``idle`` None;
+    0.5 s otherwise), run one write per pair for ``step_s``, sample again; take the lab
+    down. Returns the measurement of the transport that allows the fewest frames/s (the
+    constraining one) and the idle share used (the larger sample)."""
     from . import lifecycle
     from .netns import LabError
     from .scenario import WriteSpec, run_parallel
@@ -567,26 +581,34 @@ def measure_step(
 
     if exists(params.name):
         lifecycle.down(params.name)
+    ms: list[Measurement] = []
     state = lifecycle.up(params)
     try:
         time.sleep(0.2)  # let the switches' start-up settle
-        before = idle_busy(IDLE_S if idle is None else IDLE_AFTER_S)
-        specs = [
-            WriteSpec(f"h{s}", f"h{d}", size, step_s, None, 1, "mrc", None, ("--quiet",))
-            for s, d in pairs
-        ]
-        out = run_parallel(state, specs)
-        # Other work that started meanwhile is still there after the write, most often (a
-        # test suite, another lab): count it as idle load, not as the lab's cost per frame.
-        idle = max(before, idle_busy(IDLE_AFTER_S))
+        for transport in transports:
+            before = idle_busy(IDLE_S if idle is None else IDLE_AFTER_S)
+            qps = 1 if transport == "mrc" else params.planes
+            specs = [
+                WriteSpec(
+                    f"h{s}", f"h{d}", size, step_s, None, qps, transport, None, ("--quiet",)
+                )  # fmt: skip
+                for s, d in pairs
+            ]
+            out = run_parallel(state, specs)
+            # Other work that started meanwhile is still there after the write, most often
+            # (a test suite, another lab): count it as idle load, not as the lab's cost per
+            # frame.
+            idle = max(before, idle_busy(IDLE_AFTER_S))
+            results = [r for _s, r, _t in out]
+            if any(r is None for r in results):
+                tail = next(t for _s, r, t in out if r is None)
+                raise LabError(f"a calibration write printed no result: {tail[-400:]}")
+            m = measurement_from_results(params.rate_mbit, params.planes, results, idle)
+            ms.append(replace(m, transport=transport))
     finally:
         lifecycle.down(params.name)
-    results = [r for _s, r, _t in out]
-    if any(r is None for r in results):
-        tail = next(t for _s, r, t in out if r is None)
-        raise LabError(f"a calibration write printed no result: {tail[-400:]}")
-    m = measurement_from_results(params.rate_mbit, params.planes, results, idle)
-    return m, idle
+    assert idle is not None
+    return min(ms, key=target_fps), idle
 
 
 def calibrate(
@@ -600,6 +622,7 @@ def calibrate(
     name: str = CAL_NAME,
     headroom: float = HEADROOM,
     echo: Printer | None = None,
+    transports: Sequence[str] = TRANSPORTS,
 ) -> Calibration:
     """Measure (see the module doc); root needed. ``params`` gives the shape (its name and
     rate are ignored: the calibration lab is ``name``)."""
@@ -612,11 +635,13 @@ def calibrate(
     idle: float | None = None
     for _ in range(max_steps):
         m, idle = measure_step(
-            replace(shape, rate_mbit=rate), pairs, size=size, step_s=step_s, idle=idle
-        )
+            replace(shape, rate_mbit=rate), pairs, size=size, step_s=step_s, idle=idle,
+            transports=transports,
+        )  # fmt: skip
         steps.append(m)
         echo(
-            f"  calibrate: links at {rate:g} Mb/s: {m.fps:,.0f} frames/s delivered "
+            f"  calibrate: links at {rate:g} Mb/s, {m.transport} (the costlier): "
+            f"{m.fps:,.0f} frames/s delivered "
             f"(goodput {m.goodput_fraction or 0:.2f} of capacity), machine {m.machine_busy:.0%} "
             f"busy ({m.idle_busy:.0%} idle load), busiest NIC process {m.nic_core_max:.0%} of "
             f"a core, lab processes {m.lab_cores or 0:.2f} cores; "
@@ -632,7 +657,7 @@ def calibrate(
     else:
         chosen, verified = next_rate(steps, cap_mbit, headroom), False
     cal = Calibration(
-        key=cache_key(params, pairs, size, cap_mbit),
+        key=cache_key(params, pairs, size, cap_mbit, transports=transports),
         rate_mbit=chosen,
         verified=verified,
         capped=verified and chosen >= cap_mbit,
