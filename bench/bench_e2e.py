@@ -286,11 +286,13 @@ def bench_permutations(a: argparse.Namespace) -> dict[str, Any]:
 def bench_permutation(a: argparse.Namespace) -> dict[str, Any]:
     hpt = a.perm_hosts_per_t0
     planes = a.perm_planes
-    common = {"name": a.name, "t0": 2, "t1": hpt, "hosts_per_t0": hpt, "switch": a.perm_switch}
+    t0 = a.perm_t0
+    t1 = a.perm_t1 if a.perm_t1 is not None else hpt
+    common = {"name": a.name, "t0": t0, "t1": t1, "hosts_per_t0": hpt, "switch": a.perm_switch}
     shape = an.Shape.from_params(resolve(None, planes=planes, **common))
     one_way = a.perm_mode == "oneway"
     pairs = an.permutation_pairs(shape, one_way=one_way)
-    dims = {"planes": planes, "t0": 2, "t1": hpt, "hosts_per_t0": hpt}
+    dims = {"planes": planes, "t0": t0, "t1": t1, "hosts_per_t0": hpt}
     rate, choice = link_rate(a, "perm_rate_mbit", list(pairs), **dims)
     multi = resolve(None, planes=planes, rate_mbit=rate, **common)
     single = resolve(None, planes=1, rate_mbit=rate * planes, **common)
@@ -826,7 +828,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--perm-reps", type=int, default=3, help="repetitions of each permutation config [3]"
     )
     p.add_argument("--perm-s", type=time_arg, default=8.0, help="seconds per permutation run [8]")
-    p.add_argument("--perm-hosts-per-t0", type=int, default=4, help="hosts = 2 x this [4]")
+    p.add_argument("--perm-hosts-per-t0", type=int, default=4, help="hosts = --perm-t0 x this [4]")
+    p.add_argument("--perm-t0", type=int, default=2, help="T0 switches per plane [2]")
+    p.add_argument(
+        "--perm-t1",
+        type=int,
+        default=None,
+        help="T1 switches per plane [--perm-hosts-per-t0: non-blocking]",
+    )
     p.add_argument("--perm-planes", type=int, default=8)
     p.add_argument(
         "--perm-mode",
