@@ -34,6 +34,7 @@ import socket
 import sys
 import time
 from array import array
+from collections.abc import Callable
 from pathlib import Path
 
 from mrcnic.io import afpacket, linkstate
@@ -266,6 +267,16 @@ class Switch:
         except OSError as exc:  # NetnsError: the namespace is missing
             raise ConfigError("netns", str(exc)) from None
 
+    def prepare_ports(self) -> None:
+        """Open the ports' sockets and rings and nothing else: safe in a helper thread (it
+        touches only the ports), so that a process serving other switches keeps forwarding
+        while the kernel sets up the rings (an RCU grace period each). :meth:`open_ports`
+        then registers them; a port that could not open is retried (and named) there."""
+        with contextlib.suppress(OSError), self._in_ns():
+            for p in self.ports:
+                with contextlib.suppress(OSError):
+                    p.open()
+
     def _open_ports(self) -> None:
         self._ioctl = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         # Link notifications before the ports: no change after a port's check at open is missed.
@@ -273,12 +284,16 @@ class Switch:
         if self._links is not None:
             self._watch(self._links.fileno())
         for i, p in enumerate(self.ports):
-            try:
-                p.open()
-            except OSError as exc:
-                raise ConfigError(
-                    f"ports[{i}].interface", f"cannot open {p.cfg.interface!r}: {exc.strerror}"
-                ) from None
+            if p.sock is None:  # not opened by prepare_ports
+                try:
+                    p.open()
+                except OSError as exc:
+                    raise ConfigError(
+                        f"ports[{i}].interface",
+                        f"cannot open {p.cfg.interface!r}: {exc.strerror}",
+                    ) from None
+            else:  # a change of the link between prepare_ports and here is not missed
+                p.up = linkstate.link_up(p.cfg.interface)
             self._register(p)
         self.pipeline = Pipeline(
             self.table, [p.mac for p in self.ports], [p.cfg.peer_mac for p in self.ports]
@@ -994,13 +1009,19 @@ class Switch:
                 self.tick(now)
                 due = self.due_ns
 
-    def close(self) -> None:
+    def close(self, *, closer: Callable[[list[Port]], object] | None = None) -> None:
+        """Close everything. ``closer`` takes the ports once they are out of the loop and
+        closes them itself (a process serving other switches closes them in a helper thread:
+        closing an AF_PACKET socket waits for RCU grace periods, ~75 ms for a T1)."""
         if self._writer is not None:  # the loop ended abnormally: stop the thread anyway
             self._writer.close()
             self._writer = None
         for p in self.ports:
             self._unregister(p)
-            p.close()
+            if closer is None:
+                p.close()
+        if closer is not None:
+            closer(list(self.ports))
         if self._ctl is not None:
             self._unwatch(self._ctl.fileno())
             self._ctl.close()

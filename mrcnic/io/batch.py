@@ -19,6 +19,7 @@ per frame; tests check both agree.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import mmap
 import os
@@ -365,6 +366,19 @@ def ring_release_py(
     return 0
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _setsockopt_unlocked(sock: socket.socket, level: int, name: int, value: bytes) -> None:
+    """``sock.setsockopt`` without the GIL: setting up a ring waits for an RCU grace period
+    in the kernel (~10 ms here), which a switch process opening ports in a helper thread
+    must not make its forwarding thread wait for (socket.setsockopt keeps the GIL)."""
+    buf = ctypes.create_string_buffer(value, len(value))
+    if _libc.setsockopt(sock.fileno(), level, name, buf, len(value)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
 class MmapRing:
     """A PACKET_MMAP (TPACKET_V2) receive ring of an AF_PACKET socket: set it up before
     binding. ``recv`` collects up to ``slots`` frames the kernel has written (no system
@@ -409,7 +423,9 @@ class MmapRing:
         block, fsize, fnr, bnr = ring_geometry(frame_cap, frames)
         self.block_size, self.frame_size, self.frame_nr = block, fsize, fnr
         sock.setsockopt(SOL_PACKET, PACKET_VERSION, TPACKET_V2)
-        sock.setsockopt(SOL_PACKET, PACKET_RX_RING, struct.pack("IIII", block, bnr, fsize, fnr))
+        _setsockopt_unlocked(
+            sock, SOL_PACKET, PACKET_RX_RING, struct.pack("IIII", block, bnr, fsize, fnr)
+        )
         self.buf_len = block * bnr
         self._mm = mmap.mmap(sock.fileno(), self.buf_len, mmap.MAP_SHARED,
                              mmap.PROT_READ | mmap.PROT_WRITE)  # fmt: skip

@@ -17,6 +17,7 @@ from lab.bench.common import env_added
 from lab.faults import Faults
 from lab.state import load
 from lab.status import status
+from mrcswitch.host import control
 
 pytestmark = [pytest.mark.lab, H.needs_root]
 
@@ -90,3 +91,41 @@ def test_a_link_down_up_on_a_hosted_switch(slab) -> None:
     while not H.crosses(st, 0, 1, ev=3) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert H.crosses(st, 0, 1, ev=3)
+
+
+def test_control_answers_while_ports_open_and_close_in_helper_threads(slab) -> None:
+    """A stop answers once the switch is out of the loop (its ports close in the
+    background); two starts asked while its ports open are both answered when it runs;
+    the switch forwards again, and a stop/start cycle leaves no extra fds behind."""
+    st, _ = slab
+    rec = st.processes["p1-t1-0"]
+    fds_before = len(list(Path(f"/proc/{rec.pid}/fd").iterdir()))
+    for _ in range(2):
+        assert control(rec.control, {"op": "stop", "switch": "p1-t1-0"})["result"] == "stopped"
+        assert not H.crosses(st, 0, 1, ev=1)  # plane 1, T1 0
+        replies: list[dict] = []
+
+        def start(out: list[dict] = replies) -> None:
+            out.append(control(rec.control, {"op": "start", "switch": "p1-t1-0"}))
+
+        ts = [threading.Thread(target=start) for _ in range(2)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert len(replies) == 2 and all(r["ok"] for r in replies), replies
+        assert {r["result"] for r in replies} <= {"started", "running"}
+        assert "started" in {r["result"] for r in replies}
+        assert control(rec.control, {"op": "list"})["switches"]["p1-t1-0"] is True
+        deadline = time.monotonic() + 3
+        while not H.crosses(st, 0, 1, ev=1) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert H.crosses(st, 0, 1, ev=1)
+        assert H.crosses(st, 0, 1, ev=3)  # the other T1 of plane 1 never stopped
+    deadline = time.monotonic() + 3  # the closing threads finish in the background
+    while time.monotonic() < deadline:
+        fds = len(list(Path(f"/proc/{rec.pid}/fd").iterdir()))
+        if fds <= fds_before:
+            break
+        time.sleep(0.1)
+    assert fds <= fds_before
