@@ -311,6 +311,7 @@ class Device:
         if self.engine_name not in ENGINES:
             raise ValueError(f"engine {self.engine_name!r}: not an engine (c, py)")
         self._rx_engines = RxEngines(self.memory) if self.engine_name == "c" else None
+        self._rx_batch: tuple[Any, float] = (None, 0.0)  # (ring, now) while dispatching
         self.qps: dict[int, QP] = {}
         # QP 0x2: answers EV probes, hands their answers to the QP they name
         self.ev_probes = EvProbeDesk(net, lambda qpn: q.core if (q := self.qps.get(qpn)) else None)
@@ -445,11 +446,8 @@ class Device:
                 self.receive_frame(view[off : off + ln], now_s)
             return too_big
 
-        def in_order(i: int) -> None:
-            off = i * cap
-            self.receive_frame(view[off : off + ring.lens[i]], now_s)
-
-        done = eng.dispatch(ring.ptr, ring.c_offs, ring.c_lens, n, cap, now_s, in_order)
+        self._rx_batch = (ring, now_s)
+        done = eng.dispatch(ring.ptr, ring.c_offs, ring.c_lens, n, cap, now_s, self._in_order)
         if done is None:
             return 0  # the common case: every frame was a data frame an engine took
         too_big = 0
@@ -463,6 +461,13 @@ class Device:
             elif d == 2:
                 too_big += 1
         return too_big
+
+    def _in_order(self, i: int) -> None:
+        """Frame ``i`` of the batch being dispatched, taken by the per-frame path in its
+        place (a control frame of an engine's QP)."""
+        ring, now_s = self._rx_batch
+        off = i * ring.cap
+        self.receive_frame(ring.view[off : off + ring.lens[i]], now_s)
 
     def attach_port_queues(self, caps: list[int] | None) -> Any:
         """Per-port C queues for the frames the C engines build (data frames of the send

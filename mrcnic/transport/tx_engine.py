@@ -26,7 +26,7 @@ from mrcnic.errors import MrcError
 from mrcnic.transport.cc import new_ack_sample
 from mrcnic.transport.ev import EvInput
 from mrcnic.transport.qp_types import QpAttributes, TxMessage, WcStatus, WriteCompleted
-from mrcnic.transport.rx_engine import _c_module, add_counters, raw_pointer
+from mrcnic.transport.rx_engine import CounterSink, _c_module, raw_pointer
 
 REC_CAP = 8192  # PSNs in flight + 1 (a power of two)
 MSG_CAP = 32768  # writes posted and not completed (a power of two, > MSN_WINDOW)
@@ -57,7 +57,7 @@ class CTxEngine:
         lib = self._lib = m.lib
         self.qp = qp
         self._engines = qp._rx_engines  # the device's C state (its port queues)
-        self._stat_names = [name for name, _f in ffi.typeof("struct mrc_txe_stats").fields]
+        self._counters = CounterSink(ffi, "struct mrc_txe_stats")
         self._inputs = _inputs(lib)
         evs = qp.evs
         n = len(evs.ev_values)
@@ -382,7 +382,7 @@ class CTxEngine:
     def _stats(self) -> None:
         q = self.q
         qp = self.qp
-        add_counters(q.st, self._stat_names, qp.stats)
+        self._counters.add(self._ffi, q.st, qp.stats)
         qp._rto = q.rto
         qp._srtt = q.srtt if q.has_srtt else None
         qp._rttvar = q.rttvar
