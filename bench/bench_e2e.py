@@ -41,7 +41,7 @@ from typing import Any
 
 from lab import analysis as an
 from lab import calibrate, lifecycle
-from lab.bench.common import env_added
+from lab.bench.common import cpu_bound, env_added
 from lab.netns import LabError, have_net_admin
 from lab.params import LabParams, resolve
 from lab.scenario import (
@@ -370,6 +370,7 @@ def bench_permutation(a: argparse.Namespace) -> dict[str, Any]:
                             agg["goodput_fraction"] = ov["goodput_fraction"]
                             agg["goodput_bps"] = ov["goodput_bps"]
                         agg["lab_cpu"] = cpu.result
+                        _window_cpu(agg, cpu, ov, got)
                         agg["pair_fractions"] = [
                             round(_num(r.get("goodput_fraction")) or 0, 3) for r in got
                         ]
@@ -379,6 +380,8 @@ def bench_permutation(a: argparse.Namespace) -> dict[str, Any]:
                             f"{agg['pair_fractions']}; verified {agg['verified']}; QP errors "
                             f"{agg['qp_errors']}; machine CPU "
                             f"{cpu.result['machine_busy_percent']}% of {cpu.result['cores']} cores"
+                            f" over the run, {_f(agg['machine_busy_window_percent'], 1)}% while "
+                            f"all wrote; cpu_bound {agg['cpu_bound']}"
                         )
                     reps.append(agg)
                 ok = [r for r in reps if r]
@@ -401,6 +404,10 @@ def bench_permutation(a: argparse.Namespace) -> dict[str, Any]:
                     "machine_busy_percent_median": _median(
                         r["lab_cpu"]["machine_busy_percent"] for r in ok
                     ),
+                    "machine_busy_window_percent_median": _median(
+                        r.get("machine_busy_window_percent") for r in ok
+                    ),
+                    "cpu_bound_runs": [r.get("cpu_bound") for r in ok],
                     "lab_cores_median": _median(
                         r["lab_cpu"]["bench_cores"] + r["lab_cpu"]["switch_cores"] for r in ok
                     ),
@@ -419,6 +426,22 @@ def bench_permutation(a: argparse.Namespace) -> dict[str, Any]:
 
 def _strip_perm(r: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in r.items() if k != "results"}
+
+
+def _window_cpu(agg: dict[str, Any], cpu: CpuMeter, ov: dict | None, got: list[dict]) -> None:
+    """The machine's load while every pair wrote (the overlap window), and ``cpu_bound`` by
+    mrc-bench's rule over it: the whole run's figure (``lab_cpu``) also holds the start-up of
+    every pair's processes and the verification of every region, which run before and after
+    the writes overlap."""
+    busy = None
+    if ov is not None:
+        lo = ov["window_start_unix_s"]
+        busy = cpu.busy_between(lo, lo + ov["window_s"])
+    nic = [_num(r.get("nic_core_fraction_max")) for r in got]
+    nic_max = max((v for v in nic if v is not None), default=None)
+    agg["machine_busy_window_percent"] = round(100 * busy, 1) if busy is not None else None
+    agg["nic_core_fraction_max"] = nic_max
+    agg["cpu_bound"] = None if busy is None else cpu_bound(busy, nic_max)
 
 
 def _median(values) -> float | None:

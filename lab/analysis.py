@@ -778,6 +778,7 @@ def overlap_aggregate(
     capacity = sum(c for _s, _b, _tl, c in runs)
     return {
         "window_s": hi - lo,
+        "window_start_unix_s": lo,
         "start_skew_s": max(starts) - min(starts),
         "goodput_bps": goodput,
         "capacity_bps": capacity,

@@ -678,9 +678,34 @@ class CpuMeter:
     (``/proc/PID/stat``; a switch restarted meanwhile counts from its restart), and by the
     whole machine (``/proc/stat``; other users of the machine included)."""
 
+    #: how often the machine's busy share is sampled while the body runs (busy_between)
+    SAMPLE_S = 0.25
+
     def __init__(self, state: LabState) -> None:
         self.state = state
         self.result: dict[str, float] = {}
+        # (unix time, busy jiffies, total jiffies) every SAMPLE_S: the machine's load in a
+        # window of the run (writes started together overlap only after their processes
+        # started; start-up and verification are no part of it)
+        self.samples: list[tuple[float, int, int]] = []
+        self._stop = threading.Event()
+        self._sampler: threading.Thread | None = None
+
+    def _sample_loop(self) -> None:
+        while True:
+            self.samples.append((time.time(), *_machine_ticks()))
+            if self._stop.wait(self.SAMPLE_S):
+                self.samples.append((time.time(), *_machine_ticks()))
+                return
+
+    def busy_between(self, t0_unix_s: float, t1_unix_s: float) -> float | None:
+        """The machine's busy share (0..1) between two unix times, from the samples closest
+        inside the window (None when the window holds fewer than two samples)."""
+        inside = [x for x in self.samples if t0_unix_s <= x[0] <= t1_unix_s]
+        if len(inside) < 2:
+            return None
+        (_ta, busy_a, total_a), (_tb, busy_b, total_b) = inside[0], inside[-1]
+        return (busy_b - busy_a) / (total_b - total_a) if total_b > total_a else None
 
     def _switch_cpu(self) -> dict[int, float]:
         out = {}
@@ -697,11 +722,16 @@ class CpuMeter:
         self._children = resource.getrusage(resource.RUSAGE_CHILDREN)
         self._switches = self._switch_cpu()
         self._machine = _machine_ticks()
+        self._sampler = threading.Thread(target=self._sample_loop, name="cpu-sampler", daemon=True)
+        self._sampler.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         import resource
 
+        if self._sampler is not None:
+            self._stop.set()
+            self._sampler.join()
         wall = time.monotonic() - self._t
         ch = resource.getrusage(resource.RUSAGE_CHILDREN)
         bench = (ch.ru_utime - self._children.ru_utime) + (ch.ru_stime - self._children.ru_stime)

@@ -400,6 +400,7 @@ def test_overlap_aggregate_counts_only_the_common_window() -> None:
     b = (101.0, 0.5, [[i * 0.5, 20.0] for i in range(8)], 100.0)
     agg = an.overlap_aggregate([a, b])
     assert agg["window_s"] == pytest.approx(3.0)
+    assert agg["window_start_unix_s"] == pytest.approx(101.0)
     assert agg["start_skew_s"] == pytest.approx(1.0)
     assert agg["goodput_bps"] == pytest.approx(30.0)
     assert agg["goodput_fraction"] == pytest.approx(0.15)
@@ -413,3 +414,15 @@ def test_overlap_aggregate_counts_only_the_common_window() -> None:
     agg3 = an.overlap_aggregate([a, b], max_len_s=3.0)
     assert agg3["window_s"] == pytest.approx(2.0)
     assert an.overlap_aggregate([]) is None
+
+
+def test_cpu_meter_busy_between_uses_the_samples_inside_the_window() -> None:
+    from lab.scenario import CpuMeter
+
+    m = CpuMeter(None)  # type: ignore[arg-type]  # busy_between needs only the samples
+    # (unix time, busy jiffies, total jiffies): idle until t=2, then fully busy
+    m.samples = [(0.0, 0, 0), (1.0, 0, 100), (2.0, 0, 200), (3.0, 100, 300), (4.0, 200, 400)]
+    assert m.busy_between(2.0, 4.0) == pytest.approx(1.0)
+    assert m.busy_between(0.5, 2.5) == pytest.approx(0.0)  # from t=1 to t=2
+    assert m.busy_between(1.0, 3.0) == pytest.approx(0.5)
+    assert m.busy_between(3.5, 3.9) is None  # no two samples inside
