@@ -7,17 +7,21 @@ CPU 0 and the receiver to CPU 1), run in alternating order for ``--reps`` repeti
 - ``raw``: a minimal C AF_PACKET sender (one prepared 4 KiB-payload MRC data frame, sendmmsg)
   and a minimal C receiver that only counts (``csrc/mrc_raw.c``: recvmmsg);
 - ``c``: the NIC with the C engine (``MRC_NIC_ENGINE=c``): one MRC QP writing 1 MiB messages,
-  4 in flight, acknowledged by the coalescing rule;
+  4 in flight, acknowledged by the coalescing rule (the QPs' base RTT is the NIC's default,
+  1 ms: SACKs every 4 packets, or 125 us after the last unacknowledged one);
 - ``py``: the same with the Python engine, its twin (``MRC_NIC_ENGINE=py``);
 - ``rocev2``: the same writes on the RoCEv2 baseline's QP (go-back-N, its Python code on any
   engine): what a baseline frame costs beside an MRC one;
+- ``c_rtt200``: ``c`` with a 200 us base RTT (the setting until 2026-11-24): a 25 us delayed
+  ACK, shorter than the time between two receive wake-ups, so each batch's last packets get a
+  SACK and a wake-up of their own; kept to show what that costs;
 - ``ring`` (not by default): the raw receiver on a TPACKET_V3 ring.
 
 Each side reports data frames and its own CPU-seconds (user + system); the figure is frames per
 CPU-second, the median over repetitions. Contract keys: ``send_ratio_vs_raw`` and
 ``recv_ratio_vs_raw`` (C engine / raw C, same run); ``py_send_ratio_vs_raw``,
-``py_recv_ratio_vs_raw``, ``rocev2_send_ratio_vs_raw`` and ``rocev2_recv_ratio_vs_raw``
-beside them.
+``py_recv_ratio_vs_raw``, ``rocev2_send_ratio_vs_raw``, ``rocev2_recv_ratio_vs_raw``,
+``c_rtt200_send_ratio_vs_raw`` and ``c_rtt200_recv_ratio_vs_raw`` beside them.
 
     make bench-nic        # = .venv/bin/python bench/bench_nic.py --out results/bench-nic.json
 
@@ -45,7 +49,7 @@ NS_A, NS_B = "mrcnb-a", "mrcnb-b"
 IF_A, IF_B = "mrcnb-a0", "mrcnb-b0"
 MAC_A, MAC_B = "02:00:6e:62:00:01", "02:00:6e:62:00:02"
 SEND_CPU, RECV_CPU = 0, 1
-CONFIGS = ("raw", "c", "py", "rocev2", "ring")
+CONFIGS = ("raw", "c", "py", "rocev2", "c_rtt200", "ring")
 
 
 def sh(*argv: str) -> None:
@@ -116,15 +120,18 @@ def run_raw(seconds: float, ring: bool = False) -> dict[str, Any]:
     return {"send": send, "recv": recv}
 
 
-def run_engine(engine: str, seconds: float, transport: str = "mrc") -> dict[str, Any]:
+def run_engine(
+    engine: str, seconds: float, transport: str = "mrc", base_rtt_us: float | None = None
+) -> dict[str, Any]:
+    extra = ["--base-rtt-us", str(base_rtt_us)] if base_rtt_us is not None else []
     rx = _spawn(NS_B, RECV_CPU, ["recv", "--ifname", IF_B, "--mac", MAC_B, "--peer-mac", MAC_A,
-                                 "--transport", transport], engine)  # fmt: skip
+                                 "--transport", transport, *extra], engine)  # fmt: skip
     tx = None
     try:
         hello_rx = _line(rx, "receiver")
         tx = _spawn(NS_A, SEND_CPU, ["send", "--ifname", IF_A, "--mac", MAC_A, "--peer-mac",
-                                     MAC_B, "--seconds", str(seconds), "--transport", transport],
-                    engine)  # fmt: skip
+                                     MAC_B, "--seconds", str(seconds), "--transport", transport,
+                                     *extra], engine)  # fmt: skip
         hello_tx = _line(tx, "sender")
         assert tx.stdin is not None and rx.stdin is not None
         tx.stdin.write(json.dumps(hello_rx) + "\n")
@@ -181,9 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=3.0, help="per run [3]")
     ap.add_argument(
-        "--configs", default="raw,c,py,rocev2",
-        help="subset of raw,c,py,rocev2,ring [raw,c,py,rocev2]; rocev2: the RoCEv2 baseline's "
-        "QP on the default engine; ring: the raw receiver on a TPACKET_V3 ring",
+        "--configs", default="raw,c,py,rocev2,c_rtt200",
+        help="subset of raw,c,py,rocev2,c_rtt200,ring [raw,c,py,rocev2,c_rtt200]; rocev2: the "
+        "RoCEv2 baseline's QP on the default engine; c_rtt200: the C engine with a 200 us base "
+        "RTT (a 25 us delayed ACK: the setting before 2026-11-24); ring: the raw receiver on a "
+        "TPACKET_V3 ring",
     )  # fmt: skip
     ap.add_argument("--out", default=None, help="write the JSON here")
     a = ap.parse_args(argv)
@@ -193,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     configs = [c for c in a.configs.split(",") if c]
     bad = [c for c in configs if c not in CONFIGS]
     if bad:
-        print(f"bench-nic: unknown config {bad[0]!r} (raw, c, py, rocev2, ring)", file=sys.stderr)
+        print(f"bench-nic: unknown config {bad[0]!r} ({', '.join(CONFIGS)})", file=sys.stderr)
         return 2
     started = time.time()
     load0 = os.getloadavg()[0]
@@ -207,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
                     r = run_raw(a.seconds, ring=cfg == "ring")
                 elif cfg == "rocev2":
                     r = run_engine("c", a.seconds, transport="rocev2")
+                elif cfg == "c_rtt200":
+                    r = run_engine("c", a.seconds, base_rtt_us=200)
                 else:
                     r = run_engine(cfg, a.seconds)
                 runs[cfg].append(r)
@@ -242,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
     }
     raw = summary.get("raw")
-    for eng, prefix in (("c", ""), ("py", "py_"), ("rocev2", "rocev2_")):
+    for eng, prefix in (("c", ""), ("py", "py_"), ("rocev2", "rocev2_"), ("c_rtt200", "c_rtt200_")):
         e = summary.get(eng)
         if raw and e:
             result[f"{prefix}send_ratio_vs_raw"] = round(
@@ -253,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
             )
     for k in ("send_ratio_vs_raw", "recv_ratio_vs_raw", "py_send_ratio_vs_raw",
               "py_recv_ratio_vs_raw", "rocev2_send_ratio_vs_raw",
-              "rocev2_recv_ratio_vs_raw"):  # fmt: skip
+              "rocev2_recv_ratio_vs_raw", "c_rtt200_send_ratio_vs_raw",
+              "c_rtt200_recv_ratio_vs_raw"):  # fmt: skip
         if k in result:
             print(f"{k}: {result[k]}")
     if a.out:

@@ -40,7 +40,13 @@ MSG_BYTES = 1 << 20
 DEPTH = 4
 #: the NIC's port rate: far above what a process moves, so the pacer never limits
 PORT_RATE_BPS = 20e9
-BASE_RTT_S = 200e-6
+#: the QPs' base RTT: the NIC's default (QpConfig.base_rtt_s), so the delayed ACK waits
+#: 125 us (base RTT / 8), shorter than the lab's (its base RTT is milliseconds). Until
+#: 2026-11-24 this was 200 us (a 25 us delay, shorter than the time between two receive
+#: wake-ups): the timer then fired after nearly every batch, and each batch's last packets
+#: got a SACK and a wake-up of their own. ``--base-rtt-us 200`` (config c_rtt200) keeps that
+#: case measured.
+BASE_RTT_S = QpConfig().base_rtt_s
 
 
 def _emit(d: dict[str, Any]) -> None:
@@ -52,8 +58,8 @@ def _device(host: int, mac: bytes, peer_mac: bytes) -> Device:
     return Device(net, PORT_RATE_BPS)
 
 
-def _qp_config() -> QpConfig:
-    return QpConfig(mtu_bytes=MTU, base_rtt_s=BASE_RTT_S)
+def _qp_config(base_rtt_s: float = BASE_RTT_S) -> QpConfig:
+    return QpConfig(mtu_bytes=MTU, base_rtt_s=base_rtt_s)
 
 
 def data_frame(mac: bytes, peer_mac: bytes) -> bytes:
@@ -127,11 +133,15 @@ def _read_line() -> dict[str, Any]:
 
 
 async def engine_recv(
-    ifname: str, mac: bytes, peer_mac: bytes, transport: str = "mrc"
+    ifname: str,
+    mac: bytes,
+    peer_mac: bytes,
+    transport: str = "mrc",
+    base_rtt_s: float = BASE_RTT_S,
 ) -> dict[str, Any]:
     """Serve one writer: export the QP and region, count what arrives until told to stop."""
     dev = _device(1, mac, peer_mac)
-    qp = dev.create_qp(_qp_config(), transport)
+    qp = dev.create_qp(_qp_config(base_rtt_s), transport)
     mr = dev.register(bytearray(REGION_BYTES))
     _emit({"role": "recv", "qp": json.loads(qp.export()), "region": json.loads(
         RemoteBuffer.of(mr).to_json())})  # fmt: skip
@@ -171,11 +181,16 @@ async def engine_recv(
 
 
 async def engine_send(
-    ifname: str, mac: bytes, peer_mac: bytes, seconds: float, transport: str = "mrc"
+    ifname: str,
+    mac: bytes,
+    peer_mac: bytes,
+    seconds: float,
+    transport: str = "mrc",
+    base_rtt_s: float = BASE_RTT_S,
 ) -> dict[str, Any]:
     """Write MSG_BYTES messages, DEPTH in flight, for ``seconds``; count data frames sent."""
     dev = _device(0, mac, peer_mac)
-    qp = dev.create_qp(_qp_config(), transport)
+    qp = dev.create_qp(_qp_config(base_rtt_s), transport)
     _emit({"role": "send", "qp": json.loads(qp.export())})
     peer = _read_line()
     qp.connect(QpAttributes.from_json(json.dumps(peer["qp"])))
@@ -231,6 +246,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peer-mac", default="02:00:00:00:00:02")
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--ring", action="store_true", help="raw-recv: a TPACKET_V3 ring")
+    ap.add_argument(
+        "--base-rtt-us", type=float, default=BASE_RTT_S * 1e6,
+        help=f"send/recv: the QPs' base RTT, us (the delayed ACK waits 1/8 of it) "
+        f"[{BASE_RTT_S * 1e6:g}]",
+    )  # fmt: skip
     ap.add_argument("--transport", choices=["mrc", "rocev2"], default="mrc",
                     help="send/recv: the QP's transport (rocev2: the baseline's)")  # fmt: skip
     a = ap.parse_args(argv)
@@ -240,9 +260,11 @@ def main(argv: list[str] | None = None) -> int:
     elif a.role == "raw-recv":
         out = raw_recv(a.ifname, a.seconds, a.ring)
     elif a.role == "recv":
-        out = run(engine_recv(a.ifname, mac, peer, a.transport))
+        out = run(engine_recv(a.ifname, mac, peer, a.transport, a.base_rtt_us * 1e-6))
     else:
-        out = run(engine_send(a.ifname, mac, peer, a.seconds, a.transport))
+        out = run(engine_send(a.ifname, mac, peer, a.seconds, a.transport, a.base_rtt_us * 1e-6))
+    if a.role in ("send", "recv"):
+        out["base_rtt_s"] = a.base_rtt_us * 1e-6
     _emit(out)
     return 0
 
