@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -47,6 +48,14 @@ class AllreduceParams:
     transport: str = "mrc"
     seed: int = 1
     timeout_s: float = 120.0
+    # Timed iterations for this long (after the warm-up) instead of ``iters``: a soak
+    # (lab/soak.py) runs for minutes and cannot know how many iterations fit.
+    duration_s: float | None = None
+
+
+#: rank 0 calls this after every iteration (warm-up ones too) with the iteration number and
+#: every rank's report (``_report``): a long run can stream its steps as they complete.
+IterationHook = Callable[[int, list[dict[str, Any]]], None]
 
 
 def rank_data(seed: int, rank: int, elements: int) -> np.ndarray:
@@ -153,8 +162,11 @@ class _Iteration:
                     )
 
 
-async def run_rank(st: Any, rank: int, p: AllreduceParams, port: int) -> dict[str, Any] | None:
-    """Run one rank; rank 0 returns the result, the others None."""
+async def run_rank(
+    st: Any, rank: int, p: AllreduceParams, port: int, on_iteration: IterationHook | None = None
+) -> dict[str, Any] | None:
+    """Run one rank; rank 0 returns the result, the others None.  ``on_iteration`` (rank 0
+    only) sees every iteration as it completes."""
     n = len(p.hosts)
     if n < 2:
         raise ValueError("an all-reduce needs at least 2 hosts")
@@ -210,7 +222,7 @@ async def run_rank(st: Any, rank: int, p: AllreduceParams, port: int) -> dict[st
                 await ch.send("table", ranks=table)
             try:
                 return await _rank0(
-                    st, lh, nic, p, size, table, by_rank, qp_next, qp_prev, data, recv
+                    st, lh, nic, p, size, table, by_rank, qp_next, qp_prev, data, recv, on_iteration
                 )
             finally:
                 for ch in chans:
@@ -289,17 +301,24 @@ async def _rank_loop(
         (rank_data(p.seed, r, size // 4) for r in range(n)), start=np.zeros(size // 4, np.uint32)
     )
     meter = bc.CpuMeter()
-    for it in range(p.warmup + p.iters):
+    timed = False
+    while True:
+        # Rank 0 decides how many iterations run (a count, a duration, or an error): every
+        # round starts with "ready" and rank 0 answers "go" or "go" with stop.
         np.frombuffer(data, dtype=np.uint32)[:] = mine
-        await ch.send("ready", iter=it)
-        await ch.recv("go", timeout_s=p.timeout_s)
+        await ch.send("ready")
+        go = await ch.recv("go", timeout_s=p.timeout_s + 60)
+        if go.get("stop"):
+            break
+        it = int(go["iter"])
         if it == p.warmup:
             meter.start()
+            timed = True
         itr = await _one_iteration(
             nic, rank, n, it, data, recv, qp_next, qp_prev, rdata, rrecv, p.timeout_s
         )
         await ch.send("iter_done", **_report(itr, expect, it))
-    cpu = meter.stop() if p.iters else {}
+    cpu = meter.stop() if timed else {}
     await ch.send(
         "final", cpu=cpu, nic=nic.stats(), qp=[asdict(qp_next.stats()), asdict(qp_prev.stats())]
     )
@@ -318,6 +337,7 @@ async def _rank0(
     qp_prev: QP,
     data: bytearray,
     recv: bytearray,
+    on_iteration: IterationHook | None = None,
 ) -> dict[str, Any]:
     n = len(p.hosts)
     rdata, rrecv = _connect(0, n, table, qp_next, qp_prev)
@@ -327,12 +347,21 @@ async def _rank0(
     )
     meter = bc.CpuMeter(bc.switch_pids(st))
     iterations: list[list[dict]] = []
-    for it in range(p.warmup + p.iters):
+    deadline: float | None = None
+    it = 0
+    failed = False
+    while True:
         np.frombuffer(data, dtype=np.uint32)[:] = mine
         for r in range(1, n):
-            await chans[r].recv("ready", timeout_s=p.timeout_s)
+            await chans[r].recv("ready", timeout_s=p.timeout_s + 60)
+        if failed or _finished(p, it, deadline):
+            for r in range(1, n):
+                await chans[r].send("go", stop=True)
+            break
         if it == p.warmup:
             meter.start()
+            if p.duration_s is not None:
+                deadline = time.monotonic() + p.duration_s
         for r in range(1, n):
             await chans[r].send("go", iter=it)
         itr = await _one_iteration(
@@ -343,9 +372,12 @@ async def _rank0(
             reports.append(await chans[r].recv("iter_done", timeout_s=p.timeout_s + 30))
         if it >= p.warmup:
             iterations.append(reports)
-        if any(rep["errors"] for rep in reports):
-            break  # an error ends the run: the result says which
-    cpu = meter.stop() if p.iters else {"cpu_percent": 0.0}
+        if on_iteration is not None:
+            on_iteration(it, reports)
+        # an error ends the run (a QP in ERROR cannot carry the next one): the result says which
+        failed = any(rep["errors"] for rep in reports)
+        it += 1
+    cpu = meter.stop() if iterations else {"cpu_percent": 0.0}
     finals = [
         {"cpu": cpu, "nic": nic.stats(), "qp": [asdict(qp_next.stats()), asdict(qp_prev.stats())]}
     ]
@@ -354,6 +386,13 @@ async def _rank0(
         finals.append(with_f)
         await chans[r].send("bye")
     return _result(st, p, size, iterations, finals, table)
+
+
+def _finished(p: AllreduceParams, it: int, deadline: float | None) -> bool:
+    """Whether iteration ``it`` should not start: the count is done, or the duration is up."""
+    if p.duration_s is None:
+        return it >= p.warmup + p.iters
+    return deadline is not None and time.monotonic() >= deadline
 
 
 def _result(
@@ -368,7 +407,8 @@ def _result(
     plan = st.plan
     times = []
     steps: list[list[float]] = []
-    verified = bool(iterations) and len(iterations) == p.iters
+    wanted = p.iters if p.duration_s is None else len(iterations)
+    verified = bool(iterations) and len(iterations) == wanted
     errors: list[str] = []
     for reps in iterations:
         start = min(r["start"] for r in reps)

@@ -1,0 +1,91 @@
+"""The soak with random faults (lab/soak.py) for real, short: its own lab (mrcsoakt), a ring
+all-reduce of 4 hosts for 36 s per transport, MRC then the RoCEv2 baseline, while the seeded
+schedule plays 10 faults a minute; then everything it left behind is checked to be gone.
+
+About 1.5-2 minutes. The pure parts (schedule, statistics, verdict) are tests/unit/test_soak.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import lab_helpers as H
+import pytest
+
+from lab import lifecycle
+from lab.netns import list_netns
+from lab.state import exists
+
+pytestmark = [pytest.mark.lab, H.needs_root]
+
+NAME = "mrcsoakt"
+MINUTES = 0.6
+RANKS = 4
+
+
+@pytest.fixture(scope="module")
+def soak_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict]:
+    out = tmp_path_factory.mktemp("soak") / "soak.json"
+    argv = [sys.executable, "-m", "lab.soak", "--name", NAME, "--minutes", str(MINUTES)]
+    # a forced rate: the test checks the machinery, not this machine's calibrated figures
+    argv += ["--seed", "3", "--events-per-min", "10", "--rate-mbit", "20", "--size", "2M"]
+    argv += ["--out", str(out), "--progress-s", "10"]
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    finally:
+        if exists(NAME):  # the soak tears its lab down; make sure, whatever happened
+            lifecycle.down(NAME)
+    text = p.stdout + p.stderr
+    assert out.exists(), text[-3000:]
+    return p.returncode, text, json.loads(out.read_text())
+
+
+def test_soak_exits_zero_and_says_so(soak_run: tuple[int, str, dict]) -> None:
+    rc, text, doc = soak_run
+    assert rc == 0, text[-3000:]
+    assert doc["verdict"] == {"ok": True, "reasons": []}
+    assert "verdict: OK" in text
+    assert "fault 1:" in text and "steps verified" in text  # progress and faults as they happen
+    assert Path(doc["outputs"]["plot"]).stat().st_size > 10_000
+
+
+def test_both_transports_verified_steps(soak_run: tuple[int, str, dict]) -> None:
+    _rc, _text, doc = soak_run
+    assert list(doc["transports"]) == ["mrc", "rocev2"]
+    for key, r in doc["transports"].items():
+        assert r["steps"] > 0, key
+        assert r["bytes_verified"] == r["steps"] * doc["size"] * RANKS > 0, key
+        assert r["verification_failures"] == 0, key
+        assert len(r["step_log"]) == r["steps"] + r["failed_steps"], key
+        dist = r["step_time_s"]["all"]
+        assert dist["count"] == r["steps"]
+        assert 0 < dist["p50_s"] <= dist["p90_s"] <= dist["p99_s"] <= dist["max_s"]
+    mrc = doc["transports"]["mrc"]
+    assert mrc["qp_errors"] == 0 and mrc["failed_steps"] == 0 and mrc["restarts"] == 0
+    assert mrc["steps"] > doc["transports"]["rocev2"]["steps"]  # 8 planes against one each
+
+
+def test_faults_applied_undone_and_marked(soak_run: tuple[int, str, dict]) -> None:
+    _rc, _text, doc = soak_run
+    planned = len(doc["schedule"])
+    assert planned >= 4
+    for key, r in doc["transports"].items():
+        log = r["fault_log"]
+        assert len(log) == planned == r["faults_applied"], key
+        assert not r["fault_errors"], key
+        assert all(f["end_s"] is not None and f["end_s"] > f["start_s"] for f in log), key
+        assert all(f["commands"] for f in log), key
+        # the same seeded schedule, replayed from each transport's start
+        assert [f["planned"] for f in log] == doc["schedule"]
+        cols = r["step_columns"]
+        marked = [row for row in r["step_log"] if row[cols.index("faults")]]
+        assert marked and r["fault_steps"] > 0, key
+        assert r["step_time_s"]["fault"]["count"] + r["step_time_s"]["clean"]["count"] == r["steps"]
+
+
+def test_nothing_left_behind(soak_run: tuple[int, str, dict]) -> None:
+    assert not exists(NAME)
+    assert not [ns for ns in list_netns() if ns.startswith(NAME + "-")]
