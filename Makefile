@@ -15,7 +15,7 @@ DEMO_ARGS ?=
 demo: setup
 	$(PY) -m lab.demo $(DEMO_ARGS)
 
-.PHONY: demo bench setup test test-unit test-lab lint bench-core bench-transport bench-nscc bench-switch bench-nic lab-up lab-down lab-status clean help
+.PHONY: fuzz demo bench setup test test-unit test-lab lint bench-core bench-transport bench-nscc bench-switch bench-nic lab-up lab-down lab-status clean help
 
 help:
 	@echo "make demo        the main job: lab up, MRC write through a T1 reboot and a link flap, vs RoCEv2 (root)"
@@ -29,6 +29,7 @@ help:
 	@echo "make bench-switch     mrc-switch vs kernel seg6local forwarding -> results/bench-switch.json"
 	@echo "make bench-lab-cpu    machine CPU per delivered frame, python vs kernel switches -> results/bench-lab-cpu.json (root)"
 	@echo "make bench-nic        NIC frames per CPU-second, C and Python engines and the RoCEv2 QP vs raw AF_PACKET -> results/bench-nic.json (root)"
+	@echo "make fuzz        1e6 hostile frames per target into NICs (both engines) and a switch -> results/fuzz.json (root)"
 	@echo "make calibrate   measure the link rate this machine carries (root; cached per boot in /run/mrc)"
 	@echo "make lab-up / lab-down / lab-status   the namespace lab (root); flags via LAB_ARGS=..."
 
@@ -78,6 +79,12 @@ bench-switch: setup
 # Two namespaces, one veth: the NIC's engines against a minimal C sender and receiver (root, ~1 min)
 bench-nic: setup
 	$(PY) bench/bench_nic.py --out results/bench-nic.json
+
+# Hostile frames: 1,000,000 per target into NICs with live QPs (both engines) and a running
+# mrc-switch (root) -> results/fuzz.json (about 3 minutes); FUZZ_ARGS="--frames 30000"
+FUZZ_ARGS ?=
+fuzz: setup
+	$(PY) -m lab.fuzz $(FUZZ_ARGS)
 
 # One write on python vs kernel switches: whole-machine CPU per delivered frame (root)
 bench-lab-cpu: setup

@@ -257,15 +257,20 @@ static struct mrc_rxe_region *find_region(struct mrc_rxe_regions *mem, uint32_t 
     return NULL;
 }
 
+/* 0: placed; else the PlaceStatus of mrcnic.transport.memory (1 bad R_Key, 2 no permission,
+ * 3 out of bounds) */
 static int place(struct mrc_rxe_regions *mem, uint32_t rkey, uint64_t va, const uint8_t *src,
                  uint32_t n) {
     struct mrc_rxe_region *r = find_region(mem, rkey);
-    if (r == NULL || !r->remote_write || va < r->base_va) {
-        return -1;
+    if (r == NULL) {
+        return 1;
+    }
+    if (!r->remote_write) {
+        return 2;
     }
     uint64_t off = va - r->base_va;
-    if (off > r->length || n > r->length - off) {
-        return -1;
+    if (va < r->base_va || off > r->length || n > r->length - off) {
+        return 3;
     }
     memcpy(r->ptr + off, src, n);
     r->bytes_placed += n;
@@ -327,6 +332,7 @@ static void ce_note(struct mrc_rxe_qp *q, uint32_t ev, int ce) {
 int mrc_rxe_frame(struct mrc_rxe_qp *q, struct mrc_rxe_regions *mem, const uint8_t *f,
                   uint32_t n, double now_s, struct mrc_rxe_out *out) {
     if (q->dead) {
+        q->st.rx_closed++;
         return 1;
     }
     if (out->n + 2 > out->cap || q->n_events + 1 > MRC_RXE_MAX_EVENTS) {
@@ -396,6 +402,7 @@ int mrc_rxe_frame(struct mrc_rxe_qp *q, struct mrc_rxe_regions *mem, const uint8
     }
     uint32_t d = (psn - w->expected) & MASK;
     if (d < HALF && d >= w->size) {
+        q->st.rx_psn_out_of_window++;
         send_nack(q, MRC_WIRE_NACK_PSN_OOR_WINDOW, psn, ev, ts, (int)plane, out);
         return 1;
     }
@@ -409,8 +416,16 @@ int mrc_rxe_frame(struct mrc_rxe_qp *q, struct mrc_rxe_regions *mem, const uint8
         return 1;
     }
     uint32_t plen = end - 4 - hdr_end;
-    if (place(mem, rkey, va, f + hdr_end, plen) != 0) {
+    int refused = place(mem, rkey, va, f + hdr_end, plen);
+    if (refused != 0) {
         q->st.rx_refused++;
+        if (refused == 1) {
+            q->st.rx_bad_rkey++;
+        } else if (refused == 2) {
+            q->st.rx_no_permission++;
+        } else {
+            q->st.rx_out_of_bounds++;
+        }
         send_nack(q, MRC_WIRE_NACK_REMOTE_ACCESS_ERROR, psn, ev, ts, -1, out);
         return 1;
     }
@@ -423,6 +438,7 @@ int mrc_rxe_frame(struct mrc_rxe_qp *q, struct mrc_rxe_regions *mem, const uint8
         q->pending_lo = psn;
     }
     q->pending++;
+    q->st.rx_placed_packets++;
     q->st.rx_placed_bytes += plen;
     q->received_bytes += plen;
     struct mrc_rxe_msg *m = &q->msgs[msn % MRC_RXE_MSN_WINDOW];
@@ -430,7 +446,7 @@ int mrc_rxe_frame(struct mrc_rxe_qp *q, struct mrc_rxe_regions *mem, const uint8
         /* Responder._rx_imm_check */
         uint32_t ahead_n = (rqmsn - q->rx_rqmsn) & 0xFFFF;
         if (ahead_n >= q->max_wimm_inflight && ahead_n < 0x8000) {
-            send_nack(q, MRC_WIRE_NACK_UNEXP_EVENT, psn, 0, 0, -1, out);
+            send_nack(q, MRC_WIRE_NACK_UNEXP_EVENT, psn, ev, ts, -1, out);
             event(q, MRC_RXE_EV_WIMM_FATAL, ahead_n + 1, 0, 0, now_s);
             q->dead = 1;
             return 1;

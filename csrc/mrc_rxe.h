@@ -89,6 +89,9 @@ struct mrc_rxe_stats {
     int64_t rx_data_packets, rx_ecn_marked, rx_malformed, rx_trimmed, rx_duplicates;
     int64_t rx_msn_out_of_range, rx_refused, rx_placed_bytes, rx_foreign;
     int64_t tx_sacks, tx_nacks;
+    /* every data frame's fate, named (mrcnic QpStats): refusals by cause, and the rest */
+    int64_t rx_bad_rkey, rx_no_permission, rx_out_of_bounds, rx_psn_out_of_window;
+    int64_t rx_placed_packets, rx_closed;
 };
 
 struct mrc_rxe_qp {

@@ -844,6 +844,7 @@ int mrc_txe_sack(struct mrc_txe_qp *q, uint32_t cack, uint32_t offset, uint64_t 
         return -1;
     }
     if (q->dead) {
+        q->st.rx_closed++;
         return 0;
     }
     q->st.rx_sacks++;
@@ -917,6 +918,7 @@ int mrc_txe_nack(struct mrc_txe_qp *q, uint32_t reason, uint32_t psn, uint32_t c
         return -1;
     }
     if (q->dead) {
+        q->st.rx_closed++;
         return 0;
     }
     q->st.rx_nacks++;
@@ -925,7 +927,14 @@ int mrc_txe_nack(struct mrc_txe_qp *q, uint32_t reason, uint32_t psn, uint32_t c
         q->st.rx_stale_nacks++; /* about nothing outstanding: stale, or forged */
         return 0;
     }
-    if (reason == MRC_WIRE_NACK_UNEXP_EVENT || reason == MRC_WIRE_NACK_REMOTE_ACCESS_ERROR) {
+    int fatal = reason == MRC_WIRE_NACK_UNEXP_EVENT || reason == MRC_WIRE_NACK_REMOTE_ACCESS_ERROR;
+    if (fatal && r->tx_ts_ns != ts_ns) {
+        /* a fatal NACK must echo the transmission it names: one that does not was made by
+         * someone who never saw the packet (a forged data frame under a spoofed address) */
+        q->st.rx_unmatched_nacks++;
+        return 0;
+    }
+    if (fatal) {
         fb(q, MRC_TXE_FB_NACK_FATAL, -1, reason, psn, r->msg, 0.0);
         q->dead = 1;
         return 0;
@@ -978,6 +987,7 @@ int mrc_txe_frame(struct mrc_txe_qp *q, const uint8_t *f, uint32_t n, double now
         return -1;
     }
     if (q->dead) {
+        q->st.rx_closed++;
         return 1;
     }
     if (n < OFF_BTH + 12) {

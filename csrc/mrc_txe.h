@@ -135,6 +135,7 @@ struct mrc_txe_stats {
     int64_t tx_data_packets, tx_data_bytes, retransmissions, rx_sacks, rx_nacks;
     int64_t rx_stale_nacks, sack_losses, spurious_retransmissions, spurious_timeouts;
     int64_t timeouts, completions, rx_malformed, rx_foreign;
+    int64_t rx_unmatched_nacks, rx_closed;
 };
 
 struct mrc_txe_qp {

@@ -18,6 +18,7 @@ process's PID and command line, its own config and stats file, and the control s
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import shutil
@@ -30,10 +31,19 @@ from typing import Any
 
 from .netns import LabError
 from .state import LabState, ProcessRecord
-from .topology import KIND_T0, Node, Plan, mac_text
+from .topology import KIND_T0, Node, Plan, Port, mac_text
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 3.0
+
+
+def host_source_prefix(plan: Plan, port: Port) -> str:
+    """The prefix a T0's downlink accepts as source: its host's address on the port's plane
+    (``block:T0:DL::``, the block and two uSIDs long)."""
+    h = int(port.peer.removeprefix("h"))
+    assert port.plane is not None
+    addr = ipaddress.IPv6Address(plan.host_address(h, port.plane))
+    return f"{addr}/{plan.fmt.lblen + 2 * plan.fmt.nflen}"
 
 
 def switch_config(
@@ -45,8 +55,11 @@ def switch_config(
     ports = []
     for port in plan.switch_ports(node):
         last_hop = node.kind == KIND_T0 and port.role == "down"
+        # a T0's host port takes only the host's own source address (anti-spoofing)
+        guard = {"source_prefix": host_source_prefix(plan, port)} if last_hop else {}
         ports.append(
             {
+                **guard,
                 "name": port.ifname.removeprefix(plan.prefix),
                 "interface": port.ifname,
                 "peer": port.peer,

@@ -53,6 +53,7 @@ from mrcnic.transport.qp_types import (
     QpConfig,
     QpErrorEvent,
     QpState,
+    QpStateError,
     QpStats,
     WcStatus,
     WriteCompleted,
@@ -121,6 +122,7 @@ class QP:
         self.transport = "mrc"
         self.ev_profile: EvProfile | None = None  # the profiles it was created from, if any
         self.cc_profile: CcProfile | None = None
+        self.destroyed = False  # Device.destroy_qp
 
     @property
     def qpn(self) -> int:
@@ -151,6 +153,8 @@ class QP:
         imm: int | None = None,
     ) -> None:
         """RDMA Write ``data`` to ``remote.va + offset`` (with immediate if ``imm`` is set)."""
+        if self.destroyed:
+            raise QpStateError(f"QP {self.qpn:#x} was destroyed: create another QP")
         if offset < 0 or offset + len(data) > remote.length:
             raise ValueError(
                 f"write of {len(data)} bytes at offset {offset} overflows the {remote.length}-byte "
@@ -279,6 +283,19 @@ def _core_class(transport: str) -> type:
     raise ValueError(f"unknown transport {transport!r}: choose one of {', '.join(TRANSPORTS)}")
 
 
+@dataclass(slots=True)
+class DeviceStats:
+    """Frames the device dropped before any QP saw them (each QP counts the rest in its
+    QpStats; the EV-probe QP 0x2 in ``Device.ev_probes``)."""
+
+    rx_not_mrc: int = 0  # not IPv6/UDP to port 4791, or too short for a BTH
+    rx_unknown_qp: int = 0  # an MRC frame to a QP number this device does not have
+    rx_too_big: int = 0  # longer than the receive ring's slots
+
+    def as_dict(self) -> dict[str, int]:
+        return {f: getattr(self, f) for f in self.__slots__}
+
+
 class Device:
     """A NIC: one port per plane, a memory registry, QPs; sans-I/O like the QPs it holds.
 
@@ -325,6 +342,7 @@ class Device:
         self._seed = seed if seed is not None else int(time.time_ns() & 0xFFFF)
         self._seeded = seed is not None
         self.ev_event_queues: list[EvEventQueue] = []  # controllers' EV event queues
+        self.stats = DeviceStats()
 
     def register(
         self,
@@ -378,8 +396,14 @@ class Device:
         return qp
 
     def destroy_qp(self, qp: QP) -> None:
+        """Take ``qp`` out of the device: it receives nothing more, its memory is freed now,
+        and posting on it raises QpStateError; its stats stay readable."""
         if self._rx_engines is not None:
             self._rx_engines.remove(qp.qpn)
+        release = getattr(qp.core, "release", None)
+        if release is not None:
+            release()
+        qp.destroyed = True
         if self.qps.pop(qp.qpn, None) is not None:
             for prof in (qp.ev_profile, qp.cc_profile):
                 if prof is not None:
@@ -430,29 +454,34 @@ class Device:
     def receive_batch(self, ring: Any, n: int, now_s: float) -> int:
         """The first ``n`` frames of a receive ring (``mrcnic.io.batch.RecvRing``): data
         frames of QPs with a C engine go through it in one call, the rest one by one through
-        :meth:`receive_frame`. Returns how many frames were too long for the ring's slots."""
+        :meth:`receive_frame`. Returns how many frames were too long for the ring's slots
+        (also counted in ``stats.rx_too_big``)."""
+        too_big = self._receive_batch(ring, n, now_s)
+        if too_big:
+            self.stats.rx_too_big += too_big
+        return too_big
+
+    def _receive_batch(self, ring: Any, n: int, now_s: float) -> int:
         eng = self._rx_engines
         cap = ring.cap
         view = ring.view
+        lens = ring.lens
+        rx = self.receive_frame
+        too_big = 0
         if eng is None or not eng.engines or ring.ptr is None:
-            lens = ring.lens
-            too_big = 0
             for i in range(n):
                 ln = lens[i]
                 if ln > cap:
                     too_big += 1
                     continue
                 off = i * cap
-                self.receive_frame(view[off : off + ln], now_s)
+                rx(view[off : off + ln], now_s)
             return too_big
 
         self._rx_batch = (ring, now_s)
         done = eng.dispatch(ring.ptr, ring.c_offs, ring.c_lens, n, cap, now_s, self._in_order)
         if done is None:
             return 0  # the common case: every frame was a data frame an engine took
-        too_big = 0
-        rx = self.receive_frame
-        lens = ring.lens
         for i in range(n):
             d = done[i]
             if d == 0:
@@ -492,6 +521,10 @@ class Device:
             qp.core.receive_frame(data, now_s)
         elif qpn == EV_PROBE_QPN:
             self.ev_probes.receive_frame(data, now_s)
+        elif qpn is None:
+            self.stats.rx_not_mrc += 1
+        else:
+            self.stats.rx_unknown_qp += 1
 
     def _engine_ctrl(self) -> list[tuple[int, bytes]]:
         eng = self._rx_engines

@@ -62,6 +62,9 @@ class PortConfig:
     trimming: bool  # trim trimmable data on overflow instead of dropping it
     last_hop: bool  # a T0 downlink: trimmed DSCP is TRIMMED_LASTHOP, ECN off by default
     trim_bytes: int  # bytes kept from the start of the frame; 0 = exactly the MRC headers
+    # source guard: frames in through this port must come from this prefix (a T0's host
+    # port: the host's own addresses), else dropped as spoofed_source; None: no guard
+    source_prefix: tuple[int, int] | None = None  # (network as a 128-bit int, length)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +123,7 @@ _PORT_FIELDS = {
     "trimming",
     "last_hop",
     "trim_bytes",
+    "source_prefix",
 }
 
 
@@ -256,6 +260,15 @@ def _port(raw: Any, i: int, max_frame: int) -> PortConfig:
             f"must be 0 (exactly the MRC headers) or >= {MIN_TRIM_BYTES} "
             "(Eth+IPv6+UDP+BTH+METH+TS+RETH)",
         )
+    guard = None
+    if "source_prefix" in raw:
+        try:
+            net = ipaddress.IPv6Network(raw["source_prefix"], strict=True)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(
+                where + "source_prefix", f"not an IPv6 prefix with zero host bits: {exc}"
+            ) from None
+        guard = (int(net.network_address), net.prefixlen)
     return PortConfig(
         name=name,
         interface=interface,
@@ -271,6 +284,7 @@ def _port(raw: Any, i: int, max_frame: int) -> PortConfig:
         trimming=trimming,
         last_hop=last_hop,
         trim_bytes=trim_bytes,
+        source_prefix=guard,
     )
 
 

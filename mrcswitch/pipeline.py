@@ -7,7 +7,9 @@ kernel by tests/lab/test_switch_conformance.py):
 1. The frame must be addressed to the in-port's MAC, carry IPv6 (ethertype 0x86DD,
    version 6) with a payload length that does not claim more bytes than the frame has
    (a frame longer than its payload length is cut to it, as ``ipv6_rcv`` does), and a
-   source that may be forwarded (not ::, ::1, multicast or link-local).
+   source that may be forwarded (not ::, ::1, multicast or link-local) and, on a port with
+   a ``source_prefix`` (a T0's host port), inside that prefix (a host cannot spoof another's
+   address: the fabric's anti-spoofing, as a top-of-rack switch's source guard).
 2. If the destination's leading ``block:uSID`` (/48 with the default block) is one of the
    switch's own uSIDs: drop at end of carrier (nothing after the active uSID: the kernel
    then runs plain End, which needs a segment routing header), else shift the uSIDs left
@@ -76,6 +78,7 @@ class DropReason(IntEnum):
     TOO_BIG = 13  # frame longer than the switch's receive slot (max_frame_bytes)
     INTERNAL = 14  # a bug caught by the switch loop's guard (should stay 0)
     TX_ERROR = 15  # the kernel refused to send the frame (ENOBUFS, EMSGSIZE, ...)
+    SPOOFED_SOURCE = 16  # in through a guarded port from outside its source_prefix
 
     @property
     def key(self) -> str:
@@ -159,10 +162,15 @@ class Pipeline:
         "_l2",
         "_cache",
         "_hdr_caches",
+        "_guards",
     )
 
     def __init__(
-        self, table: StaticTable, port_macs: Sequence[bytes], peer_macs: Sequence[bytes]
+        self,
+        table: StaticTable,
+        port_macs: Sequence[bytes],
+        peer_macs: Sequence[bytes],
+        source_prefixes: Sequence[tuple[int, int] | None] | None = None,
     ) -> None:
         if len(port_macs) != len(peer_macs) or len(port_macs) < len(table.port_names):
             raise ValueError("need one MAC and one peer MAC per port")
@@ -182,6 +190,11 @@ class Pipeline:
         self._cache: dict[bytes, int] = {}
         # per in-port: 54 header bytes -> code
         self._hdr_caches: list[dict[bytes, int]] = [{} for _ in port_macs]
+        # per in-port: (shift, network >> shift) of its source guard, or None
+        guards = list(source_prefixes or [None] * len(port_macs))
+        if len(guards) != len(port_macs):
+            raise ValueError("need one source prefix (or None) per port")
+        self._guards = [None if g is None else (128 - g[1], g[0] >> (128 - g[1])) for g in guards]
 
     @property
     def table(self) -> StaticTable:
@@ -262,6 +275,9 @@ class Pipeline:
         s0 = src[0]
         if s0 == 0xFF or (s0 == 0xFE and src[1] & 0xC0 == 0x80) or src in _BAD_SOURCES:
             return -DropReason.BAD_SOURCE
+        guard = self._guards[in_port]
+        if guard is not None and int.from_bytes(src, "big") >> guard[0] != guard[1]:
+            return -DropReason.SPOOFED_SOURCE  # decided per header: memoised like the rest
         code = self._cache.get(dst)
         if code is None:
             code = self.route(dst)

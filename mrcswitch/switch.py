@@ -296,7 +296,10 @@ class Switch:
                 p.up = linkstate.link_up(p.cfg.interface)
             self._register(p)
         self.pipeline = Pipeline(
-            self.table, [p.mac for p in self.ports], [p.cfg.peer_mac for p in self.ports]
+            self.table,
+            [p.mac for p in self.ports],
+            [p.cfg.peer_mac for p in self.ports],
+            [p.cfg.source_prefix for p in self.ports],
         )
         self.planner = Planner(
             self.pipeline.l2_headers,

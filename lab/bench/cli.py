@@ -3,6 +3,7 @@
     mrc-bench write --lab mrc --src h0 --dst h3 --size 64K --duration 10 [--json]
     mrc-bench lat   --lab mrc --src h0 --dst h3
     mrc-bench allreduce --lab mrc --hosts h0,h1,h2,h3 --size 4M
+    mrc-bench forge --lab mrc --writer h0 --target h1 --forger h2
 
 Without ``--server``/``--client`` (and for ``allreduce`` without ``--rank``), mrc-bench runs
 every side itself: it starts ``ip netns exec <host namespace> mrc-bench ...`` for each side
@@ -179,6 +180,28 @@ def build_parser() -> argparse.ArgumentParser:
     ar.add_argument(
         "--rank", type=int, default=None, help="run only this rank here (rank 0 coordinates)"
     )
+
+    fg = sub.add_parser(
+        "forge",
+        help="forged writes from a third host during a verified write (needs python switches)",
+        description="A verified write from --writer into --target while --forger, holding the "
+        "target QP's number, R_Key, region address and PSNs, sends forged data (stolen and "
+        "guessed R_Keys, PSNs in and out of the window, trimmed headers, an unknown QP), NACKs "
+        "and PORT_STATUS aimed at the writer, from its own address and spoofing the victims'. "
+        "Passes when the write verifies with no QP error, 0 bytes change outside it, and every "
+        "forged frame is counted under the reason that names it. Exit status 1 otherwise.",
+    )
+    _add_common(fg)
+    fg.add_argument("--writer", default="h0", help="the legitimate writer (default h0)")
+    fg.add_argument("--target", default="h1", help="the host written to (default h1)")
+    fg.add_argument("--forger", default="h2", help="the third host (default h2)")
+    fg.add_argument(
+        "--size", type=size_arg, default="4M", metavar="BYTES", help="bytes written (default 4M)"
+    )
+    fg.add_argument(
+        "--per-kind", type=int, default=40, help="forged frames per kind and address (default 40)"
+    )
+    fg.add_argument("--seed", type=int, default=1, help="data and forgery seed (default 1)")
     return ap
 
 
@@ -225,7 +248,24 @@ def _main(args: argparse.Namespace) -> int:
     _check_transport(args.transport)
     if args.test == "allreduce":
         return _allreduce(st, args)
+    if args.test == "forge":
+        return _forge(st, args)
     return _pair(st, args)
+
+
+def _forge(st: Any, args: argparse.Namespace) -> int:
+    import asyncio
+
+    from lab.bench.forge import ForgeParams, format_forge, run_forge
+
+    if args.transport != "mrc":
+        raise UsageError("forge runs against MRC QPs (--transport mrc)")
+    p = ForgeParams(args.writer, args.target, args.forger, args.size, args.per_kind, args.seed)
+    if args.timeout_s is not None:
+        p.timeout_s = args.timeout_s
+    res = asyncio.run(run_forge(st, p))
+    print(json.dumps(res, indent=1) if args.json else format_forge(res), flush=True)
+    return 0 if res["passed"] else EXIT_FAILED
 
 
 def _self_host(st: Any, given: str | None) -> int:

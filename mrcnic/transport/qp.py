@@ -359,6 +359,20 @@ class QueuePair(Requester, Responder, Outbox):
     def ev_states(self) -> dict[str, int]:
         return self.evs.counts()
 
+    def release(self) -> None:
+        """Let the C engines go (``Device.destroy_qp``), their counters added to the stats
+        first. The engines and this QP refer to each other: without this their buffers
+        (megabytes per QP) would wait for Python's cyclic collector, which large C buffers
+        do not prompt."""
+        if self._rxe is not None:
+            self._rxe.fold_counters()
+        if self._txe is not None:
+            self._txe._stats()
+            self._txe.pull_stats()  # ev_stats() stays right after the engine is gone
+            self.evs.picker = None
+        self._rxe = self._txe = None
+        self._rx_engines = self._tx_c = None
+
     def get_stats(self) -> QpStats:
         s = self.stats
         s.cwnd_bytes = self.cc.cwnd_bytes
@@ -514,6 +528,7 @@ class QueuePair(Requester, Responder, Outbox):
     def receive_frame(self, data: bytes | bytearray | memoryview, now_s: float) -> None:
         """Process one received Ethernet frame addressed to this QP."""
         if self.peer is None or self.state is QpState.ERROR:
+            self.stats.rx_closed += 1
             return
         rxe = self._rxe
         if rxe is not None and len(data) > _OFF_BTH:
@@ -595,6 +610,7 @@ class QueuePair(Requester, Responder, Outbox):
         elif op == _OP_NACK:
             self._rx_nack(pkt.nack, now_s)
         elif op == _OP_RPROBE:
+            self.stats.rx_probes += 1
             # answer with an ACK (0xD1, the SACK body) echoing the probed EV and timestamp
             ce = (w0 >> 20) & 3 == 3
             probe = pkt.probe
@@ -606,6 +622,7 @@ class QueuePair(Requester, Responder, Outbox):
                 self._send_sack(cack, probe.ev, probe.tx_ts_ns, ce, plane, _OP_ACK)
         elif op == _OP_EP_REQ and pkt.endpoint.kind == wire.EndpointKind.PORT_STATUS:
             ep = pkt.endpoint
+            self.stats.rx_port_status += 1
             # acknowledge every copy (the sender retries until it hears this), apply only
             # what is newer than the last update applied: a stale "down" that arrives after
             # an "up" must not take a plane out for good
@@ -628,6 +645,7 @@ class QueuePair(Requester, Responder, Outbox):
                     self._update_plane(p, now_s)
             self._events.append(PeerPortStatus(mask, now_s))
         elif op == _OP_EP_RESP and pkt.endpoint.kind == wire.EndpointKind.PORT_STATUS:
+            self.stats.rx_port_status_acks += 1
             pending = self._ps_pending
             if pending is not None and pkt.endpoint.ident == pending[0]:
                 self._ps_pending = None

@@ -227,6 +227,17 @@ class QpStats:
     rx_stale_nacks: int = 0  # NACKs about no outstanding packet: dropped, never fatal
     rx_refused: int = 0
     rx_msn_out_of_range: int = 0  # data whose MSN is MSN_WINDOW or more ahead: dropped
+    # rx_refused by cause (the memory table's PlaceStatus); each is NACKed REMOTE_ACCESS_ERROR
+    rx_bad_rkey: int = 0  # no region has that R_Key (guessed, or deregistered)
+    rx_no_permission: int = 0  # the region does not allow remote writes
+    rx_out_of_bounds: int = 0  # a byte outside the region
+    rx_psn_out_of_window: int = 0  # data beyond the tracking window: NACKed, not placed
+    rx_placed_packets: int = 0  # data packets placed (the one fate that changes memory)
+    rx_unmatched_nacks: int = 0  # fatal NACKs not echoing the transmission named: ignored
+    rx_probes: int = 0  # retransmission probes (RPROBE) answered
+    rx_port_status: int = 0  # PORT_STATUS requests (copies included), acknowledged
+    rx_port_status_acks: int = 0  # PORT_STATUS responses
+    rx_closed: int = 0  # frames to a QP not yet connected or in error: dropped
     completions: int = 0
     cwnd_bytes: float = 0.0
     srtt_s: float = 0.0

@@ -627,6 +627,12 @@ class Requester:
             st.rx_stale_nacks += 1
             return
         if reason in (R.UNEXP_EVENT, R.REMOTE_ACCESS_ERROR):
+            if rec.tx_ts_ns != n.reflected_ts_ns:
+                # a fatal NACK must echo the transmission it names: one that does not was
+                # made by someone who never saw the packet (a forged data frame under a
+                # spoofed address, refused by the responder): ignored, counted
+                st.rx_unmatched_nacks += 1
+                return
             self._nack_fatal(reason, n.psn, rec.msg, now_s)
             return
         if rec.lost or rec.tx_ts_ns != n.reflected_ts_ns:

@@ -35,6 +35,7 @@ from mrcnic.transport.frames import (
     _crc32,
     _from_bytes,
 )
+from mrcnic.transport.memory import PlaceStatus
 from mrcnic.transport.qp_types import ImmReceived, WcStatus
 from mrcnic.transport.sack import MARK_NEW
 
@@ -72,6 +73,7 @@ class Responder:
             st.rx_ecn_marked += 1
         rxw.receive(psn)
         plen = end - 4 - _OFF_BTH - 40
+        st.rx_placed_packets += 1
         st.rx_placed_bytes += plen
         rxw.received_bytes += plen
         self._rx_placed(psn, msn, length, plen, ev, ts_ns, ce, w1, w2, now_s)
@@ -114,6 +116,7 @@ class Responder:
             return
         d = (psn - rxw.expected) & PSN_MASK
         if d < _HALF and d >= rxw.size:
+            st.rx_psn_out_of_window += 1
             self._send_nack(int(wire.NackReason.PSN_OOR_WINDOW), psn, ev, ts_ns, ev % self.planes)
             return
         # d == 0 is the cumulative ack's next PSN, which is never marked (receive() advances
@@ -126,17 +129,25 @@ class Responder:
             st.rx_msn_out_of_range += 1  # no requester has that many messages under way
             return
         payload = mv[hdr_end : end - 4]
-        if self.memory.place(rkey, va, payload) is not _PLACE_OK:
+        refused = self.memory.place(rkey, va, payload)
+        if refused is not _PLACE_OK:
             st.rx_refused += 1
+            if refused is PlaceStatus.BAD_RKEY:
+                st.rx_bad_rkey += 1
+            elif refused is PlaceStatus.NO_PERMISSION:
+                st.rx_no_permission += 1
+            else:
+                st.rx_out_of_bounds += 1
             self._send_nack(int(wire.NackReason.REMOTE_ACCESS_ERROR), psn, ev, ts_ns, -1)
             return
         mark = rxw.receive(psn)
         assert mark == MARK_NEW
         plen = end - 4 - hdr_end
+        st.rx_placed_packets += 1
         st.rx_placed_bytes += plen
         rxw.received_bytes += plen
         if imm:
-            if self._rx_imm_check(rqmsn, psn, now_s):
+            if self._rx_imm_check(rqmsn, psn, ev, ts_ns, now_s):
                 return
             self._rx_imm[msn] = (rqmsn, _IMM.unpack_from(data, _OFF_BTH + 40)[0])
         self._rx_placed(psn, msn, length, plen, ev, ts_ns, ce, w1, w2, now_s)
@@ -191,12 +202,13 @@ class Responder:
             if self._ack_deadline is None:
                 self._ack_deadline = now_s + self._ack_delay
 
-    def _rx_imm_check(self, rqmsn: int, psn: int, now_s: float) -> bool:
+    def _rx_imm_check(self, rqmsn: int, psn: int, ev: int, ts_ns: int, now_s: float) -> bool:
         """A write-with-immediate beyond max_wimm_inflight is a protocol violation: fatal
-        (the NACK names the offending packet, which the requester is waiting on)."""
+        (the NACK names the offending packet, which the requester is waiting on, and echoes
+        its transmission, as the requester requires of a fatal NACK)."""
         ahead = (rqmsn - self._rx_rqmsn) & 0xFFFF
         if ahead >= self.config.max_wimm_inflight and ahead < 0x8000:
-            self._send_nack(int(wire.NackReason.UNEXP_EVENT), psn, 0, 0, -1)
+            self._send_nack(int(wire.NackReason.UNEXP_EVENT), psn, ev, ts_ns, -1)
             self._fatal(
                 WcStatus.REMOTE_OP_ERROR,
                 f"peer has {ahead + 1} write-with-immediate messages in flight, "

@@ -257,6 +257,10 @@ class RxEngines:
 class CRxEngine:
     """The C data path of one connected MRC QP (``qp``: a QueuePair)."""
 
+    def fold_counters(self) -> None:
+        """Add what the C side counted since the last batch to the QP's stats."""
+        self._counters.add(self._ffi, self.q.st, self.qp.stats)
+
     def __init__(self, qp: Any, dev: RxEngines) -> None:
         m = _c_module()
         ffi = self._ffi = m.ffi
@@ -382,7 +386,7 @@ class CRxEngine:
             if qp._rev_probe_at is None and qp.peer is not None:
                 qp._rev_probe_at = qp.evs.now_s + REVERSE_PROBE_RTOS_FIRST * qp._rto
         st = q.st
-        if st.rx_data_packets or st.rx_malformed or st.rx_foreign or st.tx_sacks:
+        if st.rx_data_packets or st.rx_malformed or st.rx_foreign or st.tx_sacks or st.rx_closed:
             self._counters.add(self._ffi, st, qp.stats)
         if qp.state is QpState.ERROR:
             q.dead = 1

@@ -330,7 +330,7 @@ class CTxEngine:
         if n:
             q.n_fb = 0
             self._replay(n, now_s)
-        elif batch and not (q.st.rx_malformed or q.st.rx_foreign):
+        elif batch and not (q.st.rx_malformed or q.st.rx_foreign or q.st.rx_closed):
             return
         self._stats()
 

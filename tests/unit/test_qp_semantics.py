@@ -353,9 +353,9 @@ def test_reordering_makes_few_spurious_retransmissions(qp_pair):
 # -- acceptance rules on receive ----------------------------------------------------------------
 
 
-def _nack_frame(w, reason: int, psn: int) -> bytes:
+def _nack_frame(w, reason: int, psn: int, ts_ns: int = 0) -> bytes:
     """A well-formed NACK from h1's QP to h0's (built by h1's own code, valid ICRC)."""
-    w.qb._send_nack(reason, psn, 0, 0, 0)
+    w.qb._send_nack(reason, psn, 0, ts_ns, 0)
     return w.qb.control_frames_to_send()[-1][1]
 
 
@@ -391,7 +391,12 @@ def test_a_forged_nack_is_never_fatal(qp_pair):
     w.qa.receive_frame(_nack_frame(w, unexp, stale), 0.0)  # the peer's address, no such PSN
     assert w.qa.state.name == "READY" and not w.of(0, QpErrorEvent)
     assert w.qa.stats.rx_foreign == 1 and w.qa.stats.rx_stale_nacks == 1
-    w.qa.receive_frame(_nack_frame(w, unexp, out), 0.0)  # genuine: fatal, as it should be
+    # the peer's address (spoofed) and an outstanding PSN, but not the transmission's
+    # timestamp: whoever made it never saw the packet
+    sent_ns = w.qa.sb.records[out].tx_ts_ns
+    w.qa.receive_frame(_nack_frame(w, unexp, out, sent_ns + 1), 0.0)
+    assert w.qa.state.name == "READY" and w.qa.stats.rx_unmatched_nacks == 1
+    w.qa.receive_frame(_nack_frame(w, unexp, out, sent_ns), 0.0)  # genuine: fatal
     assert w.qa.state.name == "ERROR"
 
 

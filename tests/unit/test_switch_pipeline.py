@@ -207,3 +207,31 @@ def test_never_raises_on_mutated_frames(f):
         assert out[21] == f[21] - 1
     else:
         assert isinstance(r.reason, DropReason)
+
+
+def test_a_guarded_port_drops_sources_outside_its_prefix():
+    import ipaddress
+
+    from mrcswitch.config import ConfigError
+
+    net = ipaddress.IPv6Network("2001:db8::/64")
+    pipe = Pipeline(TABLE, MACS, PEERS, [(int(net.network_address), 64), None, None])
+    ok = frame(addr(OWN, B), src=SRC)
+    spoofed = frame(addr(OWN, B), src=bytes.fromhex("20010db8000000010000000000000001"))
+    assert isinstance(pipe.process(ok, 0), Forward)
+    assert pipe.process(spoofed, 0) == Drop(DropReason.SPOOFED_SOURCE)
+    assert isinstance(pipe.process(frame(addr(OWN, B), src=spoofed[22:38], in_port=1), 1), Forward)
+    assert DropReason.SPOOFED_SOURCE.key == "spoofed_source"
+    port = {"interface": "v0", "peer_mac": "02:00:00:00:02:00", "rate_mbit": 1,
+            "buffer_bytes": 1 << 20, "source_prefix": "2001:db8::/64"}  # fmt: skip
+    cfg = config_from_dict({"name": "g", "own_usids": ["1100"], "ports": [port], "table": {}})
+    assert cfg.ports[0].source_prefix == (int(net.network_address), 64)
+    with pytest.raises(ConfigError, match="source_prefix"):
+        config_from_dict(
+            {
+                "name": "g",
+                "own_usids": ["1100"],
+                "table": {},
+                "ports": [{**port, "source_prefix": "2001:db8::1/64"}],
+            }  # fmt: skip
+        )
