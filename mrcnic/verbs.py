@@ -46,6 +46,7 @@ from mrcnic.transport.evprobe import EvProbeDesk
 from mrcnic.transport.memory import Access, MemoryRegion, MemoryTable
 from mrcnic.transport.qp import QueuePair
 from mrcnic.transport.qp_types import (
+    MAX_OUTSTANDING_WRITES,
     Event,
     ImmReceived,
     NetConfig,
@@ -55,12 +56,13 @@ from mrcnic.transport.qp_types import (
     QpState,
     QpStateError,
     QpStats,
+    ResourceLimitError,
     WcStatus,
     WriteCompleted,
     peek_dest_qp,
     seeded,
 )
-from mrcnic.transport.rx_engine import ENGINES, RxEngines, engine_from_env
+from mrcnic.transport.rx_engine import ENGINES, MAX_REGIONS, RxEngines, engine_from_env
 from mrcnic.transport.tx_engine import PortQueues
 from mrcnic.wire import usid
 from mrcnic.wire.layout import EV_PROBE_QPN
@@ -68,9 +70,12 @@ from mrcnic.wire.layout import EV_PROBE_QPN
 __all__ = [
     "Access",
     "Device",
+    "DeviceLimits",
+    "DeviceStats",
     "EvStateChanged",
     "ImmReceived",
     "MemoryRegion",
+    "ResourceLimitError",
     "QP",
     "QpAttributes",
     "QpConfig",
@@ -283,6 +288,27 @@ def _core_class(transport: str) -> type:
     raise ValueError(f"unknown transport {transport!r}: choose one of {', '.join(TRANSPORTS)}")
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceLimits:
+    """What one device holds at most; beyond, the call raises ResourceLimitError and changes
+    nothing (docs/api.md, "Limits")."""
+
+    max_qps: int = 1024
+    max_regions: int = MAX_REGIONS  # the C engines' memory table: both engines agree
+    #: per QP, both engines (MAX_OUTSTANDING_WRITES: the C send engine's message ring)
+    max_outstanding_writes: int = MAX_OUTSTANDING_WRITES
+
+    def __post_init__(self) -> None:
+        if self.max_qps < 1:
+            raise ValueError("max_qps must be >= 1")
+        if not 1 <= self.max_regions <= MAX_REGIONS:
+            raise ValueError(f"max_regions must be in 1..{MAX_REGIONS}")
+        if self.max_outstanding_writes != MAX_OUTSTANDING_WRITES:
+            raise ValueError(
+                f"max_outstanding_writes is fixed at {MAX_OUTSTANDING_WRITES} (the C engine's ring)"
+            )
+
+
 @dataclass(slots=True)
 class DeviceStats:
     """Frames the device dropped before any QP saw them (each QP counts the rest in its
@@ -310,8 +336,10 @@ class Device:
         clock: Callable[[], float] = time.monotonic,
         seed: int | None = None,
         engine: str | None = None,
+        limits: DeviceLimits | None = None,
     ) -> None:
         self.net = net
+        self.limits = limits if limits is not None else DeviceLimits()
         rates = (
             [port_rate_bps] * len(net.ports)
             if isinstance(port_rate_bps, int | float)
@@ -349,6 +377,11 @@ class Device:
         buffer: bytearray | memoryview,
         access: Access = Access.LOCAL_WRITE | Access.REMOTE_WRITE,
     ) -> MemoryRegion:
+        if len(self.memory) >= self.limits.max_regions:
+            raise ResourceLimitError(
+                f"{self.limits.max_regions} regions registered (the device's limit): "
+                "deregister one, or register one larger buffer and write at offsets in it"
+            )
         return self.memory.register(buffer, access)
 
     def deregister(self, mr: MemoryRegion) -> None:
@@ -369,6 +402,10 @@ class Device:
         and libmrc-style attributes from ONLINE profiles and :class:`QpOptions`, applied over
         ``config`` (``mrcnic.profiles``)."""
         cls = _core_class(transport)
+        if len(self.qps) >= self.limits.max_qps:
+            raise ResourceLimitError(
+                f"{self.limits.max_qps} QPs on this device (its limit): destroy one first"
+            )
         if transport != "mrc" and any(x is not None for x in (ev_profile, cc_profile, options)):
             raise ValueError("EV and CC profiles and QpOptions apply to MRC QPs only")
         qpn = self._next_qpn

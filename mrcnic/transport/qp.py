@@ -100,6 +100,11 @@ from mrcnic.transport.sack import LOST_BY_TIMEOUT, ResponderWindow, Scoreboard, 
 from mrcnic.transport.tx_engine import CTxEngine
 from mrcnic.wire import usid
 
+# what a live record costs on the Python engine: the object (its slots) plus its entries in
+# the scoreboard's dict and heap (about 100 bytes on CPython 3.11)
+_RECORD_BYTES = TxRecord.__basicsize__ + 100
+_MESSAGE_BYTES = TxMessage.__basicsize__
+
 #: a round of EV probes over the reverse EV set every this many RTOs (while acknowledging)
 REVERSE_PROBE_RTOS = 16
 #: rounds unanswered in a row that take a reverse EV out of use
@@ -373,8 +378,23 @@ class QueuePair(Requester, Responder, Outbox):
         self._rxe = self._txe = None
         self._rx_engines = self._tx_c = None
 
+    def state_bytes(self) -> int:
+        """Memory this QP holds for its protocol state: the C engines' structs and arrays (the
+        send engine's ring of MAX_OUTSTANDING_WRITES messages and per-PSN records dominate),
+        the PSN tracking window's bitmap, and on the Python engine its live records (counted
+        at their object size). Buffers the user registered or posted are not counted."""
+        n = self.config.window_psns // 8
+        if self._txe is not None:
+            n += self._txe.state_bytes()
+        else:
+            n += len(self.sb.records) * _RECORD_BYTES + len(self._sendq) * _MESSAGE_BYTES
+        if self._rxe is not None:
+            n += self._rxe.state_bytes()
+        return n
+
     def get_stats(self) -> QpStats:
         s = self.stats
+        s.state_bytes = self.state_bytes()
         s.cwnd_bytes = self.cc.cwnd_bytes
         s.srtt_s = self._srtt or 0.0
         s.rto_s = self._rto

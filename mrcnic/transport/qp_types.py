@@ -50,6 +50,16 @@ class QpStateError(MrcError, RuntimeError):
     """An API call the QP's state does not allow (e.g. post before connect)."""
 
 
+class ResourceLimitError(MrcError, RuntimeError):
+    """A stated limit is reached (QPs per device, regions, writes outstanding per QP): the
+    message names the limit and what to do; nothing was changed."""
+
+
+#: writes posted and not completed per QP, on both engines (the C send engine's ring of
+#: messages is this long: a power of two, more than the responder's MSN window)
+MAX_OUTSTANDING_WRITES = 32768
+
+
 # -- events -----------------------------------------------------------------------------------
 
 
@@ -238,6 +248,7 @@ class QpStats:
     rx_port_status: int = 0  # PORT_STATUS requests (copies included), acknowledged
     rx_port_status_acks: int = 0  # PORT_STATUS responses
     rx_closed: int = 0  # frames to a QP not yet connected or in error: dropped
+    state_bytes: int = 0  # memory this QP holds for its protocol state (QueuePair.state_bytes)
     completions: int = 0
     cwnd_bytes: float = 0.0
     srtt_s: float = 0.0

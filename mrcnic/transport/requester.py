@@ -40,9 +40,11 @@ from mrcnic.transport.frames import (
     _from_bytes,
     _Template,
 )
+from mrcnic.transport.qp_types import MAX_OUTSTANDING_WRITES as _MAX_OUT
 from mrcnic.transport.qp_types import (
     QpAttributes,
     QpState,
+    ResourceLimitError,
     TxMessage,
     WcStatus,
     WriteCompleted,
@@ -86,6 +88,11 @@ class Requester:
     ) -> None:
         """Queue an RDMA Write (with immediate if ``imm`` is given) of ``local`` to the peer."""
         buf = checked_write(self.qpn, self.state, local, remote_va, rkey, imm)
+        if self._txe is None and len(self._sendq) + len(self._inflight_msgs) >= _MAX_OUT:
+            raise ResourceLimitError(
+                f"QP {self.qpn}: {_MAX_OUT} writes posted and not completed (the limit per "
+                "QP); poll completions before posting more"
+            )
         msg = TxMessage(wr_id, buf, remote_va, rkey, imm, self._msn, self._rqmsn)
         if self._txe is not None:
             self._txe.post(msg)  # (raises at the C engine's limit: nothing changed yet)

@@ -58,6 +58,11 @@ def raw_pointer(ffi: Any, view: Any, writable: bool = False) -> Any:
         ffi.release(tmp)
 
 
+#: regions the C engines' memory table holds: a device registers no more (verbs.DeviceLimits),
+#: so both engines accept the same keys
+MAX_REGIONS = 1024
+
+
 class CounterSink:
     """Adds a C struct of int64 counters (``struct_name``) to the QpStats fields of the same
     names and zeroes them in C: the struct is read and cleared as one buffer (per batch, a
@@ -108,7 +113,7 @@ class RxEngines:
 
     MAX_QPS = 64  # csrc/mrc_rxe.h struct mrc_rxe_dev
 
-    def __init__(self, memory: MemoryTable, cap: int = 1024) -> None:
+    def __init__(self, memory: MemoryTable, cap: int = MAX_REGIONS) -> None:
         m = self.module = _c_module()
         ffi = self._ffi = m.ffi
         self._lib = m.lib
@@ -256,6 +261,11 @@ class RxEngines:
 
 class CRxEngine:
     """The C data path of one connected MRC QP (``qp``: a QueuePair)."""
+
+    def state_bytes(self) -> int:
+        """Bytes of the C state this engine allocated for its QP."""
+        ffi = self._ffi
+        return sum(ffi.sizeof(a) for a in (self.q[0], self._msgs, self._ce, self._tmpl))
 
     def fold_counters(self) -> None:
         """Add what the C side counted since the last batch to the QP's stats."""

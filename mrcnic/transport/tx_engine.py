@@ -22,21 +22,27 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from mrcnic.errors import MrcError
 from mrcnic.transport.cc import new_ack_sample
 from mrcnic.transport.ev import EvInput
-from mrcnic.transport.qp_types import QpAttributes, TxMessage, WcStatus, WriteCompleted
+from mrcnic.transport.qp_types import (
+    MAX_OUTSTANDING_WRITES,
+    QpAttributes,
+    ResourceLimitError,
+    TxMessage,
+    WcStatus,
+    WriteCompleted,
+)
 from mrcnic.transport.rx_engine import CounterSink, _c_module, raw_pointer
 
 REC_CAP = 8192  # PSNs in flight + 1 (a power of two)
-MSG_CAP = 32768  # writes posted and not completed (a power of two, > MSN_WINDOW)
+MSG_CAP = MAX_OUTSTANDING_WRITES  # writes posted and not completed (a power of two)
 RECOVERY_LOG = 65536  # Requester._recoveries' length
 OUT_FRAMES = 64  # data frames per mrc_txe_send call before the shell drains them
 _HDR = struct.Struct(">6s6sHIHBB16s16sHHHH")  # Ethernet, IPv6, UDP: a template's 62 bytes
 
 
-class TxLimitError(MrcError, RuntimeError):
-    """A QP on the C engine has as many writes posted and not completed as it can hold."""
+class TxLimitError(ResourceLimitError):
+    """A QP has as many writes posted and not completed as it can hold (either engine)."""
 
 
 def _inputs(lib: Any) -> dict[int, EvInput]:
@@ -68,6 +74,8 @@ class CTxEngine:
             a = ffi.new(ctype, init)
             keep.append(a)
             return a
+
+        self.arrays = keep  # (state_bytes)
 
         q = self.q = ffi.new("struct mrc_txe_qp *")
         cfg = qp.config
@@ -184,6 +192,11 @@ class CTxEngine:
             target[:] = list(a[0 : len(target)])
 
     # -- messages ------------------------------------------------------------------------------
+
+    def state_bytes(self) -> int:
+        """Bytes of the C state this engine allocated for its QP."""
+        ffi = self._ffi
+        return ffi.sizeof(self.q[0]) + sum(ffi.sizeof(a) for a in self.arrays)
 
     def post(self, msg: TxMessage) -> None:
         q = self.q
