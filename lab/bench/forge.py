@@ -47,6 +47,7 @@ _U32 = struct.Struct("!I")
 _U64 = struct.Struct("!Q")
 ETH_P_ALL = 0x0003
 CHUNK = 256 << 10
+PACE_FRAMES, PACE_S = 8, 0.002  # the forger's pace: ~4,000 frames/s
 
 
 @dataclass
@@ -110,11 +111,15 @@ class Forger:
         for s in self.socks:
             s.close()
 
-    def send(self, kind: str, frames: list[tuple[int, bytes]], spoof_as: int | None) -> None:
-        """Send frames ((plane, frame)); ``spoof_as``: put that host's address as source."""
+    async def send(self, kind: str, frames: list[tuple[int, bytes]], spoof_as: int | None) -> None:
+        """Send frames ((plane, frame)); ``spoof_as``: put that host's address as source.
+        Paced (a pause every PACE_FRAMES): a burst would overflow the T0's receive ring,
+        whose drops cannot say which kind they took."""
         plan = self.st.plan
         n = 0
-        for plane, f in frames:
+        for i, (plane, f) in enumerate(frames):
+            if i and i % PACE_FRAMES == 0:
+                await asyncio.sleep(PACE_S)
             f = bytearray(f)
             if spoof_as is not None:
                 f[layout.OFF_SRC : layout.OFF_DST] = plan.host_address(spoof_as, plane)
@@ -130,12 +135,17 @@ def _t0s(st: Any, h: int) -> list[str]:
     return [plan.host_port(h, p).peer for p in range(plan.params.planes)]
 
 
-def _spoof_drops(st: Any, nodes: list[str]) -> int:
-    total = 0
+def _t0_counts(st: Any, nodes: list[str], forger: str) -> tuple[int, int]:
+    """(spoofed_source drops, frames the kernel dropped before the switch read them) on the
+    forger's T0 ports."""
+    spoofed = ring = 0
     for node in nodes:
         s = switch_stats(st, node).get("stats") or {}
-        total += s.get("totals", {}).get("drops", {}).get("spoofed_source", 0)
-    return total
+        spoofed += s.get("totals", {}).get("drops", {}).get("spoofed_source", 0)
+        for port in s.get("ports", {}).values():
+            if port.get("peer") == forger:
+                ring += port.get("rx_socket_drops", 0)
+    return spoofed, ring
 
 
 async def run_forge(st: Any, p: ForgeParams) -> dict[str, Any]:
@@ -159,7 +169,8 @@ async def run_forge(st: Any, p: ForgeParams) -> dict[str, Any]:
     data = rng.randbytes(half)
     forger = Forger(st, x, rng)
     spoof_nodes = _t0s(st, x.host)
-    spoof0 = _spoof_drops(st, spoof_nodes)
+    forger_name = st.plan.host_name(x.host)
+    spoof0, ring0 = _t0_counts(st, spoof_nodes, forger_name)
     t0 = time.monotonic()
     try:
         async with a.nic() as na, b.nic():
@@ -203,7 +214,8 @@ async def run_forge(st: Any, p: ForgeParams) -> dict[str, Any]:
     finally:
         forger.close()
     await asyncio.sleep(1.2)  # the switches' stats files refresh every 0.5 s
-    spoofed = _spoof_drops(st, spoof_nodes) - spoof0
+    spoofed, ring = _t0_counts(st, spoof_nodes, forger_name)
+    spoofed, ring = spoofed - spoof0, ring - ring0
     written_ok = bytes(region[:half]) == data
     changed_outside = sum(1 for i, v in enumerate(region[half:]) if v != before[half + i])
     changed_other = sum(1 for i, v in enumerate(other) if v != other_before[i])
@@ -223,7 +235,10 @@ async def run_forge(st: Any, p: ForgeParams) -> dict[str, Any]:
         "rx_unknown_qp_at_target": [unknown, want_unknown],
         "spoofed_source_at_forger_t0": [spoofed, want_spoofed],
     }
-    every_counted = all(got == want for got, want in counted.values())
+    # frames the T0's receive ring dropped are counted there, but not by kind
+    every_counted = all(got <= want for got, want in counted.values()) and sum(
+        got for got, _ in counted.values()
+    ) + ring == sum(sent.values())
     res = {
         "test": "forge",
         "writer": p.writer,
@@ -236,6 +251,7 @@ async def run_forge(st: Any, p: ForgeParams) -> dict[str, Any]:
         "forged_frames": sum(sent.values()),
         "forged_by_kind": dict(sorted(sent.items())),
         "counted": {k: {"counted": g, "sent": w} for k, (g, w) in counted.items()},
+        "dropped_before_read_at_forger_t0": ring,
         "every_forged_frame_counted": every_counted,
         "seconds": round(time.monotonic() - t0, 2),
     }
@@ -255,7 +271,7 @@ async def _attack(  # noqa: PLR0913
 ) -> None:  # fmt: skip
     """Rounds of every forged kind, from both addresses, until the write is done (and at
     least two rounds)."""
-    big = bytes(4096)
+    big = bytes(4096 * 16)  # frames on several EVs: templates on every plane
     xb.post_write(0, big, RemoteBuffer(mr.base_va, mr.rkey, mr.length))
     tmpl = [(pl, f) for pl, f in xb.core.frames_to_send(time.monotonic()) if _is_data(f)]
     if not tmpl:
@@ -270,7 +286,7 @@ async def _attack(  # noqa: PLR0913
                 as_host = None
                 if spoof is not None:
                     as_host = writer if kind.startswith("at_target") else target
-                forger.send(kind, fr, as_host)
+                await forger.send(kind, fr, as_host)
         await asyncio.sleep(0.02)
 
 
@@ -326,6 +342,9 @@ def format_forge(res: dict[str, Any]) -> str:
     for k, v in res["counted"].items():
         mark = "ok" if v["counted"] == v["sent"] else "MISMATCH"
         lines.append(f"  {k:32s} {v['counted']:>6} counted of {v['sent']:>6} sent  {mark}")
+    ring = res["dropped_before_read_at_forger_t0"]
+    if ring:
+        lines.append(f"  {ring} dropped by the forger's T0's receive ring (rx_socket_drops)")
     lines.append("  PASSED" if res["passed"] else "  FAILED")
     return "\n".join(lines)
 
