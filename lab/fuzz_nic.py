@@ -29,7 +29,7 @@ from lab.fuzzgen import Forge
 from mrcnic.io.batch import RecvRing
 from mrcnic.sim.fabric import FabricSpec
 from mrcnic.transport.qp_types import QpStats
-from mrcnic.verbs import QP, Device, RemoteBuffer, SimNetwork
+from mrcnic.verbs import QP, Access, Device, RemoteBuffer, SimNetwork
 
 SLOT_BYTES = 9216  # the NIC shell's receive slots (mrcnic.io.aio)
 BATCH = 64
@@ -153,6 +153,8 @@ def run(frames: int, seed: int, pair_every: int = 20_000) -> dict[str, Any]:
     devices = net.devices
     buffers = [bytearray(REGION_BYTES), bytearray(REGION_BYTES)]
     regions = [devices[i].register(buffers[i]) for i in (0, 1)]
+    # a region the peer may not write (LOCAL_WRITE only): its key refused as no_permission
+    local_only = [devices[i].register(bytearray(4096), Access.LOCAL_WRITE) for i in (0, 1)]
     pair = _Pair(net, regions, rng)
     retired: list[QpStats] = []
     ring = RecvRing(SLOT_BYTES, BATCH)
@@ -162,7 +164,7 @@ def run(frames: int, seed: int, pair_every: int = 20_000) -> dict[str, Any]:
         Forge(
             net.recent[h],
             seed=seed * 2 + h,
-            rkeys=[regions[h].rkey, rng.getrandbits(32)],
+            rkeys=[regions[h].rkey, local_only[h].rkey, rng.getrandbits(32)],
             regions=[(regions[h].base_va, REGION_BYTES)],
         )
         for h in (0, 1)

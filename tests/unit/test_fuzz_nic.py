@@ -31,6 +31,7 @@ REACHED = (
     "rx_psn_out_of_window",
     "rx_msn_out_of_range",
     "rx_bad_rkey",
+    "rx_no_permission",
     "rx_out_of_bounds",
     "rx_placed_packets",
     "rx_sacks",
