@@ -190,6 +190,18 @@ def crosses(state: LabState, src: int, dst: int, ev: int = 0) -> bool:
     return send_count(state, src, dst, ev, count=2, wait_s=0.3) > 0
 
 
+def eventually_crosses(
+    state: LabState, src: int, dst: int, ev: int = 0, timeout_s: float = 5.0
+) -> bool:
+    """``crosses`` retried until ``timeout_s``: on a loaded machine one try's 0.3 s wait can
+    end before a frame has crossed three switches of a busy process."""
+    deadline = time.monotonic() + timeout_s
+    while not crosses(state, src, dst, ev):
+        if time.monotonic() > deadline:
+            return False
+    return True
+
+
 def lab_leftovers(name: str) -> dict[str, list[str]]:
     """Everything carrying the lab's prefix that still exists on the machine."""
     prefix = f"{name}-"
