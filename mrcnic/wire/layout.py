@@ -43,6 +43,13 @@ FRAME_HEADERS_SIZE = ETH_SIZE + IPV6_SIZE + UDP_SIZE  # 62
 # Numbers, masks, defaults
 
 ETHERTYPE_IPV6 = 0x86DD
+# IEEE 802.1Qbb priority flow control (PFC): a MAC Control frame (docs/wire.md, "PFC")
+ETHERTYPE_MAC_CONTROL = 0x8808
+PFC_OPCODE = 0x0101
+PFC_DST_MAC = bytes.fromhex("0180c2000001")  # the MAC Control multicast address
+PFC_PRIORITIES = 8
+PAUSE_QUANTUM_BITS = 512  # one pause quantum: the time 512 bits take at the link's rate
+MIN_FRAME_BYTES = 60  # an Ethernet frame without its FCS, padded to this length
 IPV6_VERSION = 6
 IPPROTO_UDP = 17
 MRC_UDP_PORT = 4791

@@ -1,0 +1,228 @@
+"""Priority flow control for one switch, sans-I/O: what to send and when to stop sending.
+
+Three parts, each a small state machine driven by the switch (``now_s`` is passed in, nothing
+here reads a clock or touches a socket):
+
+- :class:`IngressPfc`, per ingress port: the bytes of the lossless priority that came in on
+  this port and sit in any egress queue of the switch. Above ``xoff_bytes`` the port asks its
+  upstream neighbour to pause (a PFC frame with ``pause_quanta``), and asks again before that
+  pause runs out while still above ``xon_bytes``; at or below ``xon_bytes`` it sends the
+  resume (time 0). The transitions are the table ``INGRESS_TABLE`` (h11's style).
+- :class:`EgressPause`, per egress port: a PFC frame received on the port pauses the
+  lossless priority's transmission until ``now + quanta x 512 bit times`` at the port's rate;
+  a time of 0 resumes it. ``paused_s`` accumulates the time spent paused.
+- the **watchdog** (in :class:`EgressPause`): a priority paused without a break for longer
+  than ``watchdog_s`` (a peer that stopped draining: a pause storm) is released and PFC
+  frames on that port are ignored for ``watchdog_restore_s``, counted in ``watchdog_trips``,
+  as switch vendors' PFC watchdogs do.
+
+Headroom: between the moment a port crosses XOFF and the moment the upstream sender stops,
+more bytes arrive; the lossless class must have room for them or it drops
+(``lossless_drops``, which must stay 0). :func:`headroom_bytes` sizes it from the link's
+rate, the one-way delay and the lab's reaction time (a software switch or NIC wakes, reads
+the PFC frame and stops its pacer: milliseconds on a loaded machine, not the microseconds of
+silicon), plus a maximum frame in flight at each end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from mrcnic.wire import pfc as wire_pfc
+
+
+@dataclass(frozen=True, slots=True)
+class PfcConfig:
+    """The lossless class of a switch (config key ``pfc``; docs/switch.md)."""
+
+    priority: int = 3  # the 802.1p priority of the lossless class (RoCEv2's data)
+    xoff_bytes: int = 96 << 10  # per ingress port: ask upstream to pause above this
+    xon_bytes: int = 48 << 10  # ... and to resume at or below this
+    headroom_bytes: int = 256 << 10  # room above XOFF for what arrives before the pause acts
+    pause_quanta: int = 0xFFFF  # the pause time asked for (refreshed while above XON)
+    watchdog_s: float = 0.2  # a priority paused this long without a break: released
+    watchdog_restore_s: float = 0.2  # ... and PFC frames ignored on that port this long
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.priority < 8:
+            raise ValueError(f"pfc.priority {self.priority}: must be 0..7")
+        if not 0 < self.xon_bytes < self.xoff_bytes:
+            raise ValueError("pfc: need 0 < xon_bytes < xoff_bytes")
+        if self.headroom_bytes <= 0:
+            raise ValueError("pfc.headroom_bytes must be > 0")
+        if not 0 < self.pause_quanta <= wire_pfc.MAX_QUANTA:
+            raise ValueError("pfc.pause_quanta must be 1..65535")
+        if self.watchdog_s <= 0 or self.watchdog_restore_s < 0:
+            raise ValueError("pfc.watchdog_s must be > 0, watchdog_restore_s >= 0")
+
+
+def headroom_bytes(rate_bps: float, reaction_s: float, one_way_s: float, mtu_bytes: int) -> int:
+    """Bytes that can still arrive on a port after it crossed XOFF: the upstream keeps sending
+    for a round trip plus its reaction time, and a frame may be on the wire at each end."""
+    in_flight = rate_bps / 8 * (2 * one_way_s + reaction_s)
+    return int(in_flight + 2 * mtu_bytes)
+
+
+class IngressState(Enum):
+    XON = "xon"  # the upstream may send
+    XOFF = "xoff"  # the upstream was asked to pause
+
+
+class Action(Enum):
+    NONE = "none"
+    PAUSE = "pause"  # send a PFC frame with pause_quanta for the priority
+    RESUME = "resume"  # send a PFC frame with time 0 for the priority
+
+
+def _ingress_next(
+    state: IngressState, above_xoff: bool, at_or_below_xon: bool, pause_expiring: bool
+) -> tuple[IngressState, Action]:
+    if state is IngressState.XON:
+        return (IngressState.XOFF, Action.PAUSE) if above_xoff else (state, Action.NONE)
+    if at_or_below_xon:
+        return IngressState.XON, Action.RESUME
+    if pause_expiring:  # still congested and the pause asked for runs out: ask again
+        return state, Action.PAUSE
+    return state, Action.NONE
+
+
+_B = (False, True)
+#: (state, above xoff, at or below xon, pause running out) -> (next state, action)
+INGRESS_TABLE: dict[tuple[IngressState, bool, bool, bool], tuple[IngressState, Action]] = {
+    (st, a, b, e): _ingress_next(st, a, b, e)
+    for st in IngressState
+    for a in _B
+    for b in _B
+    for e in _B
+}
+
+
+class IngressPfc:
+    """One ingress port's lossless bytes and the pause it asks of its upstream."""
+
+    __slots__ = ("cfg", "pause_s", "queued_bytes", "state", "pause_tx", "_refresh_at")
+
+    def __init__(self, cfg: PfcConfig, rate_bps: float) -> None:
+        self.cfg = cfg
+        # a pause asked for lasts this long; asked again at half of it while still congested
+        self.pause_s = wire_pfc.pause_s(cfg.pause_quanta, rate_bps)
+        self.queued_bytes = 0
+        self.state = IngressState.XON
+        self.pause_tx = 0  # PFC frames sent, pauses and resumes
+        self._refresh_at = 0.0
+
+    def admit(self, nbytes: int) -> bool:
+        """A lossless frame that came in on this port wants queueing: False if even the
+        headroom is full (a lossless drop, which correct sizing never lets happen)."""
+        if self.queued_bytes + nbytes > self.cfg.xoff_bytes + self.cfg.headroom_bytes:
+            return False
+        self.queued_bytes += nbytes
+        return True
+
+    def left(self, nbytes: int) -> None:
+        """A lossless frame that came in on this port left its egress queue (sent or
+        dropped there)."""
+        self.queued_bytes = max(0, self.queued_bytes - nbytes)
+
+    def step(self, now_s: float) -> Action:
+        """What to send upstream now (call after admit/left and on the switch's tick)."""
+        key = (
+            self.state,
+            self.queued_bytes > self.cfg.xoff_bytes,
+            self.queued_bytes <= self.cfg.xon_bytes,
+            now_s >= self._refresh_at,
+        )
+        self.state, action = INGRESS_TABLE[key]
+        if action is Action.PAUSE:
+            self._refresh_at = now_s + self.pause_s / 2
+        if action is not Action.NONE:
+            self.pause_tx += 1
+        return action
+
+    def frame(self, src_mac: bytes, action: Action) -> bytes:
+        """The PFC frame for ``action`` (PAUSE or RESUME) from this port's MAC."""
+        q = self.cfg.pause_quanta if action is Action.PAUSE else 0
+        return wire_pfc.encode_pause(src_mac, {self.cfg.priority: q})
+
+
+class EgressPause:
+    """One egress port's pause of the lossless priority, from the PFC frames it receives,
+    with the watchdog."""
+
+    __slots__ = (
+        "cfg",
+        "rate_bps",
+        "paused_until",
+        "pause_rx",
+        "paused_s",
+        "watchdog_trips",
+        "ignored",
+        "_since",
+        "_ignore_until",
+        "_last_s",
+    )
+
+    def __init__(self, cfg: PfcConfig, rate_bps: float) -> None:
+        self.cfg = cfg
+        self.rate_bps = rate_bps
+        self.paused_until = 0.0
+        self.pause_rx = 0  # PFC frames received for the lossless priority
+        self.paused_s = 0.0  # time spent paused
+        self.watchdog_trips = 0
+        self.ignored = 0  # PFC frames ignored while the watchdog held the port
+        self._since: float | None = None  # start of the current unbroken pause
+        self._ignore_until = 0.0
+        self._last_s: float | None = None
+
+    def receive(self, frame: bytes | bytearray | memoryview, now_s: float) -> bool:
+        """A PFC frame came in on this port; True if it named the lossless priority."""
+        pf = wire_pfc.decode_pause(frame)
+        prio = self.cfg.priority
+        if prio not in pf.quanta:
+            return False
+        self._account(now_s)
+        self.pause_rx += 1
+        if now_s < self._ignore_until:
+            self.ignored += 1
+            return True
+        q = pf.quanta[prio]
+        if q == 0:
+            self.paused_until = now_s
+            self._since = None
+        else:
+            if self._since is None or now_s >= self.paused_until:
+                self._since = now_s
+            self.paused_until = now_s + wire_pfc.pause_s(q, self.rate_bps)
+        return True
+
+    def paused(self, now_s: float) -> bool:
+        """May the lossless priority not be sent now? (Runs the watchdog.)"""
+        self._account(now_s)
+        if now_s >= self.paused_until:
+            self._since = None
+            return False
+        if self._since is not None and now_s - self._since > self.cfg.watchdog_s:
+            self.watchdog_trips += 1  # a storm: release, and ignore pauses for a while
+            self.paused_until = now_s
+            self._since = None
+            self._ignore_until = now_s + self.cfg.watchdog_restore_s
+            return False
+        return True
+
+    def _account(self, now_s: float) -> None:
+        last = self._last_s
+        if last is not None and now_s > last:
+            self.paused_s += max(0.0, min(now_s, self.paused_until) - last)
+        self._last_s = now_s
+
+
+def port_stats(ingress: IngressPfc, egress: EgressPause, lossless_drops: int) -> dict:
+    """The ``pfc`` block of a port's stats (a contract: docs/switch.md)."""
+    return {
+        "pause_tx": ingress.pause_tx,
+        "pause_rx": egress.pause_rx,
+        "paused_s": round(egress.paused_s, 6),
+        "lossless_drops": lossless_drops,
+        "watchdog_trips": egress.watchdog_trips,
+    }
