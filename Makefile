@@ -15,7 +15,7 @@ DEMO_ARGS ?=
 demo: setup
 	$(PY) -m lab.demo $(DEMO_ARGS)
 
-.PHONY: fuzz demo bench setup test test-unit test-lab lint bench-core bench-transport bench-nscc bench-switch bench-nic lab-up lab-down lab-status clean help
+.PHONY: fuzz soak soak-short demo bench setup test test-unit test-lab lint bench-core bench-transport bench-nscc bench-switch bench-nic lab-up lab-down lab-status clean help
 
 help:
 	@echo "make demo        the main job: lab up, MRC write through a T1 reboot and a link flap, vs RoCEv2 (root)"
@@ -30,6 +30,7 @@ help:
 	@echo "make bench-lab-cpu    machine CPU per delivered frame, python vs kernel switches -> results/bench-lab-cpu.json (root)"
 	@echo "make bench-nic        NIC frames per CPU-second, C and Python engines and the RoCEv2 QP vs raw AF_PACKET -> results/bench-nic.json (root)"
 	@echo "make fuzz        1e6 hostile frames per target into NICs (both engines) and a switch -> results/fuzz.json (root)"
+	@echo "make soak        30 min per transport of all-reduce under random faults -> results/soak.json (root); soak-short: 2 min"
 	@echo "make calibrate   measure the link rate this machine carries (root; cached per boot in /run/mrc)"
 	@echo "make lab-up / lab-down / lab-status   the namespace lab (root); flags via LAB_ARGS=..."
 
@@ -85,6 +86,16 @@ bench-nic: setup
 FUZZ_ARGS ?=
 fuzz: setup
 	$(PY) -m lab.fuzz $(FUZZ_ARGS)
+
+# An all-reduce loop under a seeded schedule of random faults, MRC then the RoCEv2 baseline
+# (root): 30 minutes each -> results/soak.json and .png (docs/reliability.md);
+# soak-short: 2 minutes each. SOAK_ARGS="--seed 2 --events-per-min 6"
+SOAK_ARGS ?=
+soak: setup
+	$(PY) -m lab.soak --minutes 30 $(SOAK_ARGS)
+
+soak-short: setup
+	$(PY) -m lab.soak --minutes 2 --out results/soak-short.json $(SOAK_ARGS)
 
 # One write on python vs kernel switches: whole-machine CPU per delivered frame (root)
 bench-lab-cpu: setup

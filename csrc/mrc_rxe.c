@@ -529,7 +529,10 @@ int mrc_rxe_dispatch(struct mrc_rxe_dev *d, const uint8_t *buf, const uint32_t *
         }
         const uint8_t *f = buf + offs[i];
         done[i] = 0;
-        if (len < OFF_BTH + 8) {
+        /* peek_dest_qp's rules: anything but IPv6/UDP to port 4791 with room for a BTH is the
+         * shell's (counted rx_not_mrc there), whatever QP number it seems to carry */
+        if (len < OFF_BTH + 12 || be16(f + 12) != MRC_WIRE_ETHERTYPE_IPV6 ||
+            f[20] != MRC_WIRE_IPPROTO_UDP || be16(f + OFF_UDP + 2) != MRC_WIRE_MRC_UDP_PORT) {
             d->n_rest++;
             continue;
         }
@@ -544,8 +547,15 @@ int mrc_rxe_dispatch(struct mrc_rxe_dev *d, const uint8_t *buf, const uint32_t *
             continue;
         }
         int r = 0;
+        struct mrc_rxe_qp *q = d->qp[j];
+        if (q->dead || (d->txq[j] != NULL && d->txq[j]->dead)) {
+            /* failed earlier in this batch: as the twin, whose QP is in ERROR by now */
+            q->st.rx_closed++;
+            done[i] = 1;
+            continue;
+        }
         if (op >= MRC_WIRE_OP_WRITE_FIRST && op <= MRC_WIRE_OP_WRITE_ONLY_IMM) {
-            r = mrc_rxe_frame(d->qp[j], d->mem, f, len, now_s, d->out);
+            r = mrc_rxe_frame(q, d->mem, f, len, now_s, d->out);
         } else if ((op == MRC_WIRE_OP_SACK || op == MRC_WIRE_OP_ACK) && d->txq[j] != NULL) {
             r = mrc_txe_frame(d->txq[j], f, len, now_s);
         }

@@ -928,9 +928,10 @@ int mrc_txe_nack(struct mrc_txe_qp *q, uint32_t reason, uint32_t psn, uint32_t c
         return 0;
     }
     int fatal = reason == MRC_WIRE_NACK_UNEXP_EVENT || reason == MRC_WIRE_NACK_REMOTE_ACCESS_ERROR;
-    if (fatal && r->tx_ts_ns != ts_ns) {
-        /* a fatal NACK must echo the transmission it names: one that does not was made by
-         * someone who never saw the packet (a forged data frame under a spoofed address) */
+    if (fatal && r->tx_ts_ns != ts_ns && !(r->to_ts_ns != 0 && r->to_ts_ns == ts_ns)) {
+        /* a fatal NACK must echo the transmission it names (or the timed-out original that
+         * a retransmission replaced while the NACK was on its way): one that does not was
+         * made by someone who never saw the packet (a forged frame under a spoofed address) */
         q->st.rx_unmatched_nacks++;
         return 0;
     }

@@ -377,6 +377,8 @@ class QueuePair(Requester, Responder, Outbox):
             self.evs.picker = None
         self._rxe = self._txe = None
         self._rx_engines = self._tx_c = None
+        # destroyed: no timer, no frame, no connect acts on the Python state left behind
+        self.state = QpState.ERROR
 
     def state_bytes(self) -> int:
         """Memory this QP holds for its protocol state: the C engines' structs and arrays (the

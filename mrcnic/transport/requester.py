@@ -88,7 +88,9 @@ class Requester:
     ) -> None:
         """Queue an RDMA Write (with immediate if ``imm`` is given) of ``local`` to the peer."""
         buf = checked_write(self.qpn, self.state, local, remote_va, rkey, imm)
-        if self._txe is None and len(self._sendq) + len(self._inflight_msgs) >= _MAX_OUT:
+        sendq = self._sendq  # (its head, once partly sent, is in _inflight_msgs too)
+        both = 1 if sendq and sendq[0].next_off else 0
+        if self._txe is None and len(sendq) + len(self._inflight_msgs) - both >= _MAX_OUT:
             raise ResourceLimitError(
                 f"QP {self.qpn}: {_MAX_OUT} writes posted and not completed (the limit per "
                 "QP); poll completions before posting more"
@@ -634,7 +636,8 @@ class Requester:
             st.rx_stale_nacks += 1
             return
         if reason in (R.UNEXP_EVENT, R.REMOTE_ACCESS_ERROR):
-            if rec.tx_ts_ns != n.reflected_ts_ns:
+            ts = n.reflected_ts_ns
+            if ts != rec.tx_ts_ns and not (rec.to_ts_ns and ts == rec.to_ts_ns):
                 # a fatal NACK must echo the transmission it names: one that does not was
                 # made by someone who never saw the packet (a forged data frame under a
                 # spoofed address, refused by the responder): ignored, counted

@@ -11,8 +11,9 @@ import pytest
 
 from lab import fuzz_nic
 from lab.fuzz import RSS_BOUND_BYTES
+from mrcnic.transport.qp_types import QpStateError
 from mrcnic.transport.rx_engine import _c_module
-from mrcnic.verbs import SimNetwork
+from mrcnic.verbs import RemoteBuffer, SimNetwork
 
 ENGINES = [
     "py",
@@ -67,15 +68,78 @@ def test_a_destroyed_qp_frees_its_memory_without_the_cycle_collector(engine, mon
     qa.connect(qb.export())
     qb.connect(qa.export())
     core = weakref.ref(qa.core)
-    placed_before = qa.stats().rx_closed
-    a.destroy_qp(qa)
+    mr = b.register(bytearray(4096))
+    qa.post_write(1, b"x" * 100, RemoteBuffer.of(mr))
+    sent = qa.stats().tx_data_packets
+    data = [f for _, f in a.frames_to_send(0.0)]
+    assert qa.stats().tx_data_packets == sent + 1
     b.destroy_qp(qb)
-    with pytest.raises(Exception, match="destroyed"):
-        qa.post_write(1, b"x", None)  # type: ignore[arg-type]
-    assert qa.stats().rx_closed == placed_before  # stats stay readable
+    b.receive_frame(data[0], 0.0)  # to a QP the device no longer has
+    assert b.stats.rx_unknown_qp == 1 and qb.state.name == "ERROR"
+    a.destroy_qp(qa)
+    with pytest.raises(QpStateError, match="destroyed"):
+        qa.post_write(2, b"x", RemoteBuffer.of(mr))
+    assert qa.stats().tx_data_packets == sent + 1  # stats stay readable
     del qa, qb
     gc.disable()
     try:
         assert core() is None  # freed by reference counting, at once
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_only_mrc_frames_reach_a_qp_on_the_batch_path(engine, monkeypatch):
+    """A real data frame with another UDP port (or ethertype) is not MRC: no engine takes it."""
+    from mrcnic.io.batch import RecvRing
+    from mrcnic.wire import layout
+
+    monkeypatch.setenv("MRC_NIC_ENGINE", engine)
+    net = SimNetwork(seed=4)
+    a, b = net.devices
+    qa, qb = a.create_qp(), b.create_qp()
+    qa.connect(qb.export())
+    qb.connect(qa.export())
+    region = bytearray(4096)
+    qa.post_write(1, b"\x77" * 1000, RemoteBuffer.of(b.register(region)))
+    frame = next(f for _, f in a.frames_to_send(0.0) if f[layout.OFF_BTH] in layout.MRC_DATA_OPS)
+    other_port = bytearray(frame)
+    other_port[layout.OFF_UDP_DST_PORT + 1] ^= 1  # 4790
+    other_type = bytearray(frame)
+    other_type[layout.OFF_ETHERTYPE] = 0x08
+    ring = RecvRing(fuzz_nic.SLOT_BYTES, 4)
+    fuzz_nic._fill(ring, [bytes(other_port), bytes(other_type)])
+    b.receive_batch(ring, 2, 0.0)
+    assert b.stats.rx_not_mrc == 2 and qb.stats().rx_placed_packets == 0
+    assert bytes(region) == bytes(4096)
+    fuzz_nic._fill(ring, [frame])
+    b.receive_batch(ring, 1, 0.0)
+    assert qb.stats().rx_placed_packets == 1 and region[:1000] == b"\x77" * 1000
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_fatal_nack_must_echo_the_transmission(engine, monkeypatch):
+    """A REMOTE_ACCESS_ERROR NACK about an outstanding PSN under the peer's address but with
+    another timestamp (a forger's) is counted and ignored; the one echoing it is fatal."""
+    from mrcnic.wire import layout
+
+    monkeypatch.setenv("MRC_NIC_ENGINE", engine)
+    net = SimNetwork(seed=6)
+    a, b = net.devices
+    qa, qb = a.create_qp(), b.create_qp()
+    qa.connect(qb.export())
+    qb.connect(qa.export())
+    qa.post_write(1, b"x" * 100, RemoteBuffer.of(b.register(bytearray(4096))))
+    f = next(f for _, f in a.frames_to_send(0.0) if f[layout.OFF_BTH] in layout.MRC_DATA_OPS)
+    psn = int.from_bytes(f[layout.OFF_BTH + 9 : layout.OFF_BTH + 12], "big")
+    ts = int.from_bytes(f[layout.OFF_BTH + 16 : layout.OFF_BTH + 24], "big")
+    fatal = int(layout.NackReason.REMOTE_ACCESS_ERROR)
+
+    def nack(ts_ns: int) -> bytes:
+        qb.core._send_nack(fatal, psn, 0, ts_ns, 0)
+        return qb.core.control_frames_to_send()[-1][1]
+
+    a.receive_frame(nack(ts + 1), 0.001)
+    assert qa.stats().rx_unmatched_nacks == 1 and qa.state.name == "READY"
+    a.receive_frame(nack(ts), 0.002)
+    assert qa.state.name == "ERROR"
