@@ -111,6 +111,16 @@ class Forge:
         else:
             self.captured[self.rng.randrange(64)] = bytes(frame)
 
+    def renew(self, captured: Sequence[bytes], sent: Sequence[bytes] = ()) -> None:
+        """Start over from new real frames (new QPs): ``captured`` to the target, ``sent``
+        by it (their PSNs are hints)."""
+        fresh = [bytes(f) for f in captured if len(f) > OFF_BTH + 12]
+        if fresh:
+            self.captured = fresh
+        self.sent_psns.clear()
+        for f in sent:
+            self.hint(f)
+
     def hint(self, frame: bytes) -> None:
         """A frame the target sent: its PSN is one the target may be waiting on."""
         if len(frame) <= OFF_BTH + 12:
