@@ -58,6 +58,7 @@ enum {
     MRC_WIRE_DSCP_TRIMMABLE_RETX = 8,
     MRC_WIRE_DSCP_TRIMMED = 12,
     MRC_WIRE_DSCP_TRIMMED_LASTHOP = 16,
+    MRC_WIRE_DSCP_LOSSLESS = 26, /* the PFC class: RoCEv2 data on a lab with PFC */
     MRC_WIRE_DSCP_CONTROL = 46,
 
     /* ECN codepoints (layout.Ecn) */

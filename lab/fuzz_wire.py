@@ -73,9 +73,25 @@ class Wire:
                 _ns_sh(ns, "sysctl", "-qw", f"net.ipv6.conf.{ifname}.disable_ipv6=1")
                 mac_text = ":".join(f"{b:02x}" for b in mac)
                 _ns_sh(ns, "ip", "link", "set", ifname, "address", mac_text, "mtu", "9000", "up")
+            self._wait_carrier()
         except BaseException:
             self.close()
             raise
+
+    def _wait_carrier(self, timeout_s: float = 3.0) -> None:
+        """Until both ends have carrier: a NIC opened before that takes its port for down
+        until its next link check, a second later, and drops what it sends meanwhile."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            states = [
+                _ns_sh(ns, "cat", f"/sys/class/net/{ifname}/operstate").strip()
+                for ns, ifname in zip(self.ns, self.ifs, strict=True)
+            ]
+            if all(st == "up" for st in states):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"veth {self.ifs} has no carrier: {states}")
+            time.sleep(0.02)
 
     def rx_packets(self, side: int) -> int:
         path = f"/sys/class/net/{self.ifs[side]}/statistics/rx_packets"

@@ -66,6 +66,7 @@ from mrcnic.transport.rx_engine import ENGINES, MAX_REGIONS, RxEngines, engine_f
 from mrcnic.transport.tx_engine import PortQueues
 from mrcnic.wire import usid
 from mrcnic.wire.layout import EV_PROBE_QPN
+from mrcnic.wire.pfc import is_pfc
 
 __all__ = [
     "Access",
@@ -317,6 +318,7 @@ class DeviceStats:
     rx_not_mrc: int = 0  # not IPv6/UDP to port 4791, or too short for a BTH
     rx_unknown_qp: int = 0  # an MRC frame to a QP number this device does not have
     rx_too_big: int = 0  # longer than the receive ring's slots
+    rx_pfc: int = 0  # PFC (802.1Qbb) frames: handed to the port's pause (``on_pfc``)
 
     def as_dict(self) -> dict[str, int]:
         return {f: getattr(self, f) for f in self.__slots__}
@@ -371,6 +373,9 @@ class Device:
         self._seeded = seed is not None
         self.ev_event_queues: list[EvEventQueue] = []  # controllers' EV event queues
         self.stats = DeviceStats()
+        #: PFC frames: ``on_pfc(port, frame, now_s)`` (the I/O shell pauses that port)
+        self.on_pfc: Callable[[int, Any, float], None] | None = None
+        self._rx_port = 0
 
     def register(
         self,
@@ -488,11 +493,12 @@ class Device:
 
     # -- sans-I/O surface for the shell ------------------------------------------------------
 
-    def receive_batch(self, ring: Any, n: int, now_s: float) -> int:
+    def receive_batch(self, ring: Any, n: int, now_s: float, port: int = 0) -> int:
         """The first ``n`` frames of a receive ring (``mrcnic.io.batch.RecvRing``): data
         frames of QPs with a C engine go through it in one call, the rest one by one through
         :meth:`receive_frame`. Returns how many frames were too long for the ring's slots
         (also counted in ``stats.rx_too_big``)."""
+        self._rx_port = port  # (the port a PFC frame among them paused)
         too_big = self._receive_batch(ring, n, now_s)
         if too_big:
             self.stats.rx_too_big += too_big
@@ -559,7 +565,13 @@ class Device:
         elif qpn == EV_PROBE_QPN:
             self.ev_probes.receive_frame(data, now_s)
         elif qpn is None:
-            self.stats.rx_not_mrc += 1
+            if is_pfc(data):
+                self.stats.rx_pfc += 1
+                on_pfc = self.on_pfc
+                if on_pfc is not None:
+                    on_pfc(self._rx_port, data, now_s)
+            else:
+                self.stats.rx_not_mrc += 1
         else:
             self.stats.rx_unknown_qp += 1
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from mrcnic.io.pfc import DEFAULT_PRIORITY, DEFAULT_WATCHDOG_S, PortPause
 from mrcnic.wire import pfc as wire_pfc
 
 
@@ -36,13 +37,13 @@ from mrcnic.wire import pfc as wire_pfc
 class PfcConfig:
     """The lossless class of a switch (config key ``pfc``; docs/switch.md)."""
 
-    priority: int = 3  # the 802.1p priority of the lossless class (RoCEv2's data)
+    priority: int = DEFAULT_PRIORITY  # the lossless class's 802.1p priority (RoCEv2's data)
     xoff_bytes: int = 96 << 10  # per ingress port: ask upstream to pause above this
     xon_bytes: int = 48 << 10  # ... and to resume at or below this
     headroom_bytes: int = 256 << 10  # room above XOFF for what arrives before the pause acts
     pause_quanta: int = 0xFFFF  # the pause time asked for (refreshed while above XON)
-    watchdog_s: float = 0.2  # a priority paused this long without a break: released
-    watchdog_restore_s: float = 0.2  # ... and PFC frames ignored on that port this long
+    watchdog_s: float = DEFAULT_WATCHDOG_S  # paused this long without a break: released
+    watchdog_restore_s: float = DEFAULT_WATCHDOG_S  # ... and PFC ignored on the port this long
 
     def __post_init__(self) -> None:
         if not 0 <= self.priority < 8:
@@ -146,75 +147,13 @@ class IngressPfc:
         return wire_pfc.encode_pause(src_mac, {self.cfg.priority: q})
 
 
-class EgressPause:
-    """One egress port's pause of the lossless priority, from the PFC frames it receives,
-    with the watchdog."""
+class EgressPause(PortPause):
+    """A switch egress port's :class:`mrcnic.io.pfc.PortPause`, from the switch's config."""
 
-    __slots__ = (
-        "cfg",
-        "rate_bps",
-        "paused_until",
-        "pause_rx",
-        "paused_s",
-        "watchdog_trips",
-        "ignored",
-        "_since",
-        "_ignore_until",
-        "_last_s",
-    )
+    __slots__ = ()
 
     def __init__(self, cfg: PfcConfig, rate_bps: float) -> None:
-        self.cfg = cfg
-        self.rate_bps = rate_bps
-        self.paused_until = 0.0
-        self.pause_rx = 0  # PFC frames received for the lossless priority
-        self.paused_s = 0.0  # time spent paused
-        self.watchdog_trips = 0
-        self.ignored = 0  # PFC frames ignored while the watchdog held the port
-        self._since: float | None = None  # start of the current unbroken pause
-        self._ignore_until = 0.0
-        self._last_s: float | None = None
-
-    def receive(self, frame: bytes | bytearray | memoryview, now_s: float) -> bool:
-        """A PFC frame came in on this port; True if it named the lossless priority."""
-        pf = wire_pfc.decode_pause(frame)
-        prio = self.cfg.priority
-        if prio not in pf.quanta:
-            return False
-        self._account(now_s)
-        self.pause_rx += 1
-        if now_s < self._ignore_until:
-            self.ignored += 1
-            return True
-        q = pf.quanta[prio]
-        if q == 0:
-            self.paused_until = now_s
-            self._since = None
-        else:
-            if self._since is None or now_s >= self.paused_until:
-                self._since = now_s
-            self.paused_until = now_s + wire_pfc.pause_s(q, self.rate_bps)
-        return True
-
-    def paused(self, now_s: float) -> bool:
-        """May the lossless priority not be sent now? (Runs the watchdog.)"""
-        self._account(now_s)
-        if now_s >= self.paused_until:
-            self._since = None
-            return False
-        if self._since is not None and now_s - self._since > self.cfg.watchdog_s:
-            self.watchdog_trips += 1  # a storm: release, and ignore pauses for a while
-            self.paused_until = now_s
-            self._since = None
-            self._ignore_until = now_s + self.cfg.watchdog_restore_s
-            return False
-        return True
-
-    def _account(self, now_s: float) -> None:
-        last = self._last_s
-        if last is not None and now_s > last:
-            self.paused_s += max(0.0, min(now_s, self.paused_until) - last)
-        self._last_s = now_s
+        super().__init__(rate_bps, cfg.priority, cfg.watchdog_s, cfg.watchdog_restore_s)
 
 
 def port_stats(ingress: IngressPfc, egress: EgressPause, lossless_drops: int) -> dict:

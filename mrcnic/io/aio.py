@@ -65,6 +65,7 @@ from mrcnic.io.afpacket import NETDOWN_ERRNOS, open_rx_socket, open_tx_socket
 from mrcnic.io.linkstate import LinkWatcher, link_up
 from mrcnic.io.netns import in_netns
 from mrcnic.io.pacing import PacerConfig, PortPacer
+from mrcnic.io.pfc import PortPause
 from mrcnic.io.timer import FdTimer, LoopTimer
 from mrcnic.verbs import Device
 
@@ -163,6 +164,11 @@ class NicPort:
             "queue_frames": len(p),
             "max_queue_data_frames": p.max_data_frames,
             "queue_limit_frames": p.data_limit,
+            "pfc": {
+                "pause_rx": p.pause.pause_rx,
+                "paused_s": round(p.pause.paused_s, 6),
+                "watchdog_trips": p.pause.watchdog_trips,
+            },
         }
 
 
@@ -199,7 +205,7 @@ class AioNic:
         cfg = pacer or PacerConfig()
         now = clock()
         self.ports = [
-            NicPort(i, name, rate, PortPacer(rate, cfg, now))
+            NicPort(i, name, rate, PortPacer(rate, cfg, now, pause=PortPause(rate)))
             for i, (name, rate) in enumerate(zip(ifnames, device.port_rates_bps, strict=True))
         ]
         self._by_ifindex: dict[int, NicPort] = {}
@@ -253,6 +259,7 @@ class AioNic:
         )
         self._open = True
         self.device.on_work = self.kick
+        self.device.on_pfc = self._on_pfc  # a port honours PFC for the lossless priority
         # data frames of the C send engine go straight into per-port C queues the pacers
         # drain with sendmmsg (no Python object per data frame)
         pq = self.device.attach_port_queues([p.pacer.data_limit for p in self.ports])
@@ -287,6 +294,8 @@ class AioNic:
                 loop.remove_reader(self._links.fileno())
         if self.device.on_work == self.kick:
             self.device.on_work = None
+        if self.device.on_pfc == self._on_pfc:
+            self.device.on_pfc = None
         self.device.attach_port_queues(None)
         for p in self.ports:
             p.pacer.flush()
@@ -339,7 +348,7 @@ class AioNic:
                 break
             # one call per batch: data frames go through the C engine (if the device has
             # one), the rest frame by frame
-            p.rx_too_big += dev_rx(ring, n, now)
+            p.rx_too_big += dev_rx(ring, n, now, p.index)
             p.rx_frames += n
             p.rx_bytes += sum(lens[:n])
             if n < slots:
@@ -347,6 +356,12 @@ class AioNic:
         if not self._pump_scheduled:
             self._pump_scheduled = True
             self._loop.call_soon(self._pump)  # type: ignore[union-attr]
+
+    def _on_pfc(self, port: int, frame: Any, now_s: float) -> None:
+        """A PFC frame came in on ``port``: pause (or resume) its lossless data."""
+        if 0 <= port < len(self.ports):
+            self.ports[port].pacer.pause.receive(frame, now_s)
+            self.kick()  # a resume lets frames go: pump and re-arm the timer
 
     def _on_timer(self) -> None:
         timer = self._timer
@@ -462,7 +477,7 @@ class AioNic:
         # QPs rotate over the planes, so one pull fills them evenly.
         room = True
         for p in ports:
-            if p.up and p.pacer.data_len() >= p.pacer.data_limit:
+            if p.up and p.pacer.blocking_len(now) >= p.pacer.data_limit:
                 room = False
                 break
         if room:

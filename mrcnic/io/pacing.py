@@ -14,6 +14,17 @@ from mrcnic.wire import layout
 _CONTROL_NIBBLE = int(layout.Dscp.CONTROL) >> 2
 
 
+_LOSSLESS = int(layout.Dscp.LOSSLESS)
+
+
+def is_lossless_frame(frame: bytes | bytearray | memoryview) -> bool:
+    """DSCP LOSSLESS (26): the RoCEv2 baseline's data on a lab with PFC, held while the
+    port is paused."""
+    return (
+        (frame[layout.OFF_TC_HI] & layout.TC_HI_DSCP_MASK) << 2 | frame[layout.OFF_TC_LO] >> 6
+    ) == _LOSSLESS
+
+
 def is_control_frame(frame: bytes | bytearray | memoryview) -> bool:
     """DSCP CONTROL (46): served before data. One byte read on the hot path: DSCPs 44..47
     share that nibble, and a NIC sends no other DSCP of them (trimmed headers, the other
@@ -40,6 +51,10 @@ class PortPacer:
     ``push`` queues a frame; ``take(now)`` returns the frames that may leave now (tokens may go
     one frame negative, so the average rate is exact); ``next_due(now)`` is when the next frame
     may leave (None when empty); ``room()`` is how many more data frames the queue wants.
+
+    Data frames of the lossless class (DSCP LOSSLESS) wait in a queue of their own, served
+    before the other data unless ``pause`` (a :class:`mrcnic.io.pfc.PortPause`, set when the
+    port honours PFC) says the link partner paused the priority.
     """
 
     __slots__ = (
@@ -57,9 +72,17 @@ class PortPacer:
         "c_take",
         "chq",
         "c_high_take",
+        "lossless",
+        "pause",
     )
 
-    def __init__(self, rate_bps: float, config: PacerConfig = PacerConfig(), now_s: float = 0.0):
+    def __init__(
+        self,
+        rate_bps: float,
+        config: PacerConfig = PacerConfig(),
+        now_s: float = 0.0,
+        pause: Any = None,
+    ):
         if rate_bps <= 0:
             raise ValueError("a port rate must be > 0")
         self.rate_Bps = rate_bps / 8.0
@@ -81,6 +104,8 @@ class PortPacer:
         #: control queue); c_high_take: how many of them the last take() let go
         self.chq: Any = None
         self.c_high_take = 0
+        self.lossless: deque[bytes] = deque()
+        self.pause: Any = pause  # a PortPause when the port honours PFC
 
     def __len__(self) -> int:
         chq = self.chq
@@ -92,7 +117,15 @@ class PortPacer:
 
     def data_len(self) -> int:
         cq = self.cq
-        return len(self.data) + (len(cq) if cq is not None else 0)
+        return len(self.data) + len(self.lossless) + (len(cq) if cq is not None else 0)
+
+    def blocking_len(self, now_s: float) -> int:
+        """Data frames that hold the transport back: paused lossless frames do not (MRC's
+        frames must not wait behind a pause of another class)."""
+        n = self.data_len()
+        if self.lossless and self.pause.paused(now_s):
+            n -= len(self.lossless)
+        return n
 
     def room(self) -> int:
         return self.data_limit - self.data_len()
@@ -104,7 +137,9 @@ class PortPacer:
                 return
             self.high.append(frame)
         else:
-            data = self.data
+            data = (
+                self.lossless if self.pause is not None and is_lossless_frame(frame) else self.data
+            )
             data.append(frame)
             if len(data) > self.max_data_frames:
                 self.max_data_frames = len(data)
@@ -134,6 +169,12 @@ class PortPacer:
         chq = self.chq
         if tokens > 0 and chq is not None and len(chq):
             self.c_high_take, tokens = chq.take(tokens)
+        lossless = self.lossless
+        if lossless and tokens > 0 and not self.pause.paused(now_s):
+            while tokens > 0 and lossless:
+                f = lossless.popleft()
+                tokens -= len(f)
+                out.append(f)
         while tokens > 0 and data:
             f = data.popleft()
             tokens -= len(f)
@@ -150,15 +191,18 @@ class PortPacer:
     def next_due(self, now_s: float) -> float | None:
         if not len(self):
             return None
+        if self.lossless and len(self) == len(self.lossless) and self.pause.paused(now_s):
+            return self.pause.paused_until  # only paused frames wait: when the pause ends
         self._refill(now_s)
         if self.tokens > 0:
             return now_s
         return now_s + (1e-9 - self.tokens) / self.rate_Bps
 
     def flush(self) -> int:
-        n = len(self.high) + len(self.data)
+        n = len(self.high) + len(self.data) + len(self.lossless)
         self.high.clear()
         self.data.clear()
+        self.lossless.clear()
         for q in (self.cq, self.chq):
             if q is not None:
                 n += q.clear()

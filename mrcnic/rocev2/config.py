@@ -33,6 +33,7 @@ class RoceConfig:
     retry_cnt: int = 7  # IB retry_cnt (3 bits): timeouts retried before RETRY_EXCEEDED
     lab_scale: float | None = None  # default REFERENCE_PORT_BPS / port rate (1000 at 100 Mb/s)
     dcqcn: bool = True  # CNPs on CE (NP) and rate control on CNPs (RP)
+    lossless: bool = False  # data on DSCP LOSSLESS (the PFC class) instead of NO_TRIM
     cnp_interval_s: float | None = None  # default 50 us x lab_scale
     dcqcn_options: tuple[tuple[str, object], ...] = ()  # DcqcnParams overrides (lab time)
     max_wimm_inflight: int = 64  # advertised only (RC has receive WQEs, not this limit)

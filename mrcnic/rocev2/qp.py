@@ -118,6 +118,7 @@ _IPV6_W0 = layout.IPV6_W0_VERSION
 _DSCP_SHIFT = layout.DSCP_SHIFT
 _ECN_SHIFT = layout.ECN_SHIFT
 _DSCP_NO_TRIM = int(wire.Dscp.NO_TRIM)
+_DSCP_LOSSLESS = int(wire.Dscp.LOSSLESS)
 _DSCP_CONTROL = int(wire.Dscp.CONTROL)
 _ECT0 = int(wire.Ecn.ECT0)
 _CE = int(wire.Ecn.CE)
@@ -235,6 +236,8 @@ class RoceQueuePair(Outbox):
         self.udp_sport = 0
         self._pre = b""
         self._w0 = 0
+        # the data class: lossless (PFC) when configured, else dropped like any data
+        self._data_dscp = _DSCP_LOSSLESS if cfg.lossless else _DSCP_NO_TRIM
         self._src = b""
         self._final = b""
 
@@ -484,7 +487,7 @@ class RoceQueuePair(Outbox):
         buf[:_PREFIX] = self._pre
         ulen = total - _OFF_UDP
         _IPW0_PLEN.pack_into(
-            buf, _OFF_IP, self._w0 | _DSCP_NO_TRIM << _DSCP_SHIFT | _ECT0 << _ECN_SHIFT, ulen
+            buf, _OFF_IP, self._w0 | self._data_dscp << _DSCP_SHIFT | _ECT0 << _ECN_SHIFT, ulen
         )
         _U16.pack_into(buf, _OFF_ULEN, ulen)
         w2 = (_ACKREQ | psn) if ackreq else psn

@@ -156,6 +156,7 @@ class Dscp(IntEnum):
     TRIMMABLE_RETX = 8
     TRIMMED = 12
     TRIMMED_LASTHOP = 16
+    LOSSLESS = 26  # the RoCEv2 baseline's data when the lab has PFC (never MRC's)
     CONTROL = 46
 
 
