@@ -81,31 +81,46 @@ class _Net(SimNetwork):
         super()._deliver(host, port, frame, t)
 
 
-class _Pair:
-    """A connected QP pair writing both ways, and what its retired QPs counted."""
+class LivePair:
+    """A connected QP pair writing both ways (``sizes``: the writes' sizes, some with an
+    immediate), replaced on demand; ``retired`` keeps what the replaced QPs counted."""
 
-    def __init__(self, net: _Net, regions: list[Any], rng: random.Random) -> None:
-        a, b = net.devices
-        self.qps: list[QP] = [a.create_qp(), b.create_qp()]
+    def __init__(
+        self, devices: list[Device], regions: list[Any], rng: random.Random, sizes: tuple
+    ) -> None:
+        self.devices, self.regions, self.rng, self.sizes = devices, regions, rng, sizes
+        self.retired: list[QpStats] = []
+        self.pairs = 0
+        self.posted = self.completed = 0
+        self.qps: list[QP] = []
+        self._connect()
+
+    def _connect(self) -> None:
+        a, b = self.devices
+        self.qps = [a.create_qp(), b.create_qp()]
         self.qps[0].connect(self.qps[1].export())
         self.qps[1].connect(self.qps[0].export())
-        self.remote = [RemoteBuffer.of(regions[1]), RemoteBuffer.of(regions[0])]
-        self.rng = rng
-        self.wr = 0
-        self.completed = 0
+        self.remote = [RemoteBuffer.of(self.regions[1]), RemoteBuffer.of(self.regions[0])]
+        self.pairs += 1
+        self.posted = self.completed  # nothing of the new pair is outstanding
+
+    def replace(self) -> None:
+        """Destroy the pair (its counts go to ``retired``) and connect a new one."""
+        self.retired += [q.stats() for q in self.qps]
+        for d, q in zip(self.devices, self.qps, strict=True):
+            d.destroy_qp(q)
+        self._connect()
 
     def keep_writing(self) -> None:
-        for side in (0, 1):
-            qp = self.qps[side]
+        for side, qp in enumerate(self.qps):
             self.completed += sum(1 for wc in qp.poll_cq() if wc.status.name == "SUCCESS")
             qp.poll_recv()
             qp.poll_events()
-            if self.wr - self.completed < 4 and qp.state.name != "ERROR":
-                self.wr += 1
-                size = self.rng.choice((4096, 65536, REGION_BYTES))
-                data = self.rng.randbytes(size)
-                with_imm = self.rng.random() < 0.3
-                qp.post_write(self.wr, data, self.remote[side], imm=self.wr if with_imm else None)
+            if self.posted - self.completed < 4 and qp.state.name != "ERROR":
+                self.posted += 1
+                data = self.rng.randbytes(self.rng.choice(self.sizes))
+                imm = self.posted if self.rng.random() < 0.3 else None
+                qp.post_write(self.posted, data, self.remote[side], imm=imm)
 
     def failed(self) -> bool:
         return any(q.state.name == "ERROR" for q in self.qps)
@@ -145,6 +160,24 @@ def fates(devices: list[Device], retired: list[QpStats]) -> dict[str, Any]:
     }
 
 
+def outcome_report(
+    acct: dict[str, Any], forges: list[Forge], pairs: int, completed: int, rss0: int | None
+) -> dict[str, Any]:
+    """The keys both NIC targets report beside their own: the fates' checks and counters,
+    the kinds of frames made, the QP pairs, and the memory."""
+    c = acct["counters"]
+    return {
+        "every_data_frame_accounted": acct["data_outcomes_sum"] == c["rx_data_packets"],
+        "every_refusal_named": acct["refusal_causes_sum"] == c["rx_refused"],
+        "counters": c,
+        "kinds": {"to_h0": forges[0].counts, "to_h1": forges[1].counts},
+        "qp_pairs": pairs,
+        "writes_completed": completed,
+        "rss_growth_bytes": rss_bytes() - (rss0 or rss_bytes()),
+        "rss_bytes": rss_bytes(),
+    }
+
+
 def run(frames: int, seed: int, pair_every: int = 20_000) -> dict[str, Any]:
     """Give the two devices ``frames`` hostile frames in all (half each); returns the
     report (the key ``crashes``: batches whose processing raised)."""
@@ -155,8 +188,7 @@ def run(frames: int, seed: int, pair_every: int = 20_000) -> dict[str, Any]:
     regions = [devices[i].register(buffers[i]) for i in (0, 1)]
     # a region the peer may not write (LOCAL_WRITE only): its key refused as no_permission
     local_only = [devices[i].register(bytearray(4096), Access.LOCAL_WRITE) for i in (0, 1)]
-    pair = _Pair(net, regions, rng)
-    retired: list[QpStats] = []
+    pair = LivePair(devices, regions, rng, (4096, 65536, REGION_BYTES))
     ring = RecvRing(SLOT_BYTES, BATCH)
     pair.keep_writing()
     net.run_until(lambda: min(len(r) for r in net.recent) >= 8, max_s=1.0)
@@ -172,8 +204,6 @@ def run(frames: int, seed: int, pair_every: int = 20_000) -> dict[str, Any]:
     sent = 0
     next_pair_at = pair_every
     crashes: list[str] = []
-    pairs = 1
-    completed = 0
     rss0 = None
     t0 = time.monotonic()
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -182,12 +212,7 @@ def run(frames: int, seed: int, pair_every: int = 20_000) -> dict[str, Any]:
             rss0 = rss_bytes()  # after warm-up: the QPs, rings and caches exist
         if sent >= next_pair_at or pair.failed():
             next_pair_at = sent + pair_every
-            retired += [q.stats() for q in pair.qps]
-            completed += pair.completed
-            for d, q in zip(devices, pair.qps, strict=True):
-                d.destroy_qp(q)
-            pair = _Pair(net, regions, rng)
-            pairs += 1
+            pair.replace()
         pair.keep_writing()
         net.run_until(lambda: False, max_s=500e-6)
         for h in (0, 1):
@@ -209,9 +234,8 @@ def run(frames: int, seed: int, pair_every: int = 20_000) -> dict[str, Any]:
                     crashes.append("(more)")
             sent += n
             net.delivered[h] += n
-    completed += pair.completed
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
-    acct = fates(devices, retired)
+    acct = fates(devices, pair.retired)
     delivered = sum(net.delivered)
     return {
         "engine": devices[0].engine_name,
@@ -222,15 +246,7 @@ def run(frames: int, seed: int, pair_every: int = 20_000) -> dict[str, Any]:
         "crash_tracebacks": crashes[:5],
         "accounted": acct["accounted"],
         "every_frame_accounted": acct["accounted"] == delivered,
-        "every_data_frame_accounted": acct["data_outcomes_sum"]
-        == acct["counters"]["rx_data_packets"],
-        "every_refusal_named": acct["refusal_causes_sum"] == acct["counters"]["rx_refused"],
-        "counters": acct["counters"],
-        "kinds": {"to_h0": forges[0].counts, "to_h1": forges[1].counts},
-        "qp_pairs": pairs,
-        "writes_completed": completed,
-        "rss_growth_bytes": rss_bytes() - (rss0 or rss_bytes()),
-        "rss_bytes": rss_bytes(),
+        **outcome_report(acct, forges, pair.pairs, pair.completed, rss0),
         "wall_s": round(time.monotonic() - t0, 2),
         "cpu_s": round(
             cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime,

@@ -26,13 +26,13 @@ import subprocess
 import time
 from typing import Any
 
-from lab.fuzz_nic import fates, rss_bytes
+from lab.fuzz_nic import LivePair, fates, outcome_report, rss_bytes
 from lab.fuzzgen import Forge
 from mrcnic.io.aio import AioNic
 from mrcnic.io.aio import run as aio_run
 from mrcnic.io.netns import in_netns
-from mrcnic.transport.qp_types import NetConfig, PortAddr, QpStats
-from mrcnic.verbs import QP, Device, RemoteBuffer
+from mrcnic.transport.qp_types import NetConfig, PortAddr
+from mrcnic.verbs import Device
 from mrcnic.wire import layout, usid
 
 SHAPE = usid.ClosShape(planes=1, t0=2, t1=1, hosts_per_t0=1)
@@ -123,29 +123,6 @@ def _socket_drops(nic: AioNic) -> int:
     return _STATS.unpack(rx.getsockopt(SOL_PACKET, PACKET_STATISTICS, _STATS.size))[1]
 
 
-class _Pair:
-    def __init__(self, devs: list[Device], regions: list[Any], rng: random.Random) -> None:
-        self.qps: list[QP] = [devs[0].create_qp(), devs[1].create_qp()]
-        self.qps[0].connect(self.qps[1].export())
-        self.qps[1].connect(self.qps[0].export())
-        self.remote = [RemoteBuffer.of(regions[1]), RemoteBuffer.of(regions[0])]
-        self.rng = rng
-        self.posted = self.completed = 0
-
-    def keep_writing(self) -> None:
-        for side, qp in enumerate(self.qps):
-            self.completed += sum(1 for wc in qp.poll_cq() if wc.status.name == "SUCCESS")
-            qp.poll_recv()
-            qp.poll_events()
-            if qp.state.name != "ERROR" and self.posted - self.completed < 4:
-                self.posted += 1
-                data = self.rng.randbytes(self.rng.choice((4096, 65536)))
-                qp.post_write(self.posted, data, self.remote[side])
-
-    def failed(self) -> bool:
-        return any(q.state.name == "ERROR" for q in self.qps)
-
-
 def run(frames: int, seed: int, pair_every: int = 20_000) -> dict[str, Any]:
     """Send ``frames`` forged frames (half to each NIC) while the QPs write; the report."""
     wire = Wire()
@@ -162,7 +139,6 @@ async def _run(wire: Wire, frames: int, seed: int, pair_every: int) -> dict[str,
     sniff = [wire.raw_socket(0), wire.raw_socket(1)]  # what arrives at each NIC
     inject = [wire.raw_socket(1), wire.raw_socket(0)]  # sends towards NIC 0, NIC 1
     veth0 = [wire.rx_packets(0), wire.rx_packets(1)]
-    retired: list[QpStats] = []
     crashes: list[str] = []
     sent = [0, 0]
     socket_drops = [0, 0]
@@ -176,9 +152,7 @@ async def _run(wire: Wire, frames: int, seed: int, pair_every: int) -> dict[str,
         loop = asyncio.get_running_loop()
         # an exception in the NICs' socket callbacks goes to the loop's handler: a crash
         loop.set_exception_handler(lambda _loop, ctx: crashes.append(repr(ctx)[:2000]))
-        pair = _Pair(devs, regions, rng)
-        pairs = 1
-        completed = 0
+        pair = LivePair(devs, regions, rng, (4096, 65536))
         captured = await _capture(sniff, pair, nics)
         forges = [
             Forge(
@@ -200,12 +174,7 @@ async def _run(wire: Wire, frames: int, seed: int, pair_every: int) -> dict[str,
                 rss0 = rss_bytes()
             if sum(sent) >= next_pair_at or pair.failed():
                 next_pair_at = sum(sent) + pair_every
-                retired += [q.stats() for q in pair.qps]
-                completed += pair.completed
-                for d, q in zip(devs, pair.qps, strict=True):
-                    d.destroy_qp(q)
-                pair = _Pair(devs, regions, rng)
-                pairs += 1
+                pair.replace()
                 # the new QPs' real frames: the forges start from those (the sniffers see
                 # forged frames too, so they listen only while nothing is forged)
                 await asyncio.sleep(0.05)
@@ -229,11 +198,10 @@ async def _run(wire: Wire, frames: int, seed: int, pair_every: int) -> dict[str,
         for h in (0, 1):
             socket_drops[h] = _socket_drops(nics[h])
         read = [nics[h].ports[0].rx_frames for h in (0, 1)]
-        completed += pair.completed
     for s in (*sniff, *inject):
         s.close()
     veth = [wire.rx_packets(h) - veth0[h] for h in (0, 1)]
-    acct = fates(devs, retired)
+    acct = fates(devs, pair.retired)
     return {
         "engine": devs[0].engine_name,
         "frames": sum(sent),
@@ -247,21 +215,13 @@ async def _run(wire: Wire, frames: int, seed: int, pair_every: int) -> dict[str,
         # frame read is counted under one fate
         "every_frame_accounted": sum(veth) == sum(read) + sum(socket_drops)
         and acct["accounted"] == sum(read),
-        "every_data_frame_accounted": acct["data_outcomes_sum"]
-        == acct["counters"]["rx_data_packets"],
-        "every_refusal_named": acct["refusal_causes_sum"] == acct["counters"]["rx_refused"],
-        "counters": acct["counters"],
-        "kinds": {"to_h0": forges[0].counts, "to_h1": forges[1].counts},
-        "qp_pairs": pairs,
-        "writes_completed": completed,
-        "rss_growth_bytes": rss_bytes() - (rss0 or rss_bytes()),
-        "rss_bytes": rss_bytes(),
+        **outcome_report(acct, forges, pair.pairs, pair.completed, rss0),
         "wall_s": round(wall_s, 2),
     }
 
 
 async def _capture(
-    socks: list[socket.socket], pair: _Pair, nics: list[AioNic], want: int = 16
+    socks: list[socket.socket], pair: LivePair, nics: list[AioNic], want: int = 16
 ) -> list[list[bytes]]:
     """Real frames that arrived at each NIC while nothing was forged (at most 2 s)."""
     for s in socks:  # what queued before: forged frames among them

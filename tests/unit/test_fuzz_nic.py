@@ -44,6 +44,16 @@ REACHED = (
 )
 
 
+def _connected(engine: str, monkeypatch, seed: int):  # noqa: ANN001, ANN202
+    """Two devices of ``engine`` and a connected QP pair, nothing sent yet."""
+    monkeypatch.setenv("MRC_NIC_ENGINE", engine)
+    a, b = SimNetwork(seed=seed).devices
+    qa, qb = a.create_qp(), b.create_qp()
+    qa.connect(qb.export())
+    qb.connect(qa.export())
+    return a, b, qa, qb
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_hostile_frames_are_all_counted_and_nothing_raises(engine, monkeypatch):
     monkeypatch.setenv("MRC_NIC_ENGINE", engine)
@@ -61,12 +71,7 @@ def test_hostile_frames_are_all_counted_and_nothing_raises(engine, monkeypatch):
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_destroyed_qp_frees_its_memory_without_the_cycle_collector(engine, monkeypatch):
-    monkeypatch.setenv("MRC_NIC_ENGINE", engine)
-    net = SimNetwork(seed=9)
-    a, b = net.devices
-    qa, qb = a.create_qp(), b.create_qp()
-    qa.connect(qb.export())
-    qb.connect(qa.export())
+    a, b, qa, qb = _connected(engine, monkeypatch, seed=9)
     core = weakref.ref(qa.core)
     mr = b.register(bytearray(4096))
     qa.post_write(1, b"x" * 100, RemoteBuffer.of(mr))
@@ -94,12 +99,7 @@ def test_only_mrc_frames_reach_a_qp_on_the_batch_path(engine, monkeypatch):
     from mrcnic.io.batch import RecvRing
     from mrcnic.wire import layout
 
-    monkeypatch.setenv("MRC_NIC_ENGINE", engine)
-    net = SimNetwork(seed=4)
-    a, b = net.devices
-    qa, qb = a.create_qp(), b.create_qp()
-    qa.connect(qb.export())
-    qb.connect(qa.export())
+    a, b, qa, qb = _connected(engine, monkeypatch, seed=4)
     region = bytearray(4096)
     qa.post_write(1, b"\x77" * 1000, RemoteBuffer.of(b.register(region)))
     frame = next(f for _, f in a.frames_to_send(0.0) if f[layout.OFF_BTH] in layout.MRC_DATA_OPS)
@@ -123,12 +123,7 @@ def test_a_fatal_nack_must_echo_the_transmission(engine, monkeypatch):
     another timestamp (a forger's) is counted and ignored; the one echoing it is fatal."""
     from mrcnic.wire import layout
 
-    monkeypatch.setenv("MRC_NIC_ENGINE", engine)
-    net = SimNetwork(seed=6)
-    a, b = net.devices
-    qa, qb = a.create_qp(), b.create_qp()
-    qa.connect(qb.export())
-    qb.connect(qa.export())
+    a, b, qa, qb = _connected(engine, monkeypatch, seed=6)
     qa.post_write(1, b"x" * 100, RemoteBuffer.of(b.register(bytearray(4096))))
     f = next(f for _, f in a.frames_to_send(0.0) if f[layout.OFF_BTH] in layout.MRC_DATA_OPS)
     psn = int.from_bytes(f[layout.OFF_BTH + 9 : layout.OFF_BTH + 12], "big")
