@@ -50,8 +50,9 @@ from typing import IO, Any
 
 from mrcnic.units import size_arg, time_arg
 
-from . import calibrate, lifecycle
+from . import calibrate, lifecycle, pyswitch
 from .bench import common as bc
+from .faults import Faults
 from .netns import LabError, have_net_admin
 from .params import LabParams, ParamError, resolve
 from .progress import Progress
@@ -78,7 +79,10 @@ MAX_EVENTS_PER_MIN = 20.0
 
 # --- running ----------------------------------------------------------------------------------
 SETTLE_S = 1.0  # a step this soon after a fault's undo still counts as a fault step
-STEP_TIMEOUT_S = 20.0  # an all-reduce step stuck this long fails (its job is restarted)
+# An all-reduce step stuck this long without an error fails (its job is restarted). A QP
+# error ends a job at once; this only catches a stall, and must not take the baseline's slow
+# steps under loss (several times its ~6 s at the calibrated rate) for failures.
+STEP_TIMEOUT_S = 60.0
 MIN_JOB_S = 5.0  # no new job when less than this is left of the run
 START_TIMEOUT_S = 60.0  # rank 0 must announce its port within this
 STEP_COLUMNS = ("job", "iter", "start_s", "end_s", "ok", "faults")
@@ -177,8 +181,9 @@ def distribution(values: Sequence[float]) -> dict[str, Any]:
 
 @dataclass
 class FaultSpan:
-    """A fault as it happened on the run's clock: applied at ``start_s``, undone (a rebooted
-    switch ready again) at ``end_s`` (None: still applied)."""
+    """Fault ``n`` (1, 2, ... as the screen counts them) as it happened on the run's clock:
+    applied at ``start_s``, undone (a rebooted switch ready again) at ``end_s`` (None: still
+    applied)."""
 
     n: int
     step: Step
@@ -444,8 +449,15 @@ def rank_main(argv: Sequence[str]) -> int:
     def on_step(it: int, reports: list[dict[str, Any]]) -> None:
         print(json.dumps(step_line(it, reports, time.monotonic())), flush=True)
 
+    def on_report(it: int, report: dict[str, Any]) -> None:
+        # A failed part is said at once: the other ranks may wait for data that will never
+        # come, and the soak ends the job now, as a launcher would, instead of a timeout later.
+        if report["errors"]:
+            line = step_line(it, [report], time.monotonic())
+            print(json.dumps({**line, "type": "rank_error"}), flush=True)
+
     try:
-        res = aio.run(run_rank(st, a.rank, p, a.port, on_step if a.rank == 0 else None))
+        res = aio.run(run_rank(st, a.rank, p, a.port, on_step if a.rank == 0 else None, on_report))
     except (ControlError, OSError, ValueError) as e:
         print(f"soak rank {a.rank}: {e}", file=sys.stderr, flush=True)
         return 1
@@ -487,8 +499,9 @@ class SoakConfig:
 
 class Job:
     """The rank processes of one all-reduce (``ip netns exec NS python -m lab.soak rank``),
-    each in its own session so that it is stopped by its PID's group and nothing else; rank
-    0's stdout lines arrive on :attr:`lines` from a reader thread."""
+    each in its own session so that it is stopped by its PID's group and nothing else.  Their
+    stdout lines (rank 0's steps and result, any rank's error) arrive on :attr:`lines`, each
+    with its ``rank``, from one reader thread per rank."""
 
     def __init__(
         self, state: LabState, cfg: SoakConfig, transport: str, duration_s: float, n: int
@@ -498,7 +511,8 @@ class Job:
         self.procs: list[tuple[str, subprocess.Popen[str], IO[str]]] = []
         self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
         self.result: dict[str, Any] | None = None
-        self._reader: threading.Thread | None = None
+        self.failed = False  # a rank reported an error: the job is over (as a launcher would)
+        self._readers: list[threading.Thread] = []
 
     def _argv(self, rank: int, port: int) -> list[str]:
         host = self.cfg.hosts[rank]
@@ -516,7 +530,7 @@ class Job:
         err = tempfile.TemporaryFile("w+")  # noqa: SIM115
         p = subprocess.Popen(
             self._argv(rank, port),
-            stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=err,
             stdin=subprocess.DEVNULL,
             text=True,
@@ -524,13 +538,14 @@ class Job:
             start_new_session=True,
         )
         self.procs.append((self.cfg.hosts[rank], p, err))
+        reader = threading.Thread(target=self._read, args=(rank, p), daemon=True)
+        reader.start()
+        self._readers.append(reader)
         return p
 
     def start(self) -> None:
         rank0 = self._spawn(0, 0)
         port = self._wait_port(rank0, self.procs[0][2])
-        self._reader = threading.Thread(target=self._read, args=(rank0,), daemon=True)
-        self._reader.start()
         for r in range(1, len(self.cfg.hosts)):
             self._spawn(r, port)
 
@@ -546,13 +561,13 @@ class Job:
             time.sleep(0.02)
         raise LabError(f"rank 0 did not start listening: {self.stderr_tail(0)}")
 
-    def _read(self, p: subprocess.Popen[str]) -> None:
+    def _read(self, rank: int, p: subprocess.Popen[str]) -> None:
         assert p.stdout is not None
         for line in p.stdout:
             with contextlib.suppress(ValueError):
                 msg = json.loads(line)
                 if isinstance(msg, dict):
-                    self.lines.put(msg)
+                    self.lines.put({**msg, "rank": rank})
 
     def running(self) -> bool:
         return any(p.poll() is None for _h, p, _e in self.procs)
@@ -560,14 +575,25 @@ class Job:
     def rank0_done(self) -> bool:
         return bool(self.procs) and self.procs[0][1].poll() is not None
 
-    def drain_reader(self, timeout_s: float = 5.0) -> None:
-        if self._reader is not None:
-            self._reader.join(timeout=timeout_s)
+    def drain_readers(self, timeout_s: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        for t in self._readers:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def stop(self) -> None:
-        """SIGINT, SIGTERM, then SIGKILL to each rank's own process group (by PID)."""
-        for _h, p, _e in self.procs:
-            _stop_group(p)
+        """SIGINT, then SIGTERM, then SIGKILL to every rank's own process group (by PID),
+        each signal to all ranks at once."""
+        for sig, wait_s in ((signal.SIGINT, 3.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
+            alive = [p for _h, p, _e in self.procs if p.poll() is None]
+            if not alive:
+                return
+            for p in alive:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, sig)  # its own session: only the rank and its children
+            deadline = time.monotonic() + wait_s
+            for p in alive:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=max(0.01, deadline - time.monotonic()))
 
     def returncodes(self) -> list[int | None]:
         return [p.returncode for _h, p, _e in self.procs]
@@ -588,26 +614,14 @@ class Job:
                 err.close()
 
 
-def _stop_group(p: subprocess.Popen[str]) -> None:
-    if p.poll() is not None:
-        return
-    for sig, wait_s in ((signal.SIGINT, 5.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, sig)  # its own session: only the rank and its children
-        try:
-            p.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 # === one transport: jobs back to back while the schedule plays ================================
 
 
 class TransportSoak:
     """Runs one transport for the configured time: starts the schedule, runs jobs back to
-    back (a new one after a failed step), turns rank 0's lines into :class:`StepRec` s,
-    prints faults and progress as they happen, undoes every fault at the end."""
+    back (a new one after a failed step), turns the ranks' lines into :class:`StepRec` s,
+    prints faults and progress as they happen, undoes every fault at the end and makes sure
+    every switch is up again before the next transport."""
 
     def __init__(
         self,
@@ -623,6 +637,7 @@ class TransportSoak:
         self.schedule = Schedule(state, steps, self._echo)
         self._shown: dict[int, tuple[bool, bool]] = {}  # fault n -> (start shown, end shown)
         self._last_progress = 0.0
+        self._failed_at: dict[tuple[int, int], StepRec] = {}  # (job, iter) -> its failed step
 
     def _echo(self, text: str) -> None:
         # the commands are in the fault log; on screen only failures unless --verbose
@@ -645,7 +660,6 @@ class TransportSoak:
             while time.monotonic() < deadline:
                 self._poll_faults()
                 time.sleep(0.2)
-            self._poll_faults()
             self._progress(force=True)
         except KeyboardInterrupt:
             run.interrupted = True
@@ -653,8 +667,13 @@ class TransportSoak:
         finally:
             self.schedule.finish()
             run.wall_s = time.monotonic() - run.t0_mono
-            run.spans = self._spans()
             run.machine_busy_percent = _busy_percent(ticks, bc.machine_ticks())
+            try:
+                if not run.interrupted:
+                    self._switches_back()
+            finally:
+                self._poll_faults()
+                run.spans = self._spans()
         return run
 
     def _run_job(self, job: Job, deadline: float) -> None:
@@ -663,11 +682,11 @@ class TransportSoak:
         hard_stop = deadline + self.cfg.step_timeout_s + 90.0
         try:
             job.start()
-            while not job.rank0_done() and time.monotonic() < hard_stop:
+            while not job.rank0_done() and not job.failed and time.monotonic() < hard_stop:
                 self._take_lines(job, rec, 0.2)
                 self._poll_faults()
                 self._progress()
-            if not job.rank0_done():
+            if not (job.rank0_done() or job.failed):
                 rec.setdefault("errors", []).append("rank 0 still running after the run: stopped")
             self._finish_job(job, rec)
         except LabError as e:
@@ -681,20 +700,23 @@ class TransportSoak:
             rec["returncodes"] = job.returncodes()
 
     def _finish_job(self, job: Job, rec: dict[str, Any]) -> None:
-        job.drain_reader()
+        if job.failed:
+            job.stop()  # at once, as a launcher ends a job when one rank fails
+        else:
+            # the other ranks end right after rank 0; give them a moment, then stop them
+            t_end = time.monotonic() + 10.0
+            while job.running() and time.monotonic() < t_end:
+                time.sleep(0.05)
+            job.stop()
+        job.drain_readers()
         self._take_lines(job, rec, 0.0)
-        # the other ranks end right after rank 0; give them a moment, then stop them
-        t_end = time.monotonic() + 10.0
-        while job.running() and time.monotonic() < t_end:
-            time.sleep(0.05)
-        job.stop()
         rcs = job.returncodes()
-        if job.result is None:
+        if job.result is None and not job.failed:
             rec.setdefault("errors", []).append(
                 f"no result from rank 0 (exit {rcs[0]}): {job.stderr_tail(0)}"
             )
         for r, rc in enumerate(rcs):
-            if rc not in (0, None) and r > 0:
+            if rc not in (0, None) and r > 0 and not job.failed:
                 rec.setdefault("errors", []).append(f"rank {r} exit {rc}: {job.stderr_tail(r)}")
         failed = [s for s in self.run.steps if s.job == job.n and not s.ok]
         if failed or rec.get("errors"):
@@ -702,7 +724,7 @@ class TransportSoak:
             what = "by a failed step" if failed else "with an error"
             self.say(
                 f"  [{self.run.rel(time.monotonic()):7.1f} s] {self.title}: job {job.n} ended "
-                f"{what}: {(why[0] if why else 'no error text')[:160]}"
+                f"{what}: {(why[0] if why else 'no error text')[:160]}; starting a new one"
             )
 
     def _take_lines(self, job: Job, rec: dict[str, Any], wait_s: float) -> None:
@@ -711,9 +733,13 @@ class TransportSoak:
         except queue.Empty:
             return
         while True:
-            if msg.get("type") == "step":
+            kind = msg.get("type")
+            if kind == "step":
                 self._add_step(job.n, msg)
-            elif msg.get("type") == "result":
+            elif kind == "rank_error":
+                self._add_step(job.n, msg)
+                job.failed = True
+            elif kind == "result":
                 job.result = msg["result"]
                 rec["result"] = _slim_result(job.result)
             try:
@@ -722,25 +748,34 @@ class TransportSoak:
                 return
 
     def _add_step(self, job_n: int, msg: dict[str, Any]) -> None:
-        self.run.steps.append(
-            StepRec(
-                job=job_n,
-                it=int(msg["iter"]),
-                start_s=self.run.rel(float(msg["start_mono"])),
-                end_s=self.run.rel(float(msg["end_mono"])),
-                ok=bool(msg["ok"]),
-                corrupt=bool(msg.get("corrupt")),
-                qp_errors=int(msg.get("qp_errors") or 0),
-                errors=list(msg.get("errors") or []),
-            )
+        """A step from rank 0's line, or a failed one from a rank's error line (the first
+        report of a failed step makes it; later ones add their errors to it)."""
+        it = int(msg["iter"])
+        errors = list(msg.get("errors") or [])
+        old = self._failed_at.get((job_n, it))
+        if old is not None:
+            # rank 0's step line repeats what its own error line said: count each error once
+            old.errors = (old.errors + [e for e in errors if e not in old.errors])[:20]
+            old.qp_errors = max(old.qp_errors, sum(1 for e in old.errors if "QP " in e))
+            old.corrupt = old.corrupt or bool(msg.get("corrupt"))
+            return
+        step = StepRec(
+            job=job_n,
+            it=it,
+            start_s=self.run.rel(float(msg["start_mono"])),
+            end_s=self.run.rel(float(msg["end_mono"])),
+            ok=bool(msg["ok"]),
+            corrupt=bool(msg.get("corrupt")),
+            qp_errors=int(msg.get("qp_errors") or 0),
+            errors=errors,
         )
+        self.run.steps.append(step)
+        if not step.ok:
+            self._failed_at[(job_n, it)] = step
 
     # --- faults and progress on screen -------------------------------------------------------
     def _spans(self) -> list[FaultSpan]:
-        spans = []
-        for n, a in enumerate(list(self.schedule.applied)):
-            spans.append(self._span(n, a))
-        return spans
+        return [self._span(n, a) for n, a in enumerate(list(self.schedule.applied), start=1)]
 
     def _span(self, n: int, a: Applied) -> FaultSpan:
         t0 = self.run.t0_unix
@@ -754,22 +789,51 @@ class TransportSoak:
         )
 
     def _poll_faults(self) -> None:
-        for n, a in enumerate(list(self.schedule.applied)):
+        for n, a in enumerate(list(self.schedule.applied), start=1):
             started, ended = self._shown.get(n, (False, False))
             if not started:
                 extra = f" for {a.step.down_ms / 1000:.1f} s" if a.step.kind == "reboot" else ""
                 self.say(
-                    f"  [{a.start_unix - self.run.t0_unix:7.1f} s] fault {n + 1}: "
-                    f"{a.step.label}{extra}"
+                    f"  [{a.start_unix - self.run.t0_unix:7.1f} s] fault {n}: {a.step.label}{extra}"
                 )
                 started = True
+            if not ended and a.end_unix is None and self._late_switch_ready(a):
+                a.end_unix = time.time()
             if not ended and a.end_unix is not None:
+                late = " (late: its restart had failed)" if a.error else ""
                 self.say(
-                    f"  [{a.end_unix - self.run.t0_unix:7.1f} s] fault {n + 1} undone: "
-                    f"{a.step.heal_label} ({a.end_unix - a.start_unix:.1f} s)"
+                    f"  [{a.end_unix - self.run.t0_unix:7.1f} s] fault {n} undone: "
+                    f"{a.step.heal_label} ({a.end_unix - a.start_unix:.1f} s){late}"
                 )
                 ended = True
             self._shown[n] = (started, ended)
+
+    def _late_switch_ready(self, a: Applied) -> bool:
+        """A reboot whose restart failed (e.g. the switch process answered its start request
+        too late) is over when the switch says it is ready again."""
+        if a.step.kind != "reboot" or a.error is None:
+            return False
+        rec = self.state.processes.get(a.step.a)
+        return rec is not None and pyswitch.is_ready(rec)
+
+    def _switches_back(self, timeout_s: float = 120.0) -> None:
+        """Every python switch ready before the next transport (a reboot whose restart failed
+        may still be starting): waited for, then started again, else LabError."""
+        recs = [r for r in self.state.processes.values() if not pyswitch.is_ready(r)]
+        if not recs:
+            return
+        names = ", ".join(r.node for r in recs)
+        self.say(f"  waiting for switches that are not up again: {names}")
+        try:
+            pyswitch.wait_ready(recs, timeout_s=timeout_s)
+            return
+        except LabError as e:
+            self.say(f"  {e}: starting them again")
+        faults = Faults(self.state, echo=self._echo)
+        for r in recs:
+            if not pyswitch.is_ready(r):
+                faults.reboot(r.node, down_ms=0)
+        pyswitch.wait_ready(recs, timeout_s=timeout_s)
 
     def _progress(self, force: bool = False) -> None:
         now = time.monotonic()

@@ -56,6 +56,9 @@ class AllreduceParams:
 #: rank 0 calls this after every iteration (warm-up ones too) with the iteration number and
 #: every rank's report (``_report``): a long run can stream its steps as they complete.
 IterationHook = Callable[[int, list[dict[str, Any]]], None]
+#: every rank calls this with its own report as soon as its part of an iteration ends, before
+#: rank 0 has heard of it: a rank whose QP failed can say so while the others still wait.
+ReportHook = Callable[[int, dict[str, Any]], None]
 
 
 def rank_data(seed: int, rank: int, elements: int) -> np.ndarray:
@@ -163,10 +166,15 @@ class _Iteration:
 
 
 async def run_rank(
-    st: Any, rank: int, p: AllreduceParams, port: int, on_iteration: IterationHook | None = None
+    st: Any,
+    rank: int,
+    p: AllreduceParams,
+    port: int,
+    on_iteration: IterationHook | None = None,
+    on_report: ReportHook | None = None,
 ) -> dict[str, Any] | None:
     """Run one rank; rank 0 returns the result, the others None.  ``on_iteration`` (rank 0
-    only) sees every iteration as it completes."""
+    only) sees every iteration as it completes, ``on_report`` this rank's own part."""
     n = len(p.hosts)
     if n < 2:
         raise ValueError("an all-reduce needs at least 2 hosts")
@@ -221,8 +229,9 @@ async def run_rank(
             for ch in chans:
                 await ch.send("table", ranks=table)
             try:
+                hooks = (on_iteration, on_report)
                 return await _rank0(
-                    st, lh, nic, p, size, table, by_rank, qp_next, qp_prev, data, recv, on_iteration
+                    st, lh, nic, p, size, table, by_rank, qp_next, qp_prev, data, recv, hooks
                 )
             finally:
                 for ch in chans:
@@ -231,7 +240,9 @@ async def run_rank(
         try:
             await ch.send("join", **me)
             table = (await ch.recv("table", timeout_s=60))["ranks"]
-            await _rank_loop(lh, nic, p, size, rank, table, qp_next, qp_prev, data, recv, ch)
+            await _rank_loop(
+                lh, nic, p, size, rank, table, qp_next, qp_prev, data, recv, ch, on_report
+            )
             return None
         finally:
             ch.close()
@@ -293,6 +304,7 @@ async def _rank_loop(
     data: bytearray,
     recv: bytearray,
     ch: control.Channel,
+    on_report: ReportHook | None = None,
 ) -> None:
     n = len(p.hosts)
     rdata, rrecv = _connect(rank, n, table, qp_next, qp_prev)
@@ -317,7 +329,10 @@ async def _rank_loop(
         itr = await _one_iteration(
             nic, rank, n, it, data, recv, qp_next, qp_prev, rdata, rrecv, p.timeout_s
         )
-        await ch.send("iter_done", **_report(itr, expect, it))
+        report = _report(itr, expect, it)
+        if on_report is not None:
+            on_report(it, report)
+        await ch.send("iter_done", **report)
     cpu = meter.stop() if timed else {}
     await ch.send(
         "final", cpu=cpu, nic=nic.stats(), qp=[asdict(qp_next.stats()), asdict(qp_prev.stats())]
@@ -337,7 +352,7 @@ async def _rank0(
     qp_prev: QP,
     data: bytearray,
     recv: bytearray,
-    on_iteration: IterationHook | None = None,
+    hooks: tuple[IterationHook | None, ReportHook | None] = (None, None),
 ) -> dict[str, Any]:
     n = len(p.hosts)
     rdata, rrecv = _connect(0, n, table, qp_next, qp_prev)
@@ -367,7 +382,10 @@ async def _rank0(
         itr = await _one_iteration(
             nic, 0, n, it, data, recv, qp_next, qp_prev, rdata, rrecv, p.timeout_s
         )
+        on_iteration, on_report = hooks
         reports = [_report(itr, expect, it)]
+        if on_report is not None:
+            on_report(it, reports[0])
         for r in range(1, n):
             reports.append(await chans[r].recv("iter_done", timeout_s=p.timeout_s + 30))
         if it >= p.warmup:

@@ -2,14 +2,17 @@
 all-reduce of 4 hosts for 36 s per transport, MRC then the RoCEv2 baseline, while the seeded
 schedule plays 10 faults a minute; then everything it left behind is checked to be gone.
 
-About 1.5-2 minutes. The pure parts (schedule, statistics, verdict) are tests/unit/test_soak.py.
+A second run is interrupted (SIGINT, as Ctrl-C) while a link is down: the link must come
+back up before the lab is torn down. About 2 minutes in all. The pure parts (schedule, statistics, verdict) are tests/unit/test_soak.py.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import lab_helpers as H
@@ -87,5 +90,40 @@ def test_faults_applied_undone_and_marked(soak_run: tuple[int, str, dict]) -> No
 
 
 def test_nothing_left_behind(soak_run: tuple[int, str, dict]) -> None:
+    assert not exists(NAME)
+    assert not [ns for ns in list_netns() if ns.startswith(NAME + "-")]
+
+
+def test_ctrl_c_undoes_the_fault_and_takes_the_lab_down(tmp_path: Path) -> None:
+    out = tmp_path / "soak.json"
+    # seed 1, 4 a minute: the first fault is a T0-T1 link down for 3.4 s from 5.4 s
+    argv = [sys.executable, "-m", "lab.soak", "--name", NAME, "--minutes", "1", "--seed", "1"]
+    argv += ["--transports", "mrc", "--rate-mbit", "20", "--size", "2M", "--out", str(out)]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    guard = threading.Timer(180, p.kill)  # never hang the suite
+    guard.start()
+    seen: list[str] = []
+    try:
+        assert p.stdout is not None
+        for line in p.stdout:
+            seen.append(line)
+            if "fault 1:" in line:
+                p.send_signal(signal.SIGINT)
+                break
+        rest, _ = p.communicate(timeout=120)
+        seen.append(rest)
+    finally:
+        guard.cancel()
+        if exists(NAME):
+            lifecycle.down(NAME)
+    text = "".join(seen)
+    assert p.returncode == 130, text[-3000:]
+    assert "torn down" in text
+    doc = json.loads(out.read_text())
+    mrc = doc["transports"]["mrc"]
+    assert mrc["interrupted"]
+    [fault] = mrc["fault_log"]
+    assert fault["kind"] == "flap" and fault["end_s"] is not None
+    assert any(c.endswith(" up") for c in fault["commands"]), fault["commands"]  # link up again
     assert not exists(NAME)
     assert not [ns for ns in list_netns() if ns.startswith(NAME + "-")]

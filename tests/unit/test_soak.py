@@ -73,13 +73,13 @@ def test_percentile_and_distribution() -> None:
 
 def test_overlapping_counts_the_settle_time() -> None:
     spans = [
-        soak.FaultSpan(0, Step("link", 10.0, "p0-t0-0", "p0-t1-0", undo_s=13.0), 10.0, 13.0),
-        soak.FaultSpan(1, Step("reboot", 20.0, "p1-t1-0"), 20.0, None),  # still rebooting
+        soak.FaultSpan(1, Step("link", 10.0, "p0-t0-0", "p0-t1-0", undo_s=13.0), 10.0, 13.0),
+        soak.FaultSpan(2, Step("reboot", 20.0, "p1-t1-0"), 20.0, None),  # still rebooting
     ]
-    assert soak.overlapping(9.0, 10.5, spans, 1.0, 30.0) == [0]
-    assert soak.overlapping(13.5, 13.8, spans, 1.0, 30.0) == [0]  # within the settle time
+    assert soak.overlapping(9.0, 10.5, spans, 1.0, 30.0) == [1]
+    assert soak.overlapping(13.5, 13.8, spans, 1.0, 30.0) == [1]  # within the settle time
     assert soak.overlapping(14.2, 14.5, spans, 1.0, 30.0) == []
-    assert soak.overlapping(25.0, 25.2, spans, 1.0, 30.0) == [1]
+    assert soak.overlapping(25.0, 25.2, spans, 1.0, 30.0) == [2]
 
 
 def test_step_line_marks_corruption_and_qp_errors() -> None:
@@ -102,7 +102,7 @@ def _run(transport: str, oks: list[bool], corrupt: bool = False) -> soak.Transpo
             soak.StepRec(0, i, i * 1.0, i * 1.0 + 0.5, ok, corrupt and not ok, 0 if ok else 1, [])
         )
     run.jobs.append({"job": 0})
-    run.spans.append(soak.FaultSpan(0, Step("port", 2.0, "h1", plane=3, undo_s=3.0), 2.2, 3.1))
+    run.spans.append(soak.FaultSpan(1, Step("port", 2.0, "h1", plane=3, undo_s=3.0), 2.2, 3.1))
     return run
 
 
@@ -110,7 +110,7 @@ def test_summary_verdict_and_screen() -> None:
     mrc = _run("mrc", [True] * 6).summary(1 << 20, 4, 1.0)
     assert mrc["steps"] == 6 and mrc["bytes_verified"] == 6 * 4 * (1 << 20)
     assert mrc["fault_steps"] == 3  # steps 2, 3 and 4 (start 4.0 < 3.1 + 1 settle)
-    assert [r[-1] for r in mrc["step_log"]] == [[], [], [0], [0], [0], []]
+    assert [r[-1] for r in mrc["step_log"]] == [[], [], [1], [1], [1], []]
     roce = _run("rocev2", [True, False, True]).summary(1 << 20, 4, 1.0)
     assert roce["qp_errors"] == 1 and roce["failed_steps"] == 1
     doc = {
