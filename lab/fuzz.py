@@ -6,7 +6,11 @@
 Targets (each in a process of its own, so a crash is counted, not fatal to the run):
 
 - ``nic-c``, ``nic-py``: two devices writing to each other with the C or the Python engine
-  (:mod:`lab.fuzz_nic`), no root needed;
+  over the simulated fabric, the frames handed to their receive path (:mod:`lab.fuzz_nic`),
+  no root needed;
+- ``wire-c``, ``wire-py``: two running NICs (AF_PACKET, the asyncio shell) in two namespaces
+  joined by a veth, the frames sent over the wire by a third socket (:mod:`lab.fuzz_wire`),
+  root;
 - ``switch``: an mrc-switch process on a veth chain (:mod:`lab.fuzz_switch`), root.
 
 The report: ``frames``, ``crashes`` (must be 0), ``rss_growth_bytes`` (the largest growth of
@@ -29,7 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-TARGETS = ("nic-c", "nic-py", "switch")
+TARGETS = ("nic-c", "nic-py", "wire-c", "wire-py", "switch")
+ROOT_TARGETS = ("wire-c", "wire-py", "switch")
 RSS_BOUND_BYTES = 32 << 20  # growth after warm-up; a leak per frame or per QP pair exceeds it
 
 
@@ -38,6 +43,10 @@ def _worker(target: str, frames: int, seed: int) -> dict[str, Any]:
         from lab import fuzz_switch
 
         return fuzz_switch.run(frames, seed)
+    if target.startswith("wire-"):
+        from lab import fuzz_wire
+
+        return fuzz_wire.run(frames, seed)
     from lab import fuzz_nic
 
     return fuzz_nic.run(frames, seed)
@@ -46,8 +55,8 @@ def _worker(target: str, frames: int, seed: int) -> dict[str, Any]:
 def run_target(target: str, frames: int, seed: int, timeout_s: float) -> dict[str, Any]:
     """One target in a child process; a child that dies or hangs is a crash."""
     env = dict(os.environ)
-    if target.startswith("nic-"):
-        env["MRC_NIC_ENGINE"] = target.removeprefix("nic-")
+    if target.startswith(("nic-", "wire-")):
+        env["MRC_NIC_ENGINE"] = target.split("-", 1)[1]
     argv = [sys.executable, "-m", "lab.fuzz", "--worker", target, "--frames", str(frames)]
     argv += ["--seed", str(seed)]
     t0 = time.monotonic()
@@ -110,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         "ICRC, forged SACK/NACK/probe/PORT_STATUS, data with stolen and guessed R_Keys, "
         "replays) into NICs with live QPs (C and Python engines) and a running mrc-switch; "
         "checks that nothing crashes, memory stays bounded and every frame is counted.",
-        epilog="The switch target needs root (namespaces). Full run: about 2 minutes "
-        "per million frames per target on a 2-core machine.",
+        epilog="The wire and switch targets need root (namespaces). A full run takes about "
+        "six minutes on a 2-core machine.",
     )
     ap.add_argument("--frames", type=int, default=1_000_000, help="per target (default 1e6)")
     ap.add_argument("--seed", type=int, default=1)
@@ -132,9 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [t for t in targets if t not in TARGETS]
     if unknown:
         ap.error(f"unknown target(s) {', '.join(unknown)}: choose from {', '.join(TARGETS)}")
-    if "switch" in targets and os.geteuid() != 0:
+    need_root = [t for t in targets if t in ROOT_TARGETS]
+    if need_root and os.geteuid() != 0:
         ap.error(
-            "the switch target needs root (network namespaces): sudo, or --targets nic-c,nic-py"
+            f"{', '.join(need_root)} need root (network namespaces): sudo, or --targets "
+            "nic-c,nic-py"
         )
     results = {}
     for t in targets:
