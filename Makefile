@@ -81,8 +81,9 @@ bench-switch: setup
 bench-nic: setup
 	$(PY) bench/bench_nic.py --out results/bench-nic.json
 
-# Hostile frames: 1,000,000 per target into NICs with live QPs (both engines) and a running
-# mrc-switch (root) -> results/fuzz.json (about 3 minutes); FUZZ_ARGS="--frames 30000"
+# Hostile frames: 1,000,000 per target into NICs with live QPs (both engines, in process and
+# over a veth) and a running mrc-switch (root) -> results/fuzz.json (about 3.5 minutes);
+# FUZZ_ARGS="--frames 30000"
 FUZZ_ARGS ?=
 fuzz: setup
 	$(PY) -m lab.fuzz $(FUZZ_ARGS)
