@@ -65,7 +65,11 @@ class SwitchHost:
         self._group: cloop.CGroup | None = None
         self._members: list[Switch] = []
         # name -> (the switch being started, its port-opening thread, connections to answer)
-        self._starting: dict[str, tuple[Switch, threading.Thread, list[socket.socket]]] = {}
+        # switch name -> (switch, its port-opening thread, that thread's "done" flag, the
+        # requests to answer when it runs)
+        self._starting: dict[
+            str, tuple[Switch, threading.Thread, threading.Event, list[socket.socket]]
+        ] = {}
         self._closers: list[threading.Thread] = []  # ports of stopped switches, closing
         self._use_c = os.environ.get("MRC_SWITCH_C_LOOP", "1") != "0"
         self._cfgs = []
@@ -223,30 +227,37 @@ class SwitchHost:
         if msg.get("op") != "start" or name not in self.paths or name in self.switches:
             return False
         if name in self._starting:
-            self._starting[name][2].append(conn)
+            self._starting[name][3].append(conn)
             return True
         try:
             sw = self._switch_object(name)
         except (ConfigError, OSError):
             return False  # command() reports it
 
+        done = threading.Event()
+
         def prepare() -> None:
             try:
                 sw.prepare_ports()
             finally:
+                # "done" before the wake: the loop may read the byte while this thread is
+                # still alive, and is_alive() then said "not yet" and no byte came again (a
+                # start answered only by the next start, or never: 30 s control timeouts)
+                done.set()
                 with contextlib.suppress(OSError):
                     os.write(self._wake_w, b"s")
 
         t = threading.Thread(target=prepare, name=f"start-{name}", daemon=True)
-        self._starting[name] = (sw, t, [conn])
+        self._starting[name] = (sw, t, done, [conn])
         t.start()
         return True
 
     def _finish_starts(self) -> None:
         """Switches whose ports are open join the loop; their requests are answered."""
-        for name, (sw, t, conns) in list(self._starting.items()):
-            if t.is_alive():
+        for name, (sw, t, done, conns) in list(self._starting.items()):
+            if not done.is_set():
                 continue
+            t.join()  # it has nothing left to do but return
             del self._starting[name]
             try:
                 reply = {"ok": True, "switch": name, "result": self.start_switch(name, sw)}
@@ -352,7 +363,7 @@ class SwitchHost:
         for sw in self.switches.values():
             sw.close()
         self.switches = {}
-        for sw, t, conns in self._starting.values():
+        for sw, t, _done, conns in self._starting.values():
             t.join()
             sw.close()
             for conn in conns:

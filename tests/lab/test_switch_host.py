@@ -126,3 +126,19 @@ def test_control_answers_while_ports_open_and_close_in_helper_threads(slab) -> N
             break
         time.sleep(0.1)
     assert fds <= fds_before
+
+
+def test_every_start_is_answered_promptly_over_many_reboots(slab) -> None:
+    """The port-opening thread's wake can be read while the thread is still alive: every
+    start must still be answered (it used to wait for the next start, or 30 s)."""
+    st, _ = slab
+    rec = st.processes["p1-t1-1"]
+    slowest = 0.0
+    for _ in range(15):
+        assert control(rec.control, {"op": "stop", "switch": "p1-t1-1"})["result"] == "stopped"
+        t0 = time.monotonic()
+        reply = control(rec.control, {"op": "start", "switch": "p1-t1-1"}, timeout_s=10.0)
+        slowest = max(slowest, time.monotonic() - t0)
+        assert reply["ok"] and reply["result"] == "started", reply
+    assert slowest < 10.0
+    assert H.eventually_crosses(st, 0, 1, ev=3)
