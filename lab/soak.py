@@ -85,6 +85,7 @@ SETTLE_S = 1.0  # a step this soon after a fault's undo still counts as a fault 
 STEP_TIMEOUT_S = 60.0
 MIN_JOB_S = 5.0  # no new job when less than this is left of the run
 START_TIMEOUT_S = 60.0  # rank 0 must announce its port within this
+LATE_S = 1.0  # a fault applied this much after its planned time is reported as late
 STEP_COLUMNS = ("job", "iter", "start_s", "end_s", "ok", "faults")
 _LISTENING = re.compile(r"listening on \[[^\]]*\]:(\d+)")
 
@@ -192,6 +193,24 @@ class FaultSpan:
     commands: list[str] = field(default_factory=list)
     error: str | None = None
 
+    @property
+    def planned_s(self) -> float:
+        """How long the schedule meant the fault to last (a reboot: its down time)."""
+        s = self.step
+        if s.kind == "reboot" or s.undo_s is None:
+            return s.down_ms / 1000.0
+        return s.undo_s - s.at_s
+
+    @property
+    def late(self) -> bool:
+        """Applied well after its time, or held for well under its planned length: the
+        schedule plays in one thread, and a fault that blocks it (a switch that answers its
+        restart late) delays the ones behind it, which then catch up at once."""
+        held = None if self.end_s is None else self.end_s - self.start_s
+        return self.start_s - self.step.at_s > LATE_S or (
+            held is not None and held < 0.5 * self.planned_s
+        )
+
     def to_dict(self) -> dict[str, Any]:
         s = self.step
         return {
@@ -202,6 +221,8 @@ class FaultSpan:
             "planned": s.to_dict(),
             "start_s": round(self.start_s, 3),
             "end_s": None if self.end_s is None else round(self.end_s, 3),
+            "planned_s": round(self.planned_s, 3),
+            "late": self.late,
             "commands": self.commands,
             "error": self.error,
         }
@@ -324,6 +345,7 @@ class TransportRun:
             "jobs": len(self.jobs),
             "restarts": max(0, len(self.jobs) - 1),
             "faults_applied": len(self.spans),
+            "faults_late": [f.n for f in self.spans if f.late],
             "fault_errors": [f"{f.step.label}: {f.error}" for f in self.spans if f.error],
             "step_time_s": {
                 "all": distribution([s.duration_s for s in good]),
@@ -987,7 +1009,12 @@ def render_summary(doc: dict[str, Any]) -> str:
         row("failed steps / restarts", [f"{x['failed_steps']} / {x['restarts']}" for x in r])
     )
     lines.append(row("wrong results (verification)", [str(x["verification_failures"]) for x in r]))
-    lines.append(row("faults applied", [str(x["faults_applied"]) for x in r]))
+    lines.append(
+        row(
+            "faults applied (late or cut short)",
+            [f"{x['faults_applied']} ({len(x.get('faults_late', []))})" for x in r],
+        )
+    )
     lines.append("step time, ms: p50/p90/p99/max")
     for part, label in (
         ("all", "  all steps"),

@@ -1,5 +1,5 @@
 """The soak's pure parts (lab/soak.py): the seeded schedule, the step-time statistics, which
-steps a fault overlaps, the verdict and the screen. The soak itself: tests/lab/test_soak.py."""
+steps a fault overlaps, the verdict and the screen. The soak itself: tests/lab/test_lab_soak.py."""
 
 from __future__ import annotations
 
@@ -142,3 +142,13 @@ def test_calibration_name_is_a_lab_name_of_our_own() -> None:
         cal = soak.calibration_name(name)
         assert cal != name and cal != "mrccal"
         LabParams(name=cal)  # valid
+
+
+def test_late_and_cut_short_faults_are_flagged() -> None:
+    step = Step("loss", 10.0, "p0-t0-0", "p0-t1-0", undo_s=15.0, percent=1.0)
+    assert not soak.FaultSpan(1, step, 10.1, 15.0).late
+    assert soak.FaultSpan(1, step, 12.0, 17.0).late  # applied 2 s after its time
+    assert soak.FaultSpan(1, step, 10.1, 10.2).late  # held 0.1 s of 5 s
+    reboot = Step("reboot", 10.0, "p0-t1-0", down_ms=1500)
+    assert soak.FaultSpan(1, reboot, 10.0, 11.7).planned_s == 1.5
+    assert not soak.FaultSpan(1, reboot, 10.0, 11.7).late
