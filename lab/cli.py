@@ -74,6 +74,13 @@ def _topology_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--switch", choices=("python", "kernel"), help="mrc-switch processes or the kernel [python]"
     )
+    g.add_argument(
+        "--pfc",
+        action="store_true",
+        default=None,
+        help="python switches: a lossless class with priority flow control for RoCEv2's "
+        "data (PAUSE upstream above XOFF, a watchdog; docs/pfc.md) [off]",
+    )
 
 
 def _name_flag(p: argparse.ArgumentParser) -> None:
@@ -99,6 +106,7 @@ def _params(args: argparse.Namespace):
         mtu=args.mtu,
         block=args.block,
         switch=args.switch,
+        pfc=args.pfc,
     )
     if auto and args.cmd != "calibrate":  # measured (root) or cached; `plan` only reads the cache
         cal = calibrate.get(params, measure=args.cmd == "up", echo=_stderr)
@@ -365,6 +373,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             if params.switch == "python"
             else ""
         )
+        + ("; PFC on (lossless RoCEv2 data)" if params.pfc else "")
     )
     print(f"  hosts      {', '.join(h.name for h in plan.hosts())}  (namespaces {params.name}-hN)")
     print(f"  mgmt       {plan.mgmt_prefix} on bridge {plan.ifname('br')} in {params.name}-mgmt")

@@ -75,7 +75,10 @@ class LabHost:
         to port ``index mod planes``, as multi-port RoCEv2 NICs are deployed (one rail per QP;
         the fabric's ECMP hash then picks the T1); MRC QPs spray over every port."""
         if transport == "rocev2":
-            return self.qp_config(seed=seed, cc_options=(("port", index % len(self.ifnames)),))
+            opts: tuple[tuple[str, object], ...] = (("port", index % len(self.ifnames)),)
+            if getattr(self.lab.params, "pfc", False):  # the lab has a lossless class
+                opts += (("lossless", True),)
+            return self.qp_config(seed=seed, cc_options=opts)
         return self.qp_config(seed=seed)
 
     def nic(self, in_namespace: bool | None = None, **kw: Any) -> AioNic:

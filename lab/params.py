@@ -64,6 +64,9 @@ class LabParams:
     mtu: int = 4200
     block: str = "fcbb:bb00::/32"
     switch: str = "python"
+    # python switches: a lossless class with priority flow control (802.1Qbb) for RoCEv2's
+    # data (docs/pfc.md); veth has no PFC, so the kernel mode cannot have it
+    pfc: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_RE.match(self.name):
@@ -108,6 +111,13 @@ class LabParams:
         if self.switch not in SWITCH_MODES:
             raise ParamError(
                 f"switch must be one of {', '.join(SWITCH_MODES)}, not {self.switch!r}"
+            )
+        if not isinstance(self.pfc, bool):
+            raise ParamError(f"pfc must be true or false, not {self.pfc!r}")
+        if self.pfc and self.switch == "kernel":
+            raise ParamError(
+                "pfc needs python switches: the kernel's veth has no priority flow control "
+                "(no PAUSE frames, no lossless class); drop --switch kernel or --pfc"
             )
 
     @property
