@@ -4,6 +4,8 @@
     mrc-bench lat   --lab mrc --src h0 --dst h3
     mrc-bench allreduce --lab mrc --hosts h0,h1,h2,h3 --size 4M
     mrc-bench forge --lab mrc --writer h0 --target h1 --forger h2
+    mrc-bench incast --lab mrc --senders h3,h4 --dst h0 --qps 8 --victim auto
+    mrc-bench pause-storm --lab mrc --stuck h3 --seconds 5
 
 Without ``--server``/``--client`` (and for ``allreduce`` without ``--rank``), mrc-bench runs
 every side itself: it starts ``ip netns exec <host namespace> mrc-bench ...`` for each side
@@ -202,7 +204,92 @@ def build_parser() -> argparse.ArgumentParser:
         "--per-kind", type=int, default=40, help="forged frames per kind and address (default 40)"
     )
     fg.add_argument("--seed", type=int, default=1, help="data and forgery seed (default 1)")
+
+    ic = sub.add_parser(
+        "incast",
+        help="several hosts write to one at once, optionally beside a victim flow",
+        description="Every sender writes to --dst at once (one verified mrc-bench write each, "
+        "--qps QPs). With --victim (SRC:DST, or auto: a host under the T0 of most senders "
+        "writing to a host under --dst's T0 that is not --dst), the victim first runs alone for "
+        "--duration, then beside the incast: victim ratio = goodput with / alone. Reports each "
+        "flow's goodput, verification and QP errors, and the switches' counter deltas (PFC, "
+        "drops by reason, trims, ECN marks).",
+    )
+    _add_scenario(ic)
+    ic.add_argument("--senders", required=True, help="writing hosts, e.g. h3,h4")
+    ic.add_argument("--dst", required=True, help="the host they all write to")
+    ic.add_argument("--qps", type=int, default=8, help="queue pairs per flow (default 8)")
+    ic.add_argument(
+        "--victim",
+        default=None,
+        metavar="SRC:DST|auto",
+        help="a victim flow beside the incast (auto: see above; default none)",
+    )
+    ic.add_argument(
+        "--duration",
+        "-D",
+        type=time_arg,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds per phase (default 10)",
+    )
+
+    ps = sub.add_parser(
+        "pause-storm",
+        help="a stuck host sends PFC PAUSE frames on every port while flows cross its T0",
+        description="From --stuck's namespace, a PFC PAUSE frame for the lossless priority on "
+        "every port every --interval-ms for --seconds (and a resume at the end), while verified "
+        "writes run (--flow SRC:DST, repeatable; default one writing to the stuck host and a "
+        "victim writing to another host under its T0). Reports the flows' goodput before and "
+        "during the storm, the frames sent, and the switches' counter deltas.",
+    )
+    _add_scenario(ps)
+    ps.add_argument("--stuck", required=True, help="the host whose NIC stopped draining")
+    ps.add_argument(
+        "--seconds", type=time_arg, default=5.0, help="how long it sends PAUSE (default 5)"
+    )
+    ps.add_argument(
+        "--interval-ms",
+        type=time_in(1e-3),
+        default=10.0,
+        metavar="MS",
+        help="one PAUSE frame per port every MS milliseconds (default 10)",
+    )
+    ps.add_argument(
+        "--flow",
+        action="append",
+        default=None,
+        metavar="SRC:DST",
+        help="a write during the storm (repeatable; default: see above)",
+    )
+    ps.add_argument("--qps", type=int, default=8, help="queue pairs per flow (default 8)")
     return ap
+
+
+def _add_scenario(sp: argparse.ArgumentParser) -> None:
+    """The options of the scenarios (incast, pause-storm)."""
+    sp.add_argument(
+        "--lab",
+        default=os.environ.get("MRC_LAB_NAME", "mrc"),
+        help="lab name (default $MRC_LAB_NAME or mrc)",
+    )
+    sp.add_argument(
+        "--json", action="store_true", help="print one JSON object instead of the table"
+    )
+    sp.add_argument(
+        "--transport",
+        default="mrc",
+        choices=("mrc", "rocev2"),
+        help="mrc (default) or the rocev2 baseline",
+    )
+    sp.add_argument(
+        "--size",
+        type=size_arg,
+        default="256K",
+        metavar="BYTES",
+        help="message size of every write (default 256K)",
+    )
+    sp.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
 
 
 # --- entry ---------------------------------------------------------------------------------------
@@ -250,6 +337,10 @@ def _main(args: argparse.Namespace) -> int:
         return _allreduce(st, args)
     if args.test == "forge":
         return _forge(st, args)
+    if args.test == "incast":
+        return _incast(st, args)
+    if args.test == "pause-storm":
+        return _pause_storm(st, args)
     return _pair(st, args)
 
 
@@ -266,6 +357,97 @@ def _forge(st: Any, args: argparse.Namespace) -> int:
     res = asyncio.run(run_forge(st, p))
     print(json.dumps(res, indent=1) if args.json else format_forge(res), flush=True)
     return 0 if res["passed"] else EXIT_FAILED
+
+
+def _scenario_common(args: argparse.Namespace) -> None:
+    if not 1 <= args.qps <= 256:
+        raise UsageError("--qps must be 1..256")
+    if args.size < 1 or args.size >= 1 << 32:
+        raise UsageError("--size must be 1 byte .. 4 GiB - 1 (one RDMA Write)")
+
+
+def _incast(st: Any, args: argparse.Namespace) -> int:
+    from lab.bench import incast
+
+    _scenario_common(args)
+    plan = st.plan
+    try:
+        senders = incast.parse_hosts(plan, args.senders)
+        dst = bc.parse_host(plan, args.dst)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if dst in senders:
+        raise UsageError(f"--dst {plan.host_name(dst)} is also a sender")
+    if args.duration <= 0:
+        raise UsageError("--duration must be > 0")
+    victim = None
+    if args.victim not in (None, "", "none"):
+        if args.victim == "auto":
+            victim = incast.auto_victim(plan, senders, dst)
+            if victim is None:
+                raise UsageError(
+                    "--victim auto: no host under the senders' T0 is free to write to another "
+                    f"host under {plan.host_name(dst)}'s T0 (a lab with --hosts-per-t0 3, senders "
+                    "under another T0 than --dst), or give --victim SRC:DST"
+                )
+        else:
+            try:
+                victim = incast.parse_pair(plan, args.victim)
+            except ValueError as e:
+                raise UsageError(str(e)) from None
+            if victim[1] == dst:
+                raise UsageError("the victim must not write to --dst (it would join the incast)")
+    p = incast.IncastParams(
+        senders=senders,
+        dst=dst,
+        qps=args.qps,
+        victim=victim,
+        transport=args.transport,
+        size=args.size,
+        duration_s=args.duration,
+        progress=not args.quiet,
+    )
+    res = incast.run_incast(st, p)
+    if args.json:
+        print(json.dumps(res, separators=(",", ":")), flush=True)
+    else:
+        print(incast.format_incast(res), flush=True)
+    return EXIT_OK if res["verified"] else EXIT_FAILED
+
+
+def _pause_storm(st: Any, args: argparse.Namespace) -> int:
+    from lab.bench import incast, storm
+
+    _scenario_common(args)
+    plan = st.plan
+    try:
+        stuck = bc.parse_host(plan, args.stuck)
+        pairs = [incast.parse_pair(plan, f) for f in args.flow] if args.flow else None
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if args.seconds <= 0:
+        raise UsageError("--seconds must be > 0")
+    if args.interval_ms <= 0:
+        raise UsageError("--interval-ms must be > 0")
+    p = storm.StormParams(
+        stuck=stuck,
+        seconds=args.seconds,
+        interval_ms=args.interval_ms,
+        flows=pairs,
+        transport=args.transport,
+        qps=args.qps,
+        size=args.size,
+        progress=not args.quiet,
+    )
+    try:
+        res = storm.run_storm(st, p)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if args.json:
+        print(json.dumps(res, separators=(",", ":")), flush=True)
+    else:
+        print(storm.format_storm(res), flush=True)
+    return EXIT_OK if res["verified"] else EXIT_FAILED
 
 
 def _self_host(st: Any, given: str | None) -> int:
