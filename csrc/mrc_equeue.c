@@ -1,8 +1,8 @@
 /* One egress port's paced two-class queue (mrcswitch/queue.py EgressQueue is the twin).
  *
  * Storage: each class is a byte ring inside the caller's block, the high ring first, then
- * the data ring. A record is an 8-byte header (uint32 frame length, 4 bytes of padding)
- * followed by the frame, padded to a multiple of 8. A record never wraps: when it does not
+ * the data ring, then the lossless ring (if any). A record is an 8-byte header (uint32 frame
+ * length, uint32 tag: a lossless frame's in-port) followed by the frame, padded to a multiple of 8. A record never wraps: when it does not
  * fit before the end of the ring, the tail gap gets a header with length SKIP and the
  * record goes to offset 0. head..tail (used bytes, gap included) is the queued part.
  *
@@ -49,6 +49,14 @@ static uint64_t ring_bytes(int64_t bound, int64_t max_frame) {
     return pad8((uint64_t)(2 * bound + 2 * (max_frame + 16) + 64));
 }
 
+size_t mrc_eq_lossless_mem_bytes(int64_t lossless_buffer_bytes, int64_t max_frame_bytes) {
+    if (lossless_buffer_bytes <= 0 || lossless_buffer_bytes > MAX_BOUND || max_frame_bytes <= 0 ||
+        max_frame_bytes > MAX_FRAME) {
+        return 0;
+    }
+    return (size_t)ring_bytes(lossless_buffer_bytes, max_frame_bytes);
+}
+
 size_t mrc_eq_mem_bytes(int64_t buffer_bytes, int64_t high_buffer_bytes, int64_t max_frame_bytes) {
     if (buffer_bytes <= 0 || high_buffer_bytes <= 0 || max_frame_bytes <= 0 ||
         buffer_bytes > MAX_BOUND || high_buffer_bytes > MAX_BOUND || max_frame_bytes > MAX_FRAME) {
@@ -69,6 +77,15 @@ static struct ring high_ring(struct mrc_equeue *q) {
 static struct ring data_ring(struct mrc_equeue *q) {
     return (struct ring){q->mem + q->high_size, &q->data_size, &q->data_head, &q->data_tail,
                          &q->data_used};
+}
+
+static struct ring ll_ring(struct mrc_equeue *q) {
+    return (struct ring){q->mem + q->high_size + q->data_size, &q->ll_size, &q->ll_head,
+                         &q->ll_tail, &q->ll_used};
+}
+
+static int64_t queued_frames(const struct mrc_equeue *q) {
+    return q->high_frames + q->data_frames + q->lossless_frames;
 }
 
 static uint32_t rd32(const uint8_t *p) {
@@ -101,9 +118,10 @@ static uint8_t *ring_reserve(struct ring r, uint32_t len) {
     return NULL;
 }
 
-static void ring_commit(struct ring r, uint32_t len) {
+static void ring_commit(struct ring r, uint32_t len, uint32_t tag) {
     uint64_t rec = REC_HDR + pad8(len);
     wr32(r.base + *r.tail, len);
+    wr32(r.base + *r.tail + 4, tag);
     *r.tail += rec;
     if (*r.tail == *r.size) {
         *r.tail = 0;
@@ -140,7 +158,13 @@ int mrc_eq_init(struct mrc_equeue *q, uint8_t *mem, size_t mem_len, int64_t now_
         return -EINVAL;
     }
     size_t need = mrc_eq_mem_bytes(q->buffer_bytes, q->high_buffer_bytes, q->max_frame_bytes);
-    if (need == 0 || mem_len < need || !(q->rate_per_ns > 0) || !isfinite(q->rate_per_ns) ||
+    size_t ll_need = mrc_eq_lossless_mem_bytes(q->lossless_buffer_bytes, q->max_frame_bytes);
+    if (q->lossless_buffer_bytes != 0 &&
+        (ll_need == 0 || q->in_limit_bytes <= 0 || q->lossless_dscp < 0 ||
+         q->lossless_dscp > 63 || (q->n_in > 0 && q->in_bytes == NULL))) {
+        return -EINVAL;
+    }
+    if (need == 0 || mem_len < need + ll_need || !(q->rate_per_ns > 0) || !isfinite(q->rate_per_ns) ||
         !(q->burst_bytes >= 0) || !isfinite(q->burst_bytes) || q->lblen < 16 ||
         q->lblen > 112 || q->lblen % 16 != 0) {
         return -EINVAL;
@@ -149,16 +173,20 @@ int mrc_eq_init(struct mrc_equeue *q, uint8_t *mem, size_t mem_len, int64_t now_
     q->last_ns = now_ns;
     q->high_bytes = q->data_bytes = q->max_depth_bytes = 0;
     q->ecn_marks = q->trims = q->high_frames = q->data_frames = 0;
+    q->lossless_bytes = q->lossless_frames = q->lossless_drops = 0;
+    q->paused_until_ns = 0;
     q->mem = mem;
     q->high_size = ring_bytes(q->high_buffer_bytes, q->max_frame_bytes);
     q->data_size = ring_bytes(q->buffer_bytes, q->max_frame_bytes);
+    q->ll_size = ll_need; /* 0: no lossless class */
     q->high_head = q->high_tail = q->high_used = 0;
     q->data_head = q->data_tail = q->data_used = 0;
+    q->ll_head = q->ll_tail = q->ll_used = 0;
     return 0;
 }
 
 static void note_depth(struct mrc_equeue *q) {
-    int64_t d = q->high_bytes + q->data_bytes;
+    int64_t d = q->high_bytes + q->data_bytes + q->lossless_bytes;
     if (d > q->max_depth_bytes) {
         q->max_depth_bytes = d;
     }
@@ -221,7 +249,7 @@ static int enqueue_high(struct mrc_equeue *q, const uint8_t *frame, size_t len) 
         return 0; /* cannot happen within the bound (see the top of this file) */
     }
     memcpy(at, frame, len);
-    ring_commit(r, (uint32_t)len);
+    ring_commit(r, (uint32_t)len, 0);
     q->high_bytes += (int64_t)len;
     q->high_frames++;
     note_depth(q);
@@ -263,7 +291,7 @@ static int enqueue_trimmed(struct mrc_equeue *q, const uint8_t *frame, size_t le
                                   ulen);
     t[OFF_UDP_CHECKSUM] = (uint8_t)(c >> 8);
     t[OFF_UDP_CHECKSUM + 1] = (uint8_t)(c & 0xFF);
-    ring_commit(r, (uint32_t)keep);
+    ring_commit(r, (uint32_t)keep, 0);
     q->high_bytes += (int64_t)keep;
     q->high_frames++;
     note_depth(q);
@@ -271,7 +299,45 @@ static int enqueue_trimmed(struct mrc_equeue *q, const uint8_t *frame, size_t le
     return MRC_EQ_TRIMMED;
 }
 
+/* A lossless frame from in_port: bounded per in-port and by the ring, never trimmed. */
+static int enqueue_lossless(struct mrc_equeue *q, const uint8_t *frame, size_t len, int tc,
+                            int32_t in_port) {
+    int64_t *in = (in_port >= 0 && (uint32_t)in_port < q->n_in) ? &q->in_bytes[in_port] : NULL;
+    if ((in != NULL && *in + (int64_t)len > q->in_limit_bytes) ||
+        q->lossless_bytes + (int64_t)len > q->lossless_buffer_bytes) {
+        q->lossless_drops++;
+        return MRC_EQ_DROPPED;
+    }
+    struct ring r = ll_ring(q);
+    uint8_t *at = ring_reserve(r, (uint32_t)len);
+    if (at == NULL) {
+        q->lossless_drops++;
+        return MRC_EQ_DROPPED; /* cannot happen within the bound */
+    }
+    memcpy(at, frame, len);
+    int verdict = MRC_EQ_QUEUED;
+    int ecn = tc & 3;
+    if (q->lossless_ecn && q->lossless_bytes > q->ecn_threshold_bytes &&
+        (ecn == MRC_WIRE_ECN_ECT1 || ecn == MRC_WIRE_ECN_ECT0)) {
+        at[OFF_TC_LO] |= MRC_WIRE_TC_LO_ECN_MASK; /* ECN = CE */
+        q->ecn_marks++;
+        verdict = MRC_EQ_MARKED;
+    }
+    ring_commit(r, (uint32_t)len, in != NULL ? (uint32_t)in_port : SKIP);
+    q->lossless_bytes += (int64_t)len;
+    q->lossless_frames++;
+    if (in != NULL) {
+        *in += (int64_t)len;
+    }
+    note_depth(q);
+    return verdict;
+}
+
 int mrc_eq_enqueue(struct mrc_equeue *q, const uint8_t *frame, size_t len) {
+    return mrc_eq_enqueue_in(q, frame, len, -1);
+}
+
+int mrc_eq_enqueue_in(struct mrc_equeue *q, const uint8_t *frame, size_t len, int32_t in_port) {
     if (!initialised(q)) {
         return -EINVAL;
     }
@@ -283,6 +349,9 @@ int mrc_eq_enqueue(struct mrc_equeue *q, const uint8_t *frame, size_t len) {
     if (dscp == MRC_WIRE_DSCP_CONTROL || dscp == MRC_WIRE_DSCP_TRIMMED ||
         dscp == MRC_WIRE_DSCP_TRIMMED_LASTHOP) {
         return enqueue_high(q, frame, len) ? MRC_EQ_HIGH : MRC_EQ_DROPPED;
+    }
+    if (q->ll_size > 0 && dscp == q->lossless_dscp) {
+        return enqueue_lossless(q, frame, len, tc, in_port);
     }
     if (q->data_bytes + (int64_t)len <= q->buffer_bytes) {
         struct ring r = data_ring(q);
@@ -299,7 +368,7 @@ int mrc_eq_enqueue(struct mrc_equeue *q, const uint8_t *frame, size_t len) {
             q->ecn_marks++;
             verdict = MRC_EQ_MARKED;
         }
-        ring_commit(r, (uint32_t)len);
+        ring_commit(r, (uint32_t)len, 0);
         q->data_bytes += (int64_t)len;
         q->data_frames++;
         note_depth(q);
@@ -320,35 +389,53 @@ static void refill(struct mrc_equeue *q, int64_t now_ns) {
     }
 }
 
-/* The head frame of the class served next (high first): its offset in mem and length,
- * its ring in *r; 0 if both classes are empty. */
-static int head_frame(struct mrc_equeue *q, struct ring *r, uint64_t *off, uint32_t *len,
-                      int *is_high) {
+enum { CLS_HIGH = 0, CLS_LOSSLESS = 1, CLS_DATA = 2 };
+
+static int paused(const struct mrc_equeue *q, int64_t now_ns) {
+    return now_ns < q->paused_until_ns;
+}
+
+/* The head frame of the class served next at now_ns (high, lossless unless paused, data):
+ * its offset in mem, length, class and tag, its ring in *r; 0 if none may be served. */
+static int head_frame(struct mrc_equeue *q, int64_t now_ns, struct ring *r, uint64_t *off,
+                      uint32_t *len, int *cls, uint32_t *tag) {
     struct ring h = high_ring(q);
     int64_t at = ring_peek(h);
-    *is_high = 1;
+    *cls = CLS_HIGH;
+    if (at < 0 && q->lossless_frames > 0 && !paused(q, now_ns)) {
+        h = ll_ring(q);
+        at = ring_peek(h);
+        *cls = CLS_LOSSLESS;
+    }
     if (at < 0) {
         h = data_ring(q);
         at = ring_peek(h);
-        *is_high = 0;
+        *cls = CLS_DATA;
         if (at < 0) {
             return 0;
         }
     }
     *r = h;
     *len = rd32(h.base + at);
+    *tag = rd32(h.base + at + 4);
     *off = (uint64_t)(h.base - q->mem) + (uint64_t)at + REC_HDR;
     return 1;
 }
 
-static void pop_head(struct mrc_equeue *q, struct ring r, uint32_t len, int is_high) {
+static void pop_head(struct mrc_equeue *q, struct ring r, uint32_t len, int cls, uint32_t tag) {
     ring_pop(r, len);
-    if (is_high) {
+    if (cls == CLS_HIGH) {
         q->high_bytes -= len;
         q->high_frames--;
-    } else {
+    } else if (cls == CLS_DATA) {
         q->data_bytes -= len;
         q->data_frames--;
+    } else {
+        q->lossless_bytes -= len;
+        q->lossless_frames--;
+        if (tag < q->n_in) {
+            q->in_bytes[tag] -= len;
+        }
     }
 }
 
@@ -356,16 +443,16 @@ static void pop_head(struct mrc_equeue *q, struct ring r, uint32_t len, int is_h
  * together, as the twin's dequeue loop does; their offsets in mem and lengths go to offs and
  * lens. Popped frames keep their bytes until the next enqueue, so the caller copies or sends
  * them from there. Returns how many. */
-static size_t take(struct mrc_equeue *q, size_t max, size_t room, uint32_t *offs,
-                   uint32_t *lens) {
+static size_t take(struct mrc_equeue *q, int64_t now_ns, size_t max, size_t room,
+                   uint32_t *offs, uint32_t *lens) {
     double tokens = q->tokens;
     size_t n = 0, at = 0;
     while (n < max) {
         struct ring r;
         uint64_t off;
-        uint32_t len;
-        int is_high;
-        if (!head_frame(q, &r, &off, &len, &is_high) || (double)len > tokens ||
+        uint32_t len, tag;
+        int cls;
+        if (!head_frame(q, now_ns, &r, &off, &len, &cls, &tag) || (double)len > tokens ||
             len > room - at) {
             break;
         }
@@ -374,7 +461,7 @@ static size_t take(struct mrc_equeue *q, size_t max, size_t room, uint32_t *offs
         lens[n] = len;
         at += len;
         n++;
-        pop_head(q, r, len, is_high);
+        pop_head(q, r, len, cls, tag);
     }
     q->tokens = tokens;
     return n;
@@ -385,7 +472,7 @@ int mrc_eq_dequeue(struct mrc_equeue *q, int64_t now_ns, size_t max, uint8_t *ou
     if (!initialised(q) || (max > 0 && (out == NULL || lens == NULL))) {
         return -EINVAL;
     }
-    if (q->high_frames + q->data_frames == 0) {
+    if (queued_frames(q) == 0) {
         return 0;
     }
     if (max > INT32_MAX) {
@@ -396,7 +483,7 @@ int mrc_eq_dequeue(struct mrc_equeue *q, int64_t now_ns, size_t max, uint8_t *ou
     while (n < max) { /* in chunks of a stack array of offsets */
         uint32_t offs[MRC_EQ_SEND_BATCH];
         size_t want = max - n < MRC_EQ_SEND_BATCH ? max - n : MRC_EQ_SEND_BATCH;
-        size_t k = take(q, want, out_len - at, offs, lens + n);
+        size_t k = take(q, now_ns, want, out_len - at, offs, lens + n);
         for (size_t j = 0; j < k; j++) {
             memcpy(out + at, q->mem + offs[j], lens[n + j]);
             at += lens[n + j];
@@ -414,17 +501,17 @@ int mrc_eq_send(struct mrc_equeue *q, int fd, int64_t now_ns, int64_t *out) {
         return -EINVAL;
     }
     out[0] = out[1] = out[2] = out[3] = 0;
-    if (q->high_frames + q->data_frames == 0) {
+    if (queued_frames(q) == 0) {
         return 0;
     }
     refill(q, now_ns);
-    size_t mem_len = (size_t)(q->high_size + q->data_size);
+    size_t mem_len = (size_t)(q->high_size + q->data_size + q->ll_size);
     uint32_t offs[MRC_EQ_SEND_BATCH], lens[MRC_EQ_SEND_BATCH];
     uint16_t idx[MRC_EQ_SEND_BATCH];
     int total = 0;
     for (;;) {
         /* a batch: the twin's dequeue(now_ns, MRC_EQ_SEND_BATCH), sent from the rings */
-        size_t n = take(q, MRC_EQ_SEND_BATCH, SIZE_MAX, offs, lens);
+        size_t n = take(q, now_ns, MRC_EQ_SEND_BATCH, SIZE_MAX, offs, lens);
         for (size_t j = 0; j < n; j++) {
             idx[j] = (uint16_t)j;
         }
@@ -471,10 +558,11 @@ int64_t mrc_eq_next_send_ns(struct mrc_equeue *q, int64_t now_ns) {
     }
     struct ring r;
     uint64_t off;
-    uint32_t len;
-    int is_high;
-    if (!head_frame(q, &r, &off, &len, &is_high)) {
-        return -1;
+    uint32_t len, tag;
+    int cls;
+    if (!head_frame(q, now_ns, &r, &off, &len, &cls, &tag)) {
+        /* only paused lossless frames (or nothing): look again when the pause ends */
+        return q->lossless_frames > 0 ? q->paused_until_ns : -1;
     }
     refill(q, now_ns);
     double missing = (double)len - q->tokens;
@@ -494,7 +582,7 @@ int64_t mrc_eq_next_send_ns(struct mrc_equeue *q, int64_t now_ns) {
 }
 
 int64_t mrc_eq_fast_budget(struct mrc_equeue *q, int64_t now_ns) {
-    if (!initialised(q) || q->high_frames + q->data_frames > 0) {
+    if (!initialised(q) || queued_frames(q) > 0 || (q->ll_size > 0 && paused(q, now_ns))) {
         return -1;
     }
     refill(q, now_ns);
@@ -518,10 +606,17 @@ int64_t mrc_eq_flush(struct mrc_equeue *q) {
     if (!initialised(q)) {
         return 0;
     }
-    int64_t n = q->high_frames + q->data_frames;
-    q->high_frames = q->data_frames = 0;
-    q->high_bytes = q->data_bytes = 0;
+    int64_t n = queued_frames(q);
+    struct ring r = ll_ring(q);
+    int64_t at;
+    while ((at = ring_peek(r)) >= 0) { /* give the in-ports their lossless bytes back */
+        uint32_t len = rd32(r.base + at), tag = rd32(r.base + at + 4);
+        pop_head(q, r, len, CLS_LOSSLESS, tag);
+    }
+    q->high_frames = q->data_frames = q->lossless_frames = 0;
+    q->high_bytes = q->data_bytes = q->lossless_bytes = 0;
     q->high_head = q->high_tail = q->high_used = 0;
     q->data_head = q->data_tail = q->data_used = 0;
+    q->ll_head = q->ll_tail = q->ll_used = 0;
     return n;
 }

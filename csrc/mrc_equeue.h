@@ -18,7 +18,20 @@
  * TRIMMED (TRIMMED_LASTHOP if last_hop), IPv6 payload length, UDP length and UDP checksum
  * fixed (over the final destination: the current one shifted until end of carrier, see
  * queue.final_destination with lblen) and queued high (TRIMMED, or DROPPED if high is full);
- * anything else DROPPED. Verdict numbers are queue.Verdict's. */
+ * anything else DROPPED. Verdict numbers are queue.Verdict's.
+ *
+ * Lossless class (priority flow control; lossless_buffer_bytes > 0): frames of DSCP
+ * lossless_dscp wait in a third ring, tagged with the port they came in on, and are never
+ * trimmed. Each in-port's lossless bytes queued in ANY queue of the switch are summed in
+ * in_bytes[in_port] (one array shared by the switch's queues, read by the switch's PFC
+ * logic to pause that in-port's upstream): a frame that would take its in-port above
+ * in_limit_bytes (XOFF + headroom), or the ring above lossless_buffer_bytes, is DROPPED and
+ * counted in lossless_drops (correct headroom keeps it 0). ECN: with lossless_ecn, an ECT
+ * frame is marked CE above ecn_threshold_bytes of lossless bytes queued here (DCQCN's marks,
+ * on every hop). Service: high, then lossless unless paused (now < paused_until_ns, set by
+ * the caller from the PAUSE frames the port receives), then data: strict priority, as a NIC
+ * serves its lossless queue. While paused, fast_budget is -1 (a lossless frame must not
+ * leave at once). */
 
 enum {
     MRC_EQ_QUEUED = 0,
@@ -42,6 +55,14 @@ struct mrc_equeue {
     int32_t last_hop;
     int32_t trim_bytes; /* 0 = exactly the MRC headers */
     int32_t lblen;      /* locator block length in bits: 16..112, a multiple of 16 */
+    int64_t lossless_buffer_bytes; /* lossless class bound; 0: none (its DSCP is data) */
+    int64_t in_limit_bytes;        /* per in-port lossless bound (XOFF + headroom) */
+    int64_t *in_bytes;             /* n_in counters shared by a switch's queues (or NULL) */
+    uint32_t n_in;
+    int32_t lossless_dscp;         /* the lossless class's DSCP */
+    int32_t lossless_ecn;          /* mark ECT lossless frames CE above ecn_threshold_bytes */
+    int32_t spare;
+    int64_t paused_until_ns;       /* the caller's: lossless not served before this */
     /* state: read-only for the caller */
     double tokens;
     int64_t last_ns;
@@ -52,16 +73,25 @@ struct mrc_equeue {
     int64_t trims;
     int64_t high_frames;
     int64_t data_frames;
-    /* storage (private): two byte rings inside the caller's block */
+    int64_t lossless_bytes;
+    int64_t lossless_frames;
+    int64_t lossless_drops;
+    /* storage (private): three byte rings inside the caller's block */
     uint8_t *mem;
     uint64_t high_size, high_head, high_tail, high_used;
     uint64_t data_size, data_head, data_tail, data_used;
+    uint64_t ll_size, ll_head, ll_tail, ll_used;
 };
 
 /* Bytes of memory the queue needs for these bounds (0 if a bound is <= 0 or absurd). */
 size_t mrc_eq_mem_bytes(int64_t buffer_bytes, int64_t high_buffer_bytes, int64_t max_frame_bytes);
 
-/* Check the configuration, lay the rings out in mem (mem_len >= mrc_eq_mem_bytes(...)),
+/* Bytes the lossless ring adds to that (0 if lossless_buffer_bytes is 0; 0 too if it is
+ * negative or absurd, which mrc_eq_init then refuses). */
+size_t mrc_eq_lossless_mem_bytes(int64_t lossless_buffer_bytes, int64_t max_frame_bytes);
+
+/* Check the configuration, lay the rings out in mem (mem_len >= mrc_eq_mem_bytes(...) +
+ * mrc_eq_lossless_mem_bytes(...)),
  * empty both classes, zero the counters, tokens = burst_bytes, last_ns = now_ns.
  * Returns 0, or -EINVAL (bad configuration or mem too short: nothing changed). */
 int mrc_eq_init(struct mrc_equeue *q, uint8_t *mem, size_t mem_len, int64_t now_ns);
@@ -70,6 +100,10 @@ int mrc_eq_init(struct mrc_equeue *q, uint8_t *mem, size_t mem_len, int64_t now_
  * caller's buffer may be reused at once). Returns a verdict (MRC_EQ_*), -EINVAL if q is not
  * initialised. A frame shorter than 16 bytes or longer than max_frame_bytes is DROPPED. */
 int mrc_eq_enqueue(struct mrc_equeue *q, const uint8_t *frame, size_t len);
+
+/* mrc_eq_enqueue of a frame that came in on in_port (< n_in: its lossless bytes are
+ * accounted in in_bytes[in_port]; anything else: not accounted to any port). */
+int mrc_eq_enqueue_in(struct mrc_equeue *q, const uint8_t *frame, size_t len, int32_t in_port);
 
 /* Frames the link may carry by now_ns, high first, within the token bucket (refilled as
  * the twin's _refill), at most max: each is copied to out (back to back) and its length
@@ -86,7 +120,8 @@ int mrc_eq_dequeue(struct mrc_equeue *q, int64_t now_ns, size_t max, uint8_t *ou
  * -EINVAL. */
 int mrc_eq_send(struct mrc_equeue *q, int fd, int64_t now_ns, int64_t *out);
 
-/* When the head frame may leave (now_ns if already), or -1 if both classes are empty. */
+/* When the head frame may leave (now_ns if already), or -1 if every class is empty; with
+ * only paused lossless frames queued, when the pause ends (paused_until_ns). */
 int64_t mrc_eq_next_send_ns(struct mrc_equeue *q, int64_t now_ns);
 
 /* The twin's fast_budget: -1 if anything is queued, else the tokens now (truncated). */

@@ -78,7 +78,7 @@ static int64_t serve(struct mrc_sw *sw, int64_t now, struct mrc_sw_event *ev) {
     for (uint32_t i = 0; i < sw->n_ports; i++) {
         struct mrc_sw_port *p = &sw->ports[i];
         struct mrc_equeue *q = p->q;
-        if (q->high_frames + q->data_frames == 0) {
+        if (q->high_frames + q->data_frames + q->lossless_frames == 0) {
             continue;
         }
         if (!p->up || p->tx_fd < 0) {
@@ -157,8 +157,8 @@ static int rx_batch(struct mrc_sw *sw, uint32_t pi, int64_t now, struct mrc_sw_e
         struct mrc_sw_port *o = &sw->ports[oi];
         if (!o->up) {
             count_drop(sw, o, sw->reason_port_down, 1);
-        } else if (mrc_eq_enqueue(o->q, p->rx.buf + p->rx.offs[i], p->rx.lens[i]) ==
-                   MRC_EQ_DROPPED) {
+        } else if (mrc_eq_enqueue_in(o->q, p->rx.buf + p->rx.offs[i], p->rx.lens[i],
+                                     (int32_t)pi) == MRC_EQ_DROPPED) {
             count_drop(sw, o, sw->reason_queue_full, 1);
         }
     }
@@ -182,6 +182,21 @@ static int rx_batch(struct mrc_sw *sw, uint32_t pi, int64_t now, struct mrc_sw_e
     return GO_ON;
 }
 
+/* The first port whose lossless bytes crossed a PFC threshold in the direction its state
+ * waits for (see MRC_SW_PFC), or -1. */
+static int32_t pfc_port(const struct mrc_sw *sw) {
+    if (sw->pfc_in_bytes == NULL) {
+        return -1;
+    }
+    for (uint32_t i = 0; i < sw->n_ports; i++) {
+        int64_t b = sw->pfc_in_bytes[i];
+        if (sw->pfc_xoff[i] ? b <= sw->pfc_xon_bytes : b > sw->pfc_xoff_bytes) {
+            return (int32_t)i;
+        }
+    }
+    return -1;
+}
+
 static int check(const struct mrc_sw *sw) {
     if (sw == NULL || sw->ports == NULL || sw->n_ports == 0 ||
         sw->n_ports > MRC_SW_MAX_PORTS || sw->batches_per_wake == 0 ||
@@ -194,7 +209,10 @@ static int check(const struct mrc_sw *sw) {
         b->dec == NULL || b->verdict == NULL || b->order == NULL || b->defer == NULL ||
         b->budget == NULL || b->port_bytes == NULL || b->port_count == NULL ||
         b->port_start == NULL || b->fds == NULL || b->sent == NULL || b->sent_ports == NULL ||
-        b->rate_per_ns == NULL || b->burst == NULL || b->stamp_ns == NULL) {
+        b->rate_per_ns == NULL || b->burst == NULL || b->stamp_ns == NULL ||
+        (sw->pfc_in_bytes != NULL &&
+         (sw->pfc_xoff == NULL || !(0 <= sw->pfc_xon_bytes &&
+                                    sw->pfc_xon_bytes < sw->pfc_xoff_bytes)))) {
         return 0;
     }
     for (uint32_t i = 0; i < sw->n_ports; i++) {
@@ -284,6 +302,12 @@ static int handle(struct mrc_sw_group *g, const struct epoll_event *evs, int ne,
                 ev->why = code >= 0 ? code : MRC_SW_DEADLINE;
                 return code;
             }
+            int32_t pp = pfc_port(sw);
+            if (pp >= 0) {
+                ev->port = pp;
+                ev->sw = (int32_t)si;
+                return ev->why = MRC_SW_PFC;
+            }
             if (n < (int)sw->ports[pi].rx.slots) {
                 break;
             }
@@ -306,6 +330,12 @@ static int group_loop(struct mrc_sw_group *g, int64_t deadline_ns, struct mrc_sw
                 return ev->why; /* LINK_DOWN */
             }
             next = t < next ? t : next;
+            int32_t pp = pfc_port(g->sw[s]);
+            if (pp >= 0) { /* sent frames took a port down to XON (or a batch above XOFF) */
+                ev->port = pp;
+                ev->sw = (int32_t)s;
+                return ev->why = MRC_SW_PFC;
+            }
         }
         if (now >= deadline_ns) {
             return ev->why = MRC_SW_DEADLINE;

@@ -31,7 +31,10 @@ enum {
     MRC_SW_LINK_DOWN = 4, /* ev.port failed to send with errno ev.err: the loop set its
                            * up = 0, flushed its queue (counted PORT_DOWN) */
     MRC_SW_SOCK_ERR = 5,  /* ev.port's rx_fd reported EPOLLERR (nothing read) */
-    MRC_SW_EINTR = 6      /* a signal interrupted the wait */
+    MRC_SW_EINTR = 6,     /* a signal interrupted the wait */
+    MRC_SW_PFC = 7        /* ev.port: its lossless bytes crossed XOFF (pfc_xoff 0) or fell
+                           * to XON (pfc_xoff 1): Python sends the PFC frame and sets
+                           * pfc_xoff[port] (else the loop reports it again) */
 };
 
 enum { MRC_SW_MAX_PORTS = 1024 };
@@ -86,6 +89,13 @@ struct mrc_sw {
     int32_t spare;
     int64_t port_wakeups;  /* waits that found one of its ports ready (in a group: its share) */
     int64_t wake_stamp;    /* the loop's: the group wait that last counted port_wakeups */
+    /* priority flow control (NULL: none): per port, the lossless bytes that came in on it
+     * and sit in any of the switch's queues (the queues' shared in_bytes), and whether its
+     * upstream is asked to pause (Python's state; the loop only reads it) */
+    int64_t *pfc_in_bytes;
+    int32_t *pfc_xoff;
+    int64_t pfc_xoff_bytes; /* above: report MRC_SW_PFC for a port with pfc_xoff 0 */
+    int64_t pfc_xon_bytes;  /* at or below: report it for a port with pfc_xoff 1 */
 };
 
 /* Run until something needs Python (see MRC_SW_*); *ev says why (ev->why = the code).

@@ -35,6 +35,25 @@ from .topology import KIND_T0, Node, Plan, Port, mac_text
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 3.0
+# PFC in a lab: what a software neighbour needs to react to a PAUSE (its loop wakes, reads
+# the frame, stops its pacer; a NIC process's loop is the slow one: up to ~20 ms late on a
+# busy two-core machine, measured as the event-loop lag of the RoCEv2 NIC processes)
+PFC_REACTION_S = 0.05
+PFC_MIN_XOFF_FRAMES = 4  # XOFF never below this many full frames
+
+
+def pfc_config(params: Any) -> dict[str, int]:
+    """The lab's ``pfc`` block for every switch: XOFF at half the port buffer (at least four
+    full frames), XON at half of XOFF, headroom for what the upstream still sends after XOFF
+    (mrcswitch.pfc.headroom_bytes over PFC_REACTION_S) plus the burst its token bucket may
+    release at once. docs/pfc.md explains the sizing."""
+    from mrcswitch.pfc import headroom_bytes
+
+    frame = params.mtu + 14
+    xoff = max(params.buffer_bytes // 2, PFC_MIN_XOFF_FRAMES * frame)
+    burst = max(2 * max(frame, 1518), params.rate_bps // 16000)  # config.py's default burst
+    headroom = headroom_bytes(params.rate_bps, PFC_REACTION_S, 0.0, frame) + burst
+    return {"xoff_bytes": xoff, "xon_bytes": xoff // 2, "headroom_bytes": headroom}
 
 
 def host_source_prefix(plan: Plan, port: Port) -> str:
@@ -74,7 +93,9 @@ def switch_config(
     table = {
         f"{route.usid:04x}": route.ifname.removeprefix(plan.prefix) for route in plan.table(node)
     }
-    extra = {"netns": netns} if netns else {}
+    extra: dict[str, Any] = {"netns": netns} if netns else {}
+    if getattr(p, "pfc", False):
+        extra["pfc"] = pfc_config(p)
     return {
         **extra,
         "name": node.name,

@@ -39,6 +39,7 @@ class Wake(IntEnum):
     LINK_DOWN = 4  # port event.port: a send failed with errno event.err; the loop downed it
     SOCK_ERR = 5  # port event.port: EPOLLERR on its receive socket
     EINTR = 6  # a signal
+    PFC = 7  # port event.port: its lossless bytes crossed XOFF or fell to XON (see SwitchPfc)
 
 
 def available() -> bool:
@@ -57,7 +58,7 @@ class CLoop:
     def __init__(
         self, epfd: int, ports: list, caches: list, planner, *, slots: int, cap: int,
         hist_len: int, batches_per_wake: int, timer_slack_ns: int, reasons: tuple[int, int, int],
-        hold_ns: int = 0,
+        hold_ns: int = 0, pfc=None,
     ) -> None:  # fmt: skip
         if not available():
             raise RuntimeError("the C module mrcnic._mrcfast with mrc_sw_poll is not available")
@@ -82,7 +83,12 @@ class CLoop:
         sw.timer_slack_ns = timer_slack_ns
         sw.hold_ns = hold_ns
         sw.fwd = fwd[0]  # a copy: the loop points its hist at each in-port's drops
-        self._keep = planner  # the arrays must outlive the struct that points at them
+        if pfc is not None:  # a SwitchPfc over C arrays (cqueue.new_in_bytes, new_flags)
+            sw.pfc_in_bytes = pfc.in_bytes
+            sw.pfc_xoff = pfc.xoff
+            sw.pfc_xoff_bytes = pfc.cfg.xoff_bytes
+            sw.pfc_xon_bytes = pfc.cfg.xon_bytes
+        self._keep = (planner, pfc)  # the arrays must outlive the struct that points at them
         self._poll = lib.mrc_sw_poll
         for p in ports:
             self.sync(p)

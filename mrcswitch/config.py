@@ -20,6 +20,8 @@ from typing import Any
 from mrcnic.errors import MrcError
 from mrcnic.wire import layout
 
+from .pfc import PfcConfig
+
 # Eth + IPv6 + UDP + BTH + METH + timestamp ext + RETH: the smallest legal trim (MRC-BRIEF).
 MIN_TRIM_BYTES = layout.FRAME_HEADERS_SIZE + layout.MRC_DATA_HEADERS_SIZE  # 102
 DEFAULT_BLOCK = "fcbb:bb00::/32"
@@ -86,6 +88,8 @@ class SwitchConfig:
     # network namespace (a name under /run/netns) the ports are opened in; "" = the
     # process's own (a process serving several switches opens each in its own namespace)
     netns: str = ""
+    # priority flow control: the lossless class (None: no PFC; docs/switch.md "pfc")
+    pfc: PfcConfig | None = None
     _port_index: Mapping[str, int] = field(default_factory=dict, repr=False, compare=False)
 
     def port_index(self, name: str) -> int:
@@ -106,7 +110,47 @@ _TOP_FIELDS = {
     "max_frame_bytes",
     "rx_ring_frames",
     "netns",
+    "pfc",
 }
+_PFC_FIELDS = {
+    "priority",
+    "xoff_bytes",
+    "xon_bytes",
+    "headroom_bytes",
+    "pause_quanta",
+    "watchdog_s",
+    "watchdog_restore_s",
+    "dscp",
+    "ecn",
+}
+
+
+def _pfc(raw: Any) -> PfcConfig | None:
+    """The ``pfc`` table: absent or false: no PFC; true or a table: PFC with these fields
+    (the rest default)."""
+    if raw is None or raw is False:
+        return None
+    if raw is True:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError("pfc", "must be true/false or a table of PFC fields")
+    _unknown("pfc.", raw, _PFC_FIELDS)
+    kw: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key == "ecn":
+            kw[key] = _bool(raw, key, "pfc.", default=True)
+        elif key in ("watchdog_s", "watchdog_restore_s"):
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"pfc.{key}", f"must be a number of seconds, got {value!r}")
+            kw[key] = float(value)
+        else:
+            kw[key] = _int(raw, key, "pfc.")
+    try:
+        return PfcConfig(**kw)
+    except ValueError as exc:
+        raise ConfigError("pfc", str(exc).removeprefix("pfc: ").removeprefix("pfc.")) from None
+
+
 _PORT_FIELDS = {
     "name",
     "interface",
@@ -381,6 +425,7 @@ def config_from_dict(data: Any) -> SwitchConfig:
         max_frame_bytes=max_frame,
         rx_ring_frames=ring_frames,
         netns=netns,
+        pfc=_pfc(data.get("pfc")),
         _port_index=MappingProxyType(index),
     )
 

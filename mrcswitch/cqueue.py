@@ -19,7 +19,7 @@ from mrcnic.io import batch as batch_io
 from mrcnic.wire import layout
 
 from .config import MAX_FRAME_BYTES, PortConfig
-from .queue import NS_PER_S, EgressQueue, Verdict
+from .queue import NS_PER_S, EgressQueue, LosslessClass, Verdict
 
 SEND_BATCH = 64  # csrc/mrc_equeue.h MRC_EQ_SEND_BATCH
 _VERDICTS = tuple(Verdict)  # indexed by MRC_EQ_* (the same numbers)
@@ -49,6 +49,7 @@ class CEgressQueue:
         "_enqueue",
         "_dequeue",
         "_send",
+        "_keep_in",
     )
 
     def __init__(
@@ -58,6 +59,8 @@ class CEgressQueue:
         now_ns: int = 0,
         *,
         max_frame_bytes: int = MAX_FRAME_BYTES,
+        lossless: LosslessClass | None = None,
+        in_bytes=None,
     ) -> None:
         if _mod is None:
             raise RuntimeError("the C module mrcnic._mrcfast with mrc_equeue is not available")
@@ -80,10 +83,23 @@ class CEgressQueue:
         mem_len = lib.mrc_eq_mem_bytes(cfg.buffer_bytes, cfg.high_buffer_bytes, max_frame_bytes)
         if mem_len == 0:
             raise ValueError(f"mrc_equeue: unusable bounds for port {cfg.name!r}")
+        if lossless is not None:
+            ll_len = lib.mrc_eq_lossless_mem_bytes(lossless.buffer_bytes, max_frame_bytes)
+            if ll_len == 0:
+                raise ValueError(f"mrc_equeue: unusable lossless bound for port {cfg.name!r}")
+            mem_len += ll_len
+            q.lossless_buffer_bytes = lossless.buffer_bytes
+            q.in_limit_bytes = lossless.in_limit_bytes
+            q.lossless_dscp = lossless.dscp
+            q.lossless_ecn = int(lossless.ecn)
+            if in_bytes is not None:  # a C int64_t array (new_in_bytes), shared by a switch
+                q.in_bytes = in_bytes
+                q.n_in = len(in_bytes)
         self._mem = ffi.new("uint8_t[]", mem_len)
         if lib.mrc_eq_init(q, self._mem, mem_len, now_ns) != 0:
             raise ValueError(f"mrc_equeue: bad configuration for port {cfg.name!r}")
         self.ptr = q
+        self._keep_in = in_bytes  # the array must outlive the struct that points at it
         # dequeue's copy-out buffer: at least two of the longest frames per C call
         self._out_len = max(_MIN_OUT_BYTES, 2 * max_frame_bytes)
         self._out = ffi.new("uint8_t[]", self._out_len)
@@ -91,7 +107,7 @@ class CEgressQueue:
         self._lens = ffi.new("uint32_t[]", SEND_BATCH)
         self._io = ffi.new("int64_t[4]")
         self._from_buffer = ffi.from_buffer
-        self._enqueue = lib.mrc_eq_enqueue
+        self._enqueue = lib.mrc_eq_enqueue_in
         self._dequeue = lib.mrc_eq_dequeue
         self._send = lib.mrc_eq_send
 
@@ -100,11 +116,27 @@ class CEgressQueue:
     @property
     def depth_bytes(self) -> int:
         q = self.ptr
-        return q.high_bytes + q.data_bytes
+        return q.high_bytes + q.data_bytes + q.lossless_bytes
 
     def __len__(self) -> int:
         q = self.ptr
-        return q.high_frames + q.data_frames
+        return q.high_frames + q.data_frames + q.lossless_frames
+
+    @property
+    def lossless_bytes(self) -> int:
+        return self.ptr.lossless_bytes
+
+    @property
+    def lossless_drops(self) -> int:
+        return self.ptr.lossless_drops
+
+    @property
+    def paused_until_ns(self) -> int:
+        return self.ptr.paused_until_ns
+
+    @paused_until_ns.setter
+    def paused_until_ns(self, t_ns: int) -> None:
+        self.ptr.paused_until_ns = t_ns
 
     @property
     def high_bytes(self) -> int:
@@ -126,10 +158,11 @@ class CEgressQueue:
     def trims(self) -> int:
         return self.ptr.trims
 
-    def enqueue(self, frame: bytes | bytearray, now_ns: int = 0) -> Verdict:
-        """Admit one forwarded frame (copied in; see the module doc for the length limits)."""
+    def enqueue(self, frame: bytes | bytearray, now_ns: int = 0, in_port: int = -1) -> Verdict:
+        """Admit one forwarded frame that came in on ``in_port`` (copied in; see the module
+        doc for the length limits)."""
         buf = frame if type(frame) is bytes else self._from_buffer(frame)
-        v = self._enqueue(self.ptr, buf, len(frame))
+        v = self._enqueue(self.ptr, buf, len(frame), in_port)
         if v < 0:
             raise RuntimeError(f"mrc_eq_enqueue: error {v}")
         if v == _MARKED and isinstance(frame, bytearray):
@@ -180,7 +213,7 @@ class CEgressQueue:
     def next_send_ns(self, now_ns: int) -> int | None:
         """When the head frame may leave (now_ns if already), or None if the queue is empty."""
         q = self.ptr
-        if q.high_frames + q.data_frames == 0:
+        if q.high_frames + q.data_frames + q.lossless_frames == 0:
             return None
         return _mod.lib.mrc_eq_next_send_ns(q, now_ns)
 
@@ -201,13 +234,37 @@ class CEgressQueue:
         return n, io[0], io[1], io[2], io[3]
 
 
+def new_in_bytes(n_ports: int, *, c: bool | None = None):
+    """The per in-port lossless byte counters a switch's queues share: a C ``int64_t``
+    array for C queues (``c`` None: whenever the C module is in use), else a list."""
+    if c if c is not None else _mod is not None:
+        return _mod.ffi.new("int64_t[]", n_ports)
+    return [0] * n_ports
+
+
+def new_flags(n_ports: int, *, c: bool | None = None):
+    """Per-port 0/1 flags the C loop reads (PFC's XOFF states): ``int32_t`` array or list."""
+    if c if c is not None else _mod is not None:
+        return _mod.ffi.new("int32_t[]", n_ports)
+    return [0] * n_ports
+
+
 def make_egress_queue(
-    cfg: PortConfig, lblen: int, now_ns: int, max_frame_bytes: int
-) -> CEgressQueue | EgressQueue:
+    cfg: PortConfig, lblen: int, now_ns: int, max_frame_bytes: int,
+    lossless: LosslessClass | None = None, in_bytes=None,
+) -> CEgressQueue | EgressQueue:  # fmt: skip
     """The C queue when the C module is in use, else the Python twin (also for bounds the C
-    queue does not take: a buffer above 512 MiB, frames above 1 MiB)."""
-    if _mod is not None and _mod.lib.mrc_eq_mem_bytes(
-        cfg.buffer_bytes, cfg.high_buffer_bytes, max_frame_bytes
-    ):
-        return CEgressQueue(cfg, lblen, now_ns, max_frame_bytes=max_frame_bytes)
-    return EgressQueue(cfg, lblen, now_ns)
+    queue does not take: a buffer above 512 MiB, frames above 1 MiB). ``in_bytes``: from
+    :func:`new_in_bytes` (a list makes it the twin)."""
+    if (
+        _mod is not None
+        and not isinstance(in_bytes, list)
+        and _mod.lib.mrc_eq_mem_bytes(cfg.buffer_bytes, cfg.high_buffer_bytes, max_frame_bytes)
+        and (lossless is None
+             or _mod.lib.mrc_eq_lossless_mem_bytes(lossless.buffer_bytes, max_frame_bytes))
+    ):  # fmt: skip
+        return CEgressQueue(
+            cfg, lblen, now_ns, max_frame_bytes=max_frame_bytes, lossless=lossless,
+            in_bytes=in_bytes,
+        )  # fmt: skip
+    return EgressQueue(cfg, lblen, now_ns, lossless, in_bytes)

@@ -26,11 +26,19 @@ silicon), plus a maximum frame in flight at each end.
 
 from __future__ import annotations
 
+from collections.abc import MutableSequence, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 from mrcnic.io.pfc import DEFAULT_PRIORITY, DEFAULT_WATCHDOG_S, PortPause
 from mrcnic.wire import pfc as wire_pfc
+from mrcnic.wire.layout import Dscp
+
+from .queue import LosslessClass
+
+#: while a port asks for a pause or is paused, the switch looks this often (pause refresh,
+#: watchdog); otherwise PFC costs nothing between frames
+PFC_TICK_NS = 10_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +52,8 @@ class PfcConfig:
     pause_quanta: int = 0xFFFF  # the pause time asked for (refreshed while above XON)
     watchdog_s: float = DEFAULT_WATCHDOG_S  # paused this long without a break: released
     watchdog_restore_s: float = DEFAULT_WATCHDOG_S  # ... and PFC ignored on the port this long
+    dscp: int = Dscp.LOSSLESS  # the IP class of the lossless priority's frames
+    ecn: bool = True  # lossless frames get CE above a port's ECN threshold (DCQCN)
 
     def __post_init__(self) -> None:
         if not 0 <= self.priority < 8:
@@ -56,6 +66,19 @@ class PfcConfig:
             raise ValueError("pfc.pause_quanta must be 1..65535")
         if self.watchdog_s <= 0 or self.watchdog_restore_s < 0:
             raise ValueError("pfc.watchdog_s must be > 0, watchdog_restore_s >= 0")
+        if not 0 <= self.dscp < 64:
+            raise ValueError(f"pfc.dscp {self.dscp}: must be 0..63")
+
+    @property
+    def in_limit_bytes(self) -> int:
+        """What one in-port may have queued in the lossless class: XOFF + headroom."""
+        return self.xoff_bytes + self.headroom_bytes
+
+    def lossless_class(self, n_ports: int) -> LosslessClass:
+        """The egress queues' lossless class: room for every in-port's limit at once, so
+        only the per in-port bound (the headroom) ever refuses a frame."""
+        lim = self.in_limit_bytes
+        return LosslessClass(self.dscp, n_ports * lim, lim, self.ecn)
 
 
 def headroom_bytes(rate_bps: float, reaction_s: float, one_way_s: float, mtu_bytes: int) -> int:
@@ -141,6 +164,13 @@ class IngressPfc:
             self.pause_tx += 1
         return action
 
+    def not_sent(self, action: Action) -> None:
+        """The frame ``step`` asked for could not be sent (its port is down): uncount it; a
+        pause is asked for again at the next step."""
+        self.pause_tx -= 1
+        if action is Action.PAUSE:
+            self._refresh_at = 0.0
+
     def frame(self, src_mac: bytes, action: Action) -> bytes:
         """The PFC frame for ``action`` (PAUSE or RESUME) from this port's MAC."""
         q = self.cfg.pause_quanta if action is Action.PAUSE else 0
@@ -165,3 +195,67 @@ def port_stats(ingress: IngressPfc, egress: EgressPause, lossless_drops: int) ->
         "lossless_drops": lossless_drops,
         "watchdog_trips": egress.watchdog_trips,
     }
+
+
+class SwitchPfc:
+    """A switch's PFC, sans-I/O: per port its :class:`IngressPfc` (what it asks of its
+    upstream, from ``in_bytes``: the lossless bytes that came in on it and sit in any of the
+    switch's queues, kept by the queues) and its :class:`EgressPause` (what its downstream
+    asked of it). ``xoff``: per port 1 while its upstream is asked to pause (the C loop
+    reads it to report only crossings). The switch does the I/O: it sends the frames
+    :meth:`step` returns and sets each queue's ``paused_until_ns``."""
+
+    __slots__ = ("cfg", "in_bytes", "xoff", "ingress", "egress", "_paused")
+
+    def __init__(
+        self, cfg: PfcConfig, rates_bps: Sequence[float], in_bytes: MutableSequence[int],
+        xoff: MutableSequence[int],
+    ) -> None:  # fmt: skip
+        self.cfg = cfg
+        self.in_bytes = in_bytes
+        self.xoff = xoff
+        self.ingress = [IngressPfc(cfg, r) for r in rates_bps]
+        self.egress = [EgressPause(cfg, r) for r in rates_bps]
+        self._paused: set[int] = set()  # ports whose egress a PAUSE may still hold
+
+    def step(self, now_ns: int) -> list[tuple[int, Action]]:
+        """The ports whose upstream must be sent a PAUSE or a resume now."""
+        now_s = now_ns / 1e9
+        out = []
+        in_bytes, xoff = self.in_bytes, self.xoff
+        for i, ing in enumerate(self.ingress):
+            ing.queued_bytes = in_bytes[i]
+            action = ing.step(now_s)
+            if action is not Action.NONE:
+                out.append((i, action))
+            xoff[i] = 1 if ing.state is IngressState.XOFF else 0
+        return out
+
+    def on_frame(self, port: int, frame: bytes | bytearray, now_ns: int) -> int | None:
+        """A PFC frame came in on ``port``: its queue's new ``paused_until_ns`` (0: not
+        paused), or None if the frame does not name the lossless priority."""
+        if not self.egress[port].receive(frame, now_ns / 1e9):
+            return None
+        return self.paused_until_ns(port, now_ns)
+
+    def paused_until_ns(self, port: int, now_ns: int) -> int:
+        """When ``port``'s pause ends (0: not paused); runs the watchdog."""
+        ep = self.egress[port]
+        if ep.paused(now_ns / 1e9):
+            self._paused.add(port)
+            return round(ep.paused_until * 1e9)
+        self._paused.discard(port)
+        return 0
+
+    def paused_ports(self) -> list[int]:
+        return sorted(self._paused)
+
+    def due_ns(self, now_ns: int) -> int | None:
+        """When to look again (pause refresh, watchdog), or None while nothing is asked or
+        paused."""
+        if self._paused or any(self.xoff):
+            return now_ns + PFC_TICK_NS
+        return None
+
+    def port_stats(self, port: int, lossless_drops: int) -> dict:
+        return port_stats(self.ingress[port], self.egress[port], lossless_drops)

@@ -22,6 +22,11 @@ kernel by tests/lab/test_switch_conformance.py):
 4. Hop limit <= 1 is dropped (ip6_forward's check, after the lookup), else decremented.
 5. Ethernet rewritten: destination = the out-port's peer MAC, source = the out-port's MAC.
 
+With PFC (``mac_control``), a MAC Control frame to the PFC address (ethertype 0x8808,
+01:80:c2:00:00:01) is neither forwarded nor dropped: the decision :data:`TO_SWITCH` hands it
+to the switch itself, which pauses the port it came in on (mrcswitch.pfc). Without PFC it
+is ``not_my_mac``, as before.
+
 Every drop leaves through one place (a negative return of :meth:`Pipeline.decide`) with a
 named :class:`DropReason`; the switch counts it per port and reason.
 """
@@ -90,6 +95,12 @@ class Forward(NamedTuple):
     frame: bytearray
 
 
+class ToSwitch(NamedTuple):
+    """A frame for the switch itself (PFC), from :meth:`Pipeline.process`."""
+
+    frame: bytearray
+
+
 class Drop(NamedTuple):
     reason: DropReason
 
@@ -120,6 +131,11 @@ class DropCounter:
 # frame too short for its payload length is MALFORMED only if none of these applies first.
 _PRE_LENGTH = frozenset((DropReason.NOT_MY_MAC, DropReason.NOT_IPV6, DropReason.MALFORMED))
 SHIFT_UNIT = 1 << 16  # decision code = out-port | shifts * SHIFT_UNIT (see Pipeline)
+# For the switch itself (a PFC frame): a port number no switch has (mrc-switch has at most
+# 1024 ports), so the C forwarder refuses the decision and hands the frame to Python.
+TO_SWITCH = SHIFT_UNIT - 1
+_ETHERTYPE_MAC_CONTROL = layout.ETHERTYPE_MAC_CONTROL
+_PFC_DST = layout.PFC_DST_MAC
 
 
 def rewrite(f: bytearray | memoryview, code: int, l2: bytes, block_bytes: int) -> None:
@@ -163,6 +179,7 @@ class Pipeline:
         "_cache",
         "_hdr_caches",
         "_guards",
+        "_mac_control",
     )
 
     def __init__(
@@ -171,6 +188,7 @@ class Pipeline:
         port_macs: Sequence[bytes],
         peer_macs: Sequence[bytes],
         source_prefixes: Sequence[tuple[int, int] | None] | None = None,
+        mac_control: bool = False,
     ) -> None:
         if len(port_macs) != len(peer_macs) or len(port_macs) < len(table.port_names):
             raise ValueError("need one MAC and one peer MAC per port")
@@ -194,6 +212,7 @@ class Pipeline:
         guards = list(source_prefixes or [None] * len(port_macs))
         if len(guards) != len(port_macs):
             raise ValueError("need one source prefix (or None) per port")
+        self._mac_control = mac_control
         self._guards = [None if g is None else (128 - g[1], g[0] >> (128 - g[1])) for g in guards]
 
     @property
@@ -266,6 +285,8 @@ class Pipeline:
     def _decide_header(self, hdr: bytes, in_port: int) -> int:
         # one unpack for every field the decision needs (cheaper than indexing them one by one)
         eth_dst, ethertype, ver, _plen, hop, src, dst = _HDR.unpack_from(hdr)
+        if ethertype == _ETHERTYPE_MAC_CONTROL and eth_dst == _PFC_DST and self._mac_control:
+            return TO_SWITCH
         if eth_dst != self._macs[in_port]:
             return -DropReason.NOT_MY_MAC
         if ethertype != _ETHERTYPE_IPV6:
@@ -300,13 +321,15 @@ class Pipeline:
         if n < OFF_L4:
             if n < ETH_LEN:
                 return -DropReason.MALFORMED
+            if self._mac_control and f[0:6] == _PFC_DST and f[12:14] == b"\x88\x08":
+                return TO_SWITCH
             if f[0:6] != self._macs[in_port]:
                 return -DropReason.NOT_MY_MAC
             if f[_OFF_ETHERTYPE] != _ETHERTYPE_HI or f[_OFF_ETHERTYPE + 1] != _ETHERTYPE_LO:
                 return -DropReason.NOT_IPV6
             return -DropReason.MALFORMED
         code = self.decide_header(bytes(f[:OFF_L4]), in_port)
-        if code < 0 and -code in _PRE_LENGTH:
+        if (code < 0 and -code in _PRE_LENGTH) or code == TO_SWITCH:
             return code
         end = OFF_L4 + (f[_OFF_PLEN] << 8 | f[_OFF_PLEN + 1])
         if end != n:
@@ -319,10 +342,14 @@ class Pipeline:
         rewrite(f, code, self._l2[port], len(self._block))
         return port
 
-    def process(self, frame: bytes | bytearray | memoryview, in_port: int) -> Forward | Drop:
+    def process(
+        self, frame: bytes | bytearray | memoryview, in_port: int
+    ) -> Forward | Drop | ToSwitch:
         """The pure form: never mutates ``frame``; returns a new frame on Forward."""
         f = bytearray(frame)
         r = self.decide(f, in_port)
+        if r == TO_SWITCH:
+            return ToSwitch(f)
         if r >= 0:
             return Forward(r, f)
         return _DROPS[DropReason(-r)]

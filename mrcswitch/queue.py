@@ -17,6 +17,14 @@ On enqueue of a data packet:
   checksum fixed, and queued at high priority. Anything else that does not fit is dropped
   (``queue_full``; the caller counts DROPPED verdicts, so every drop is counted in one place).
 
+With priority flow control (a :class:`LosslessClass`), frames of the lossless DSCP wait in a
+third class, served after high and before data unless the port is paused
+(``paused_until_ns``, set by the switch from the PAUSE frames the port receives), never
+trimmed, each tagged with the port it came in on: ``in_bytes[in_port]`` (one list shared by
+the switch's queues) sums what each in-port has queued anywhere, and a frame that would take
+its in-port above ``in_limit_bytes`` (XOFF + headroom) is dropped and counted in
+``lossless_drops``, which correct headroom keeps at 0 (docs/pfc.md).
+
 The UDP checksum of a trimmed header is recomputed over the packet's *final* destination
 (the sender's convention, RFC 9800 without an SRH): the current destination shifted until
 end of carrier. At the last hop the destination is already final; mid-fabric it still has
@@ -26,16 +34,21 @@ uSIDs to go.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import MutableSequence
+from dataclasses import dataclass
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
 from mrcnic import wire
 from mrcnic.wire import layout, usid
 from mrcnic.wire.layout import dscp_ecn
 
-from .config import PortConfig
+if TYPE_CHECKING:  # config imports pfc, which imports this module
+    from .config import PortConfig
 
 __all__ = [
     "EgressQueue",
+    "LosslessClass",
     "Verdict",
     "dscp_ecn",
     "final_destination",
@@ -111,14 +124,37 @@ def trim_frame(
     return bytearray(wire.trim_frame(frame, lasthop=last_hop, keep=trim_bytes, lblen=lblen))
 
 
+@dataclass(frozen=True, slots=True)
+class LosslessClass:
+    """A port's lossless class (priority flow control): its DSCP, its bound in this queue,
+    the bound per in-port (XOFF + headroom), and whether ECT frames get CE above the port's
+    ECN threshold of lossless bytes (DCQCN's marks, on every hop, last hop included)."""
+
+    dscp: int
+    buffer_bytes: int
+    in_limit_bytes: int
+    ecn: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.dscp < 64 or self.buffer_bytes <= 0 or self.in_limit_bytes <= 0:
+            raise ValueError("lossless class: dscp 0..63, bounds > 0")
+
+
 class EgressQueue:
-    """One port's paced two-class egress queue with ECN marking and trimming."""
+    """One port's paced egress queue (high, lossless if configured, data) with ECN marking
+    and trimming."""
 
     __slots__ = (
         "cfg",
         "lblen",
         "high",
         "data",
+        "lossless",
+        "lossless_bytes",
+        "lossless_drops",
+        "paused_until_ns",
+        "_ll",
+        "_in_bytes",
         "high_bytes",
         "data_bytes",
         "max_depth_bytes",
@@ -135,11 +171,20 @@ class EgressQueue:
         "_trim_on",
     )
 
-    def __init__(self, cfg: PortConfig, lblen: int = 32, now_ns: int = 0) -> None:
+    def __init__(
+        self, cfg: PortConfig, lblen: int = 32, now_ns: int = 0,
+        lossless: LosslessClass | None = None, in_bytes: MutableSequence[int] | None = None,
+    ) -> None:  # fmt: skip
         self.cfg = cfg
         self.lblen = lblen
         self.high: deque[bytearray] = deque()
         self.data: deque[bytearray] = deque()
+        self.lossless: deque[tuple[bytearray, int]] = deque()  # (frame, in-port or -1)
+        self.lossless_bytes = 0
+        self.lossless_drops = 0
+        self.paused_until_ns = 0
+        self._ll = lossless
+        self._in_bytes: MutableSequence[int] = in_bytes if in_bytes is not None else []
         self.high_bytes = 0
         self.data_bytes = 0
         self.max_depth_bytes = 0
@@ -157,13 +202,13 @@ class EgressQueue:
 
     @property
     def depth_bytes(self) -> int:
-        return self.high_bytes + self.data_bytes
+        return self.high_bytes + self.data_bytes + self.lossless_bytes
 
     def __len__(self) -> int:
-        return len(self.high) + len(self.data)
+        return len(self.high) + len(self.data) + len(self.lossless)
 
     def _note_depth(self) -> None:
-        d = self.high_bytes + self.data_bytes
+        d = self.high_bytes + self.data_bytes + self.lossless_bytes
         if d > self.max_depth_bytes:
             self.max_depth_bytes = d
 
@@ -176,12 +221,38 @@ class EgressQueue:
         self._note_depth()
         return True
 
-    def enqueue(self, frame: bytearray, now_ns: int = 0) -> Verdict:
-        """Admit one forwarded frame (Ethernet first, IPv6, already rewritten)."""
+    def _enqueue_lossless(self, frame: bytearray, tc: int, in_port: int) -> Verdict:
+        ll = self._ll
+        assert ll is not None
+        n = len(frame)
+        in_bytes = self._in_bytes
+        counted = 0 <= in_port < len(in_bytes)
+        if (counted and in_bytes[in_port] + n > ll.in_limit_bytes) or (
+            self.lossless_bytes + n > ll.buffer_bytes
+        ):
+            self.lossless_drops += 1
+            return Verdict.DROPPED
+        verdict = Verdict.QUEUED
+        if ll.ecn and self.lossless_bytes > self._threshold and (tc & 3) in _ECN_CAPABLE:
+            frame[_OFF_TC_LO] |= _ECN_BITS  # ECN = CE
+            self.ecn_marks += 1
+            verdict = Verdict.MARKED
+        self.lossless.append((frame, in_port if counted else -1))
+        self.lossless_bytes += n
+        if counted:
+            in_bytes[in_port] += n
+        self._note_depth()
+        return verdict
+
+    def enqueue(self, frame: bytearray, now_ns: int = 0, in_port: int = -1) -> Verdict:
+        """Admit one forwarded frame (Ethernet first, IPv6, already rewritten) that came in
+        on ``in_port`` (its lossless bytes are accounted there; -1: nowhere)."""
         tc = (frame[_OFF_TC_HI] & _DSCP_HI) << 4 | frame[_OFF_TC_LO] >> 4
         dscp = tc >> 2
         if dscp in _HIGH_DSCP:
             return Verdict.HIGH if self._enqueue_high(frame) else Verdict.DROPPED
+        if self._ll is not None and dscp == self._ll.dscp:
+            return self._enqueue_lossless(frame, tc, in_port)
         n = len(frame)
         if self.data_bytes + n <= self._buffer:
             verdict = Verdict.QUEUED
@@ -212,29 +283,41 @@ class EgressQueue:
             self._last_ns = now_ns
 
     def dequeue(self, now_ns: int, max_frames: int = 64) -> list[bytearray]:
-        """Frames the link may carry by now: high class first, within the token bucket."""
+        """Frames the link may carry by now: high class first, then lossless (unless
+        paused), then data, within the token bucket."""
         out: list[bytearray] = []
-        if not (self.high or self.data):
+        if not (self.high or self.data or self.lossless):
             return out
         self._refill(now_ns)
         tokens = self._tokens
-        high, data = self.high, self.data
+        high, data, lossless = self.high, self.data, self.lossless
+        ll_open = now_ns >= self.paused_until_ns
         while len(out) < max_frames:
             if high:
-                q = high
+                n = len(high[0])
+                if n > tokens:
+                    break
+                out.append(high.popleft())
+                self.high_bytes -= n
+            elif lossless and ll_open:
+                f, in_port = lossless[0]
+                n = len(f)
+                if n > tokens:
+                    break
+                lossless.popleft()
+                out.append(f)
+                self.lossless_bytes -= n
+                if in_port >= 0:
+                    self._in_bytes[in_port] -= n
             elif data:
-                q = data
+                n = len(data[0])
+                if n > tokens:
+                    break
+                out.append(data.popleft())
+                self.data_bytes -= n
             else:
-                break
-            n = len(q[0])
-            if n > tokens:
                 break
             tokens -= n
-            out.append(q.popleft())
-            if q is high:
-                self.high_bytes -= n
-            else:
-                self.data_bytes -= n
         self._tokens = tokens
         return out
 
@@ -244,8 +327,10 @@ class EgressQueue:
         within this budget has exactly the fate enqueue + dequeue would give it at now_ns
         (an empty queue neither marks nor trims), so the switch sends such frames straight
         from its receive buffer and calls :meth:`consume` with their bytes."""
-        if self.high or self.data:
+        if self.high or self.data or self.lossless:
             return -1
+        if self._ll is not None and now_ns < self.paused_until_ns:
+            return -1  # paused: a lossless frame must not leave at once
         self._refill(now_ns)
         return int(self._tokens)
 
@@ -270,19 +355,30 @@ class EgressQueue:
 
     def next_send_ns(self, now_ns: int) -> int | None:
         """When the head frame may leave (now_ns if already), or None if the queue is empty."""
-        q = self.high or self.data
-        if not q:
+        if self.high:
+            n = len(self.high[0])
+        elif self.lossless and now_ns >= self.paused_until_ns:
+            n = len(self.lossless[0][0])
+        elif self.data:
+            n = len(self.data[0])
+        elif self.lossless:
+            return self.paused_until_ns  # only paused lossless frames: when the pause ends
+        else:
             return None
         self._refill(now_ns)
-        missing = len(q[0]) - self._tokens
+        missing = n - self._tokens
         if missing <= 0:
             return now_ns
         return now_ns + int(missing / self._rate_per_ns) + 1
 
     def flush(self) -> int:
         """Drop everything queued (the link went down); returns how many frames."""
-        n = len(self.high) + len(self.data)
+        n = len(self)
+        for f, in_port in self.lossless:  # the in-ports get their lossless bytes back
+            if in_port >= 0:
+                self._in_bytes[in_port] -= len(f)
         self.high.clear()
         self.data.clear()
-        self.high_bytes = self.data_bytes = 0
+        self.lossless.clear()
+        self.high_bytes = self.data_bytes = self.lossless_bytes = 0
         return n

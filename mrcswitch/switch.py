@@ -43,11 +43,12 @@ from mrcnic.io.netns import in_netns
 
 from . import cloop
 from .config import ConfigError, PortConfig, SwitchConfig, load_config
-from .cqueue import make_egress_queue
+from .cqueue import make_egress_queue, new_flags, new_in_bytes
 from .fastpath import QUEUE, Planner
 from .fcache import DecisionCache
-from .pipeline import DropCounter, DropReason, Pipeline
-from .queue import Verdict
+from .pfc import SwitchPfc
+from .pipeline import TO_SWITCH, DropCounter, DropReason, Pipeline
+from .queue import LosslessClass, Verdict
 from .statsfile import StatsWriter, write_atomic
 from .table import build_table
 
@@ -57,6 +58,7 @@ LINK_PROBE_INTERVAL_S = 0.2  # the SIOCGIFFLAGS fallback (netlink notifications 
 RX_BATCHES_PER_WAKE = 8  # bound the time one busy port can hold the loop
 SMALL_BATCH = 4  # up to this many frames, a batch refreshes only the budgets it needs
 RCVBUF_BYTES = 4 << 20
+_NEVER = 1 << 62  # a due time that never comes
 TIMER_SLACK_NS = 100_000  # C loop: a paced send may leave this late (fewer timer wake-ups)
 # C loop: after a wake-up by frames, sleep this long before looking again instead of being
 # woken by each frame (bounded receive coalescing; adds at most this much latency per
@@ -109,7 +111,7 @@ class Port:
 
     def __init__(
         self, index: int, cfg: PortConfig, lblen: int, ring_frames: int = 0, frame_cap: int = 0,
-        batch: int = 0,
+        batch: int = 0, lossless: LosslessClass | None = None, in_bytes=None,
     ) -> None:  # fmt: skip
         self.index = index
         self.cfg = cfg
@@ -128,7 +130,9 @@ class Port:
         self.up = False
         self.link_down_events = 0
         # C (mrc_equeue) unless MRC_PURE_PYTHON=1; queue.EgressQueue is its twin
-        self.queue = make_egress_queue(cfg, lblen, time.monotonic_ns(), frame_cap)
+        self.queue = make_egress_queue(
+            cfg, lblen, time.monotonic_ns(), frame_cap, lossless, in_bytes
+        )
         self.drops = DropCounter()
         self.rx_packets = self.rx_bytes = 0
         self.tx_packets = self.tx_bytes = 0
@@ -220,8 +224,17 @@ class Switch:
         self.table = build_table(cfg)
         batch = min(cfg.batch_size, batch_io.MAX_BATCH)
         ring_frames = max(cfg.rx_ring_frames, batch) if cfg.rx_ring_frames else 0
+        n = len(cfg.ports)
+        # PFC: the lossless class in every queue, its bytes summed per in-port (docs/pfc.md)
+        self.pfc: SwitchPfc | None = None
+        lossless = in_bytes = None
+        if cfg.pfc is not None:
+            in_bytes = new_in_bytes(n)
+            lossless = cfg.pfc.lossless_class(n)
+            self.pfc = SwitchPfc(cfg.pfc, [p.rate_bps for p in cfg.ports], in_bytes, new_flags(n))
+        self._pfc_due = _NEVER
         self.ports = [
-            Port(i, p, cfg.lblen, ring_frames, cfg.max_frame_bytes, batch)
+            Port(i, p, cfg.lblen, ring_frames, cfg.max_frame_bytes, batch, lossless, in_bytes)
             for i, p in enumerate(cfg.ports)
         ]
         self.ring = batch_io.RecvRing(cfg.max_frame_bytes, batch)
@@ -300,6 +313,7 @@ class Switch:
             [p.mac for p in self.ports],
             [p.cfg.peer_mac for p in self.ports],
             [p.cfg.source_prefix for p in self.ports],
+            mac_control=self.pfc is not None,
         )
         self.planner = Planner(
             self.pipeline.l2_headers,
@@ -329,7 +343,7 @@ class Switch:
                 cap=self.cfg.max_frame_bytes, hist_len=max(DropReason) + 1,
                 batches_per_wake=RX_BATCHES_PER_WAKE, timer_slack_ns=TIMER_SLACK_NS,
                 reasons=(DropReason.PORT_DOWN, DropReason.QUEUE_FULL, DropReason.TX_ERROR),
-                hold_ns=self.hold_ns,
+                hold_ns=self.hold_ns, pfc=self.pfc,
             )  # fmt: skip
         self._sync_fds()
 
@@ -405,6 +419,16 @@ class Switch:
         for p in self.ports:
             p.poll_socket_drops()
         ports = {p.cfg.name: p.stats() for p in self.ports}
+        pfc_total = None
+        if self.pfc is not None:
+            pfc_total = {"pause_tx": 0, "pause_rx": 0, "paused_s": 0.0, "lossless_drops": 0,
+                         "watchdog_trips": 0}  # fmt: skip
+            for p in self.ports:
+                block = self.pfc.port_stats(p.index, p.queue.lossless_drops)
+                ports[p.cfg.name]["pfc"] = block
+                for k in pfc_total:
+                    pfc_total[k] += block[k]
+            pfc_total["paused_s"] = round(pfc_total["paused_s"], 6)
         drops: dict[str, int] = {r.key: 0 for r in DropReason}
         for ps in ports.values():
             for k, v in ps["drops"].items():
@@ -453,6 +477,8 @@ class Switch:
                 "trims": sum(p.queue.trims for p in self.ports),
                 "drops": drops,
                 "drops_total": sum(drops.values()),
+                # priority flow control (docs/switch.md): only on a switch with "pfc"
+                **({"pfc": pfc_total} if pfc_total is not None else {}),
             },
             "ports": ports,
         }
@@ -763,7 +789,7 @@ class Switch:
         for i in planner.defer[:n_defer]:
             off, ln = offs[i], lens[i]
             if verdict[i] == QUEUE:
-                self._enqueue(ports[dec[i] & 0xFFFF], bytearray(view[off : off + ln]), now)
+                self._enqueue(ports[dec[i] & 0xFFFF], bytearray(view[off : off + ln]), now, p.index)
                 continue
             if ln > cap:
                 in_drops[DropReason.TOO_BIG] += 1
@@ -774,16 +800,18 @@ class Switch:
             except Exception:  # a bug, never a packet: keep forwarding, count it
                 r = -DropReason.INTERNAL
                 self._log_internal()
-            if r >= 0:
-                self._enqueue(ports[r], f, now)
+            if r == TO_SWITCH:
+                self._on_pfc_frame(p, f, now)
+            elif r >= 0:
+                self._enqueue(ports[r], f, now, p.index)
             else:
                 in_drops[-r] += 1
 
-    def _enqueue(self, out: Port, f: bytearray, now: int) -> None:
+    def _enqueue(self, out: Port, f: bytearray, now: int, in_port: int = -1) -> None:
         if not out.up:
             out.drops.by_reason[DropReason.PORT_DOWN] += 1
             return
-        if out.queue.enqueue(f, now) is Verdict.DROPPED:
+        if out.queue.enqueue(f, now, in_port) is Verdict.DROPPED:
             out.drops.by_reason[DropReason.QUEUE_FULL] += 1
         if len(out.queue):
             self._queued.add(out)
@@ -831,6 +859,58 @@ class Switch:
             if len(frames) < batch:
                 return
 
+    # --- priority flow control (mrcswitch.pfc decides; here its frames go out) ------------
+    def _on_pfc_frame(self, p: Port, f: bytearray, now: int) -> None:
+        """A PFC frame came in on ``p``: pause (or resume) the lossless class of its queue."""
+        assert self.pfc is not None
+        until = self.pfc.on_frame(p.index, f, now)
+        if until is not None:
+            self._set_paused(p, until, now)
+
+    def _set_paused(self, p: Port, until_ns: int, now: int) -> None:
+        q = p.queue
+        if q.paused_until_ns == until_ns:
+            return
+        q.paused_until_ns = until_ns
+        if self.planner is not None:
+            if until_ns > now:
+                self.planner.budget[p.index] = -1  # nothing may leave at once while paused
+            else:
+                self._refresh_budget(p, now)
+        if len(q):
+            self._queued.add(p)
+        self._note_pfc_due(now)
+
+    def _note_pfc_due(self, now: int) -> None:
+        assert self.pfc is not None
+        due = self.pfc.due_ns(now)
+        self._pfc_due = _NEVER if due is None else due
+
+    def _pfc_step(self, now: int) -> None:
+        """Send the PAUSE / resume frames the in-ports' lossless bytes call for."""
+        pfc = self.pfc
+        assert pfc is not None
+        for i, action in pfc.step(now):
+            p = self.ports[i]
+            ing = pfc.ingress[i]
+            try:
+                if p.tx_sock is None or not p.up or p.mac is None:
+                    raise OSError("port down")
+                p.tx_sock.send(ing.frame(p.mac, action))
+            except OSError as exc:
+                ing.not_sent(action)
+                log.debug("port %s: PFC frame not sent: %s", p.cfg.name, exc)
+        self._note_pfc_due(now)
+
+    def _pfc_tick(self, now: int) -> None:
+        """Refresh pauses still needed, run the watchdog on paused ports."""
+        pfc = self.pfc
+        assert pfc is not None
+        self._pfc_step(now)
+        for i in pfc.paused_ports():
+            self._set_paused(self.ports[i], pfc.paused_until_ns(i, now), now)
+        self._note_pfc_due(now)
+
     def start(self) -> None:
         """Everything before the loop: signals (alone), the control socket, the stats
         writer, ``"ready": true``."""
@@ -875,10 +955,12 @@ class Switch:
     @property
     def due_ns(self) -> int:
         """When :meth:`tick` has work next (link probes, stats file)."""
-        return min(self._probe_due, self._stats_due)
+        return min(self._probe_due, self._stats_due, self._pfc_due)
 
     def tick(self, now: int) -> None:
-        """Link probes and the stats file when due (at ``now`` or earlier)."""
+        """Link probes, the stats file and PFC's refreshes when due (at ``now`` or earlier)."""
+        if now >= self._pfc_due:
+            self._pfc_tick(now)
         if now >= self._probe_due:
             self.probe_links()
             self._probe_due = now + int(LINK_PROBE_INTERVAL_S * 1e9)
@@ -919,6 +1001,8 @@ class Switch:
             self._sock_error(p)
             if p.sock is not None:
                 self._rx(p)  # as the Python loop: read it too, so an error cannot starve it
+        if self.pfc is not None and why is not cloop.Wake.DEADLINE:
+            self._pfc_step(now)  # a crossing (PFC), or frames Python queued itself
         self._queued.clear()  # the C loop serves every queue
 
     def _run_c(self) -> None:
@@ -959,6 +1043,8 @@ class Switch:
                 self._sock_error(p)
             if p.sock is not None:
                 self._rx(p)
+            if self.pfc is not None:
+                self._pfc_step(time.monotonic_ns())
         else:
             self.on_other_fd(fd)
 
@@ -978,6 +1064,8 @@ class Switch:
         if queued:
             for p in tuple(queued):
                 self._tx(p, now)
+            if self.pfc is not None:
+                self._pfc_step(now)
 
     def _run_python(self) -> None:
         """The event loop in Python (the C loop's twin; with recvmmsg or without C)."""
@@ -1008,6 +1096,9 @@ class Switch:
             if queued:
                 for p in tuple(queued):
                     self._tx(p, now)
+            if self.pfc is not None:
+                self._pfc_step(now)
+                due = self.due_ns
             if now >= due:
                 self.tick(now)
                 due = self.due_ns

@@ -8,7 +8,9 @@ from __future__ import annotations
 from mrcnic.wire import pfc as wire_pfc
 
 DEFAULT_PRIORITY = 3  # the lossless class's 802.1p priority (RoCEv2's data)
-DEFAULT_WATCHDOG_S = 0.2  # a pause unbroken this long is a storm: released
+# a pause unbroken this long is a storm: released (lab time runs ~1000x slower than
+# hardware's; docs/pfc.md)
+DEFAULT_WATCHDOG_S = 1.0
 
 
 class PortPause:

@@ -411,3 +411,71 @@ def test_factory_follows_the_backend(monkeypatch):
     assert isinstance(q, cqueue.CEgressQueue) and q.ptr is not None
     monkeypatch.setattr(cqueue, "_mod", None)
     assert type(cqueue.make_egress_queue(port_cfg(), 32, 0, 4096)) is EgressQueue
+
+
+# --- the lossless class (PFC): in-port tags, per in-port bound, pause ------------------------
+
+LOSSLESS_DSCPS = st.sampled_from([Dscp.LOSSLESS, Dscp.LOSSLESS, Dscp.TRIMMABLE, Dscp.CONTROL, 1])
+lossless_frame_spec = st.one_of(
+    st.tuples(st.just("mrc"), LOSSLESS_DSCPS, ECNS, st.sampled_from(DATA_OPS), st.booleans(),
+              st.integers(0, 2500), st.lists(st.integers(1, 0xFFFF), min_size=1, max_size=4)),
+    st.tuples(st.just("raw"), LOSSLESS_DSCPS, ECNS, st.integers(16, 2600),
+              st.integers(0, 2**32), st.just(0), st.just(())),
+)  # fmt: skip
+lossless_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("enq"), st.integers(0, 50_000), lossless_frame_spec, st.integers(-1, 3)),
+        st.tuples(st.just("enq"), st.integers(0, 50_000), lossless_frame_spec, st.integers(0, 3)),
+        st.tuples(st.just("deq"), st.integers(0, 10_000_000), st.integers(0, 70), st.just(0)),
+        st.tuples(st.just("pause"), st.integers(0, 100_000), st.integers(-1_000, 5_000_000),
+                  st.just(0)),
+        st.tuples(st.just("budget"), st.integers(0, 3_000_000), st.integers(0, 8), st.just(0)),
+        st.tuples(st.just("next"), st.integers(0, 1_000_000), st.just(0), st.just(0)),
+        st.tuples(st.just("flush"), st.integers(0, 10), st.just(0), st.just(0)),
+    ),
+    min_size=10,
+    max_size=60,
+)  # fmt: skip
+
+
+@settings(max_examples=250, deadline=None)
+@given(cfg_strategy, st.integers(200, 12_000), st.integers(100, 6000), st.booleans(),
+       lossless_ops)  # fmt: skip
+def test_lossless_class_matches_the_twin_step_by_step(cfg, ll_buffer, in_limit, ll_ecn, ops):
+    from mrcswitch.queue import LosslessClass
+
+    ll = LosslessClass(dscp=Dscp.LOSSLESS, buffer_bytes=ll_buffer, in_limit_bytes=in_limit,
+                       ecn=ll_ecn)  # fmt: skip
+    in_py, in_c = cqueue.new_in_bytes(3, c=False), cqueue.new_in_bytes(3, c=True)
+    py = EgressQueue(cfg, 32, 0, ll, in_py)
+    c = cqueue.make_egress_queue(cfg, 32, 0, 9000, ll, in_c)
+    assert isinstance(c, cqueue.CEgressQueue)
+    now = 0
+    for op in ops:
+        now += op[1]
+        if op[0] == "enq":
+            f = frame(op[2])
+            fc = bytearray(f)
+            assert c.enqueue(fc, now, op[3]) is py.enqueue(f, now, op[3])
+            assert fc == f
+        elif op[0] == "deq":
+            assert [bytes(x) for x in c.dequeue(now, op[2])] == [
+                bytes(x) for x in py.dequeue(now, op[2])
+            ]
+        elif op[0] == "pause":
+            py.paused_until_ns = c.paused_until_ns = max(0, now + op[2])
+        elif op[0] == "budget":
+            b = py.fast_budget(now)
+            assert c.fast_budget(now) == b
+            if b > 0:
+                py.consume(b * op[2] // 4)
+                c.consume(b * op[2] // 4)
+        elif op[0] == "next":
+            assert c.next_send_ns(now) == py.next_send_ns(now)
+        else:
+            assert c.flush() == py.flush()
+        assert_same_state(py, c)
+        assert (py.lossless_bytes, len(py.lossless), py.lossless_drops) == (
+            c.lossless_bytes, c.ptr.lossless_frames, c.lossless_drops)  # fmt: skip
+        assert list(in_py) == list(in_c)
+        assert sum(in_py) == sum(len(f) for f, p in py.lossless if p >= 0)
