@@ -299,7 +299,22 @@ def format_stats(data: dict[str, Any]) -> str:
         return "\n".join(lines)
     if data["stats"] is None:
         return f"{data['node']}: no stats yet (switch not running or not ready)"
-    return f"{data['node']} (mrc-switch stats file)\n" + json.dumps(data["stats"], indent=1)
+    head = f"{data['node']} (mrc-switch stats file)\n"
+    return head + _pfc_table(data["stats"]) + json.dumps(data["stats"], indent=1)
+
+
+def _pfc_table(st: dict[str, Any]) -> str:
+    """Priority flow control per port, first (a switch with PFC only): what a reader looks
+    for when a lossless flow stalls."""
+    if not (st.get("totals") or {}).get("pfc"):
+        return ""
+    keys = ("pause_tx", "pause_rx", "paused_s", "lossless_drops", "watchdog_trips")
+    lines = [f"  {'PFC PORT':<12} {'PEER':<10} " + " ".join(f"{k.upper():>14}" for k in keys)]
+    rows = [(n, p.get("peer", ""), p.get("pfc") or {}) for n, p in st.get("ports", {}).items()]
+    rows.append(("total", "", st["totals"]["pfc"]))
+    for name, peer, pfc in rows:
+        lines.append(f"  {name:<12} {peer:<10} " + " ".join(f"{_n(pfc.get(k)):>14}" for k in keys))
+    return "\n".join(lines) + "\n"
 
 
 def _n(v: Any) -> str:
