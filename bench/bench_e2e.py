@@ -296,6 +296,8 @@ def bench_permutation(a: argparse.Namespace) -> dict[str, Any]:
     rate, choice = link_rate(a, "perm_rate_mbit", list(pairs), **dims)
     multi = resolve(None, planes=planes, rate_mbit=rate, **common)
     single = resolve(None, planes=1, rate_mbit=rate * planes, **common)
+    # RoCEv2 as deployed: the same multi-plane fabric with PFC (python switches only)
+    multi_pfc = multi.with_overrides(pfc=True) if multi.switch == "python" else None
     out: dict[str, Any] = {
         "benchmark": "e2e-permutation",
         "what": "every host writes to a distinct host under the other T0, all at once; "
@@ -310,6 +312,7 @@ def bench_permutation(a: argparse.Namespace) -> dict[str, Any]:
         "pairs": [[f"h{s}", f"h{d}"] for s, d in pairs],
         "fabric_multi_plane": multi.to_dict(),
         "fabric_single_plane": single.to_dict(),
+        "fabric_multi_plane_pfc": multi_pfc.to_dict() if multi_pfc is not None else None,
         "non_blocking": multi.t1 >= multi.hosts_per_t0,
         "rate_choice": choice,
         "capacity_bps_computed": an.permutation_capacity_bps(shape, pairs),
@@ -323,7 +326,11 @@ def bench_permutation(a: argparse.Namespace) -> dict[str, Any]:
         (single, "rocev2", 8, "rocev2_single_plane_8qp"),
         (single, "mrc", 1, "mrc_single_plane_1qp"),
     ]
-    for params in (multi, single):
+    if multi_pfc is not None:
+        plan.append((multi_pfc, "rocev2", planes, f"rocev2_pfc_multi_plane_{planes}qp"))
+    for params in (multi, single, multi_pfc):
+        if params is None:
+            continue
         todo = [p for p in plan if p[0] is params]
         with lab_up(params) as state:
             for _p, transport, qps, key in todo:
@@ -391,6 +398,7 @@ def bench_permutation(a: argparse.Namespace) -> dict[str, Any]:
                     "qps_per_pair": qps,
                     "planes": params.planes,
                     "rate_mbit": params.rate_mbit,
+                    "pfc": params.pfc,
                     "command_per_pair": command_text(specs[0], params.name).replace(
                         f"--src {specs[0].src} --dst {specs[0].dst}", "--src hS --dst hD"
                     ),
@@ -494,11 +502,16 @@ def bench_failures(a: argparse.Namespace) -> dict[str, Any]:
         "modes": {},
     }
     for mode in modes:
-        params = resolve(None, name=a.name, switch=mode, rate_mbit=rate)
+        # "python-pfc": RoCEv2 as deployed, on python switches with PFC (MRC is the same
+        # as on "python": its classes are never paused)
+        pfc = mode.endswith("-pfc")
+        params = resolve(None, name=a.name, switch=mode.removesuffix("-pfc"), rate_mbit=rate,
+                         pfc=pfc or None)  # fmt: skip
         shape = an.Shape.from_params(params)
         transports: dict[str, Any] = {}
+        runs = (("rocev2", params.planes),) if pfc else (("mrc", 1), ("rocev2", params.planes))
         with lab_up(params) as state:
-            for transport, qps in (("mrc", 1), ("rocev2", params.planes)):
+            for transport, qps in runs:
                 per: dict[str, Any] = {}
                 for name, steps in scenarios.items():
                     spec = WriteSpec(
@@ -886,8 +899,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-s", type=time_arg, default=12.0, help="seconds per failure write [12]")
     p.add_argument(
         "--fail-switch",
-        default="python,kernel",
-        help="switch modes of the failure benchmark, in order [python,kernel]",
+        default="python,python-pfc,kernel",
+        help="switch modes of the failure benchmark, in order: python, python-pfc (RoCEv2 "
+        "alone, on python switches with PFC: the baseline as deployed), kernel "
+        "[python,python-pfc,kernel]",
     )
     p.add_argument(
         "--fail-size",
