@@ -297,6 +297,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=("down", "up"))
     p.add_argument("host")
     p.add_argument("plane", type=int)
+
+    p = cmd(
+        "experiment",
+        "run a published MRC claim as an experiment, MRC beside RoCEv2: its own lab, "
+        "repetitions, results/experiments/NAME.json and a PNG (docs/experiments.md)",
+        "examples:\n  mrc-lab experiment list\n  mrc-lab experiment p2p --quick\n"
+        "  mrc-lab experiment loss\n  mrc-lab experiment all        # = make reproduce\n"
+        "  mrc-lab experiment report     # results/REPORT.md from the JSON files\n",
+    )
+    p.add_argument(
+        "experiment", metavar="NAME",
+        help="an experiment's name or claim number, 'all', 'list' or 'report'",
+    )  # fmt: skip
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="one repetition, short runs, small labs (what the test suite runs)",
+    )
+    p.add_argument(
+        "--out",
+        default="results/experiments",
+        metavar="DIR",
+        help="where NAME.json and NAME.png go [results/experiments]",
+    )
+    p.add_argument(
+        "--rate-mbit",
+        type=calibrate.rate_arg,
+        default=calibrate.AUTO,
+        metavar="R",
+        help="link rate of every lab; auto: calibrated per lab shape [auto]",
+    )
+    p.add_argument("--reps", type=int, default=None, help="repetitions [the experiment's]")
+    p.add_argument("--lab", default="mrcexp", help="name of the labs it brings up [mrcexp]")
     return ap
 
 
@@ -477,6 +510,39 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return calibrate.run_cli(_params(args), args)
 
 
+def cmd_experiment(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from lab.experiments import registry, report
+    from lab.experiments.base import Context
+
+    which = args.experiment
+    if which == "list":
+        for s in registry.specs():
+            print(f"{s.number:>2} {s.name:<11} ~{s.minutes:g} min (quick ~{s.quick_minutes:g}): "
+                  f"{s.claim}")  # fmt: skip
+        return 0
+    out = Path(args.out)
+    if which == "report":
+        print(f"wrote {report.write(out)}")
+        return 0
+    ctx = Context(
+        quick=args.quick, out_dir=out, lab_name=args.lab,
+        rate_mbit=None if args.rate_mbit == calibrate.AUTO else float(args.rate_mbit),
+        reps=args.reps,
+    )  # fmt: skip
+    try:
+        todo = registry.specs() if which == "all" else [registry.find(which)]
+    except KeyError as e:
+        raise LabError(str(e.args[0])) from None
+    results = [registry.run(s, ctx) for s in todo]
+    if which == "all":
+        print(f"wrote {report.write(out)}")
+    for r in results:
+        print(f"{r.number:>2} {r.name:<11} {r.verdict:<15} {r.why}")
+    return 1 if any((r.extra or {}).get("error") for r in results) else 0
+
+
 COMMANDS = {
     "plan": cmd_plan,
     "calibrate": cmd_calibrate,
@@ -492,6 +558,7 @@ COMMANDS = {
     "shape": cmd_shape,
     "reboot": cmd_reboot,
     "port": cmd_port,
+    "experiment": cmd_experiment,
 }
 
 
