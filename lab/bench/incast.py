@@ -593,6 +593,18 @@ def run_incast(state: Any, p: IncastParams, echo: Echo = _stderr) -> dict[str, A
         }
         if ares is None:
             victim["alone_error"] = atail[-400:] or "no result"
+        # the victim's own timelines (bins of TIMELINE_MS from each run's start) so a reader
+        # can find its worst second beside the incast, not only its average (issue 15)
+        vres = got[-1][0]
+        victim.update(
+            {
+                "timeline_ms": TIMELINE_MS,
+                "start_unix_s": None if not vres else _num(vres.get("start_unix_s")),
+                "timeline": None if not vres else vres.get("timeline"),
+                "alone_start_unix_s": None if not ares else _num(ares.get("start_unix_s")),
+                "alone_timeline": None if not ares else ares.get("timeline"),
+            }
+        )
     rows = switch_rows(before, after)
     totals = switch_totals(rows)
     incast_bps = [e["goodput_bps"] for e in entries if e["role"] == "incast"]
@@ -621,6 +633,7 @@ def run_incast(state: Any, p: IncastParams, echo: Echo = _stderr) -> dict[str, A
         "dst_capacity_bps": dst_capacity,
         "incast_fraction": round(incast_total / dst_capacity, 4) if dst_capacity else None,
         "window_s": None if window is None else round(window["window_s"], 3),
+        "window_start_unix_s": None if window is None else window["window_start_unix_s"],
         "start_skew_s": None if window is None else round(window["start_skew_s"], 3),
         "skip_s": skip,
         "switches": rows,
