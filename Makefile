@@ -15,7 +15,7 @@ DEMO_ARGS ?=
 demo: setup
 	$(PY) -m lab.demo $(DEMO_ARGS)
 
-.PHONY: fuzz soak soak-short demo bench setup test test-unit test-lab lint bench-core bench-transport bench-nscc bench-switch bench-nic lab-up lab-down lab-status clean help
+.PHONY: reproduce fuzz soak soak-short demo bench setup test test-unit test-lab lint bench-core bench-transport bench-nscc bench-switch bench-nic lab-up lab-down lab-status clean help
 
 help:
 	@echo "make demo        the main job: lab up, MRC write through a T1 reboot and a link flap, vs RoCEv2 (root)"
@@ -31,6 +31,7 @@ help:
 	@echo "make bench-nic        NIC frames per CPU-second, C and Python engines and the RoCEv2 QP vs raw AF_PACKET -> results/bench-nic.json (root)"
 	@echo "make fuzz        1e6 hostile frames per target into NICs (both engines) and a switch -> results/fuzz.json (root)"
 	@echo "make soak        30 min per transport of all-reduce under random faults -> results/soak.json (root); soak-short: 2 min"
+	@echo "make reproduce   every published MRC claim as an experiment, MRC vs RoCEv2 -> results/REPORT.md (root, < 1 h)"
 	@echo "make calibrate   measure the link rate this machine carries (root; cached per boot in /run/mrc)"
 	@echo "make lab-up / lab-down / lab-status   the namespace lab (root); flags via LAB_ARGS=..."
 
@@ -97,6 +98,12 @@ soak: setup
 
 soak-short: setup
 	$(PY) -m lab.soak --minutes 2 --out results/soak-short.json $(SOAK_ARGS)
+
+# Every published MRC claim as an experiment, MRC beside RoCEv2 (root; under an hour):
+# results/experiments/*.json + PNGs and results/REPORT.md. EXP_ARGS="--quick" for a smoke run
+EXP_ARGS ?=
+reproduce: setup
+	$(PY) -m lab.cli experiment all $(EXP_ARGS)
 
 # One write on python vs kernel switches: whole-machine CPU per delivered frame (root)
 bench-lab-cpu: setup

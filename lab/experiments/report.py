@@ -50,6 +50,15 @@ def _metric_table(metrics: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _plot_link(plot: Path, out_dir: Path) -> str:
+    """The PNG's path as the report (in results/, or beside the JSON) reaches it."""
+    base = REPORT.parent if Path(out_dir) == DEFAULT_OUT else Path(out_dir)
+    try:
+        return str(plot.relative_to(base))
+    except ValueError:
+        return plot.name if plot.parent == Path(out_dir) else str(plot)
+
+
 def render(results: list[dict[str, Any]], out_dir: Path = DEFAULT_OUT) -> str:
     lines = [
         "# MRC's published claims, reproduced on the namespace lab",
@@ -104,11 +113,7 @@ def render(results: list[dict[str, Any]], out_dir: Path = DEFAULT_OUT) -> str:
             lines.append("")
         lines += _metric_table(d.get("metrics") or {})
         if d.get("plot"):
-            rel = Path(d["plot"])
-            lines += [
-                "",
-                f"![{d.get('name')}]({rel.relative_to(REPORT.parent) if rel.is_relative_to(REPORT.parent) else rel})",
-            ]
+            lines += ["", f"![{d.get('name')}]({_plot_link(Path(d['plot']), out_dir)})"]
         lines += [
             "",
             f"**Setup:** {s.get('hosts', '-')} hosts, {s.get('planes', '-')} planes, "
@@ -126,7 +131,11 @@ def render(results: list[dict[str, Any]], out_dir: Path = DEFAULT_OUT) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(out_dir: Path = DEFAULT_OUT, path: Path = REPORT) -> Path:
+def write(out_dir: Path = DEFAULT_OUT, path: Path | None = None) -> Path:
+    """Write the report: results/REPORT.md for the default results, else REPORT.md beside
+    the JSON files (a test's or a user's own directory never overwrites the project's)."""
+    if path is None:
+        path = REPORT if Path(out_dir) == DEFAULT_OUT else Path(out_dir) / "REPORT.md"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render(load_all(out_dir), out_dir))
     return path
