@@ -18,6 +18,10 @@ and checks, and prints the result.  ``time`` is the slowest rank's iteration (al
 the machine's monotonic clock); ``algbw = S / time``, ``busbw = algbw * 2 (n - 1) / n``
 (nccl-tests).  Every iteration starts from each rank's seeded data and every rank checks its
 result against the sum computed locally.
+
+The rendezvous (:func:`rendezvous`) and the iteration loop (:func:`coordinate` at rank 0,
+:func:`follow` at the others, driving a :class:`RankOps`) do not depend on the collective:
+``lab.bench.alltoall`` uses them too.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -65,7 +69,7 @@ def rank_data(seed: int, rank: int, elements: int) -> np.ndarray:
     return np.random.default_rng([seed, rank]).integers(0, 1 << 32, size=elements, dtype=np.uint32)
 
 
-def _tag(it: int, phase: int, step: int) -> int:
+def imm_tag(it: int, phase: int, step: int) -> int:
     return (it & 0xFFFF) << 16 | phase << 8 | step
 
 
@@ -122,7 +126,7 @@ class _Iteration:
             k = (r + 1 - s) % n
             remote, off = self.rdata, k * c
         view = memoryview(self.data)[k * c : (k + 1) * c]
-        self.qp_next.post_write(self.wr, view, remote, offset=off, imm=_tag(self.it, phase, s))
+        self.qp_next.post_write(self.wr, view, remote, offset=off, imm=imm_tag(self.it, phase, s))
         self.wr += 1
         self.sent += 1
 
@@ -137,9 +141,9 @@ class _Iteration:
                 self.errors.append(f"rank {self.r}: unexpected immediate {e.imm:#x}")
                 continue
             phase, s = self.expect[self.got]
-            if e.imm != _tag(self.it, phase, s):
+            if e.imm != imm_tag(self.it, phase, s):
                 self.errors.append(
-                    f"rank {self.r}: immediate {e.imm:#x}, expected {_tag(self.it, phase, s):#x}"
+                    f"rank {self.r}: immediate {e.imm:#x}, expected {imm_tag(self.it, phase, s):#x}"
                 )
                 continue
             self.got += 1
@@ -207,45 +211,21 @@ async def run_rank(
             "live_ports": [pt.up for pt in nic.ports],
         }
         coord = plan.mgmt_address(p.hosts[0])
-        if rank == 0:
-            listener = await bc.listen_announced(coord, port, "allreduce: rank 0")
-            try:
-                chans: list[control.Channel] = []
-                for _ in range(n - 1):
-                    chans.append(await listener.accept(60))
-            finally:
-                listener.close()
-            joins = {0: me}
-            by_rank: dict[int, control.Channel] = {}
-            for ch in chans:
-                j = await ch.recv("join", timeout_s=30)
-                joins[int(j["rank"])] = j
-                by_rank[int(j["rank"])] = ch
-            if sorted(joins) != list(range(n)):
-                for ch in chans:
-                    await ch.fail("ranks missing or duplicated")
-                raise control.ControlError(f"ranks {sorted(joins)} joined, expected 0..{n - 1}")
-            table = [joins[i] for i in range(n)]
-            for ch in chans:
-                await ch.send("table", ranks=table)
-            try:
-                hooks = (on_iteration, on_report)
-                return await _rank0(
-                    st, lh, nic, p, size, table, by_rank, qp_next, qp_prev, data, recv, hooks
-                )
-            finally:
-                for ch in chans:
-                    ch.close()
-        ch = await control.connect(coord, port, timeout_s=30)
+        table, chans = await rendezvous(coord, port, rank, n, me, "allreduce: rank 0")
         try:
-            await ch.send("join", **me)
-            table = (await ch.recv("table", timeout_s=60))["ranks"]
-            await _rank_loop(
-                lh, nic, p, size, rank, table, qp_next, qp_prev, data, recv, ch, on_report
-            )
+            ops = _AllreduceRank(nic, rank, n, p, size, table, qp_next, qp_prev, data, recv)
+            lp = LoopPlan(p.warmup, p.iters, p.timeout_s, p.duration_s)
+            if rank == 0:
+                meter = bc.CpuMeter(bc.switch_pids(st))
+                iterations, finals = await coordinate(
+                    ops, lp, chans, meter, on_iteration, on_report
+                )
+                return _result(st, p, size, iterations, finals, table)
+            await follow(ops, lp, chans[0], bc.CpuMeter(), on_report)
             return None
         finally:
-            ch.close()
+            for ch in chans.values():
+                ch.close()
 
 
 def _connect(
@@ -292,103 +272,210 @@ def _report(itr: _Iteration, expect: np.ndarray, it: int) -> dict[str, Any]:
     }
 
 
-async def _rank_loop(
-    lh: LabHost,
-    nic: AioNic,
-    p: AllreduceParams,
-    size: int,
-    rank: int,
-    table: list[dict],
-    qp_next: QP,
-    qp_prev: QP,
-    data: bytearray,
-    recv: bytearray,
+class _AllreduceRank:
+    """This rank's part of the all-reduce, as the shared loop (:func:`coordinate`,
+    :func:`follow`) drives it."""
+
+    def __init__(
+        self,
+        nic: AioNic,
+        rank: int,
+        n: int,
+        p: AllreduceParams,
+        size: int,
+        table: list[dict],
+        qp_next: QP,
+        qp_prev: QP,
+        data: bytearray,
+        recv: bytearray,
+    ) -> None:
+        self.nic, self.rank, self.n, self.timeout_s = nic, rank, n, p.timeout_s
+        self.qp_next, self.qp_prev, self.data, self.recv = qp_next, qp_prev, data, recv
+        self.rdata, self.rrecv = _connect(rank, n, table, qp_next, qp_prev)
+        self.mine = rank_data(p.seed, rank, size // 4)
+        self.expect = sum(
+            (rank_data(p.seed, r, size // 4) for r in range(n)),
+            start=np.zeros(size // 4, np.uint32),
+        )
+
+    def reset(self) -> None:
+        np.frombuffer(self.data, dtype=np.uint32)[:] = self.mine
+
+    async def iteration(self, it: int, rnd: int) -> dict[str, Any]:
+        itr = await _one_iteration(
+            self.nic, self.rank, self.n, it, self.data, self.recv, self.qp_next, self.qp_prev,
+            self.rdata, self.rrecv, self.timeout_s,
+        )  # fmt: skip
+        return _report(itr, self.expect, it)
+
+    def final(self) -> dict[str, Any]:
+        return {
+            "nic": self.nic.stats(),
+            "qp": [asdict(self.qp_next.stats()), asdict(self.qp_prev.stats())],
+        }
+
+
+# --- the loop every collective shares (lab.bench.alltoall uses it too) -----------------------
+
+
+class RankOps(Protocol):
+    """One rank's part of a collective: what :func:`coordinate` and :func:`follow` drive."""
+
+    def reset(self) -> None:
+        """Restore this rank's input before an iteration (before it says "ready")."""
+
+    async def iteration(self, it: int, rnd: int) -> dict[str, Any]:
+        """Run iteration ``it`` (of round ``rnd``: a size of a sweep) and return its report:
+        at least ``iter``, ``start``, ``end``, ``ok`` and ``errors``."""
+        ...
+
+    def final(self) -> dict[str, Any]:
+        """``nic`` and ``qp`` statistics at the end."""
+        ...
+
+
+@dataclass(frozen=True)
+class LoopPlan:
+    """Which iterations run: ``rounds`` rounds (one per message size of a sweep) of
+    ``warmup`` untimed and ``iters`` timed iterations, or, with ``duration_s``, one round of
+    ``warmup`` untimed iterations and then timed ones until the time is up."""
+
+    warmup: int
+    iters: int
+    timeout_s: float
+    duration_s: float | None = None
+    rounds: int = 1
+
+    @property
+    def per_round(self) -> int:
+        return self.warmup + self.iters
+
+    def round_of(self, it: int) -> int:
+        if self.duration_s is not None or self.per_round == 0:
+            return 0
+        return min(it // self.per_round, self.rounds - 1)
+
+    def timed(self, it: int) -> bool:
+        if self.duration_s is not None:
+            return it >= self.warmup
+        return it % self.per_round >= self.warmup
+
+    def finished(self, it: int, deadline: float | None) -> bool:
+        """Whether iteration ``it`` should not start: the count is done, or the duration is up."""
+        if self.duration_s is None:
+            return it >= self.rounds * self.per_round
+        return deadline is not None and time.monotonic() >= deadline
+
+
+async def rendezvous(
+    coord: str, port: int, rank: int, n: int, me: dict[str, Any], who: str
+) -> tuple[list[dict], dict[int, control.Channel]]:
+    """Rank 0 listens on ``[coord]:port``, gathers every rank's ``me`` (its QPs and buffers)
+    and sends the table back; the others join.  Returns the table (index = rank) and the
+    channels: rank 0 has one per other rank, the others ``{0: channel}``."""
+    if rank == 0:
+        listener = await bc.listen_announced(coord, port, who)
+        try:
+            chans: list[control.Channel] = []
+            for _ in range(n - 1):
+                chans.append(await listener.accept(60))
+        finally:
+            listener.close()
+        joins = {0: me}
+        by_rank: dict[int, control.Channel] = {}
+        try:
+            for ch in chans:
+                j = await ch.recv("join", timeout_s=30)
+                joins[int(j["rank"])] = j
+                by_rank[int(j["rank"])] = ch
+            if sorted(joins) != list(range(n)):
+                for ch in chans:
+                    await ch.fail("ranks missing or duplicated")
+                raise control.ControlError(f"ranks {sorted(joins)} joined, expected 0..{n - 1}")
+            table = [joins[i] for i in range(n)]
+            for ch in chans:
+                await ch.send("table", ranks=table)
+        except BaseException:
+            for ch in chans:
+                ch.close()
+            raise
+        return table, by_rank
+    ch = await control.connect(coord, port, timeout_s=30)
+    try:
+        await ch.send("join", **me)
+        table = (await ch.recv("table", timeout_s=60))["ranks"]
+    except BaseException:
+        ch.close()
+        raise
+    return table, {0: ch}
+
+
+async def follow(
+    ops: RankOps,
+    lp: LoopPlan,
     ch: control.Channel,
+    meter: bc.CpuMeter,
     on_report: ReportHook | None = None,
 ) -> None:
-    n = len(p.hosts)
-    rdata, rrecv = _connect(rank, n, table, qp_next, qp_prev)
-    mine = rank_data(p.seed, rank, size // 4)
-    expect = sum(
-        (rank_data(p.seed, r, size // 4) for r in range(n)), start=np.zeros(size // 4, np.uint32)
-    )
-    meter = bc.CpuMeter()
+    """A rank other than 0: iterations as rank 0 releases them, then the final statistics."""
     timed = False
     while True:
         # Rank 0 decides how many iterations run (a count, a duration, or an error): every
         # round starts with "ready" and rank 0 answers "go" or "go" with stop.
-        np.frombuffer(data, dtype=np.uint32)[:] = mine
+        ops.reset()
         await ch.send("ready")
-        go = await ch.recv("go", timeout_s=p.timeout_s + 60)
+        go = await ch.recv("go", timeout_s=lp.timeout_s + 60)
         if go.get("stop"):
             break
         it = int(go["iter"])
-        if it == p.warmup:
+        if it == lp.warmup:
             meter.start()
             timed = True
-        itr = await _one_iteration(
-            nic, rank, n, it, data, recv, qp_next, qp_prev, rdata, rrecv, p.timeout_s
-        )
-        report = _report(itr, expect, it)
+        report = await ops.iteration(it, lp.round_of(it))
         if on_report is not None:
             on_report(it, report)
         await ch.send("iter_done", **report)
     cpu = meter.stop() if timed else {}
-    await ch.send(
-        "final", cpu=cpu, nic=nic.stats(), qp=[asdict(qp_next.stats()), asdict(qp_prev.stats())]
-    )
+    await ch.send("final", cpu=cpu, **ops.final())
     await ch.recv("bye", timeout_s=30)
 
 
-async def _rank0(
-    st: Any,
-    lh: LabHost,
-    nic: AioNic,
-    p: AllreduceParams,
-    size: int,
-    table: list[dict],
+async def coordinate(
+    ops: RankOps,
+    lp: LoopPlan,
     chans: dict[int, control.Channel],
-    qp_next: QP,
-    qp_prev: QP,
-    data: bytearray,
-    recv: bytearray,
-    hooks: tuple[IterationHook | None, ReportHook | None] = (None, None),
-) -> dict[str, Any]:
-    n = len(p.hosts)
-    rdata, rrecv = _connect(0, n, table, qp_next, qp_prev)
-    mine = rank_data(p.seed, 0, size // 4)
-    expect = sum(
-        (rank_data(p.seed, r, size // 4) for r in range(n)), start=np.zeros(size // 4, np.uint32)
-    )
-    meter = bc.CpuMeter(bc.switch_pids(st))
+    meter: bc.CpuMeter,
+    on_iteration: IterationHook | None = None,
+    on_report: ReportHook | None = None,
+) -> tuple[list[list[dict]], list[dict]]:
+    """Rank 0: release every iteration once all ranks are ready, gather the reports, stop at
+    the plan's end or at the first error.  Returns the timed iterations' reports (one list
+    per iteration, rank 0 first) and every rank's final statistics (``cpu``, ``nic``, ``qp``)."""
+    n = len(chans) + 1
     iterations: list[list[dict]] = []
     deadline: float | None = None
     it = 0
     failed = False
     while True:
-        np.frombuffer(data, dtype=np.uint32)[:] = mine
+        ops.reset()
         for r in range(1, n):
-            await chans[r].recv("ready", timeout_s=p.timeout_s + 60)
-        if failed or _finished(p, it, deadline):
+            await chans[r].recv("ready", timeout_s=lp.timeout_s + 60)
+        if failed or lp.finished(it, deadline):
             for r in range(1, n):
                 await chans[r].send("go", stop=True)
             break
-        if it == p.warmup:
+        if it == lp.warmup:
             meter.start()
-            if p.duration_s is not None:
-                deadline = time.monotonic() + p.duration_s
+            if lp.duration_s is not None:
+                deadline = time.monotonic() + lp.duration_s
         for r in range(1, n):
             await chans[r].send("go", iter=it)
-        itr = await _one_iteration(
-            nic, 0, n, it, data, recv, qp_next, qp_prev, rdata, rrecv, p.timeout_s
-        )
-        on_iteration, on_report = hooks
-        reports = [_report(itr, expect, it)]
+        reports = [await ops.iteration(it, lp.round_of(it))]
         if on_report is not None:
             on_report(it, reports[0])
         for r in range(1, n):
-            reports.append(await chans[r].recv("iter_done", timeout_s=p.timeout_s + 30))
-        if it >= p.warmup:
+            reports.append(await chans[r].recv("iter_done", timeout_s=lp.timeout_s + 30))
+        if lp.timed(it):
             iterations.append(reports)
         if on_iteration is not None:
             on_iteration(it, reports)
@@ -396,21 +483,12 @@ async def _rank0(
         failed = any(rep["errors"] for rep in reports)
         it += 1
     cpu = meter.stop() if iterations else {"cpu_percent": 0.0}
-    finals = [
-        {"cpu": cpu, "nic": nic.stats(), "qp": [asdict(qp_next.stats()), asdict(qp_prev.stats())]}
-    ]
+    finals = [{"cpu": cpu, **ops.final()}]
     for r in range(1, n):
-        with_f = await chans[r].recv("final", timeout_s=p.timeout_s)
+        with_f = await chans[r].recv("final", timeout_s=lp.timeout_s)
         finals.append(with_f)
         await chans[r].send("bye")
-    return _result(st, p, size, iterations, finals, table)
-
-
-def _finished(p: AllreduceParams, it: int, deadline: float | None) -> bool:
-    """Whether iteration ``it`` should not start: the count is done, or the duration is up."""
-    if p.duration_s is None:
-        return it >= p.warmup + p.iters
-    return deadline is not None and time.monotonic() >= deadline
+    return iterations, finals
 
 
 def _result(
@@ -500,5 +578,7 @@ def _result(
         "cpus": cpu0.get("cpus"),
         "retransmissions": sum(q["retransmissions"] for f in finals for q in f.get("qp", [])),
         "timeouts": sum(q["timeouts"] for f in finals for q in f.get("qp", [])),
+        # every data packet sent, retransmissions included (warm-up too, as the two above)
+        "tx_data_packets": sum(q["tx_data_packets"] for f in finals for q in f.get("qp", [])),
         **bc.cpu_verdict(cpu0.get("machine_cpu_percent"), cpu_ranks),
     }

@@ -3,11 +3,12 @@
     mrc-bench write --lab mrc --src h0 --dst h3 --size 64K --duration 10 [--json]
     mrc-bench lat   --lab mrc --src h0 --dst h3
     mrc-bench allreduce --lab mrc --hosts h0,h1,h2,h3 --size 4M
+    mrc-bench alltoall --lab mrc --hosts h0,h1,h2,h3 --sizes 1M,4M,16M
     mrc-bench forge --lab mrc --writer h0 --target h1 --forger h2
     mrc-bench incast --lab mrc --senders h3,h4 --dst h0 --qps 8 --victim auto
     mrc-bench pause-storm --lab mrc --stuck h3 --seconds 5
 
-Without ``--server``/``--client`` (and for ``allreduce`` without ``--rank``), mrc-bench runs
+Without ``--server``/``--client`` (and for ``allreduce``/``alltoall`` without ``--rank``), mrc-bench runs
 every side itself: it starts ``ip netns exec <host namespace> mrc-bench ...`` for each side
 (each its own process with its own NIC on its host's ports), relays the progress lines and
 prints the result.  The sides talk over the lab's management network (lab.bench.control).
@@ -158,6 +159,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=1.0,
         help="seconds between progress lines (default 1; runs over 2 s)",
     )
+    w.add_argument(
+        "--ev-log",
+        type=int,
+        metavar="N",
+        default=0,
+        help="add the first N EV state changes (time, EV, plane, T1, old, new, cause, active "
+        "set) and every EV's final state to the JSON (key ev_log; MRC only; default 0: off)",
+    )
 
     lat = sub.add_parser("lat", help="latency, like ib_write_lat")
     _add_common(lat)
@@ -180,6 +189,33 @@ def build_parser() -> argparse.ArgumentParser:
     ar.add_argument("--warmup", type=int, default=1, help="untimed iterations first (default 1)")
     ar.add_argument("--seed", type=int, default=1, help="data seed (default 1)")
     ar.add_argument(
+        "--rank", type=int, default=None, help="run only this rank here (rank 0 coordinates)"
+    )
+
+    aa = sub.add_parser(
+        "alltoall", help="all-to-all: every rank writes one chunk to every other (nccl-tests)"
+    )
+    _add_common(aa)
+    aa.add_argument("--hosts", default=None, help="the ranks, e.g. h0,h1,h2,h3 (default: all)")
+    sz = aa.add_mutually_exclusive_group()
+    sz.add_argument(
+        "--size",
+        type=size_arg,
+        default=None,
+        metavar="BYTES",
+        help="bytes per rank, a multiple of 4 x ranks (default 4M)",
+    )
+    sz.add_argument(
+        "--sizes",
+        type=size_list_arg,
+        default=None,
+        metavar="LIST",
+        help="sweep these sizes in order, as nccl-tests does, e.g. 1M,4M,16M",
+    )
+    aa.add_argument("--iters", "-n", type=int, default=5, help="timed iterations per size (5)")
+    aa.add_argument("--warmup", type=int, default=1, help="untimed iterations per size (1)")
+    aa.add_argument("--seed", type=int, default=1, help="data seed (default 1)")
+    aa.add_argument(
         "--rank", type=int, default=None, help="run only this rank here (rank 0 coordinates)"
     )
 
@@ -266,6 +302,14 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def size_list_arg(text: str) -> list[int]:
+    """``--sizes``: comma-separated sizes (``1M,4M,16M``)."""
+    out = [size_arg(t) for t in text.split(",") if t.strip()]
+    if not out:
+        raise argparse.ArgumentTypeError("--sizes needs at least one size")
+    return out
+
+
 def _add_scenario(sp: argparse.ArgumentParser) -> None:
     """The options of the scenarios (incast, pause-storm)."""
     sp.add_argument(
@@ -335,6 +379,8 @@ def _main(args: argparse.Namespace) -> int:
     _check_transport(args.transport)
     if args.test == "allreduce":
         return _allreduce(st, args)
+    if args.test == "alltoall":
+        return _alltoall(st, args)
     if args.test == "forge":
         return _forge(st, args)
     if args.test == "incast":
@@ -504,6 +550,7 @@ def _write_params(st: Any, args: argparse.Namespace) -> Any:
         progress_s=0.0 if args.quiet else (1.0 if lat else args.progress_s),
         timeout_s=args.timeout_s,
         warmup=args.warmup if lat else 0,
+        ev_log=0 if lat else max(0, getattr(args, "ev_log", 0) or 0),
     )
 
 
@@ -567,6 +614,8 @@ def _forward(args: argparse.Namespace) -> list[str]:
         out += ["--progress-s", str(args.progress_s)]
         if args.timeline_ms is not None:
             out += ["--timeline-ms", str(args.timeline_ms)]
+        if args.ev_log:
+            out += ["--ev-log", str(args.ev_log)]
     else:
         out += ["--warmup", str(args.warmup)]
     return out
@@ -731,6 +780,63 @@ def _allreduce(st: Any, args: argparse.Namespace) -> int:
     return _orchestrate(st, sides, args.json)
 
 
+def _alltoall(st: Any, args: argparse.Namespace) -> int:
+    from lab.bench.alltoall import AlltoallParams, check_sizes, run_rank
+    from mrcnic.io import aio
+
+    plan = st.plan
+    try:
+        names = (
+            args.hosts.split(",")
+            if args.hosts
+            else [plan.host_name(h) for h in range(plan.host_count)]
+        )
+        hosts = [bc.parse_host(plan, h) for h in names]
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if len(hosts) < 2 or len(set(hosts)) != len(hosts):
+        raise UsageError("--hosts needs at least 2 distinct hosts")
+    if args.iters < 1 or args.warmup < 0:
+        raise UsageError("--iters must be >= 1 and --warmup >= 0")
+    sizes = args.sizes or [args.size if args.size is not None else 4 << 20]
+    try:
+        check_sizes(sizes, len(hosts))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    p = AlltoallParams(
+        hosts=hosts,
+        sizes=sizes,
+        iters=args.iters,
+        warmup=args.warmup,
+        transport=args.transport,
+        seed=args.seed,
+        timeout_s=args.timeout_s or 120.0,
+    )
+    if args.rank is not None:
+        if not 0 <= args.rank < len(hosts):
+            raise UsageError(f"--rank must be 0..{len(hosts) - 1}")
+        res = aio.run(run_rank(st, args.rank, p, args.port))
+        if res is not None:
+            _emit(res, args.json)
+            return EXIT_OK if res["verified"] else EXIT_FAILED
+        return EXIT_OK
+    hosts_arg = ",".join(plan.host_name(h) for h in hosts)
+    common = ["alltoall", "--lab", st.name, "--hosts", hosts_arg]
+    common += ["--sizes", ",".join(str(s) for s in sizes), "--iters", str(args.iters)]
+    common += ["--warmup", str(args.warmup), "--seed", str(args.seed)]
+    common += ["--transport", args.transport]
+    if args.timeout_s is not None:
+        common += ["--timeout-s", str(args.timeout_s)]
+    rank0 = [*common, "--port", _listen_port(args.port), "--rank", "0", "--json"]
+    sides = [Side(hosts[0], rank0, listens=True, result=True)]
+    sides += [
+        Side(h, [*common, "--port", PORT_SLOT, "--rank", str(r)])
+        for r, h in enumerate(hosts)
+        if r > 0
+    ]
+    return _orchestrate(st, sides, args.json)
+
+
 # --- output --------------------------------------------------------------------------------------
 
 _LINE = "-" * 94
@@ -741,6 +847,8 @@ def _emit(res: dict[str, Any], as_json: bool) -> None:
         print(json.dumps(res, separators=(",", ":")), flush=True)
     elif res["test"] == "allreduce":
         print(format_allreduce(res), flush=True)
+    elif res["test"] == "alltoall":
+        print(format_alltoall(res), flush=True)
     else:
         print(format_pair(res), flush=True)
 
@@ -851,6 +959,41 @@ def format_allreduce(res: dict[str, Any]) -> str:
         for name, t in zip(res["step_names"], res["step_times_s"], strict=False)
     )
     out.append(f" step times (ms, slowest rank, mean over iterations): {steps}")
+    out.append(_verify_line(res))
+    for e in res.get("errors", [])[:5]:
+        out.append(f"   error: {e}")
+    ranks = "  ".join(f"r{i} {c or 0:.0f}" for i, c in enumerate(res["cpu_percent_ranks"]))
+    out.append(_cpu_line(res, ranks))
+    if warn := bc.cpu_warning(res):
+        out.append(warn)
+    return "\n".join(out)
+
+
+def format_alltoall(res: dict[str, Any]) -> str:
+    """nccl-tests' table, one line per size, under mrc-bench's header."""
+    out = _header(res, "All-to-all (mrc-bench, one write per peer)")
+    out.append(
+        f" ranks {res['ranks']}: {','.join(res['hosts'])}   QPs per rank {res['qps_per_rank']}"
+        f"   capacity per NIC {res['capacity_bps'] / 1e6:.1f} Mb/s"
+    )
+    out.append(_LINE)
+    out.append(
+        f" {'size(B)':>12}{'count':>12}{'type':>8}{'redop':>7}{'time(us)':>12}{'algbw(Gb/s)':>13}"
+        f"{'busbw(Gb/s)':>13}{'#wrong':>8}"
+    )
+    for r in res["rows"]:
+        wrong = 0 if r["verified"] else "yes"
+        out.append(
+            f" {r['size']:>12}{r['elements']:>12}{res['type']:>8}{res['redop']:>7}"
+            f"{r['time_s'] * 1e6:>12.0f}{r['algbw_bps'] / 1e9:>13.4f}"
+            f"{r['busbw_bps'] / 1e9:>13.4f}{wrong!s:>8}"
+        )
+    out.append(_LINE)
+    out.append(
+        f" Avg bus bandwidth {res['avg_busbw_bps'] / 1e9:.4f} Gb/s   largest size: busbw = "
+        f"{res['goodput_fraction']:.3f} of capacity   retransmissions {res['retransmissions']}"
+        f"   timeouts {res['timeouts']}"
+    )
     out.append(_verify_line(res))
     for e in res.get("errors", [])[:5]:
         out.append(f"   error: {e}")
