@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-COLOURS = {"mrc": "#1f77b4", "rocev2": "#d62728", "rocev2_pfc": "#ff7f0e", "paper": "#555555"}
+COLOURS = {"mrc": "#1f77b4", "rocev2": "#d62728", "rocev2_pfc": "#ff7f0e", "paper": "#555555",
+           "capacity": "#999999"}  # fmt: skip
 LABELS = {"mrc": "MRC", "rocev2": "RoCEv2", "rocev2_pfc": "RoCEv2 + PFC"}
 
 
