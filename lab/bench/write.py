@@ -26,6 +26,7 @@ from lab.bench import common as bc
 from lab.bench import control
 from lab.host import LabHost
 from mrcnic.io.aio import AioNic
+from mrcnic.transport.ev import EvStateChanged
 from mrcnic.transport.qp_types import PeerPortStatus, QpErrorEvent
 from mrcnic.verbs import QP, RemoteBuffer, WcStatus
 
@@ -50,6 +51,8 @@ class WriteParams:
     progress_s: float = 1.0
     timeout_s: float | None = None
     warmup: int = 0
+    # record up to this many EV state changes with their times (the ``ev_log`` key; 0: off)
+    ev_log: int = 0
 
 
 def _err(msg: str) -> None:
@@ -190,6 +193,8 @@ class _Run:
         self.warmup_left = p.warmup
         self.retired_warmup = 0
         self.ev_transitions = 0
+        self.ev_log: list[list[Any]] = []  # --ev-log: one row per EV state change
+        self.ev_log_dropped = 0
         # capacity over time: [(t, bps)], updated on local port changes and peer port status
         self.capacity_fn: Any = None
         self.nic: AioNic | None = None
@@ -224,6 +229,8 @@ class _Run:
                     peer = [bool(e.port_mask >> i & 1) for i in range(len(self.peer_up))]
                 else:
                     self.ev_transitions += 1
+                    if isinstance(e, EvStateChanged) and self.p.ev_log:
+                        self._log_ev(qp, e)
         if self.capacity_fn is None or self.nic is None:
             return
         local = [pt.up for pt in self.nic.ports]
@@ -234,6 +241,27 @@ class _Run:
             cap = self.capacity_fn(self.local_up, self.peer_up)
             if not self.capacity_changes or cap != self.capacity_changes[-1][1]:
                 self.capacity_changes.append((now, cap))
+
+    def _log_ev(self, qp: QP, e: EvStateChanged) -> None:
+        """One row of ``ev_log``: [t_s (from the run's start), QP index, EV, plane, T1, old,
+        new, cause, EVs active on the plane, backups among them]. The active set is read
+        when the event is polled (within one batch of the change)."""
+        if len(self.ev_log) >= self.p.ev_log:
+            self.ev_log_dropped += 1
+            return
+        evs = getattr(qp.core, "evs", None)
+        active = backups = None
+        if evs is not None:
+            pool = evs.pool[e.plane]
+            rank = {slot: k for k, slot in enumerate(pool)}
+            mine = [s for s in evs.active if evs.plane_of[s] == e.plane]
+            active = len(mine)
+            backups = sum(1 for s in mine if rank.get(s, 0) >= evs.active_per_plane)
+        t1 = (e.ev // evs.planes) % evs.t1_count if evs is not None else None
+        self.ev_log.append([
+            round(e.time_s - self.t_start, 6), self.qps.index(qp), e.ev, e.plane, t1,
+            e.old.value, e.new.value, e.cause.value, active, backups,
+        ])  # fmt: skip
 
     def _complete(self, m: int, status: WcStatus, nbytes: int, t: float) -> None:
         posted = self.outstanding.pop(m, None)
@@ -382,7 +410,43 @@ async def _client(
         [round(max(t - run.t_start, 0.0), 6), c] for t, c in run.capacity_changes
     ]
     out["ev_transitions"] = run.ev_transitions
+    if p.ev_log:
+        out["ev_log"] = ev_log_json(run, qps)
     return out
+
+
+def ev_log_json(run: _Run, qps: list[QP]) -> dict[str, Any]:
+    """``--ev-log``: the EV state changes (``columns`` name the row's fields) and every EV of
+    each MRC QP at the end: [QP index, EV, plane, T1, backup (beyond the plane's first
+    active_per_plane), state, packets sent on it, timeouts]."""
+    pool: list[list[Any]] = []
+    for i, qp in enumerate(qps):
+        evs = getattr(qp.core, "evs", None)
+        if evs is None:
+            continue
+        for k, st in enumerate(qp.ev_stats()):
+            rank = evs.pool[st.plane].index(k) if k in evs.pool[st.plane] else 0
+            pool.append([i, st.ev, st.plane, (st.ev // evs.planes) % evs.t1_count,
+                         rank >= evs.active_per_plane, st.state.value, st.tx_packets,
+                         st.timeouts])  # fmt: skip
+    return {
+        "columns": [
+            "t_s",
+            "qp",
+            "ev",
+            "plane",
+            "t1",
+            "old",
+            "new",
+            "cause",
+            "active_on_plane",
+            "backups_active_on_plane",
+        ],  # fmt: skip
+        "events": run.ev_log,
+        "dropped": run.ev_log_dropped,
+        "pool_columns": ["qp", "ev", "plane", "t1", "backup", "state", "tx_packets", "timeouts"],
+        "pool": pool,
+    }
 
 
 class _Progress:
