@@ -35,7 +35,9 @@ help:
 	@echo "make calibrate   measure the link rate this machine carries (root; cached per boot in /run/mrc)"
 	@echo "make lab-up / lab-down / lab-status   the namespace lab (root); flags via LAB_ARGS=..."
 
+# tshark (Debian) checks the Wireshark dissector contrib/wireshark/mrc.lua in the tests
 setup: $(STAMP)
+	@command -v tshark >/dev/null || { test "$$(id -u)" = 0 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark >/dev/null; } || echo "note: tshark is missing (Debian: tshark); the dissector's tests need it"
 
 $(STAMP): $(SETUP_INPUTS)
 	@test -f /usr/include/zlib.h || { test "$$(id -u)" = 0 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zlib1g-dev; } || { echo "the C core needs zlib's header (Debian: zlib1g-dev)"; exit 1; }

@@ -299,6 +299,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("plane", type=int)
 
     p = cmd(
+        "capture",
+        "record frames on lab ports (both directions, ns timestamps) into a pcapng file "
+        "that Wireshark opens with contrib/wireshark/mrc.lua (docs/observe.md)",
+        "examples:\n  mrc-lab capture h0 --seconds 5 -w h0.pcapng          # all 8 NIC ports\n"
+        "  mrc-lab capture h0:p0,p3 p0-t1-0 --seconds 2 -w x.pcapng\n"
+        "  mrc-lab capture p0-t0-0:u1 -c 1000 -w uplink.pcapng\n"
+        "  tshark -X lua_script:contrib/wireshark/mrc.lua -r h0.pcapng\n",
+    )
+    _name_flag(p)
+    p.add_argument("targets", nargs="+", metavar="NODE[:PORT...]",
+                   help="a host or switch, optionally some of its ports (p3, d0, u1; a "
+                   "host's plane number)")  # fmt: skip
+    p.add_argument("--seconds", "-s", type=float, default=10.0, help="how long [10]")
+    p.add_argument("-c", "--count", type=int, default=None, help="stop after N frames")
+    p.add_argument("-w", "--write", required=True, metavar="FILE", help="the pcapng file")
+    p.add_argument("--json", action="store_true", help="the summary as JSON")
+
+    p = cmd(
         "experiment",
         "run a published MRC claim as an experiment, MRC beside RoCEv2: its own lab, "
         "repetitions, results/experiments/NAME.json and a PNG (docs/experiments.md)",
@@ -510,6 +528,31 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return calibrate.run_cli(_params(args), args)
 
 
+def cmd_capture(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from lab import capture
+
+    if args.seconds <= 0 or (args.count is not None and args.count < 1):
+        raise LabError("--seconds must be > 0 and --count >= 1")
+    state = load(args.name)
+    targets = capture.resolve(state, args.targets)
+    say = None if args.json else _stderr
+    if say:
+        say(f"capturing {', '.join(t.label for t in targets)} for {args.seconds:g} s"
+            + (f" or {args.count} frames" if args.count else "") + f" -> {args.write}")  # fmt: skip
+    res = capture.capture(state, targets, Path(args.write), args.seconds, args.count, say)
+    if args.json:
+        _print_json(res)
+    else:
+        for i in res["interfaces"]:
+            print(f"  {i['name']:<14} {i['frames']:>8} frames {i['bytes']:>12} bytes"
+                  + (f"  {i['kernel_drops']} dropped by the kernel" if i["kernel_drops"] else ""))  # fmt: skip
+        print(f"{res['frames']} frames in {res['seconds']:.1f} s -> {res['file']}; open it with "
+              "wireshark -X lua_script:contrib/wireshark/mrc.lua " + res["file"])  # fmt: skip
+    return 0
+
+
 def cmd_experiment(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -559,6 +602,7 @@ COMMANDS = {
     "reboot": cmd_reboot,
     "port": cmd_port,
     "experiment": cmd_experiment,
+    "capture": cmd_capture,
 }
 
 
