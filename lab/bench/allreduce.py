@@ -578,7 +578,8 @@ def _result(
         "cpus": cpu0.get("cpus"),
         "retransmissions": sum(q["retransmissions"] for f in finals for q in f.get("qp", [])),
         "timeouts": sum(q["timeouts"] for f in finals for q in f.get("qp", [])),
-        # every data packet sent, retransmissions included (warm-up too, as the two above)
+        # data packets sent once each (retransmissions not counted; warm-up included, as
+        # above): retransmissions / tx_data_packets is the retransmission rate
         "tx_data_packets": sum(q["tx_data_packets"] for f in finals for q in f.get("qp", [])),
         **bc.cpu_verdict(cpu0.get("machine_cpu_percent"), cpu_ranks),
     }
