@@ -215,6 +215,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
 
     p = cmd(
+        "top",
+        "a live view of the lab: switch ports (queues, rates, ECN, trims, drops, PFC), the "
+        "QPs of running NIC processes (EV states per plane, cwnd, RTT, retransmissions) and "
+        "the faults in effect; q or Ctrl-C quits (docs/observe.md)",
+        "examples:\n  mrc-lab top\n  mrc-lab top --name mrc2 --interval 0.25\n"
+        "  mrc-lab top --once --width 100     # one frame on stdout\n",
+    )
+    _name_flag(p)
+    p.add_argument("--interval", type=time_in(1.0), default=0.5, metavar="S",
+                   help="seconds between frames (or 250ms...) [0.5]")  # fmt: skip
+    p.add_argument("--faults-s", type=time_in(1.0), default=2.0, metavar="S",
+                   help="seconds between reads of the faults from the kernel [2]")  # fmt: skip
+    p.add_argument("--once", action="store_true", help="print one frame and exit")
+    p.add_argument("--width", type=int, default=None, help="columns [the terminal's]")
+
+    p = cmd(
         "link",
         "take a link down or up (acts on the switch end; hosts are never touched)",
         "examples:\n  mrc-lab link down p0-t0-0 p0-t1-1\n  mrc-lab link up p0-t0-0 p0-t1-1\n"
@@ -485,6 +501,15 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_top(args: argparse.Namespace) -> int:
+    from lab import top
+
+    if args.interval <= 0 or args.faults_s <= 0:
+        raise LabError("--interval and --faults-s must be > 0")
+    state = load(args.name)
+    return top.run(state, args.interval, args.faults_s, once=args.once, width=args.width)
+
+
 def cmd_link(args: argparse.Namespace) -> int:
     f = Faults(load(args.name))
     (f.link_down if args.action == "down" else f.link_up)(args.a, args.b)
@@ -595,6 +620,7 @@ COMMANDS = {
     "list": cmd_list,
     "exec": cmd_exec,
     "stats": cmd_stats,
+    "top": cmd_top,
     "link": cmd_link,
     "flap": cmd_flap,
     "loss": cmd_loss,

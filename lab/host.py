@@ -83,12 +83,20 @@ class LabHost:
 
     def nic(self, in_namespace: bool | None = None, **kw: Any) -> AioNic:
         """An :class:`AioNic` on this host's ports.  Sockets are opened in the host's namespace
-        unless this process already runs there (``in_namespace`` None: detected)."""
+        unless this process already runs there (``in_namespace`` None: detected).  While open
+        it publishes its QPs into the lab's run directory (:mod:`lab.nicstats`)."""
         if in_namespace is None:
             in_namespace = _current_netns_is(self.namespace)
-        return AioNic(
-            self.device, self.ifnames, netns=None if in_namespace else self.namespace, **kw
-        )
+        # it publishes its QPs for `mrc-lab top` while open (lab/nicstats.py)
+        from lab.nicstats import PublishingNic
+
+        run_dir = getattr(self.lab, "run_dir", None)
+        pub = None
+        if run_dir is not None:
+            pub = {"run_dir": str(run_dir), "lab": getattr(self.lab, "name", None),
+                   "host": f"h{self.host}", "planes": len(self.ifnames)}  # fmt: skip
+        netns = None if in_namespace else self.namespace
+        return PublishingNic(self.device, self.ifnames, netns=netns, publish=pub, **kw)
 
 
 def _current_netns_is(name: str) -> bool:
