@@ -333,6 +333,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="the summary as JSON")
 
     p = cmd(
+        "probe",
+        "SRv6 self-probes host -> T0 -> host and host -> T0 -> T1 -> T0 -> host on every "
+        "plane: a health table per link; names a link that is down or lossy (docs/observe.md)",
+        "examples:\n  mrc-lab probe --seconds 10\n  mrc-lab probe --hosts h0,h3 --interval-ms 50\n"
+        "  mrc-lab probe --seconds 5 --json | jq '.not_up'\n",
+    )
+    _name_flag(p)
+    p.add_argument("--hosts", default=None, help="probing hosts, e.g. h0,h3 [all]")
+    p.add_argument("--seconds", "-s", type=float, default=10.0, help="how long [10]")
+    p.add_argument("--interval-ms", type=float, default=100.0, help="probe rounds [100]")
+    p.add_argument("--timeout-ms", type=float, default=200.0, help="a probe not back is lost [200]")
+    p.add_argument("--down-after", type=int, default=3,
+                   help="probes lost in a row on every path over a link: down [3]")  # fmt: skip
+    p.add_argument("--lossy-percent", type=float, default=5.0,
+                   help="loss over the last 50 probes that makes a link lossy [5]")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = cmd(
         "experiment",
         "run a published MRC claim as an experiment, MRC beside RoCEv2: its own lab, "
         "repetitions, results/experiments/NAME.json and a PNG (docs/experiments.md)",
@@ -578,6 +596,46 @@ def cmd_capture(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_probe(args: argparse.Namespace) -> int:
+    from lab import probe
+
+    if args.seconds <= 0 or args.interval_ms <= 0 or args.timeout_ms <= 0 or args.down_after < 1:
+        raise LabError("--seconds, --interval-ms, --timeout-ms must be > 0, --down-after >= 1")
+    if not 0 < args.lossy_percent <= 100:
+        raise LabError("--lossy-percent must be in (0, 100]")
+    state = load(args.name)
+    hosts = None
+    if args.hosts:
+        hosts = [state.plan.parse_node(h.strip()).index for h in args.hosts.split(",") if h.strip()]
+
+    def event(e: dict) -> None:
+        if not args.json:
+            loss = f" (loss {e['loss']:.0%})" if e.get("loss") is not None else ""
+            print(f"  {e['t_s']:7.2f} s  {e['link']:<22} {e['from']} -> {e['to']}{loss}",
+                  flush=True)  # fmt: skip
+
+    if not args.json:
+        print(f"probing lab {state.name} for {args.seconds:g} s every {args.interval_ms:g} ms "
+              f"(a link down is named within {args.down_after * args.interval_ms + args.timeout_ms:g} ms)",
+              flush=True)  # fmt: skip
+    res = probe.run(
+        state, hosts=hosts, interval_s=args.interval_ms / 1000, seconds=args.seconds,
+        timeout_s=args.timeout_ms / 1000, down_after=args.down_after,
+        lossy_fraction=args.lossy_percent / 100, on_event=event,
+    )  # fmt: skip
+    if args.json:
+        _print_json(res)
+        return 0
+    print(f"{res['probes_sent']} probes over {res['paths']} paths, {res['probes_received']} back")
+    bad = res["not_up"]
+    if not bad:
+        print(f"all {len(res['links'])} links up")
+    for r in bad:
+        print(f"  {r['link']:<22} {r['state'].upper():<6} loss {r['loss']:.1%} of {r['probes']} "
+              f"probes, since {r['since_s']:.2f} s")  # fmt: skip
+    return 0
+
+
 def cmd_experiment(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -629,6 +687,7 @@ COMMANDS = {
     "port": cmd_port,
     "experiment": cmd_experiment,
     "capture": cmd_capture,
+    "probe": cmd_probe,
 }
 
 
