@@ -376,13 +376,25 @@ class Frame:
 # --- formatting -------------------------------------------------------------------------------
 
 
-def fmt_count(total: int | None, rate: float | None) -> str:
-    """``1234`` or ``1234 +56/s`` (a rate only while it grows)."""
+def fmt_n(n: float) -> str:
+    """A counter in at most 5 characters: 9999, 12.3k, 123k, 1.2M."""
+    n = int(n)
+    if n < 10_000:
+        return str(n)
+    for div, unit in ((1e6, "M"), (1e3, "k")):
+        if n >= div:
+            v = n / div
+            return f"{v:.1f}{unit}" if v < 100 else f"{v:.0f}{unit}"
+    return str(n)  # pragma: no cover
+
+
+def fmt_count(total: int | None, rate: float | None, unit: str = "") -> str:
+    """``1234``, or ``1234 +56`` while it grows (+56 per second; ``unit`` "/s" says so)."""
     if total is None:
         return "-"
     if rate is not None and rate >= 0.5:
-        return f"{total} +{rate:.0f}/s"
-    return str(total)
+        return f"{fmt_n(total)} +{fmt_n(round(rate))}{unit}"
+    return fmt_n(total)
 
 
 def fmt_mbps(bps: float | None) -> str:
@@ -398,13 +410,15 @@ def fmt_kib(n: int | float | None) -> str:
     return f"{n / 1024:.0f}" if n >= 10240 else f"{n / 1024:.1f}"
 
 
-def fmt_drops(drops: dict[str, int], total: int | None, rate: float | None = None) -> str:
+def fmt_drops(
+    drops: dict[str, int], total: int | None, rate: float | None = None, unit: str = ""
+) -> str:
     """``3 port_down`` / ``5 queue_full+1`` (the biggest reason, ``+k`` other reasons)."""
     if total is None:
         return "-"
     if not total:
         return "0"
-    head = fmt_count(total, rate)
+    head = fmt_count(total, rate, unit)
     if not drops:
         return head
     top = max(drops, key=lambda k: drops[k])
@@ -421,10 +435,25 @@ def fmt_age(now: float, t: float | None) -> str:
 def header_line(fr: Frame) -> str:
     clock = time.strftime("%H:%M:%S", time.localtime(fr.now_unix))
     return (
-        f"mrc-lab top: lab {fr.lab}, {fr.switch_mode} switches, {fr.planes} planes x "
-        f"{fr.rate_mbit:g} Mb/s, {fr.switches} switches  {clock}  every {fr.interval_s:g} s"
-        "  q: quit"
+        f"{clock}  lab {fr.lab}: {fr.switch_mode} switches, {fr.planes} planes x "
+        f"{fr.rate_mbit:g} Mb/s  every {fr.interval_s:g} s  q: quit"
     )
+
+
+def pack(parts: list[str], width: int, indent: str = "  ", sep: str = "  ") -> list[str]:
+    """``parts`` joined by ``sep`` into lines of at most ``width`` (a part longer than a line
+    is cut), later lines indented."""
+    lines: list[str] = []
+    cur = ""
+    for part in parts:
+        if cur and len(cur) + len(sep) + len(part) > width:
+            lines.append(cur)
+            cur = indent + part
+        else:
+            cur = f"{cur}{sep}{part}" if cur else part
+    if cur:
+        lines.append(cur)
+    return [ln[:width] for ln in lines]
 
 
 def fault_lines(fr: Frame, width: int, max_lines: int) -> list[str]:
@@ -451,24 +480,27 @@ def fault_lines(fr: Frame, width: int, max_lines: int) -> list[str]:
     return [ln[:width] for ln in lines]
 
 
-def totals_line(fr: Frame) -> str:
+def totals_parts(fr: Frame) -> list[str]:
     t = fr.totals
     parts = [f"ALL PORTS  tx {fmt_mbps(t.tx_bps)} Mb/s"]
     if fr.switch_mode == "kernel":
-        parts.append(f"drops {fmt_drops(t.drops, t.drops_total, t.drops_rate)}")
+        parts.append(f"drops {fmt_drops(t.drops, t.drops_total, t.drops_rate, '/s')}")
     else:
         parts += [
-            f"ECN {fmt_count(t.ecn, t.ecn_rate)}",
-            f"trims {fmt_count(t.trims, t.trims_rate)}",
-            f"drops {fmt_drops(t.drops, t.drops_total, t.drops_rate)}",
+            f"ECN {fmt_count(t.ecn, t.ecn_rate, '/s')}",
+            f"trims {fmt_count(t.trims, t.trims_rate, '/s')}",
+            f"drops {fmt_drops(t.drops, t.drops_total, t.drops_rate, '/s')}",
         ]
         if t.pauses is not None:
             parts.append(f"PFC pauses {t.pauses}")
+    down = []
     if t.ports_down:
-        parts.append(f"{t.ports_down} ports DOWN")
+        down.append(f"{t.ports_down} port" + ("s" if t.ports_down > 1 else ""))
     if t.switches_down:
-        parts.append(f"{t.switches_down} switches DOWN")
-    return "  ".join(parts)
+        down.append(f"{t.switches_down} switch" + ("es" if t.switches_down > 1 else ""))
+    if down:
+        parts.append("DOWN: " + ", ".join(down))
+    return parts
 
 
 def layout_rows(height: int | None, n_ports: int, n_qps: int, fixed: int) -> tuple[int, int]:
@@ -495,7 +527,8 @@ def render(fr: Frame, width: int = 80, height: int | None = None) -> Any:
     ports = sorted(fr.ports, key=PortRow.order)
     qps = sorted(fr.qps, key=QpRow.order)
     # header, faults, ports title, ports header, totals, "more" line, QPs title, header, more
-    fixed = 1 + len(flines) + 1 + 1 + 1 + 1 + 1 + 1 + 1 + len(fr.notes)
+    tlines = pack(totals_parts(fr), width)
+    fixed = 1 + len(flines) + 1 + 1 + len(tlines) + 1 + 1 + 1 + 1 + len(fr.notes)
     n_ports, n_qps = layout_rows(height, len(ports), len(qps), fixed)
 
     parts: list[Any] = [Text(header_line(fr)[:width], style="bold", no_wrap=True)]
@@ -515,9 +548,10 @@ def render(fr: Frame, width: int = 80, height: int | None = None) -> Any:
             no_wrap=True,
         )
     )
-    t = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold", expand=False)
-    cols = [("SWITCH PORT", "left"), ("PEER", "left"), ("LINK", "left"), ("QUEUE KiB", "right"),
-            ("TX Mb/s", "right"), ("ECN", "right"), ("TRIMS", "right"), ("DROPS", "left")]  # fmt: skip
+    t = Table(box=None, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold")
+    cols = [("SWITCH PORT", "left"), ("PEER", "left"), ("LINK", "left"), ("Q KiB", "right"),
+            ("Mb/s", "right"), ("ECN +/s", "right"), ("TRIMS +/s", "right"),
+            ("DROPS +/s", "left")]  # fmt: skip
     pfc = any(r.pauses is not None for r in ports)
     if pfc:
         cols.append(("PAUSES", "right"))
@@ -525,7 +559,7 @@ def render(fr: Frame, width: int = 80, height: int | None = None) -> Any:
         t.add_column(name, justify=just, no_wrap=True, overflow="ellipsis")  # type: ignore[arg-type]
     for r in ports[:n_ports]:
         if not r.running:
-            row = [r.switch, "switch not running", "DOWN", "", "", "", "", ""]
+            row = [r.switch, "stopped", "DOWN", "", "", "", "", "switch not running"]
             t.add_row(*row, *([""] if pfc else []), style="bold red")
             continue
         link = "up" if r.up else "DOWN"
@@ -546,12 +580,13 @@ def render(fr: Frame, width: int = 80, height: int | None = None) -> Any:
     parts.append(t)
     if len(ports) > n_ports:
         parts.append(Text(f"  ... {len(ports) - n_ports} more ports", style="dim", no_wrap=True))
-    parts.append(Text(totals_line(fr)[:width], style="bold", no_wrap=True))
+    for ln in tlines:
+        parts.append(Text(ln, style="bold", no_wrap=True))
 
     parts.append(
         Text(
             f"QPS {len(qps)} in {fr.processes} NIC processes"
-            + ("  (EV per plane: . GOOD, s SKIP, B ASSUMED_BAD, D DENIED)" if qps else ""),
+            + ("  PLANES: . GOOD  s SKIP  B ASSUMED_BAD  D DENIED" if qps else ""),
             style="bold",
             no_wrap=True,
         )
@@ -560,7 +595,7 @@ def render(fr: Frame, width: int = 80, height: int | None = None) -> Any:
         parts.append(Text("  no NIC process is publishing (run mrc-bench against this lab)",
                           style="dim", no_wrap=True))  # fmt: skip
     else:
-        q = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold", expand=False)
+        q = Table(box=None, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold")
         for name, just in (("HOST PID", "left"), ("QP", "left"), ("TR", "left"),
                            ("PEER", "left"), ("PLANES", "left"), ("G/S/B/D", "right"),
                            ("CWND KiB", "right"), ("RTT ms", "right"), ("RETX", "right"),
