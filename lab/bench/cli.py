@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -167,6 +168,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="add the first N EV state changes (time, EV, plane, T1, old, new, cause, active "
         "set) and every EV's final state to the JSON (key ev_log; MRC only; default 0: off)",
     )
+    w.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        default=None,
+        help="also write a PNG of goodput over time with the capacity and its faults (NIC "
+        "ports down); implies --timeline-ms 100 unless given",
+    )
 
     lat = sub.add_parser("lat", help="latency, like ib_write_lat")
     _add_common(lat)
@@ -268,6 +276,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=10.0,
         metavar="SECONDS",
         help="seconds per phase (default 10)",
+    )
+    ic.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        default=None,
+        help="also write a PNG of the victim's goodput alone and beside the incast",
     )
 
     ps = sub.add_parser(
@@ -458,6 +472,8 @@ def _incast(st: Any, args: argparse.Namespace) -> int:
         print(json.dumps(res, separators=(",", ":")), flush=True)
     else:
         print(incast.format_incast(res), flush=True)
+    if args.plot:
+        _plot(res, args.plot)
     return EXIT_OK if res["verified"] else EXIT_FAILED
 
 
@@ -554,11 +570,25 @@ def _write_params(st: Any, args: argparse.Namespace) -> Any:
     )
 
 
+def _plot(res: dict[str, Any], path: str) -> None:
+    """``--plot``: the PNG of a result (lab/bench/plot.py); a result it cannot plot says why
+    on stderr without failing the run."""
+    from lab.bench import plot
+
+    try:
+        print(f"mrc-bench: wrote {plot.plot_result(res, path)}", file=sys.stderr, flush=True)
+    except (ValueError, KeyError, TypeError) as e:
+        print(f"mrc-bench: no plot: {e}", file=sys.stderr, flush=True)
+
+
 def _pair(st: Any, args: argparse.Namespace) -> int:
     from lab.bench import write as bench_write
     from mrcnic.io import aio
 
     plan = st.plan
+    plot = getattr(args, "plot", None)
+    if plot and args.timeline_ms is None:
+        args.timeline_ms = 100.0  # the plot is drawn from the timeline
     if args.server and args.client:
         raise UsageError("--server and --client exclude each other")
     if args.server:
@@ -575,6 +605,8 @@ def _pair(st: Any, args: argparse.Namespace) -> int:
             raise UsageError("the client and the server must be different hosts")
         res = aio.run(bench_write.run_client(st, host, server, args.port, params))
         _emit(res, args.json)
+        if plot:
+            _plot(res, plot)
         return EXIT_OK if res["verified"] else EXIT_FAILED
     # both sides, each in its host's namespace
     try:
@@ -591,7 +623,9 @@ def _pair(st: Any, args: argparse.Namespace) -> int:
     client_argv += ["--client", plan.host_name(dst), "--host", plan.host_name(src), "--json"]
     client_argv += _forward(args)
     sides = [Side(dst, server_argv, listens=True), Side(src, client_argv, result=True)]
-    return _orchestrate(st, sides, args.json)
+    return _orchestrate(
+        st, sides, args.json, on_result=(lambda r: _plot(r, plot)) if plot else None
+    )
 
 
 def _forward(args: argparse.Namespace) -> list[str]:
@@ -664,7 +698,9 @@ def _wait_port(p: subprocess.Popen, errf: Any, timeout_s: float = 30.0) -> int:
     raise control.ControlError("the listening side did not start (see its messages above)")
 
 
-def _orchestrate(st: Any, sides: list[Side], as_json: bool) -> int:
+def _orchestrate(
+    st: Any, sides: list[Side], as_json: bool, on_result: Callable[[dict], None] | None = None
+) -> int:
     """Start one process per side (``ip netns exec NS mrc-bench ...``), listeners first; the
     result side prints the result JSON.  Children are stopped by PID if anything fails; the
     others' stderr is shown only when they fail (the result side's passes through)."""
@@ -712,6 +748,8 @@ def _orchestrate(st: Any, sides: list[Side], as_json: bool) -> int:
             f"no result from the benchmark processes (exit statuses {codes})"
         ) from None
     _emit(res, as_json)
+    if on_result is not None:
+        on_result(res)
     return EXIT_OK if res.get("verified") and all(c == 0 for c in codes) else EXIT_FAILED
 
 
