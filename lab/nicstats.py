@@ -25,7 +25,7 @@ Document (``version`` 1)::
               "ev_planes": [[16, 0, 0, 0], ...],      # per plane: GOOD, SKIP, ASSUMED_BAD, DENIED
               "cwnd_bytes": ..., "srtt_s": ..., "rto_s": ..., "retransmissions": ...,
               "timeouts": ..., "tx_data_bytes": ..., "tx_data_packets": ..., "rx_placed_bytes": ...,
-              "rx_trimmed": ..., "rx_ecn_marked": ..., "rate_bps": null}]}
+              "rx_trimmed": ..., "rx_ecn_marked": ..., "probes_sent": ..., "rate_bps": null}]}
 
 ``rate_bps`` is RoCEv2's DCQCN rate (null for MRC); a RoCEv2 QP has one path: its plane shows
 one GOOD EV, the others none.
@@ -110,6 +110,7 @@ def qp_row(qp: Any, planes: int) -> dict[str, Any]:
         "rx_placed_bytes": s.rx_placed_bytes,
         "rx_trimmed": s.rx_trimmed,
         "rx_ecn_marked": s.rx_ecn_marked,
+        "probes_sent": s.probes_sent,
         "rate_bps": None if rate is None else round(float(rate), 1),
     }
 
