@@ -159,6 +159,9 @@ async def _serve_client(st: Any, lh: LabHost, nic: AioNic, ch: control.Channel) 
 # --- client ---------------------------------------------------------------------------------------
 
 
+LOSS_LOG_MAX = 1024  # rows of a write's loss_log (retransmission / NACK count changes)
+
+
 class _Run:
     """The client's bookkeeping while writes are in flight (driven by the NIC's pump)."""
 
@@ -201,12 +204,38 @@ class _Run:
         self.local_up: list[bool] = []
         self.peer_up: list[bool] = []
         self.capacity_changes: list[tuple[float, float]] = []
+        # when the client's QPs' retransmission and NACK (RoCEv2: NAK) counters grew: the
+        # time from a congestion onset to the first loss repair after it (issue 15);
+        # [pump time, retransmissions, NACKs] at each change, the first LOSS_LOG_MAX
+        self.loss_log: list[tuple[float, int, int]] = []
+        self.loss_log_truncated = False
+        self._loss_counts = (0, 0)
 
     @property
     def finished(self) -> bool:
         return self.stopping and not self.outstanding
 
+    def _note_losses(self, now: float) -> None:
+        """Log the pump at which the QPs' retransmission or NACK counts changed (counters
+        only: the C engine folds its counts in after every batch, so a retransmission shows
+        at the next pump, a NACK at the pump that received it)."""
+        retx = nack = 0
+        for qp in self.qps:
+            st = getattr(qp.core, "stats", None)
+            if st is not None:
+                retx += st.retransmissions
+                nack += st.rx_nacks
+        if (retx, nack) == self._loss_counts:
+            return
+        self._loss_counts = (retx, nack)
+        if len(self.loss_log) < LOSS_LOG_MAX:
+            self.loss_log.append((now, retx, nack))
+        else:
+            self.loss_log_truncated = True
+
     def on_progress(self, now: float) -> None:
+        if not self.loss_log_truncated:
+            self._note_losses(now)
         for qp in self.qps:
             while True:
                 wcs = qp.poll_cq(256)
@@ -410,9 +439,31 @@ async def _client(
         [round(max(t - run.t_start, 0.0), 6), c] for t, c in run.capacity_changes
     ]
     out["ev_transitions"] = run.ev_transitions
+    out.update(loss_log_json(run.loss_log, run.t_start, run.loss_log_truncated))
     if p.ev_log:
         out["ev_log"] = ev_log_json(run, qps)
     return out
+
+
+def loss_log_json(
+    log: list[tuple[float, int, int]], t_start: float, truncated: bool
+) -> dict[str, Any]:
+    """``first_retransmission_s``, ``first_nack_s`` (from the write's start; None: never)
+    and ``loss_log`` (when the client's retransmission and NACK counts grew)."""
+
+    def first(i: int) -> float | None:
+        t = next((row[0] for row in log if row[i]), None)
+        return None if t is None else round(max(t - t_start, 0.0), 6)
+
+    return {
+        "first_retransmission_s": first(1),
+        "first_nack_s": first(2),
+        "loss_log": {
+            "columns": ["t_s", "retransmissions", "nacks"],
+            "rows": [[round(max(t - t_start, 0.0), 6), r, n] for t, r, n in log],
+            "truncated": truncated,
+        },
+    }
 
 
 def ev_log_json(run: _Run, qps: list[QP]) -> dict[str, Any]:
