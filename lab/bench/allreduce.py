@@ -578,6 +578,11 @@ def _result(
         "cpus": cpu0.get("cpus"),
         "retransmissions": sum(q["retransmissions"] for f in finals for q in f.get("qp", [])),
         "timeouts": sum(q["timeouts"] for f in finals for q in f.get("qp", [])),
+        # timed out, but the original had arrived: a process not scheduled in time (a busy
+        # machine), not a loss
+        "spurious_timeouts": sum(
+            q.get("spurious_timeouts", 0) for f in finals for q in f.get("qp", [])
+        ),
         # data packets sent once each (retransmissions not counted; warm-up included, as
         # above): retransmissions / tx_data_packets is the retransmission rate
         "tx_data_packets": sum(q["tx_data_packets"] for f in finals for q in f.get("qp", [])),

@@ -415,6 +415,7 @@ def result(
         "cpus": cpu0.get("cpus"),
         "retransmissions": sum(q["retransmissions"] for q in qps),
         "timeouts": sum(q["timeouts"] for q in qps),
+        "spurious_timeouts": sum(q.get("spurious_timeouts", 0) for q in qps),
         "tx_data_packets": sum(q["tx_data_packets"] for q in qps),
         **bc.cpu_verdict(cpu0.get("machine_cpu_percent"), cpu_ranks),
     }
