@@ -486,6 +486,6 @@ EXPERIMENT = Spec(
         "rocev2_kept_1": PAPER["rocev2"]["1"],
     },
     run=run,
-    minutes=5.0,
+    minutes=4.0,
     quick_minutes=1.0,
 )
