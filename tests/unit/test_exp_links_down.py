@@ -77,7 +77,8 @@ def test_summarise_tracks_surviving_capacity() -> None:
     tl = [[k * BIN, (0.9 * cap(k * BIN))] for k in range(40)]
     s = ld.summarise(tl, BIN, cap, [4.0], 2.0, 4.0, 7.0, 8.0, 10.0)
     assert s["fraction_before"] == pytest.approx(0.9)
-    for k in ("rel_absorbed", "rel_shrinking", "rel_down", "rel_lowest_1s"):
+    for k in ("rel_absorbed", "rel_shrinking", "rel_down", "rel_lowest_1s",
+              "rel_lowest_1s_repair"):  # fmt: skip
         assert s[k] == pytest.approx(1.0)
     assert s["longest_stall_s"] == 0 and s["stall_after_first_fault_s"] is None
 
@@ -104,3 +105,10 @@ def test_judge() -> None:
     assert ld.judge({"rel_down": None}, ro, 30, 32)[0] == "not reproduced"
     why = ld.judge(_m(0.3, 0.0, longest_stall_s=5.0), ro, 30, 32)[1]
     assert "30 of 32" in why and "5.000 s" in why and "stopped moving 4.0 s" in why
+
+
+def test_a_dip_while_links_come_back_is_reported_apart() -> None:
+    tl = [[k * BIN, 0.0 if 30 <= k < 34 else 90.0] for k in range(48)]  # 7.5-8.5 s: nothing
+    s = ld.summarise(tl, BIN, lambda t: 100.0, [], 2.0, 4.0, 7.0, 9.0, 12.0)
+    assert s["rel_lowest_1s"] == pytest.approx(1.0)  # links going down: no dip
+    assert s["rel_lowest_1s_repair"] == 0.0
