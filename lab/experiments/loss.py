@@ -170,12 +170,15 @@ def condition(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def resent_per_loss(retx_rate: float | None, path_percent: float) -> float | None:
-    """Packets resent per packet the path lost: about 1 for selective repeat, about the
-    packets in flight for go-back-N (every loss rewinds the window)."""
+def resent_per_loss(
+    retx_rate: float | None, path_percent: float, lossless_rate: float | None = 0.0
+) -> float | None:
+    """Packets resent per packet the path lost, beyond what the same transport resent
+    without loss (congestion, a busy machine's spurious timeouts): about 1 for selective
+    repeat, about the packets in flight for go-back-N (every loss rewinds the window)."""
     if retx_rate is None or path_percent <= 0:
         return None
-    return retx_rate / (path_percent / 100.0)
+    return max(0.0, retx_rate - (lossless_rate or 0.0)) / (path_percent / 100.0)
 
 
 def kept(conds: dict[str, dict[str, Any]]) -> dict[str, float | None]:
@@ -425,8 +428,9 @@ def _notes(conds: dict, setup: dict[str, Any]) -> str:
     out = []
     one = key(1.0)
     ar = conds["allreduce"]
-    rr = resent_per_loss(ar["rocev2"][one]["retx_rate"], 1.0)
-    mr = resent_per_loss(ar["mrc"][one]["retx_rate"], 1.0)
+    zero = key(0.0)
+    rr = resent_per_loss(ar["rocev2"][one]["retx_rate"], 1.0, ar["rocev2"][zero]["retx_rate"])
+    mr = resent_per_loss(ar["mrc"][one]["retx_rate"], 1.0, ar["mrc"][zero]["retx_rate"])
     if rr is not None and mr is not None:
         bdp = setup.get("bdp_packets_per_path")
         out.append(
@@ -464,7 +468,8 @@ def flat_metrics(conds: dict, k: dict, t: str) -> dict[str, Any]:
             out[f"{tag}_p99_step_s"] = cd["p99_step_s"]
             out[f"{tag}_retx_rate"] = cd["retx_rate"]
             if p != key(0.0):
-                out[f"{tag}_resent_per_loss"] = resent_per_loss(cd["retx_rate"], float(p))
+                base = conds[c][t][key(0.0)]["retx_rate"]
+                out[f"{tag}_resent_per_loss"] = resent_per_loss(cd["retx_rate"], float(p), base)
             out[f"{tag}_qp_errors"] = cd["qp_errors"]
             out[f"{tag}_completed"] = cd["completed"]
         out[f"{ab}_cv_lossless"] = conds[c][t][key(0.0)]["cv"]

@@ -114,6 +114,9 @@ def test_resent_per_loss_tells_go_back_n_from_selective_repeat() -> None:
     assert ls.resent_per_loss(0.041, 1.0) == pytest.approx(4.1)
     assert ls.resent_per_loss(0.0101, 1.0) == pytest.approx(1.01)
     assert ls.resent_per_loss(0.01, 0.0) is None and ls.resent_per_loss(None, 1.0) is None
+    # what the transport resent without loss (congestion, spurious timeouts) is not the loss's
+    assert ls.resent_per_loss(0.0128, 1.0, 0.0024) == pytest.approx(1.04)
+    assert ls.resent_per_loss(0.0068, 0.1, 0.0083) == 0.0
 
 
 def test_a_figure_must_hold_in_both_collectives() -> None:
