@@ -43,8 +43,9 @@ def test_schedule_times() -> None:
 
 
 def test_timing_fits_the_quick_budget() -> None:
-    tm = ld.timing(True, 6)
-    assert tm["last_down"] == 7.0 and tm["all_up"] == 9.25 and tm["duration"] == 12
+    links, _ = ld.link_order(**{k: v for k, v in ld.shape(True).items() if k != "hosts_per_t0"})
+    tm = ld.timing(True, len(links))
+    assert len(links) == 14 and tm["last_down"] == 8.5 and tm["duration"] <= 16
     full = ld.timing(False, 30)
     assert full["duration"] <= 50
 
@@ -105,6 +106,8 @@ def test_judge() -> None:
     assert ld.judge({"rel_down": None}, ro, 30, 32)[0] == "not reproduced"
     why = ld.judge(_m(0.3, 0.0, longest_stall_s=5.0), ro, 30, 32)[1]
     assert "30 of 32" in why and "5.000 s" in why and "stopped moving 4.0 s" in why
+    assert "one per second" in why
+    assert "one every 0.5 s" in ld.judge(_m(0.97, 0.9), ro, 14, 16, 0.5)[1]
 
 
 def test_a_dip_while_links_come_back_is_reported_apart() -> None:
