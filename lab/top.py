@@ -11,8 +11,9 @@ or a NIC for anything, so it cannot slow them):
   states per plane (GOOD / SKIP / ASSUMED_BAD / DENIED), congestion window, smoothed RTT,
   retransmissions, timeouts and rate;
 - **faults in effect**: links down, loss rules, shaped links, switches down, as the kernel
-  reports them (:func:`lab.status.read_lab`, the view of ``mrc-lab status``), read in a
-  thread every ``--faults-s`` seconds because it runs ``ip``/``tc``/``nft`` per namespace.
+  reports them, judged by ``mrc-lab status``'s own functions (:mod:`lab.status`) on a view
+  read over netlink in-process (:mod:`lab.nlview`: no ``ip``/``tc``/``nft`` process), in a
+  thread every ``--faults-s`` seconds (1).
 
 The pure part (rates, rows, order, the frame) is separate from the terminal; rich is imported
 only when a frame is drawn.
@@ -35,7 +36,7 @@ from typing import Any
 from .nicstats import EV_STATES, nics_dir
 
 DEFAULT_INTERVAL_S = 0.5
-DEFAULT_FAULTS_S = 2.0
+DEFAULT_FAULTS_S = 1.0
 #: a NIC document older than this many of its own intervals is shown as stale
 STALE_INTERVALS = 6
 
@@ -676,7 +677,9 @@ def read_nic_docs(run_dir: Path) -> list[dict[str, Any]]:
 
 class FaultReader:
     """Reads the faults (and, for kernel switches, their counters) in a thread every
-    ``every_s``: the kernel read takes 0.1-0.5 s (``ip``/``tc``/``nft`` per namespace)."""
+    ``every_s``: over netlink in-process (:mod:`lab.nlview`, about 0.15 ms per namespace),
+    or for kernel switches with ``ip``/``tc``/``nft`` per namespace (their counters; tens of
+    milliseconds of CPU per read)."""
 
     def __init__(self, state: Any, every_s: float = DEFAULT_FAULTS_S) -> None:
         self.state = state
@@ -689,12 +692,19 @@ class FaultReader:
         self._cv = threading.Condition()
 
     def read_once(self) -> None:
+        from . import nlview
         from .status import NsView, end_state, link_status, node_status, read_lab
 
         st = self.state
         t0 = time.perf_counter()
         try:
-            views = read_lab(st)
+            if st.switch_mode == "kernel":
+                views = read_lab(st)  # with the counters (ip -s link, tc -s qdisc)
+            else:
+                try:  # netlink, in-process: no ip/tc/nft processes (lab/nlview.py)
+                    views = nlview.read_lab(st)
+                except OSError:
+                    views = read_lab(st)
             plan = st.plan
             nodes = [node_status(st, n, views) for n in plan.switches()]
             links = [link_status(st, x, views) for x in plan.links()]

@@ -175,3 +175,45 @@ def test_top_shows_trims_growing_and_a_link_down() -> None:
                     incast.kill()
                     incast.wait()
     assert not H.lab_leftovers(name)["namespaces"]
+
+
+def test_netlink_view_judges_faults_as_status_does() -> None:
+    """lab/nlview.py (netlink, in-process) against lab/status.py (ip, tc, nft): the same link
+    flags, root qdiscs with their tbf rates, nft tables, and so the same faults, for a link
+    down, a loss rule and a shaped link."""
+    from lab import nlview, status
+    from lab import top as T
+    from lab.faults import Faults
+
+    with H.running_lab(rate_mbit=10) as st:
+        f = Faults(st, echo=None)
+        f.link_down("p0-t0-0", "p0-t1-1")
+        f.loss("h0", "p1-t0-0", 1.0)
+        f.shape("p1-t0-1", "p1-t1-0", "5mbit")
+        a, b = status.read_lab(st), nlview.read_lab(st)
+        assert set(a) == set(b)
+        for ns, va in a.items():
+            vb = b[ns]
+            assert va.exists == vb.exists, ns
+            assert set(va.links) == set(vb.links), ns
+            for ifname, e in va.links.items():
+                for flag in ("UP", "LOWER_UP"):
+                    assert (flag in e["flags"]) == (flag in vb.links[ifname]["flags"]), ifname
+                assert e.get("operstate") == vb.links[ifname]["operstate"], ifname
+            qa = {k: (q.get("kind"), (q.get("options") or {}).get("rate"))
+                  for k, q in va.qdiscs.items()}  # fmt: skip
+            qb = {k: (q["kind"], q["options"].get("rate")) for k, q in vb.qdiscs.items()}
+            assert qa == qb, ns
+            assert sorted(va.nft_tables) == sorted(vb.nft_tables), ns
+
+        def faults(views):
+            plan = st.plan
+            return T.faults_from_status({
+                "nodes": [status.node_status(st, n, views) for n in plan.switches()],
+                "links": [status.link_status(st, x, views) for x in plan.links()],
+            }).items()  # fmt: skip
+
+        got = faults(b)
+        assert got == faults(a)
+        assert any(x.startswith("link DOWN p0-t0-0 -- p0-t1-1") for x in got), got
+        assert "loss h0 -- p1-t0-0" in got and "shaped p1-t0-1 -- p1-t1-0 5mbit" in got

@@ -291,7 +291,7 @@ def test_cli_has_top() -> None:
     from lab.cli import COMMANDS, build_parser
 
     a = build_parser().parse_args(["top", "--name", "mrct1", "--once", "--interval", "250ms"])
-    assert a.cmd == "top" and a.once and a.interval == 0.25 and a.faults_s == 2.0
+    assert a.cmd == "top" and a.once and a.interval == 0.25 and a.faults_s == 1.0
     assert "top" in COMMANDS
 
 
