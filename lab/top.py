@@ -553,6 +553,8 @@ def render(fr: Frame, width: int = 80, height: int | None = None) -> Any:
     cols = [("SWITCH PORT", "left"), ("PEER", "left"), ("LINK", "left"), ("Q KiB", "right"),
             ("Mb/s", "right"), ("ECN +/s", "right"), ("TRIMS +/s", "right"),
             ("DROPS +/s", "left")]  # fmt: skip
+    if kernel:  # tbf marks and trims nothing: its backlog and drops are the qdisc's
+        cols = [c for c in cols if c[0] not in ("ECN +/s", "TRIMS +/s")]
     pfc = any(r.pauses is not None for r in ports)
     if pfc:
         cols.append(("PAUSES", "right"))
@@ -561,6 +563,8 @@ def render(fr: Frame, width: int = 80, height: int | None = None) -> Any:
     for r in ports[:n_ports]:
         if not r.running:
             row = [r.switch, "stopped", "DOWN", "", "", "", "", "switch not running"]
+            if kernel:
+                del row[5:7]
             t.add_row(*row, *([""] if pfc else []), style="bold red")
             continue
         link = "up" if r.up else "DOWN"
@@ -574,6 +578,8 @@ def render(fr: Frame, width: int = 80, height: int | None = None) -> Any:
             fmt_count(r.trims, r.trims_rate),
             fmt_drops(r.drops, r.drops_total, r.drops_rate),
         ]
+        if kernel:
+            del row[5:7]
         if pfc:
             row.append(fmt_count(r.pauses, r.pauses_rate))
         busy = (r.trims_rate or 0) + (r.drops_rate or 0) > 0
@@ -687,6 +693,7 @@ class FaultReader:
         self.faults: Faults | None = None
         self.kernel_ports: dict[str, dict[str, dict[str, Any]]] = {}
         self.kernel_t: float | None = None
+        self.reads = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._cv = threading.Condition()
@@ -736,6 +743,7 @@ class FaultReader:
             self.faults = f
             self.kernel_ports = kports
             self.kernel_t = f.read_unix
+            self.reads += 1
             self._cv.notify_all()
 
     def _run(self) -> None:
@@ -748,9 +756,9 @@ class FaultReader:
         self._thread.start()
         return self
 
-    def wait_first(self, timeout_s: float = 10.0) -> None:
+    def wait_reads(self, n: int = 1, timeout_s: float = 10.0) -> None:
         with self._cv:
-            self._cv.wait_for(lambda: self.faults is not None, timeout_s)
+            self._cv.wait_for(lambda: self.reads >= n, timeout_s)
 
     def stop(self) -> None:
         self._stop.set()
@@ -856,9 +864,11 @@ def run(
     top.faults.start()
     try:
         if once:
-            top.faults.wait_first()
+            top.faults.wait_reads(1)
             top.frame()  # the first sample: rates need two
             time.sleep(max(interval_s, 0.6))  # the switches rewrite their files every 0.5 s
+            if state.switch_mode == "kernel":  # their counters come with the faults' reads
+                top.faults.wait_reads(2, faults_s + 10.0)
             fr = top.frame()
             con = Console(width=width) if width else Console()
             tty = sys.stdout.isatty()

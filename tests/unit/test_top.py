@@ -380,3 +380,16 @@ def test_publishing_nic_off_without_a_run_dir(tmp_path, monkeypatch) -> None:
     nic._publish = {"run_dir": str(tmp_path), "host": "h0", "planes": 2}
     nic.open()
     assert nic.publisher is None and not (tmp_path / "nics").exists()
+
+
+def test_render_kernel_switches() -> None:
+    rates = T.Rates()
+    ports = {"p0-t0-0": {"u0": {"peer": "p0-t1-0", "up": False, "tx_bytes": 0, "qdisc_drops": 2,
+                                "qdisc_backlog_bytes": 4200}}}  # fmt: skip
+    rows = T.kernel_port_rows(ports, 1.0, rates)
+    fr = T.Frame("mrct1", "kernel", 2, 10.0, 4, 2.0, 0.5, rows, [], 0, NO_FAULTS)
+    text = T.render_text(fr, 80, 24)
+    assert "counters from ip -s link and tc" in text and "TRIMS" not in text
+    row = next(ln for ln in text.splitlines() if ln.startswith("p0-t0-0 u0"))
+    assert "DOWN" in row and "2 qdisc" in row
+    assert "ALL PORTS  tx 0.0 Mb/s  drops 2 qdisc" in text
