@@ -900,7 +900,7 @@ def _live(top: Top, interval_s: float, width: int | None) -> int:
                 deadline = t0 + interval_s
                 while (left := deadline - time.monotonic()) > 0:
                     key = _wait_key(fd, left)
-                    if key and key[0] in "qQ\x1b":
+                    if key and (key[0] in "qQ" or key == "\x1b"):  # not an arrow's ESC [
                         return 0
         except KeyboardInterrupt:
             return 0
