@@ -172,6 +172,9 @@ class NicPublisher:
     def _tick(self) -> None:
         if self._closed:
             return
+        if not os.path.isdir(self.path.parent):  # the lab went down under us: stop quietly
+            self.close()
+            return
         self.publish()
         self._handle = self._loop.call_later(self.interval_s, self._tick)
 

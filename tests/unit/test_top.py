@@ -393,3 +393,24 @@ def test_render_kernel_switches() -> None:
     row = next(ln for ln in text.splitlines() if ln.startswith("p0-t0-0 u0"))
     assert "DOWN" in row and "2 qdisc" in row
     assert "ALL PORTS  tx 0.0 Mb/s  drops 2 qdisc" in text
+
+
+def test_publisher_stops_when_the_lab_goes(tmp_path) -> None:
+    net, a, _b, _qa, _qb = connected_pair()
+    d = tmp_path / "nics"
+    d.mkdir()
+
+    async def main() -> nicstats.NicPublisher:
+        pub = nicstats.NicPublisher(d / "h0-1.json", a, None, {"pid": 1}, 2, interval_s=0.02)
+        pub.start(asyncio.get_running_loop())
+        await asyncio.sleep(0.1)
+        pub.close()  # what mrc-lab down's rmtree leaves: no directory
+        (d / "h0-1.json").unlink(missing_ok=True)
+        d.rmdir()
+        pub2 = nicstats.NicPublisher(tmp_path / "gone" / "x.json", a, None, {}, 2, 0.02)
+        pub2._loop = asyncio.get_running_loop()
+        pub2._tick()
+        return pub2
+
+    pub2 = asyncio.run(main())
+    assert pub2._closed and pub2.publishes == 0
