@@ -279,7 +279,9 @@ def run(ctx: Context, res: Result) -> None:
                     )
     tiers = {t: summarise_tier(runs[t]) for t in TIERS}
     res.setup = setup_of(
-        params,
+        pfc_params,
+        pfc_tiers="MRC and RoCEv2 + PFC + DCQCN on a lab with PFC (MRC's data is never on the "
+        "lossless class); RoCEv2 + DCQCN without PFC on an identical lab without it",
         senders=[f"h{s}" for s in hosts["senders"]],
         dst=f"h{hosts['dst']}",
         victim=f"h{hosts['victim'][0]} -> h{hosts['victim'][1]}",

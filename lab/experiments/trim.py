@@ -260,7 +260,16 @@ def run(ctx: Context, res: Result) -> None:
                     runs[t].append(r)
                     if rep == 0:
                         a, b = specs(transport, params.planes, join_s)
-                        note = "" if trimming else " (switch configs edited: trimming false)"
+                        note = (
+                            ""
+                            if trimming
+                            else (
+                                f' (after setting "trimming": false on every port in '
+                                f"/run/mrc-lab/{params.name}/switches/*.json and `sudo "
+                                f".venv/bin/mrc-lab reboot SWITCH --down-ms 0 --name {params.name}` "
+                                "for each switch)"
+                            )
+                        )
                         res.commands.append(
                             f"# {t}{note}: the second write {LEAD_S:g} s after the first\n"
                             + " ".join(["sudo .venv/bin/mrc-bench", *a.argv(params.name)[1:]])
