@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import shutil
 import signal
@@ -69,7 +70,13 @@ class Pane:
         raise AssertionError(f"top never showed {what} in {timeout_s:g} s; last screen:\n{text}")
 
     def kill(self) -> None:
+        """Our session, by its name; then the private server's socket file, which tmux leaves
+        behind when its last session ends."""
         self._tmux("kill-session", "-t", self.name, check=False)
+        if not self.alive():
+            tmp = os.environ.get("TMUX_TMPDIR", "/tmp")
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(tmp, f"tmux-{os.getuid()}", self.name))
 
 
 def count(text: str, what: str) -> int | None:
