@@ -102,7 +102,10 @@ def test_ctrl_c_undoes_the_fault_and_takes_the_lab_down(tmp_path: Path) -> None:
     # seed 1, 4 a minute: the first fault is a T0-T1 link down for 3.4 s from 5.4 s
     argv = [sys.executable, "-m", "lab.soak", "--name", NAME, "--minutes", "1", "--seed", "1"]
     argv += ["--transports", "mrc", "--rate-mbit", "20", "--size", "2M", "--out", str(out)]
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # SIGINT at its default in the child even when the suite itself runs in the background
+    # of a shell without job control, where SIGINT is ignored and so inherited ignored
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     guard = threading.Timer(180, p.kill)  # never hang the suite
     guard.start()
     seen: list[str] = []
