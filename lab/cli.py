@@ -348,6 +348,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="probes lost in a row on every path over a link: down [3]")  # fmt: skip
     p.add_argument("--lossy-percent", type=float, default=5.0,
                    help="loss over the last 50 probes that makes a link lossy [5]")  # fmt: skip
+    p.add_argument("--deny", action="store_true",
+                   help="hand the links found down or lossy to the lab's NICs: they set the "
+                   "EVs crossing them DENIED until the link is up or the probe ends")  # fmt: skip
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = cmd(
@@ -621,7 +624,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     res = probe.run(
         state, hosts=hosts, interval_s=args.interval_ms / 1000, seconds=args.seconds,
         timeout_s=args.timeout_ms / 1000, down_after=args.down_after,
-        lossy_fraction=args.lossy_percent / 100, on_event=event,
+        lossy_fraction=args.lossy_percent / 100, on_event=event, deny=args.deny,
     )  # fmt: skip
     if args.json:
         _print_json(res)

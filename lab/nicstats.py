@@ -160,6 +160,10 @@ class NicPublisher:
         self.max_cost_s = 0.0
         self.wall_s = 0.0  # the same in wall time (a busy machine preempts the loop: more)
         self._writer = StatsWriter(str(path))
+        # mrc-lab probe --deny: links the prober found down or lossy -> DENIED EVs
+        from lab.denials import Denier
+
+        self.denier = Denier(path.parent.parent)
         self._handle: Any = None
         self._loop: Any = None
         self._closed = False
@@ -175,12 +179,22 @@ class NicPublisher:
         if not os.path.isdir(self.path.parent):  # the lab went down under us: stop quietly
             self.close()
             return
+        self.deny()
         self.publish()
         self._handle = self._loop.call_later(self.interval_s, self._tick)
+
+    def deny(self) -> None:
+        """Apply the prober's listed links to this NIC's MRC QPs (lab/denials.py)."""
+        try:
+            self.denier.apply(self.device)
+        except Exception:  # a QP being torn down mid-change: try again next tick
+            return
 
     def document(self) -> dict[str, Any]:
         doc = snapshot(self.device, self.nic, self.meta, self.planes)
         doc["publishes"] = self.publishes
+        doc["denials"] = {"evs_denied_now": sum(map(len, self.denier.denied.values())),
+                          "denied": self.denier.denials, "restored": self.denier.restored}  # fmt: skip
         doc["publish_cost_us"] = (
             round(self.cost_s / self.publishes * 1e6, 1) if self.publishes else None
         )

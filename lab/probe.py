@@ -35,6 +35,7 @@ from typing import Any
 from mrcnic.wire import layout, usid
 from mrcnic.wire.frame import udp_checksum
 
+from . import denials
 from .netns import LabError, in_netns
 from .state import LabState
 
@@ -227,9 +228,11 @@ def run(
     state: LabState, *, hosts: Sequence[int] | None = None, interval_s: float = 0.1,
     seconds: float = 10.0, timeout_s: float = 0.2, down_after: int = 3,
     lossy_fraction: float = 0.05, window: int = 50,
-    on_event: Callable[[dict[str, Any]], None] | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None, deny: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
-    """Probe for ``seconds``; the link table, the events and the probe counts."""
+    """Probe for ``seconds``; the link table, the events and the probe counts. ``deny``:
+    hand the links found down or lossy to the lab's NICs, which set the EVs crossing them
+    DENIED until the link is up again or the probe ends (lab/denials.py)."""
     plan = state.plan
     shape = plan.shape
     hosts = list(range(plan.host_count)) if hosts is None else list(hosts)
@@ -255,6 +258,9 @@ def run(
     seq = sent = received = 0
     next_round = t0
     seen_events = 0
+    denied_max = 0
+    if deny:
+        denials.clear(state.run_dir)
     try:
         while (now := time.monotonic()) < t0 + seconds:
             if now >= next_round:
@@ -288,13 +294,20 @@ def run(
             for key in [k for k, at in pending.items() if now - at > timeout_s]:
                 del pending[key]
                 table.outcome(paths[key[0]], False, None, now - t0)
-            if on_event is not None:
-                for e in table.events[seen_events:]:
-                    on_event(e)
+            if len(table.events) > seen_events:
+                if on_event is not None:
+                    for e in table.events[seen_events:]:
+                        on_event(e)
+                if deny:
+                    bad = [lk for lk, h in table.links.items() if h.state != "up"]
+                    denials.write(state.run_dir, bad)
+                    denied_max = max(denied_max, len(bad))
             seen_events = len(table.events)
     finally:
         for pt in ports.values():
             pt.sock.close()
+        if deny:
+            denials.clear(state.run_dir)  # the NICs allow what they denied again
     return {
         "lab": state.name,
         "hosts": [f"h{h}" for h in hosts],
@@ -311,4 +324,6 @@ def run(
         "links": table.rows(),
         "events": table.events,
         "not_up": [r for r in table.rows() if r["state"] != "up"],
+        "deny": deny,
+        "denied_links_max": denied_max,
     }

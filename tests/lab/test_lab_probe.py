@@ -1,9 +1,13 @@
 """`mrc-lab probe` on a real lab (root): with every link up it calls every link up; when a
 T0-T1 link is taken down (`mrc-lab link down`) it names exactly that link down within its
-detection bound; 30% loss on another link (`mrc-lab loss`) is named lossy."""
+detection bound; 30% loss on another link (`mrc-lab loss`) is named lossy; with --deny a
+running MRC write's NIC sets the EVs over the downed link DENIED, and GOOD again after."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import time
 
@@ -55,3 +59,48 @@ def test_names_a_downed_link_within_its_bound_and_a_lossy_one(plab):
                    if e["link"] == "p0-t0-0 - p0-t1-1" and e["to"] == "down")  # fmt: skip
     detection = res["started_monotonic_s"] + down_at - applied["down"]
     assert 0 < detection <= res["detection_bound_s"] + SLACK_S, detection
+
+
+def nic_docs(state, host: str) -> list[dict]:
+    out = []
+    for p in (state.run_dir / "nics").glob(f"{host}-*.json"):
+        try:
+            out.append(json.loads(p.read_text()))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def test_deny_hands_a_downed_link_to_the_nics_as_denied_evs(plab):
+    writer = subprocess.Popen(
+        [sys.executable, "-m", "lab.bench.cli", "write", "--lab", plab.name, "--src", "h0",
+         "--dst", "h3", "--size", "64K", "--duration", "7", "--json", "-q"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    f = Faults(plab, echo=None)
+    seen: list[tuple[int, int]] = []  # (DENIED, all EVs) of h0's QP while probing
+    res: dict = {}
+    try:
+        time.sleep(1.5)
+        f.link_down("p0-t0-0", "p0-t1-1")
+        th = threading.Thread(target=lambda: res.update(probe.run(plab, seconds=2.5, deny=True)))
+        th.start()
+        while th.is_alive():
+            for d in nic_docs(plab, "h0"):
+                for q in d["qps"]:
+                    if q["transport"] == "mrc" and q["peer_host"] == "h3":
+                        seen.append((q["ev_states"]["DENIED"], sum(q["ev_states"].values())))
+            time.sleep(0.2)
+        th.join()
+        time.sleep(1.5)  # the NICs allow again what they denied once the probe is gone
+        after = [q["ev_states"]["DENIED"] for d in nic_docs(plab, "h0") for q in d["qps"]
+                 if q["peer_host"] == "h3"]  # fmt: skip
+    finally:
+        f.link_up("p0-t0-0", "p0-t1-1")
+        out, err = writer.communicate(timeout=60)
+    assert res["deny"] and res["denied_links_max"] == 1
+    assert json.loads(out)["verified"] is True, err[-2000:]
+    denied = max(d for d, _n in seen)
+    assert 0 < denied < seen[0][1], seen  # the EVs over that link, not all of them
+    assert after and max(after) == 0, after
+    assert not (plab.run_dir / "denied_links.json").exists()
