@@ -746,6 +746,25 @@ def median(values: Iterable[float]) -> float | None:
     return statistics.median(vals) if vals else None
 
 
+def window_mean_bps(
+    timeline: Sequence[Sequence[float]], bin_s: float, lo: float, hi: float,
+    offset_s: float = 0.0,
+) -> float | None:  # fmt: skip
+    """Mean goodput (bit/s) over [lo, hi) from a ``[[t_s, bps], ...]`` timeline whose times
+    count from ``offset_s`` (0: the same clock as lo/hi; a write's ``start_unix_s``: unix
+    times). Bins that straddle an edge count in proportion; time no bin covers counts as 0.
+    None for an empty window."""
+    if hi <= lo:
+        return None
+    bits = 0.0
+    for t, g in timeline:
+        a = offset_s + t
+        ov = min(a + bin_s, hi) - max(a, lo)
+        if ov > 0:
+            bits += g * ov
+    return bits / (hi - lo)
+
+
 def overlap_aggregate(
     runs: Sequence[tuple[float, float, Sequence[Sequence[float]], float]],
     skip_s: float = 0.0,

@@ -36,8 +36,8 @@ from .topology import KIND_T0, Node, Plan, Port, mac_text
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 3.0
 # PFC in a lab: what a software neighbour needs to react to a PAUSE (its loop wakes, reads
-# the frame, stops its pacer; a NIC process's loop is the slow one: up to ~20 ms late on a
-# busy two-core machine, measured as the event-loop lag of the RoCEv2 NIC processes)
+# the frame, stops its pacer). Not measured directly: 20 ms lost frames in the first 3:1
+# incast (docs/pfc.md, "Headroom"), 50 ms has held in the 3:1 runs since
 PFC_REACTION_S = 0.05
 PFC_MIN_XOFF_FRAMES = 4  # XOFF never below this many full frames
 

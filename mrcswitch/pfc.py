@@ -37,7 +37,7 @@ from mrcnic.wire.layout import Dscp
 from .queue import LosslessClass
 
 #: while a port asks for a pause or is paused, the switch looks this often (pause refresh,
-#: watchdog); otherwise PFC costs nothing between frames
+#: watchdog); otherwise only XOFF/XON crossings reach Python
 PFC_TICK_NS = 10_000_000
 
 
@@ -230,6 +230,15 @@ class SwitchPfc:
                 out.append((i, action))
             xoff[i] = 1 if ing.state is IngressState.XOFF else 0
         return out
+
+    def crossing(self) -> bool:
+        """Whether some port's lossless bytes crossed XOFF (while XON) or fell to XON (while
+        XOFF): what the C loop checks (MRC_SW_PFC), so :meth:`step` runs only then (and on
+        the switch's PFC tick, which refreshes pauses), not on every wake-up."""
+        on_, off = self.cfg.xon_bytes, self.cfg.xoff_bytes
+        return any(
+            (b <= on_) if x else (b > off) for b, x in zip(self.in_bytes, self.xoff, strict=False)
+        )
 
     def on_frame(self, port: int, frame: bytes | bytearray, now_ns: int) -> int | None:
         """A PFC frame came in on ``port``: its queue's new ``paused_until_ns`` (0: not

@@ -902,6 +902,12 @@ class Switch:
                 log.debug("port %s: PFC frame not sent: %s", p.cfg.name, exc)
         self._note_pfc_due(now)
 
+    def _pfc_check(self, now: int) -> None:
+        """The data path's PFC work: nothing unless an in-port crossed XOFF or XON."""
+        assert self.pfc is not None
+        if self.pfc.crossing():
+            self._pfc_step(now)
+
     def _pfc_tick(self, now: int) -> None:
         """Refresh pauses still needed, run the watchdog on paused ports."""
         pfc = self.pfc
@@ -1002,7 +1008,7 @@ class Switch:
             if p.sock is not None:
                 self._rx(p)  # as the Python loop: read it too, so an error cannot starve it
         if self.pfc is not None and why is not cloop.Wake.DEADLINE:
-            self._pfc_step(now)  # a crossing (PFC), or frames Python queued itself
+            self._pfc_check(now)  # a crossing (PFC), or frames Python queued itself
         self._queued.clear()  # the C loop serves every queue
 
     def _run_c(self) -> None:
@@ -1044,7 +1050,7 @@ class Switch:
             if p.sock is not None:
                 self._rx(p)
             if self.pfc is not None:
-                self._pfc_step(time.monotonic_ns())
+                self._pfc_check(time.monotonic_ns())
         else:
             self.on_other_fd(fd)
 
@@ -1065,7 +1071,7 @@ class Switch:
             for p in tuple(queued):
                 self._tx(p, now)
             if self.pfc is not None:
-                self._pfc_step(now)
+                self._pfc_check(now)
 
     def _run_python(self) -> None:
         """The event loop in Python (the C loop's twin; with recvmmsg or without C)."""
@@ -1097,7 +1103,7 @@ class Switch:
                 for p in tuple(queued):
                     self._tx(p, now)
             if self.pfc is not None:
-                self._pfc_step(now)
+                self._pfc_check(now)
                 due = self.due_ns
             if now >= due:
                 self.tick(now)

@@ -215,14 +215,8 @@ async def run_rank(
         try:
             ops = _AllreduceRank(nic, rank, n, p, size, table, qp_next, qp_prev, data, recv)
             lp = LoopPlan(p.warmup, p.iters, p.timeout_s, p.duration_s)
-            if rank == 0:
-                meter = bc.CpuMeter(bc.switch_pids(st))
-                iterations, finals = await coordinate(
-                    ops, lp, chans, meter, on_iteration, on_report
-                )
-                return _result(st, p, size, iterations, finals, table)
-            await follow(ops, lp, chans[0], bc.CpuMeter(), on_report)
-            return None
+            done = await drive(ops, lp, rank, chans, st, on_iteration, on_report)
+            return None if done is None else _result(st, p, size, *done, table)
         finally:
             for ch in chans.values():
                 ch.close()
@@ -489,6 +483,24 @@ async def coordinate(
         finals.append(with_f)
         await chans[r].send("bye")
     return iterations, finals
+
+
+async def drive(
+    ops: RankOps,
+    lp: LoopPlan,
+    rank: int,
+    chans: dict[int, control.Channel],
+    lab_state: Any,
+    on_iteration: IterationHook | None = None,
+    on_report: ReportHook | None = None,
+) -> tuple[list[list[dict]], list[dict]] | None:
+    """A rank's part of the loop: rank 0 :func:`coordinate` s (its CPU meter counts the lab's
+    switches too) and returns (iterations, finals); the others :func:`follow` (None)."""
+    if rank == 0:
+        meter = bc.CpuMeter(bc.switch_pids(lab_state))
+        return await coordinate(ops, lp, chans, meter, on_iteration, on_report)
+    await follow(ops, lp, chans[0], bc.CpuMeter(), on_report)
+    return None
 
 
 def _result(

@@ -34,8 +34,7 @@ from lab.bench.allreduce import (
     IterationHook,
     LoopPlan,
     ReportHook,
-    coordinate,
-    follow,
+    drive,
     imm_tag,
     rank_data,
     rendezvous,
@@ -278,14 +277,8 @@ async def run_rank(
         try:
             ops = _AlltoallRank(nic, rank, p, sizes, table, qps, data, recv)
             lp = LoopPlan(p.warmup, p.iters, p.timeout_s, rounds=len(sizes))
-            if rank == 0:
-                meter = bc.CpuMeter(bc.switch_pids(st))
-                iterations, finals = await coordinate(
-                    ops, lp, chans, meter, on_iteration, on_report
-                )
-                return result(st, p, sizes, iterations, finals, table)
-            await follow(ops, lp, chans[0], bc.CpuMeter(), on_report)
-            return None
+            done = await drive(ops, lp, rank, chans, st, on_iteration, on_report)
+            return None if done is None else result(st, p, sizes, *done, table)
         finally:
             for ch in chans.values():
                 ch.close()

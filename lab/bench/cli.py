@@ -46,7 +46,8 @@ class UsageError(MrcError):
 # --- argument parsing ----------------------------------------------------------------------------
 
 
-def _add_common(sp: argparse.ArgumentParser) -> None:
+def _add_lab_json_transport(sp: argparse.ArgumentParser) -> None:
+    """--lab, --json, --transport: every subcommand's."""
     sp.add_argument(
         "--lab",
         default=os.environ.get("MRC_LAB_NAME", "mrc"),
@@ -61,6 +62,10 @@ def _add_common(sp: argparse.ArgumentParser) -> None:
         choices=("mrc", "rocev2"),
         help="mrc (default) or the rocev2 baseline",
     )
+
+
+def _add_common(sp: argparse.ArgumentParser) -> None:
+    _add_lab_json_transport(sp)
     sp.add_argument(
         "--port",
         type=int,
@@ -326,20 +331,7 @@ def size_list_arg(text: str) -> list[int]:
 
 def _add_scenario(sp: argparse.ArgumentParser) -> None:
     """The options of the scenarios (incast, pause-storm)."""
-    sp.add_argument(
-        "--lab",
-        default=os.environ.get("MRC_LAB_NAME", "mrc"),
-        help="lab name (default $MRC_LAB_NAME or mrc)",
-    )
-    sp.add_argument(
-        "--json", action="store_true", help="print one JSON object instead of the table"
-    )
-    sp.add_argument(
-        "--transport",
-        default="mrc",
-        choices=("mrc", "rocev2"),
-        help="mrc (default) or the rocev2 baseline",
-    )
+    _add_lab_json_transport(sp)
     sp.add_argument(
         "--size",
         type=size_arg,

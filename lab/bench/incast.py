@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lab.analysis import overlap_aggregate
+from lab.analysis import overlap_aggregate, window_mean_bps
 from lab.bench import common as bc
 
 PFC_KEYS = ("pause_tx", "pause_rx", "paused_s", "lossless_drops", "watchdog_trips")
@@ -275,13 +275,7 @@ def window_goodput_bps(res: dict[str, Any] | None, lo_unix: float, hi_unix: floa
     bin_s = (_num(res.get("timeline_ms")) or TIMELINE_MS) / 1000
     if not tl or start is None:
         return None
-    bits = 0.0
-    for t, g in tl:
-        a = start + t
-        ov = min(a + bin_s, hi_unix) - max(a, lo_unix)
-        if ov > 0:
-            bits += g * ov
-    return bits / (hi_unix - lo_unix)
+    return window_mean_bps(tl, bin_s, lo_unix, hi_unix, offset_s=start)
 
 
 def run_window(res: dict[str, Any] | None, skip_s: float, max_len_s: float) -> tuple[float, float]:

@@ -249,6 +249,13 @@ def jain(xs: Sequence[float]) -> float | None:
     return sum(v) ** 2 / (len(v) * sum(x * x for x in v))
 
 
+def cpu_bound_note(tiers: dict[str, Any], names: Sequence[str]) -> str:
+    """``"; CPU-bound runs in: a, b"`` for the tiers (of ``names``, in that order) with a run
+    flagged ``cpu_bound``, or "" : appended to a verdict's ``why``."""
+    bound = [t for t in names if any((tiers.get(t) or {}).get("cpu_bound_runs") or [])]
+    return f"; CPU-bound runs in: {', '.join(bound)}" if bound else ""
+
+
 def rounded(x: Any, nd: int = 4) -> Any:
     if isinstance(x, float):
         return round(x, nd) if math.isfinite(x) else None

@@ -17,7 +17,7 @@ from lab.scenario import Step
 
 from . import plot
 from .base import Context, Result, lab_params, lab_up, rounded, setup_of
-from .jobs import StepTimes, run_job, step_figures
+from .jobs import run_job, step_figures, step_series
 from .registry import Spec
 
 FLAPS_PER_MIN = 6
@@ -104,9 +104,7 @@ def run(ctx: Context, res: Result) -> None:
     series = {}
     for t in ("mrc", "rocev2"):
         for kind in ("control", "flaps"):
-            st = StepTimes.from_summary({"step_log": out[t][kind]["step_log"] or []})
-            series[f"{t} {kind}"] = ([e for _s, e, k, _f in st.rows if k],
-                                     [e - s for s, e, k, _f in st.rows if k])  # fmt: skip
+            series[f"{t} {kind}"] = step_series(out[t][kind]["step_log"])
     path = ctx.out_dir / f"{res.name}.png"
     plot.lines(path, "Claim 9: all-reduce step time, clean vs T0-T1 link flaps", series,
                xlabel="run time (s)", ylabel="step time (s)",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lab.analysis import window_mean_bps
 from lab.params import LabParams
 
 from . import plot
@@ -29,6 +30,7 @@ from .base import (
     Result,
     bench,
     command,
+    cpu_bound_note,
     cv,
     jain,
     lab_params,
@@ -77,17 +79,9 @@ def _num(v: Any) -> float | None:
 def windowed_rate(
     timeline: list[list[float]], start_unix: float, lo: float, hi: float, bin_s: float
 ) -> float | None:
-    """Bits per second between two unix times from a [[t_s, bps], ...] timeline (bins that
-    only partly overlap count in proportion)."""
-    if hi <= lo:
-        return None
-    bits = 0.0
-    for t, g in timeline:
-        a = start_unix + t
-        ov = min(a + bin_s, hi) - max(a, lo)
-        if ov > 0:
-            bits += g * ov
-    return bits / (hi - lo)
+    """Bits per second between two unix times from a timeline that starts at ``start_unix``
+    (lab.analysis.window_mean_bps)."""
+    return window_mean_bps(timeline, bin_s, lo, hi, offset_s=start_unix)
 
 
 def worst_interval_bps(
@@ -204,9 +198,7 @@ def judge(tiers: dict[str, dict[str, Any]], degree: int = SENDERS) -> tuple[str,
         f"{PAPER_ROCE_WORST:.2f} in the worst 1 s. Thresholds: MRC untouched = ratio >= "
         f"{UNTOUCHED}, RoCEv2 harmed = ratio < {HARMED}"
     )
-    bound = [t for t in TIERS if any((tiers.get(t) or {}).get("cpu_bound_runs") or [])]
-    if bound:
-        why += f"; CPU-bound runs in: {', '.join(bound)}"
+    why += cpu_bound_note(tiers, TIERS)
     if mr is None or rr is None:
         return "not reproduced", why + " (a tier has no victim ratio)"
     mrc_ok, roce_hurt = mr >= UNTOUCHED, rr < HARMED

@@ -43,6 +43,12 @@ class StepTimes:
         return [e - s for s, e, k, _f in self.rows if k and e >= t0 and s <= t1]
 
 
+def step_series(step_log: list | None) -> tuple[list[float], list[float]]:
+    """(end time, duration) of every completed step of a job's ``step_log``: for a plot."""
+    st = StepTimes.from_summary({"step_log": step_log or []})
+    return [e for _s, e, k, _f in st.rows if k], [e - s for s, e, k, _f in st.rows if k]
+
+
 def recovery_s(steps: StepTimes, fault_at_s: float, p99_s: float) -> float | None:
     """From the fault until the last completed step slower than the steady-state P99 ends
     (0: no step was); None when no step completed after the fault."""

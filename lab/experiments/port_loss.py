@@ -20,6 +20,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from lab.analysis import window_mean_bps
 from lab.scenario import Step, WriteRun, WriteSpec, run_write
 
 from . import plot
@@ -43,14 +44,8 @@ def window_mean(timeline: Sequence[Sequence[float]], bin_s: float, lo: float, hi
     """Mean goodput (bit/s) over [lo, hi) from a ``[[t_s, bps], ...]`` timeline; time the
     timeline does not cover counts as 0 (a write that ended early, e.g. on a QP error, moved
     nothing after its end). Bins that straddle an edge count in proportion."""
-    if hi <= lo:
-        return math.nan
-    bits = 0.0
-    for t, g in timeline:
-        ov = min(t + bin_s, hi) - max(t, lo)
-        if ov > 0:
-            bits += g * ov
-    return bits / (hi - lo)
+    mean = window_mean_bps(timeline, bin_s, lo, hi)
+    return math.nan if mean is None else mean
 
 
 def stall_time(

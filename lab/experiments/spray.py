@@ -29,7 +29,7 @@ from lab.params import LabParams
 from lab.scenario import WriteSpec, run_parallel
 
 from . import plot
-from .base import Context, Result, cv, jain, lab_up, median, rounded, setup_of
+from .base import Context, Result, cpu_bound_note, cv, jain, lab_up, median, rounded, setup_of
 from .registry import Spec
 
 SHAPE = {"planes": 8, "t0": 2, "t1": 4, "hosts_per_t0": 4}  # 4 T1s = hosts per T0: non-blocking
@@ -157,9 +157,7 @@ def judge(tiers: dict[str, dict[str, Any]]) -> tuple[str, str]:
         + f"; paper ~{PAPER_MRC} vs ~{PAPER_HASH} (htsim, 128 hosts: {HTSIM_MRC} vs "
         f"{HTSIM_HASH}). Thresholds: MRC >= {MRC_OK}, hashing < {HASH_LOW}"
     )
-    bound = [t for t in TIERS if any((tiers.get(t) or {}).get("cpu_bound_runs") or [])]
-    if bound:
-        why += f"; CPU-bound runs in: {', '.join(bound)}"
+    why += cpu_bound_note(tiers, TIERS)
     if m is None or h is None:
         return "not reproduced", why + " (a tier has no result)"
     if m >= MRC_OK and h < HASH_LOW:

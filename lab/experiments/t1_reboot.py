@@ -19,7 +19,7 @@ from lab.scenario import Step
 
 from . import plot
 from .base import Context, Result, lab_params, lab_up, percentile, rounded, setup_of
-from .jobs import StepTimes, recovery_s, run_job, step_figures
+from .jobs import StepTimes, recovery_s, run_job, step_figures, step_series
 from .registry import Spec
 
 DOWN_S, QUICK_DOWN_S = 10.0, 3.0  # long enough for RoCEv2's retries to run out
@@ -134,8 +134,7 @@ def run(ctx: Context, res: Result) -> None:
     res.judge(verdict, why)
     series = {}
     for t in ("mrc", "rocev2"):
-        st = StepTimes.from_summary({"step_log": out[t]["step_log"] or []})
-        series[t] = ([e for _s, e, k, _f in st.rows if k], [e - s for s, e, k, _f in st.rows if k])
+        series[t] = step_series(out[t]["step_log"])
     path = ctx.out_dir / f"{res.name}.png"
     plot.lines(path, "Claim 7: all-reduce step time through a T1 reboot", series,
                xlabel="run time (s)", ylabel="step time (s)",

@@ -37,7 +37,17 @@ from lab.params import LabParams
 from lab.scenario import WriteSpec, run_parallel
 
 from . import plot
-from .base import HEADER_BYTES, Context, Result, cv, lab_up, median, rounded, setup_of
+from .base import (
+    HEADER_BYTES,
+    Context,
+    Result,
+    cpu_bound_note,
+    cv,
+    lab_up,
+    median,
+    rounded,
+    setup_of,
+)
 from .registry import Spec
 
 # h0 h1 h2 under one T0; a shallow buffer (4 frames per port) fills in about one base RTT,
@@ -153,9 +163,7 @@ def judge(tiers: dict[str, dict[str, Any]], drain_s: float) -> tuple[str, str]:
         f"first retransmission), RoCEv2 (drops, NAK) {ms(r)}; a full queue drains in "
         f"{ms(drain_s)}. Thresholds: trimming <= {FASTER} x dropping, and <= RoCEv2"
     )
-    bound = [k for k in TIERS if any((tiers.get(k) or {}).get("cpu_bound_runs") or [])]
-    if bound:
-        why += f"; CPU-bound runs in: {', '.join(bound)}"
+    why += cpu_bound_note(tiers, TIERS)
     if t is None or d is None:
         return "not reproduced", why + " (a tier saw no request after the onset)"
     vs_drop = t <= FASTER * d
