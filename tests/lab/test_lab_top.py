@@ -121,8 +121,12 @@ def test_top_shows_trims_growing_and_a_link_down() -> None:
             # the port that trims is at the top of the table: h0's T0 downlink on a plane
             trim_row = re.search(r"^p[01]-t0-0 d0 +h0 +up .* \d+ \+\d+", grown, re.M)
             assert trim_row, grown
-            # QPs of the incast's NIC processes: the senders' 2 QPs each, EV states per plane
-            assert re.search(r"^h[123] \d+ +0x[0-9a-f]+ +mrc +h0 +[.sBD]{2} ", grown, re.M), grown
+            # QPs of the incast's NIC processes: the senders' 2 QPs each, EV states per plane.
+            # A sender's rate needs two of its snapshots; until then the busiest-first order
+            # can list h0's receiving QPs ahead of it, so wait for the frame that ranks it.
+            sender_qp = re.compile(r"^h[123] \d+ +0x[0-9a-f]+ +mrc +h0 +[.sBD]{2} ", re.M)
+            ranked = pane.wait(lambda t: bool(sender_qp.search(t)), 15, "a sender's QP row")
+            assert sender_qp.search(ranked), ranked
 
             once = subprocess.run(top_argv(name, "--once", "--width", "100"), capture_output=True,
                                   text=True, timeout=60)  # fmt: skip
