@@ -444,7 +444,8 @@ def find_dip(
             kind,
         )
 
-    below = [fractions[i] < threshold for i in idx]
+    # a bin at the threshold has recovered, whatever the float rounding of goodput / capacity
+    below = [fractions[i] < threshold - 1e-9 for i in idx]
     first_bad = next(
         (k for k, b in enumerate(below) if b and tl.points[idx[k]][0] < t_event + onset), None
     )

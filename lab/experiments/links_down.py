@@ -227,9 +227,10 @@ def _f(x: Any) -> str:
 
 def shape(quick: bool) -> dict[str, int]:
     # quick: 4 planes x (2 T0 + 2 T1), a host per T0: 16 links, 14 taken down; full: the
-    # default lab (8 planes x (2 T0 + 2 T1)): 32 links, 30 taken down. (Not 2 planes: there
-    # MRC stalls for seconds once each plane has lost one path, which 4 and 8 planes do not;
-    # mrc-sim shows it too, so it is the transport's, and the full form is the claim's lab.)
+    # default lab (8 planes x (2 T0 + 2 T1)): 32 links, 30 taken down. (4 planes, not 2: MRC
+    # once stalled for seconds on 2 planes after a path per plane was lost, fixed since by
+    # retiring a dead path's EVs together, tests/lab/test_lab_path_loss.py; the shape stays so
+    # that results stay comparable.)
     return {"planes": 4, "t0": 2, "t1": 2, "hosts_per_t0": 1} if quick else {"planes": 8}
 
 

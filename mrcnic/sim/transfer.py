@@ -352,6 +352,9 @@ class Simulation:
             "drops": sum(link.drops for link in links),
             "random_losses": sum(link.losses for link in links),
             "ev_transitions": self.ev_transitions,
+            "paths_retired": sum(
+                getattr(getattr(a, "evs", None), "paths_retired", 0) for a, _ in self.pairs
+            ),
             "faults": [
                 f"{'heal' if f.up else 'fail'} {f.kind}:{f.index}@{f.time_s}s" for f in cfg.faults
             ],

@@ -222,6 +222,14 @@ class EvTable:
         npaths = planes * t1_count
         self.path_evidence_s = [-1.0] * npaths  # send time of the newest packet delivered
         self.path_ack_s = [-1.0] * npaths  # arrival time of the last acknowledgment
+        # the slots of each path, and its last strike: when a loss retired one of its EVs,
+        # and which (two strikes from different EVs with no acknowledgment between: the path)
+        self.path_slots: list[list[int]] = [[] for _ in range(npaths)]
+        for s, path in enumerate(self.path_of):
+            self.path_slots[path].append(s)
+        self.path_strike_s = [-1.0] * npaths
+        self.path_strike_slot = [-1] * npaths
+        self.paths_retired = 0  # times a whole path's EVs were retired together
         self.state: list[EvState] = [EvState.GOOD] * n
         self.evidence_s: list[float] = [-1.0] * n  # send time of the newest packet known delivered
         self.tx_packets = [0] * n
@@ -348,7 +356,44 @@ class EvTable:
     # -- state machine -----------------------------------------------------------------------
 
     def apply(self, slot: int, inp: EvInput, now_s: float) -> bool:
-        """Feed one input to one EV; returns True when the state changed."""
+        """Feed one input to one EV; returns True when the state changed. A loss (LOST,
+        TIMEOUT) also strikes the EV's fabric path: see :meth:`_path_strike`."""
+        changed = self._transition(slot, inp, now_s)
+        if inp is EvInput.LOST or inp is EvInput.TIMEOUT:
+            changed = self._path_strike(slot, inp, now_s) or changed
+        if changed:
+            self._rebuild()
+        return changed
+
+    def _path_strike(self, slot: int, inp: EvInput, now_s: float) -> bool:
+        """A loss retired ``slot``. If an earlier loss retired another EV of the same fabric
+        path (plane, T1) and nothing sent on that path has been acknowledged since, the path
+        is dead, not the EV: every EV that shares it, backups included, goes ASSUMED_BAD now.
+        One EV at a time would cost a loss each, and once the window is down to a packet or
+        two each of those is a timeout (seconds of near-zero goodput on a fabric that lost one
+        T1 per plane). Random loss on a live path rarely strikes twice without an
+        acknowledgment on the path in between, and probes restore each EV on their own."""
+        path = self.path_of[slot]
+        last = self.path_strike_s[path]
+        picker = self.picker
+        acked = picker.path_ack(path) if picker is not None else self.path_ack_s[path]
+        if last < 0 or acked >= last or self.path_strike_slot[path] == slot:
+            self.path_strike_s[path] = now_s
+            self.path_strike_slot[path] = slot
+            return False
+        self.path_strike_s[path] = -1.0
+        self.path_strike_slot[path] = -1
+        changed = False
+        state = self.state
+        for s in self.path_slots[path]:
+            if state[s] is EvState.GOOD or state[s] is EvState.SKIP:
+                changed = self._transition(s, inp, now_s) or changed
+        if changed:  # (late losses of EVs the path already took out retire nothing)
+            self.paths_retired += 1
+        return changed
+
+    def _transition(self, slot: int, inp: EvInput, now_s: float) -> bool:
+        """One EV's transition and its event, without rebuilding the sprayed set."""
         old = self.state[slot]
         new = next_state(old, inp)
         if new is EvState.SKIP and inp in (EvInput.ECN_ECHO, EvInput.TRIMMED, EvInput.PROBE_OK_ECN):
@@ -369,7 +414,6 @@ class EvTable:
         self.events.append(
             EvStateChanged(self.ev_values[slot], self.plane_of[slot], old, new, inp, now_s)
         )
-        self._rebuild()
         return True
 
     def _release_skips(self) -> None:

@@ -184,6 +184,11 @@ class CTxEngine:
         evs._rr = q.rr
         evs.tx_count = q.tx_count
 
+    def path_ack(self, path: int) -> float:
+        """EvTable.path_ack_s[path] as C keeps it: when anything sent on ``path`` was last
+        acknowledged."""
+        return float(self._slot_arrays["path_ack_s"][path])
+
     def pull_stats(self) -> None:
         """The per-EV and per-path arrays as C has them (for EvTable.stats)."""
         evs = self.qp.evs

@@ -258,6 +258,45 @@ def test_a_later_packet_on_the_same_path_proves_random_loss():
     assert t.state[slot] is G
 
 
+def _same_path(t: EvTable) -> tuple[int, int, list[int]]:
+    """Two EVs of one fabric path, and every slot of that path."""
+    slot = t.active[0]
+    path = t.path_of[slot]
+    twin = next(s for s in t.active if s != slot and t.path_of[s] == path)
+    return slot, twin, [s for s in range(len(t.ev_values)) if t.path_of[s] == path]
+
+
+def test_two_losses_on_one_path_with_no_ack_between_retire_the_path():
+    t = table(ev_count=16)
+    slot, twin, path_slots = _same_path(t)
+    others = [s for s in range(len(t.ev_values)) if s not in path_slots]
+    assert t.apply(slot, EvInput.LOST, 1.0)  # the first strike: that EV only
+    assert [t.state[s] for s in path_slots].count(B) == 1
+    assert t.apply(twin, EvInput.TIMEOUT, 1.2)  # another EV, nothing acknowledged between
+    assert all(t.state[s] is B for s in path_slots)  # backups of that path too
+    assert all(t.state[s] is G for s in others) and t.paths_retired == 1
+    assert not set(path_slots) & set(t.active)
+    causes = [e.cause for e in t.events]
+    assert len(causes) == len(path_slots) and set(causes) == {EvInput.LOST, EvInput.TIMEOUT}
+
+
+def test_an_ack_on_the_path_between_two_losses_keeps_it():
+    t = table(ev_count=16)
+    slot, twin, path_slots = _same_path(t)
+    t.apply(slot, EvInput.LOST, 1.0)
+    t.note_delivered(twin, sent_s=0.9, now_s=1.1)  # the path delivers: random loss
+    t.apply(twin, EvInput.LOST, 1.2)
+    assert [t.state[s] for s in path_slots].count(B) == 2 and t.paths_retired == 0
+
+
+def test_the_same_ev_losing_twice_is_not_its_path():
+    t = table(ev_count=16)
+    slot, _twin, path_slots = _same_path(t)
+    t.apply(slot, EvInput.LOST, 1.0)
+    t.apply(slot, EvInput.LOST, 1.1)  # a bad EV (ev_drop's case), its path may be fine
+    assert [t.state[s] for s in path_slots].count(B) == 1 and t.paths_retired == 0
+
+
 def test_paths_follow_the_address_plan():
     t = EvTable(planes=8, t1_count=4, config=EvConfig(), seed=1)
     for s, ev in enumerate(t.ev_values):

@@ -47,7 +47,25 @@ def test_plane_failure_mid_transfer_recovers_without_error(capsys):
     code, r = run_cli(capsys, "--fail", "plane:1@5ms", "--heal", "plane:1@60ms")
     assert code == 0 and r["verified"] and r["qp_errors"] == 0
     assert r["recovery_s"] is not None and r["recovery_s"] < 10 * r["base_rtt_s"]
-    assert r["timeouts"] > 0
+    # the failure was real: packets were lost and EVs retired (SACKs find it before a timer)
+    assert r["retransmissions"] > 0 and r["ev_states"]["ASSUMED_BAD"] + r["ev_transitions"] > 0
+
+
+def test_losing_a_t1_per_plane_then_a_plane_does_not_stall(capsys):
+    """Two planes of two T1s: one path per plane fails, then the last path of plane 0. Each
+    failure retires its path's EVs together (two losses, no acknowledgment between), so
+    goodput follows the surviving capacity. Retired one EV per loss, the window fell to a
+    packet and every remaining EV of the dead paths cost a timeout: seconds near zero."""
+    code, r = run_cli(
+        capsys, "--planes", "2", "--paths-per-plane", "2", "--port-rate", "10Mbit",
+        "--size", "8M", "--msg-size", "64K", "--fail", "path:0@0.5s", "--fail", "path:3@1s",
+        "--fail", "path:1@1.5s", "--timeline", "250ms",
+    )  # fmt: skip
+    assert code == 0 and r["verified"] and r["qp_errors"] == 0
+    bps = dict(r["timeline"])
+    assert min(bps[t] for t in (0.75, 1.0, 1.25)) > 0.8 * 20e6  # a path per plane left: 20 Mb/s
+    assert min(bps[t] for t in (1.75, 2.0, 2.25, 2.5, 2.75)) > 0.8 * 10e6  # one path: 10 Mb/s
+    assert r["paths_retired"] == 3  # once per failed path (the run is deterministic)
 
 
 def test_port_failure_and_path_failure(capsys):
