@@ -65,6 +65,7 @@ class Link:
         "marks",
         "losses",
         "max_backlog",
+        "loss",
     )
 
     def __init__(self, name: str, spec: LinkSpec) -> None:
@@ -79,6 +80,7 @@ class Link:
         self.marks = 0
         self.losses = 0  # random loss
         self.max_backlog = 0
+        self.loss = spec.loss  # random loss probability (Fabric.set_path_loss sets one link's)
 
     def transmit(self, t: float, frame: bytes, rng: random.Random) -> tuple[float, bytes] | None:
         """The packet enters at ``t``; returns (arrival time at the far end, frame) or None."""
@@ -86,7 +88,7 @@ class Link:
         if not self.up:
             self.drops += 1
             return None
-        if spec.loss and rng.random() < spec.loss:
+        if self.loss and rng.random() < self.loss:
             self.losses += 1
             return None
         n = len(frame)
@@ -247,6 +249,9 @@ class FabricSpec:
     ecn_bytes: int | None = 16 * 1024
     trim: bool = True
     loss: float = 0.0
+    # ((path, loss), ...): a path's own loss probability, data direction (h0 -> h1) only, as a
+    # switch dropping one path's packets would (path = plane * paths_per_plane + t1)
+    path_loss: tuple[tuple[int, float], ...] = ()
     seed: int = 1
 
     @property
@@ -309,6 +314,8 @@ class Fabric:
         self.last = [[Link(f"h{1 - d}-p{p}-lasthop", last) for p in range(P)] for d in range(2)]
         self._route: dict[bytes, int] = {}
         self.misrouted = 0
+        for path, loss in spec.path_loss:
+            self.path[0][path // T][path % T].loss = loss
 
     # -- scheduling --------------------------------------------------------------------------
 

@@ -343,6 +343,7 @@ class Simulation:
             "paths_per_plane": spec.paths_per_plane,
             "port_rate_bps": spec.port_rate_bps,
             "loss": spec.loss,
+            "path_loss": [list(x) for x in spec.path_loss],
             "seed": cfg.seed,
             "base_rtt_s": self.base_rtt_s,
             "timeouts": timeouts,
@@ -510,6 +511,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--loss", type=float, default=0.0, help="random loss probability per packet per fabric path"
     )
     p.add_argument(
+        "--path-loss",
+        action="append",
+        default=[],
+        metavar="N:LOSS",
+        help="random loss probability on path N only (plane*paths_per_plane+t1), data "
+        "direction; repeatable (e.g. 0:0.2, as the ev_drop experiment)",
+    )
+    p.add_argument(
         "--fail",
         action="append",
         default=[],
@@ -571,6 +580,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def parse_path_loss(text: str, paths: int) -> tuple[int, float]:
+    """``N:LOSS`` -> (path, loss)."""
+    m = re.fullmatch(r"\s*(\d+):([0-9.eE+-]+)\s*", text)
+    loss = float(m.group(2)) if m else -1.0
+    if not m or not 0.0 <= loss <= 1.0:
+        raise ValueError(f"bad --path-loss {text!r}: N:LOSS, LOSS in 0..1 (example: 0:0.2)")
+    path = int(m.group(1))
+    if path >= paths:
+        raise ValueError(f"path {path} does not exist (0..{paths - 1})")
+    return path, loss
+
+
 def config_from_args(a: argparse.Namespace) -> SimConfig:
     fabric = FabricSpec(
         planes=a.planes,
@@ -582,6 +603,7 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
         ecn_bytes=None if a.no_ecn else a.ecn,
         trim=not a.no_trim,
         loss=a.loss,
+        path_loss=tuple(parse_path_loss(t, a.planes * a.paths_per_plane) for t in a.path_loss),
         seed=a.seed,
     )
     if a.transport == "gbn":

@@ -14,6 +14,7 @@ and raises :class:`EvTransitionError`.  Every real transition produces an
 from __future__ import annotations
 
 import enum
+import math
 import random
 from collections import deque
 from dataclasses import dataclass
@@ -23,6 +24,12 @@ from mrcnic.errors import MrcError
 
 #: unanswered probes double the probe interval, up to 2**PROBE_BACKOFF_MAX times
 PROBE_BACKOFF_MAX = 3
+#: an EV that fails again soon after probes restored it needs twice the answered probes next
+#: time, up to 2**FLAP_DOUBLINGS_MAX times probe_successes (EvConfig.flap_memory_s)
+FLAP_DOUBLINGS_MAX = 5
+#: ... but only while at most this share of the QP's paths relapse: loss everywhere (random
+#: loss on every link) is no path's fault, and holding every EV out leaves nothing to send on
+FLAP_PATH_SHARE_MAX = 0.25
 SPRAY_MODES = ("bag", "random")
 
 
@@ -47,6 +54,9 @@ class EvInput(enum.Enum):
     DENY = "DENY"  # API / controller
     ALLOW = "ALLOW"  # API / controller: force GOOD
 
+
+#: the inputs that condemn an EV for losing packets (flap damping counts these)
+_LOSS_INPUTS = frozenset({EvInput.LOST, EvInput.TIMEOUT, EvInput.ALWAYS_SKIP})
 
 G, S, B, D = EvState.GOOD, EvState.SKIP, EvState.ASSUMED_BAD, EvState.DENIED
 I = EvInput  # noqa: E741 - short alias keeps the table readable
@@ -137,6 +147,11 @@ class EvConfig:
     backup_per_plane: int = 8
     reverse_per_plane: int = 2
     probe_successes: int = 2  # consecutive answered probes that restore an ASSUMED_BAD EV
+    # flap damping: an EV condemned again (LOST, TIMEOUT, ALWAYS_SKIP) within this long of
+    # its probes restoring it needs twice the answered probes to come back, doubling per
+    # relapse up to 2**FLAP_DOUBLINGS_MAX x probe_successes; one that stays up this long
+    # starts over at probe_successes. 0: no damping (every restore needs probe_successes).
+    flap_memory_s: float = 1.0
     # the floor of EVs sprayed over (libmrc's ev_min_active): below it, SKIP and then
     # ASSUMED_BAD EVs of live planes are sent on too, so a QP never stalls with paths left
     ev_min_active: int = 1
@@ -180,6 +195,8 @@ class EvTable:
                 f"ev_min_active must be in 0..ev_count ({config.ev_count}), "
                 f"not {config.ev_min_active}"
             )
+        if config.flap_memory_s < 0:
+            raise ValueError(f"flap_memory_s must be >= 0, not {config.flap_memory_s}")
         if config.spray not in SPRAY_MODES:
             raise ValueError(f"spray must be one of {', '.join(SPRAY_MODES)}, not {config.spray!r}")
         self.planes = planes
@@ -241,6 +258,10 @@ class EvTable:
         self.probes_answered = [0] * n
         self.probe_ok = [0] * n  # consecutive answered probes
         self.probe_misses = [0] * n  # consecutive unanswered probes (interval backoff)
+        self.restored_s = [-1.0] * n  # when probes last restored the EV
+        self.flaps = [0] * n  # relapses in a row soon after a restore (flap damping)
+        self.flaps_damped = 0  # relapses that raised an EV's bar for coming back
+        self.path_relapse_s = [-math.inf] * npaths  # the last relapse of an EV of the path
         self.probe_due: dict[int, float] = {}  # ASSUMED_BAD slot -> next probe time
         self.probe_pending: dict[int, int] = {}  # slot -> tx_ts_ns of the outstanding probe
         self.plane_down = [False] * planes  # local port down or peer reported its port down
@@ -403,6 +424,18 @@ class EvTable:
         if new is old:
             return False
         self.state[slot] = new
+        if new is EvState.ASSUMED_BAD and inp in _LOSS_INPUTS:
+            memory = self.config.flap_memory_s
+            restored = self.restored_s[slot]
+            if restored >= 0 and now_s - restored < memory:
+                if self.flaps[slot] < FLAP_DOUBLINGS_MAX:
+                    self.flaps[slot] += 1
+                self.flaps_damped += 1
+                self.path_relapse_s[self.path_of[slot]] = now_s
+            else:
+                self.flaps[slot] = 0
+        if old is EvState.ASSUMED_BAD and (inp is EvInput.PROBE_OK or inp is EvInput.PROBE_OK_ECN):
+            self.restored_s[slot] = now_s
         if new is EvState.ASSUMED_BAD:
             self.probe_ok[slot] = 0
             self.probe_misses[slot] = 0
@@ -583,12 +616,29 @@ class EvTable:
         self.probes_answered[slot] += 1
         self.probe_misses[slot] = 0
         self.probe_due[slot] = min(self.probe_due.get(slot, now_s), now_s)  # next one right away
-        if ecn:
-            self.apply(slot, EvInput.PROBE_OK_ECN, now_s)
+        if ecn and not self.flaps[slot]:
+            self.apply(slot, EvInput.PROBE_OK_ECN, now_s)  # congested but alive: SKIP at once
             return
         self.probe_ok[slot] += 1
-        if self.probe_ok[slot] >= self.config.probe_successes:
-            self.apply(slot, EvInput.PROBE_OK, now_s)
+        if self.probe_ok[slot] >= self.probe_successes_needed(slot, now_s):
+            self.apply(slot, EvInput.PROBE_OK_ECN if ecn else EvInput.PROBE_OK, now_s)
+
+    def probe_successes_needed(self, slot: int, now_s: float) -> int:
+        """Answered probes in a row that bring ``slot`` back: ``probe_successes``, doubled for
+        each time it failed again within ``flap_memory_s`` of coming back (flap damping),
+        while no more than FLAP_PATH_SHARE_MAX of the paths have such relapses. A path that
+        loses a share of its packets answers a couple of probes often enough to come back
+        within milliseconds, and leaves again; it answers 8, 16 or 64 in a row rarely, so it
+        stays out while the plane's other EVs carry its share."""
+        base = self.config.probe_successes
+        flaps = self.flaps[slot]
+        if not flaps:
+            return base
+        memory = self.config.flap_memory_s
+        relapsing = sum(1 for t in self.path_relapse_s if now_s - t < memory)
+        if relapsing > FLAP_PATH_SHARE_MAX * len(self.path_relapse_s):
+            return base
+        return base << flaps
 
     # -- introspection ----------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mrcnic.transport.ev import (
+    FLAP_DOUBLINGS_MAX,
     TRANSITIONS,
     EvConfig,
     EvInput,
@@ -128,6 +129,58 @@ def test_probes_restore_only_when_answered_enough_times():
     assert t.due_probes(0.3e-3, 1e-3, ts_ns=30) == [slot]
     t.on_probe_answer(slot, ts_ns=30, ecn=False, now_s=0.4e-3)
     assert t.state[slot] is G and slot not in t.probe_due
+
+
+def _restore(t: EvTable, slot: int, now_s: float) -> int:
+    """Answer probes of ``slot`` until it is back; returns how many it took."""
+    n = 0
+    while t.state[slot] is B:
+        ts = int(now_s * 1e9) + n
+        assert t.due_probes(now_s, 0.0, ts_ns=ts) == [slot]
+        t.on_probe_answer(slot, ts_ns=ts, ecn=False, now_s=now_s)
+        n += 1
+    return n
+
+
+def test_an_ev_that_fails_again_soon_after_coming_back_needs_more_probes():
+    t = table(probe_successes=2, flap_memory_s=1.0)
+    slot = t.active[0]
+    t.apply(slot, EvInput.LOST, 0.0)
+    assert _restore(t, slot, 0.01) == 2
+    t.apply(slot, EvInput.LOST, 0.02)  # relapse 10 ms after coming back
+    assert _restore(t, slot, 0.03) == 4
+    t.apply(slot, EvInput.TIMEOUT, 0.04)
+    assert _restore(t, slot, 0.05) == 8
+    assert t.flaps_damped == 2
+    t.apply(slot, EvInput.LOST, 2.0)  # up for longer than flap_memory_s: starts over
+    assert _restore(t, slot, 2.01) == 2
+
+
+def test_flap_damping_is_capped_and_can_be_turned_off():
+    t = table(probe_successes=2, flap_memory_s=1.0)
+    slot = t.active[0]
+    for k in range(10):
+        t.apply(slot, EvInput.LOST, k * 0.1)
+        _restore(t, slot, k * 0.1 + 0.01)
+    assert t.probe_successes_needed(slot, 1.0) == 2 << FLAP_DOUBLINGS_MAX
+    t = table(probe_successes=2, flap_memory_s=0.0)
+    slot = t.active[0]
+    for k in range(4):
+        t.apply(slot, EvInput.LOST, k * 0.1)
+        assert _restore(t, slot, k * 0.1 + 0.01) == 2
+    with pytest.raises(ValueError, match="flap_memory_s"):
+        table(flap_memory_s=-1.0)
+
+
+def test_a_port_down_is_no_relapse():
+    t = table(probe_successes=2, flap_memory_s=1.0)
+    slot = t.active[0]
+    t.apply(slot, EvInput.LOST, 0.0)
+    _restore(t, slot, 0.01)
+    t.apply(slot, EvInput.LOST, 0.02)
+    assert _restore(t, slot, 0.03) == 4
+    t.apply(slot, EvInput.PORT_DOWN, 0.04)  # the port's own signal, not a lossy path
+    assert t.probe_successes_needed(slot, 0.05) == 4
 
 
 def test_unanswered_probes_back_off():

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
 
 from mrcnic.sim import transfer as sim
 from mrcnic.sim.fabric import FabricSpec, Link, LinkSpec, trim_frame
+from mrcnic.transport.ev import EvConfig
 
 CONTRACT = {
     "goodput_fraction",
@@ -124,3 +126,34 @@ def test_link_queue_ecn_trim_and_priority():
 def test_fabric_capacity():
     spec = FabricSpec(planes=8, paths_per_plane=4, port_rate_bps=100e6, path_rate_bps=20e6)
     assert spec.capacity_bps() == 8 * 80e6
+
+
+def _lossy_path_run(monkeypatch, flap_memory_s: float) -> tuple[dict, int]:
+    """8 planes x 2 paths, path 0 drops 20% of its data (the ev_drop experiment's fault):
+    the result, and the data packets the requester sent on that path."""
+    monkeypatch.setattr(sim, "EvConfig", functools.partial(EvConfig, flap_memory_s=flap_memory_s))
+    args = ["--planes", "8", "--paths-per-plane", "2", "--size", "64M", "--path-loss", "0:0.2"]
+    s = sim.Simulation(sim.config_from_args(sim.build_parser().parse_args(args)))
+    r = s.run()
+    evs = s.pairs[0][0].evs
+    return r, sum(evs.tx_packets[k] for k in range(len(evs.ev_values)) if evs.path_of[k] == 0)
+
+
+def test_flap_damping_keeps_a_lossy_path_out(monkeypatch):
+    """Without damping, the lossy path's EVs answer two probes, come back within RTTs and
+    lose again; with it (the default) they stay out and the path carries far less."""
+    damped, on_path = _lossy_path_run(monkeypatch, 1.0)
+    plain, on_path_plain = _lossy_path_run(monkeypatch, 0.0)
+    assert damped["verified"] and plain["verified"]
+    assert damped["path_loss"] == [[0, 0.2]]
+    assert on_path < 0.5 * on_path_plain
+    assert damped["retransmissions"] < 0.5 * plain["retransmissions"]
+    assert damped["goodput_fraction"] > 0.9
+
+
+def test_path_loss_is_checked():
+    with pytest.raises(ValueError, match="does not exist"):
+        sim.parse_path_loss("8:0.1", 8)
+    with pytest.raises(ValueError, match="LOSS in 0..1"):
+        sim.parse_path_loss("1:2", 8)
+    assert sim.parse_path_loss("3:0.25", 8) == (3, 0.25)
