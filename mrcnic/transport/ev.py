@@ -245,6 +245,9 @@ class EvTable:
         for s, path in enumerate(self.path_of):
             self.path_slots[path].append(s)
         self.path_strike_s = [-1.0] * npaths
+        # a path acknowledged within this long is queued, not dead (half the RTO: the QP
+        # keeps it current, as on_timeout's quiet_s)
+        self.path_quiet_s = 0.0
         self.path_strike_slot = [-1] * npaths
         self.paths_retired = 0  # times a whole path's EVs were retired together
         self.state: list[EvState] = [EvState.GOOD] * n
@@ -388,8 +391,10 @@ class EvTable:
 
     def _path_strike(self, slot: int, inp: EvInput, now_s: float) -> bool:
         """A loss retired ``slot``. If an earlier loss retired another EV of the same fabric
-        path (plane, T1) and nothing sent on that path has been acknowledged since, the path
-        is dead, not the EV: every EV that shares it, backups included, goes ASSUMED_BAD now.
+        path (plane, T1), nothing sent on that path has been acknowledged since, and nothing
+        for ``path_quiet_s`` (half the RTO: a path whose queue delays every packet on it
+        looks lost to the reordering rule while it drains, but keeps being acknowledged), the
+        path is dead, not the EV: every EV that shares it, backups included, goes ASSUMED_BAD.
         One EV at a time would cost a loss each, and once the window is down to a packet or
         two each of those is a timeout (seconds of near-zero goodput on a fabric that lost one
         T1 per plane). Random loss on a live path rarely strikes twice without an
@@ -398,7 +403,12 @@ class EvTable:
         last = self.path_strike_s[path]
         picker = self.picker
         acked = picker.path_ack(path) if picker is not None else self.path_ack_s[path]
-        if last < 0 or acked >= last or self.path_strike_slot[path] == slot:
+        if (
+            last < 0
+            or acked >= last
+            or now_s - acked < self.path_quiet_s
+            or self.path_strike_slot[path] == slot
+        ):
             self.path_strike_s[path] = now_s
             self.path_strike_slot[path] = slot
             return False
@@ -615,7 +625,8 @@ class EvTable:
         del self.probe_pending[slot]
         self.probes_answered[slot] += 1
         self.probe_misses[slot] = 0
-        self.probe_due[slot] = min(self.probe_due.get(slot, now_s), now_s)  # next one right away
+        if not self.flaps[slot]:  # next one right away; a damped EV keeps the interval
+            self.probe_due[slot] = min(self.probe_due.get(slot, now_s), now_s)
         if ecn and not self.flaps[slot]:
             self.apply(slot, EvInput.PROBE_OK_ECN, now_s)  # congested but alive: SKIP at once
             return

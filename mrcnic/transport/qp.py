@@ -167,6 +167,7 @@ class QueuePair(Requester, Responder, Outbox):
         self._ev_order_spurious = 0
         self._recoveries: deque[list] = deque(maxlen=65536)  # [delay_s, spurious] each
         self._rto = max(self._min_rto, INITIAL_RTO_RTTS * cfg.base_rtt_s)
+        self.evs.path_quiet_s = 0.5 * self._rto  # (kept in step with the RTO by its owners)
         self._ack_delay = cfg.ack_delay_s if cfg.ack_delay_s is not None else cfg.base_rtt_s / 8
         self._ack_deadline: float | None = None
         # the C receive engine: Device sets _rx_engines (MRC_NIC_ENGINE=c), connect makes _rxe

@@ -485,6 +485,7 @@ class Requester:
         srtt = self._srtt if self._srtt is not None else 0.0
         rto = max(srtt + 4 * self._rttvar, RTO_PEAK_GAIN * self._rtt_peak)
         self._rto = min(max(rto, self._min_rto), self.config.max_rto_s)
+        self.evs.path_quiet_s = 0.5 * self._rto
 
     def _spurious(self, rec: TxRecord, ev: int, reflected_ts_ns: int, now_s: float) -> bool:
         """A PSN that timed out is acknowledged: if the SACK was triggered by the very

@@ -402,6 +402,7 @@ class CTxEngine:
         qp = self.qp
         self._counters.add(self._ffi, q.st, qp.stats)
         qp._rto = q.rto
+        qp.evs.path_quiet_s = 0.5 * q.rto
         qp._srtt = q.srtt if q.has_srtt else None
         qp._rttvar = q.rttvar
         qp._min_rtt = q.min_rtt

@@ -342,6 +342,21 @@ def test_an_ack_on_the_path_between_two_losses_keeps_it():
     assert [t.state[s] for s in path_slots].count(B) == 2 and t.paths_retired == 0
 
 
+def test_a_path_acknowledged_within_half_an_rto_is_queued_not_dead():
+    """Its whole queue looks lost to the reordering rule while it drains: strikes there do
+    not retire it until it has been silent for path_quiet_s."""
+    t = table(ev_count=16)
+    t.path_quiet_s = 0.05
+    slot, twin, path_slots = _same_path(t)
+    t.note_delivered(twin, sent_s=0.95, now_s=0.99)
+    t.apply(slot, EvInput.LOST, 1.0)
+    t.apply(twin, EvInput.LOST, 1.02)  # no ack since the first strike, but one 30 ms ago
+    assert [t.state[s] for s in path_slots].count(B) == 2 and t.paths_retired == 0
+    third = next(s for s in path_slots if t.state[s] is G and s in t.active)
+    t.apply(third, EvInput.LOST, 1.06)  # silent for 70 ms now
+    assert all(t.state[s] is B for s in path_slots) and t.paths_retired == 1
+
+
 def test_the_same_ev_losing_twice_is_not_its_path():
     t = table(ev_count=16)
     slot, _twin, path_slots = _same_path(t)
