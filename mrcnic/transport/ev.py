@@ -393,8 +393,10 @@ class EvTable:
         """A loss retired ``slot``. If an earlier loss retired another EV of the same fabric
         path (plane, T1), nothing sent on that path has been acknowledged since, and nothing
         for ``path_quiet_s`` (half the RTO: a path whose queue delays every packet on it
-        looks lost to the reordering rule while it drains, but keeps being acknowledged), the
-        path is dead, not the EV: every EV that shares it, backups included, goes ASSUMED_BAD.
+        looks lost to the reordering rule while it drains, but keeps being acknowledged),
+        while another path *was* acknowledged since the first strike (silence everywhere is
+        the QP's own start or a stall of its process, not this path), the path is dead, not
+        the EV: every EV that shares it, backups included, goes ASSUMED_BAD.
         One EV at a time would cost a loss each, and once the window is down to a packet or
         two each of those is a timeout (seconds of near-zero goodput on a fabric that lost one
         T1 per plane). Random loss on a live path rarely strikes twice without an
@@ -402,12 +404,14 @@ class EvTable:
         path = self.path_of[slot]
         last = self.path_strike_s[path]
         picker = self.picker
-        acked = picker.path_ack(path) if picker is not None else self.path_ack_s[path]
+        ack = picker.path_ack if picker is not None else self.path_ack_s.__getitem__
+        acked = ack(path)
         if (
             last < 0
             or acked >= last
             or now_s - acked < self.path_quiet_s
             or self.path_strike_slot[path] == slot
+            or not any(ack(p) >= last for p in range(len(self.path_slots)) if p != path)
         ):
             self.path_strike_s[path] = now_s
             self.path_strike_slot[path] = slot
@@ -637,13 +641,19 @@ class EvTable:
     def probe_successes_needed(self, slot: int, now_s: float) -> int:
         """Answered probes in a row that bring ``slot`` back: ``probe_successes``, doubled for
         each time it failed again within ``flap_memory_s`` of coming back (flap damping),
-        while no more than FLAP_PATH_SHARE_MAX of the paths have such relapses. A path that
+        while no more than FLAP_PATH_SHARE_MAX of the paths have such relapses and its plane
+        has another EV in use (damping never keeps a plane out: a plane's share is fixed, so
+        its last path carries the whole share, and its queue can look like loss). A path that
         loses a share of its packets answers a couple of probes often enough to come back
         within milliseconds, and leaves again; it answers 8, 16 or 64 in a row rarely, so it
         stays out while the plane's other EVs carry its share."""
         base = self.config.probe_successes
         flaps = self.flaps[slot]
         if not flaps:
+            return base
+        state = self.state
+        good, skip = EvState.GOOD, EvState.SKIP
+        if not any(state[s] is good or state[s] is skip for s in self.pool[self.plane_of[slot]]):
             return base
         memory = self.config.flap_memory_s
         relapsing = sum(1 for t in self.path_relapse_s if now_s - t < memory)

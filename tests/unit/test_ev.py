@@ -172,6 +172,17 @@ def test_flap_damping_is_capped_and_can_be_turned_off():
         table(flap_memory_s=-1.0)
 
 
+def test_damping_never_keeps_a_plane_out():
+    t = table(probe_successes=2, flap_memory_s=1.0)
+    slot = t.active[0]
+    t.apply(slot, EvInput.LOST, 0.0)
+    _restore(t, slot, 0.01)
+    t.apply(slot, EvInput.LOST, 0.02)  # a relapse: 4 answers next time...
+    for other in t.pool[t.plane_of[slot]]:
+        t.apply(other, EvInput.PORT_DOWN, 0.03)  # ...unless nothing else of its plane is up
+    assert t.probe_successes_needed(slot, 0.04) == 2
+
+
 def test_a_port_down_is_no_relapse():
     t = table(probe_successes=2, flap_memory_s=1.0)
     slot = t.active[0]
@@ -319,12 +330,19 @@ def _same_path(t: EvTable) -> tuple[int, int, list[int]]:
     return slot, twin, [s for s in range(len(t.ev_values)) if t.path_of[s] == path]
 
 
+def _other_path_acked(t: EvTable, path_slots: list[int], now_s: float) -> None:
+    """Another path delivers at ``now_s``: the QP is hearing from the fabric."""
+    other = next(s for s in t.active if s not in path_slots)
+    t.note_delivered(other, sent_s=now_s - 0.01, now_s=now_s)
+
+
 def test_two_losses_on_one_path_with_no_ack_between_retire_the_path():
     t = table(ev_count=16)
     slot, twin, path_slots = _same_path(t)
     others = [s for s in range(len(t.ev_values)) if s not in path_slots]
     assert t.apply(slot, EvInput.LOST, 1.0)  # the first strike: that EV only
     assert [t.state[s] for s in path_slots].count(B) == 1
+    _other_path_acked(t, path_slots, 1.1)
     assert t.apply(twin, EvInput.TIMEOUT, 1.2)  # another EV, nothing acknowledged between
     assert all(t.state[s] is B for s in path_slots)  # backups of that path too
     assert all(t.state[s] is G for s in others) and t.paths_retired == 1
@@ -350,11 +368,23 @@ def test_a_path_acknowledged_within_half_an_rto_is_queued_not_dead():
     slot, twin, path_slots = _same_path(t)
     t.note_delivered(twin, sent_s=0.95, now_s=0.99)
     t.apply(slot, EvInput.LOST, 1.0)
+    _other_path_acked(t, path_slots, 1.01)
     t.apply(twin, EvInput.LOST, 1.02)  # no ack since the first strike, but one 30 ms ago
     assert [t.state[s] for s in path_slots].count(B) == 2 and t.paths_retired == 0
     third = next(s for s in path_slots if t.state[s] is G and s in t.active)
+    _other_path_acked(t, path_slots, 1.05)
     t.apply(third, EvInput.LOST, 1.06)  # silent for 70 ms now
     assert all(t.state[s] is B for s in path_slots) and t.paths_retired == 1
+
+
+def test_silence_on_every_path_retires_no_path():
+    """Timeouts everywhere with no acknowledgment anywhere (the QP's first RTO, a stall of its
+    own process) say nothing about one path: each EV goes alone, as before."""
+    t = table(ev_count=16)
+    slot, twin, path_slots = _same_path(t)
+    t.apply(slot, EvInput.TIMEOUT, 1.0)
+    t.apply(twin, EvInput.TIMEOUT, 1.2)
+    assert [t.state[s] for s in path_slots].count(B) == 2 and t.paths_retired == 0
 
 
 def test_the_same_ev_losing_twice_is_not_its_path():
