@@ -503,6 +503,21 @@ async def drive(
     return None
 
 
+def result_head(test: str, st: Any, p: Any) -> dict[str, Any]:
+    """The keys a collective's result opens with: the test, the lab, the ranks."""
+    plan = st.plan
+    return {
+        "test": test,
+        "lab": st.name,
+        "switch_mode": st.params.switch,
+        "planes": plan.params.planes,
+        "port_rate_bps": plan.params.rate_mbit * 1e6,
+        "hosts": [plan.host_name(h) for h in p.hosts],
+        "ranks": len(p.hosts),
+        "transport": p.transport,
+    }
+
+
 def _result(
     st: Any,
     p: AllreduceParams,
@@ -554,14 +569,7 @@ def _result(
         [round(statistics.fmean(col), 6) for col in zip(*steps, strict=False)] if steps else []
     )
     return {
-        "test": "allreduce",
-        "lab": st.name,
-        "switch_mode": st.params.switch,
-        "planes": plan.params.planes,
-        "port_rate_bps": plan.params.rate_mbit * 1e6,
-        "hosts": [plan.host_name(h) for h in p.hosts],
-        "ranks": n,
-        "transport": p.transport,
+        **result_head("allreduce", st, p),
         "size": size,
         "elements": size // 4,
         "type": "uint32",

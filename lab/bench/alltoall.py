@@ -38,6 +38,7 @@ from lab.bench.allreduce import (
     imm_tag,
     rank_data,
     rendezvous,
+    result_head,
 )
 from lab.host import LabHost
 from mrcnic.io.aio import AioNic
@@ -370,14 +371,7 @@ def result(
     qps = [q for f in finals for q in f.get("qp", [])]
     busbws = [r["busbw_bps"] for r in rows if r["iterations"]]
     return {
-        "test": "alltoall",
-        "lab": st.name,
-        "switch_mode": st.params.switch,
-        "planes": plan.params.planes,
-        "port_rate_bps": plan.params.rate_mbit * 1e6,
-        "hosts": [plan.host_name(h) for h in p.hosts],
-        "ranks": n,
-        "transport": p.transport,
+        **result_head("alltoall", st, p),
         "qps_per_rank": n - 1,
         "size": last["size"],
         "sizes": sizes,

@@ -198,12 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help="bytes per rank, a multiple of 4 x ranks (default 4M)",
     )
-    ar.add_argument("--iters", "-n", type=int, default=5, help="timed iterations (default 5)")
-    ar.add_argument("--warmup", type=int, default=1, help="untimed iterations first (default 1)")
-    ar.add_argument("--seed", type=int, default=1, help="data seed (default 1)")
-    ar.add_argument(
-        "--rank", type=int, default=None, help="run only this rank here (rank 0 coordinates)"
-    )
+    _add_collective_loop(ar, "")
 
     aa = sub.add_parser(
         "alltoall", help="all-to-all: every rank writes one chunk to every other (nccl-tests)"
@@ -225,12 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="LIST",
         help="sweep these sizes in order, as nccl-tests does, e.g. 1M,4M,16M",
     )
-    aa.add_argument("--iters", "-n", type=int, default=5, help="timed iterations per size (5)")
-    aa.add_argument("--warmup", type=int, default=1, help="untimed iterations per size (1)")
-    aa.add_argument("--seed", type=int, default=1, help="data seed (default 1)")
-    aa.add_argument(
-        "--rank", type=int, default=None, help="run only this rank here (rank 0 coordinates)"
-    )
+    _add_collective_loop(aa, " per size")
 
     fg = sub.add_parser(
         "forge",
@@ -758,11 +748,20 @@ def _stop(procs: list[tuple[subprocess.Popen, Any, str]]) -> None:
             p.wait()
 
 
-def _allreduce(st: Any, args: argparse.Namespace) -> int:
-    from lab.bench.allreduce import AllreduceParams, run_rank
-    from mrcnic.io import aio
+def _add_collective_loop(p: argparse.ArgumentParser, per: str) -> None:
+    """A collective's loop options (``per``: what an iteration count is counted per)."""
+    p.add_argument("--iters", "-n", type=int, default=5, help=f"timed iterations{per} (default 5)")
+    p.add_argument(
+        "--warmup", type=int, default=1, help=f"untimed iterations{per} first (default 1)"
+    )
+    p.add_argument("--seed", type=int, default=1, help="data seed (default 1)")
+    p.add_argument(
+        "--rank", type=int, default=None, help="run only this rank here (rank 0 coordinates)"
+    )
 
-    plan = st.plan
+
+def _collective_hosts(plan: Any, args: argparse.Namespace) -> list[int]:
+    """The ranks' hosts (``--hosts``, default every host) and the loop counts, checked."""
     try:
         names = (
             args.hosts.split(",")
@@ -770,22 +769,21 @@ def _allreduce(st: Any, args: argparse.Namespace) -> int:
             else [plan.host_name(h) for h in range(plan.host_count)]
         )
         hosts = [bc.parse_host(plan, h) for h in names]
-        size = args.size
     except ValueError as e:
         raise UsageError(str(e)) from None
     if len(hosts) < 2 or len(set(hosts)) != len(hosts):
         raise UsageError("--hosts needs at least 2 distinct hosts")
     if args.iters < 1 or args.warmup < 0:
         raise UsageError("--iters must be >= 1 and --warmup >= 0")
-    p = AllreduceParams(
-        hosts=hosts,
-        size=size,
-        iters=args.iters,
-        warmup=args.warmup,
-        transport=args.transport,
-        seed=args.seed,
-        timeout_s=args.timeout_s or 120.0,
-    )
+    return hosts
+
+
+def _collective(st: Any, args: argparse.Namespace, p: Any, run_rank: Any, sizes: list[str]) -> int:
+    """One rank here (``--rank``), or every rank in its host's namespace, rank 0 reporting.
+    ``sizes``: the size options every rank is given."""
+    from mrcnic.io import aio
+
+    hosts = p.hosts
     if args.rank is not None:
         if not 0 <= args.rank < len(hosts):
             raise UsageError(f"--rank must be 0..{len(hosts) - 1}")
@@ -794,9 +792,9 @@ def _allreduce(st: Any, args: argparse.Namespace) -> int:
             _emit(res, args.json)
             return EXIT_OK if res["verified"] else EXIT_FAILED
         return EXIT_OK
-    hosts_arg = ",".join(plan.host_name(h) for h in hosts)
-    common = ["allreduce", "--lab", st.name, "--hosts", hosts_arg]
-    common += ["--size", str(size), "--iters", str(args.iters), "--warmup", str(args.warmup)]
+    hosts_arg = ",".join(st.plan.host_name(h) for h in hosts)
+    common = [args.test, "--lab", st.name, "--hosts", hosts_arg, *sizes]
+    common += ["--iters", str(args.iters), "--warmup", str(args.warmup)]
     common += ["--seed", str(args.seed), "--transport", args.transport]
     if args.timeout_s is not None:
         common += ["--timeout-s", str(args.timeout_s)]
@@ -810,24 +808,26 @@ def _allreduce(st: Any, args: argparse.Namespace) -> int:
     return _orchestrate(st, sides, args.json)
 
 
+def _allreduce(st: Any, args: argparse.Namespace) -> int:
+    from lab.bench.allreduce import AllreduceParams, run_rank
+
+    hosts = _collective_hosts(st.plan, args)
+    p = AllreduceParams(
+        hosts=hosts,
+        size=args.size,
+        iters=args.iters,
+        warmup=args.warmup,
+        transport=args.transport,
+        seed=args.seed,
+        timeout_s=args.timeout_s or 120.0,
+    )
+    return _collective(st, args, p, run_rank, ["--size", str(args.size)])
+
+
 def _alltoall(st: Any, args: argparse.Namespace) -> int:
     from lab.bench.alltoall import AlltoallParams, check_sizes, run_rank
-    from mrcnic.io import aio
 
-    plan = st.plan
-    try:
-        names = (
-            args.hosts.split(",")
-            if args.hosts
-            else [plan.host_name(h) for h in range(plan.host_count)]
-        )
-        hosts = [bc.parse_host(plan, h) for h in names]
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    if len(hosts) < 2 or len(set(hosts)) != len(hosts):
-        raise UsageError("--hosts needs at least 2 distinct hosts")
-    if args.iters < 1 or args.warmup < 0:
-        raise UsageError("--iters must be >= 1 and --warmup >= 0")
+    hosts = _collective_hosts(st.plan, args)
     sizes = args.sizes or [args.size if args.size is not None else 4 << 20]
     try:
         check_sizes(sizes, len(hosts))
@@ -842,29 +842,7 @@ def _alltoall(st: Any, args: argparse.Namespace) -> int:
         seed=args.seed,
         timeout_s=args.timeout_s or 120.0,
     )
-    if args.rank is not None:
-        if not 0 <= args.rank < len(hosts):
-            raise UsageError(f"--rank must be 0..{len(hosts) - 1}")
-        res = aio.run(run_rank(st, args.rank, p, args.port))
-        if res is not None:
-            _emit(res, args.json)
-            return EXIT_OK if res["verified"] else EXIT_FAILED
-        return EXIT_OK
-    hosts_arg = ",".join(plan.host_name(h) for h in hosts)
-    common = ["alltoall", "--lab", st.name, "--hosts", hosts_arg]
-    common += ["--sizes", ",".join(str(s) for s in sizes), "--iters", str(args.iters)]
-    common += ["--warmup", str(args.warmup), "--seed", str(args.seed)]
-    common += ["--transport", args.transport]
-    if args.timeout_s is not None:
-        common += ["--timeout-s", str(args.timeout_s)]
-    rank0 = [*common, "--port", _listen_port(args.port), "--rank", "0", "--json"]
-    sides = [Side(hosts[0], rank0, listens=True, result=True)]
-    sides += [
-        Side(h, [*common, "--port", PORT_SLOT, "--rank", str(r)])
-        for r, h in enumerate(hosts)
-        if r > 0
-    ]
-    return _orchestrate(st, sides, args.json)
+    return _collective(st, args, p, run_rank, ["--sizes", ",".join(str(x) for x in sizes)])
 
 
 # --- output --------------------------------------------------------------------------------------

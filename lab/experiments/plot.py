@@ -62,12 +62,7 @@ def bars(
         ax.axhline(v, ls="--", lw=1, color=COLOURS.get(key, COLOURS["paper"]),
                    label=f"paper: {LABELS.get(key, key)} {v:g}")  # fmt: skip
     ax.set_xticks(range(len(groups)), list(groups))
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(fontsize=7)
-    if note:
-        fig.text(0.01, 0.01, note, fontsize=7, color="#555555")
-    return _save(plt, fig, path)
+    return _finish(plt, fig, ax, title, ylabel, note, path)
 
 
 def lines(
@@ -91,6 +86,11 @@ def lines(
         ax.axvline(x, ls=":", lw=1, color="#888888")
         ax.annotate(text, (x, ax.get_ylim()[1]), fontsize=7, rotation=90, va="top", ha="right")
     ax.set_xlabel(xlabel)
+    return _finish(plt, fig, ax, title, ylabel, note, path)
+
+
+def _finish(plt: Any, fig: Any, ax: Any, title: str, ylabel: str, note: str, path: Path) -> Path:
+    """What every chart ends with: its labels, legend, footnote, and the file."""
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize=7)
