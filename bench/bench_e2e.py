@@ -16,7 +16,7 @@
    (spraying over T1s alone). CPU of the lab's processes and of the machine beside it.
 3. ``failures``: one long write per fault, MRC vs RoCEv2, on the default lab: a T1 reboot, a
    T0-T1 link down, a NIC port down, 1% loss on one fabric link; for each the depth and
-   duration of the goodput dip (lab/analysis.py), completed, verified, QP errors, bytes
+   duration of the goodput dip (lab/proc/analysis.py), completed, verified, QP errors, bytes
    moved against a no-fault run of the same length.
 4. ``cpu``: packets per second per core of the NIC send and receive paths on real ports,
    from mrc-bench's CPU figures of one MRC write (``single``'s runs when it ran too).
@@ -39,12 +39,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from lab import analysis as an
-from lab import calibrate, lifecycle
-from lab.bench.common import cpu_bound, env_added
-from lab.netns import LabError, have_net_admin
-from lab.params import LabParams, resolve
-from lab.scenario import (
+from lab.fabric import lifecycle
+from lab.fabric.netns import LabError, have_net_admin
+from lab.fabric.params import LabParams, resolve
+from lab.fabric.state import LabState, exists
+from lab.proc import analysis as an
+from lab.proc.cpu import cpu_bound
+from lab.proc.env import env_added
+from lab.proc.scenario import (
     CpuMeter,
     Step,
     WriteRun,
@@ -54,7 +56,7 @@ from lab.scenario import (
     run_parallel,
     run_write,
 )
-from lab.state import LabState, exists
+from lab.workloads import calibrate
 from mrcnic.units import size_arg, time_arg, time_in
 
 BENCHMARKS = ("single", "permutation", "failures", "cpu")
@@ -109,7 +111,7 @@ def link_rate(
     ``--perm-rate-mbit``) as given, or with ``auto`` the calibration of this machine for
     the lab's shape with python switches (the costlier mode; kernel-switch labs of the
     same benchmark run at the same rate, so the two stay comparable), measured once per
-    boot and cached (lab/calibrate.py). Prints one line saying which."""
+    boot and cached (lab/workloads/calibrate.py). Prints one line saying which."""
     given = getattr(a, flag)
     if given != calibrate.AUTO:
         line = f"links at {given:g} Mb/s as given (--{flag.replace('_', '-')})"
@@ -481,12 +483,12 @@ def bench_failures(a: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {
         "benchmark": "e2e-failures",
         "what": f"one write h0 -> h{dst} of {d:g} s per fault, fault at {at:g} s, undone at "
-        f"{undo:g} s (a reboot: {a.reboot_down_ms:g} ms down); dips per lab/analysis.py",
+        f"{undo:g} s (a reboot: {a.reboot_down_ms:g} ms down); dips per lab/proc/analysis.py",
         "lab": base.to_dict(),
         "rate_choice": choice,
         "switch_modes": modes,
         "definitions": {
-            "capacity": "what the surviving fabric carries for h0 -> h3 (lab/analysis.py)",
+            "capacity": "what the surviving fabric carries for h0 -> h3 (lab/proc/analysis.py)",
             "lowest_fraction": "depth: lowest goodput/capacity bin from the fault to recovery",
             "duration_s": "time from the fault until goodput is back to >= threshold x "
             "capacity for 2 bins in a row (0: never below)",

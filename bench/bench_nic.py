@@ -1,7 +1,7 @@
 """What the NIC costs per frame, against what moving the frames costs: ``make bench-nic``.
 
 Two namespaces (``mrcnb-a``, ``mrcnb-b``) joined by one veth, no switches. Configs, each a
-sender in ``a`` and a receiver in ``b`` (processes of ``lab/bench/nic.py``, the sender pinned to
+sender in ``a`` and a receiver in ``b`` (processes of ``lab/workloads/bench/nic.py``, the sender pinned to
 CPU 0 and the receiver to CPU 1), run in alternating order for ``--reps`` repetitions:
 
 - ``raw``: a minimal C AF_PACKET sender (one prepared 4 KiB-payload MRC data frame, sendmmsg)
@@ -89,7 +89,19 @@ def _spawn(ns: str, cpu: int, args: list[str], engine: str | None) -> subprocess
     env = dict(os.environ)
     if engine is not None:
         env["MRC_NIC_ENGINE"] = engine
-    argv = ["ip", "netns", "exec", ns, "taskset", "-c", str(cpu), PY, "-m", "lab.bench.nic", *args]
+    argv = [
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        "taskset",
+        "-c",
+        str(cpu),
+        PY,
+        "-m",
+        "lab.workloads.bench.nic",
+        *args,
+    ]
     return subprocess.Popen(
         argv, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )

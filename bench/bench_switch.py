@@ -1,6 +1,6 @@
 """Forwarding rate host -> switch -> host: mrc-switch vs the kernel's seg6local next-csid.
 
-Builds the three-namespace chain of lab/bench/switch_chain.py twice, side by side: one
+Builds the three-namespace chain of lab/workloads/bench/switch_chain.py twice, side by side: one
 with mrc-switch in the middle, one with the Linux kernel (``seg6local End flavors
 next-csid``). Both are offered load by the same sender (one process, one valid uSID frame
 laid out once in a buffer and blasted with sendmmsg through the C core as fast as it can go,
@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lab.bench import switch_chain as H
+from lab.workloads.bench import switch_chain as H
 from mrcnic.units import UnitsError, parse_size, time_arg
 
 ROOT = Path(__file__).resolve().parents[1]

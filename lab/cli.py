@@ -9,16 +9,16 @@ import sys
 import time
 from typing import Any
 
+from lab.fabric import lifecycle
+from lab.fabric.faults import Faults, tc_rate_arg
+from lab.fabric.netns import LabError, ns_argv
+from lab.fabric.params import DEFAULT_NAME, ParamError, resolve
+from lab.fabric.progress import Progress
+from lab.fabric.state import list_labs, load
+from lab.fabric.status import format_stats, format_status, status, switch_stats
+from lab.fabric.topology import Plan
+from lab.workloads import calibrate
 from mrcnic.units import size_in, time_in
-
-from . import calibrate, lifecycle
-from .faults import Faults, tc_rate_arg
-from .netns import LabError, ns_argv
-from .params import DEFAULT_NAME, ParamError, resolve
-from .progress import Progress
-from .state import list_labs, load
-from .status import format_stats, format_status, status, switch_stats
-from .topology import Plan
 
 MAIN_EPILOG = """\
 examples:
@@ -523,7 +523,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_top(args: argparse.Namespace) -> int:
-    from lab import top
+    from lab.views import top
 
     if args.interval <= 0 or args.faults_s <= 0:
         raise LabError("--interval and --faults-s must be > 0")
@@ -577,7 +577,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def cmd_capture(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from lab import capture
+    from lab.fabric import capture
 
     if args.seconds <= 0 or (args.count is not None and args.count < 1):
         raise LabError("--seconds must be > 0 and --count >= 1")
@@ -600,7 +600,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from lab import probe
+    from lab.fabric import probe
 
     if args.seconds <= 0 or args.interval_ms <= 0 or args.timeout_ms <= 0 or args.down_after < 1:
         raise LabError("--seconds, --interval-ms, --timeout-ms must be > 0, --down-after >= 1")
@@ -642,8 +642,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
 def cmd_experiment(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from lab.experiments import registry, report
-    from lab.experiments.base import Context
+    from lab.workloads.experiments import registry, report
+    from lab.workloads.experiments.base import Context
 
     which = args.experiment
     if which == "list":

@@ -42,7 +42,7 @@ Time is ``time.monotonic()`` seconds (CLOCK_MONOTONIC, the timerfd's clock), rea
 callback and passed into the core.  Pacing is exact on average and bursts are bounded by the
 token bucket depth (``PacerConfig.burst_s``).
 
-    host = LabHost.load("mrc", "h0")          # lab.host: Device + port names of h0
+    host = LabHost.load("mrc", "h0")          # lab.fabric.host: Device + port names of h0
     async with host.nic() as nic:              # sockets opened in the host's namespace
         qp = host.device.create_qp(host.qp_config())
         ...

@@ -2,7 +2,7 @@
 
 ``setns(2)`` switches only the calling thread, so sockets opened in the body live in the
 target namespace and the thread comes back afterwards. The lab builds on this
-(``lab.netns``); nothing here knows about labs.
+(``lab.fabric.netns``); nothing here knows about labs.
 """
 
 from __future__ import annotations

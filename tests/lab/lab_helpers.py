@@ -20,10 +20,10 @@ from contextlib import contextmanager
 
 import pytest
 
-from lab import lifecycle
-from lab.netns import have_net_admin, in_netns, list_netns
-from lab.params import LabParams
-from lab.state import LabState
+from lab.fabric import lifecycle
+from lab.fabric.netns import have_net_admin, in_netns, list_netns
+from lab.fabric.params import LabParams
+from lab.fabric.state import LabState
 from mrcnic import wire
 
 ETH_P_ALL = 0x0003
@@ -229,6 +229,6 @@ def wait_gone(pids: list[int], timeout_s: float = 3.0) -> list[int]:
 
 
 def state_dir_files(name: str) -> list[str]:
-    from lab.state import run_dir, state_path
+    from lab.fabric.state import run_dir, state_path
 
     return [str(p) for p in (state_path(name), run_dir(name)) if os.path.exists(p)]

@@ -18,8 +18,8 @@ import time
 import lab_helpers as H
 import pytest
 
-from lab.faults import Faults
-from lab.host import LabHost
+from lab.fabric.faults import Faults
+from lab.fabric.host import LabHost
 from mrcnic.io.aio import run
 from mrcnic.transport.qp_types import QpErrorEvent, QpState
 from mrcnic.verbs import RemoteBuffer, WcStatus
@@ -244,7 +244,7 @@ def test_wrong_rkey_fails_cleanly(elab) -> None:
 
 def bench(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "lab.bench.cli", *args],
+        [sys.executable, "-m", "lab.bench_cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

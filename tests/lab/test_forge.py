@@ -9,8 +9,8 @@ import asyncio
 import lab_helpers as H
 import pytest
 
-from lab.bench.cli import main as bench_main
-from lab.bench.forge import ForgeParams, run_forge
+from lab.bench_cli import main as bench_main
+from lab.workloads.bench.forge import ForgeParams, run_forge
 
 pytestmark = [pytest.mark.lab, H.needs_root]
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from lab import fuzz, fuzz_switch
+from lab.workloads.fuzz import run as fuzz
+from lab.workloads.fuzz import switch as fuzz_switch
 
 
 def test_switch_counts_every_hostile_frame_and_survives(tmp_path):
@@ -39,7 +40,7 @@ def test_make_fuzz_writes_its_report(tmp_path, capsys):
 
 
 def test_nics_on_a_real_wire_count_every_hostile_frame(monkeypatch):
-    from lab import fuzz_wire
+    from lab.workloads.fuzz import wire as fuzz_wire
 
     for engine in ("c", "py"):
         monkeypatch.setenv("MRC_NIC_ENGINE", engine)

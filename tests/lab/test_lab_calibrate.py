@@ -15,9 +15,9 @@ import sys
 import lab_helpers as H
 import pytest
 
-from lab import calibrate as cal
-from lab.params import LabParams
-from lab.state import exists
+from lab.fabric.params import LabParams
+from lab.fabric.state import exists
+from lab.workloads import calibrate as cal
 
 pytestmark = [pytest.mark.lab, H.needs_root]
 

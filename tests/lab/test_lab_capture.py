@@ -16,7 +16,7 @@ from pathlib import Path
 import lab_helpers as H
 import pytest
 
-from lab import pcapng
+from lab.fabric import pcapng
 
 pytestmark = [pytest.mark.lab, H.needs_root]
 LUA = Path(__file__).resolve().parents[2] / "contrib" / "wireshark" / "mrc.lua"
@@ -36,7 +36,7 @@ def lab_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 def test_capture_of_a_write_dissects_cleanly(clab, tmp_path):
     out = tmp_path / "w.pcapng"
     writer = subprocess.Popen(
-        [sys.executable, "-m", "lab.bench.cli", "write", "--lab", clab.name, "--src", "h0",
+        [sys.executable, "-m", "lab.bench_cli", "write", "--lab", clab.name, "--src", "h0",
          "--dst", "h3", "--size", "64K", "--duration", "4", "--json", "-q"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

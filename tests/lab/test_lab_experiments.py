@@ -14,7 +14,7 @@ import sys
 import lab_helpers as H
 import pytest
 
-from lab.experiments.base import RESULT_KEYS, VERDICTS
+from lab.workloads.experiments.base import RESULT_KEYS, VERDICTS
 
 pytestmark = [pytest.mark.lab, H.needs_root]
 

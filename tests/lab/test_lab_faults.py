@@ -12,9 +12,9 @@ import time
 import lab_helpers as H
 import pytest
 
-from lab.faults import Faults, parse_rate
-from lab.netns import LabError
-from lab.status import status
+from lab.fabric.faults import Faults, parse_rate
+from lab.fabric.netns import LabError
+from lab.fabric.status import status
 
 pytestmark = [pytest.mark.lab, H.needs_root]
 

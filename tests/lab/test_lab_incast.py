@@ -45,7 +45,7 @@ def ilab():
 
 def bench(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "lab.bench.cli", *args],
+        [sys.executable, "-m", "lab.bench_cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -9,9 +9,9 @@ import sys
 import lab_helpers as H
 import pytest
 
-from lab import lifecycle, state
-from lab.netns import LabError, netns_exists
-from lab.params import LabParams
+from lab.fabric import lifecycle, state
+from lab.fabric.netns import LabError, netns_exists
+from lab.fabric.params import LabParams
 
 pytestmark = [pytest.mark.lab, H.needs_root]
 
@@ -27,7 +27,7 @@ def test_kernel_up_then_down_leaves_nothing() -> None:
         assert H.lab_leftovers(name)["root_links"] == []
         assert H.crosses(st, 0, 1)
         # A loss rule puts an nft table in two namespaces: down must take it too.
-        from lab.faults import Faults
+        from lab.fabric.faults import Faults
 
         Faults(st, echo=None).loss("p0-t0-0", "p0-t1-0", 50)
     finally:
@@ -153,7 +153,7 @@ def test_cli_up_status_exec_down() -> None:
 def test_management_network_reaches_every_host() -> None:
     import socket
 
-    from lab.netns import in_netns
+    from lab.fabric.netns import in_netns
 
     with H.running_lab(switch="kernel", t0=2, hosts_per_t0=2, planes=1) as st:
         plan = st.plan
@@ -170,7 +170,7 @@ def test_management_network_reaches_every_host() -> None:
         for s in (cli, conn, srv):
             s.close()
         # The management network never carries MRC: no host port has IPv6 on.
-        from lab.netns import read_sysctl
+        from lab.fabric.netns import read_sysctl
 
         assert (
             read_sysctl(plan.namespace("h0"), f"net.ipv6.conf.{plan.ifname('p0')}.disable_ipv6")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from lab.fuzz_wire import RATE_BPS, Wire, _device
+from lab.workloads.fuzz.wire import RATE_BPS, Wire, _device
 from mrcnic.io.aio import AioNic
 from mrcnic.io.aio import run as aio_run
 from mrcnic.transport.qp_types import QpConfig

@@ -20,7 +20,7 @@ import time
 import lab_helpers as H
 import pytest
 
-from lab.faults import Faults
+from lab.fabric.faults import Faults
 
 pytestmark = [pytest.mark.lab, H.needs_root]
 
@@ -35,7 +35,7 @@ def test_mrc_follows_the_surviving_paths_without_a_stall() -> None:
     with H.running_lab(rate_mbit=RATE_MBIT) as st:
         faults = Faults(st, echo=None)
         bench = subprocess.Popen(
-            [sys.executable, "-m", "lab.bench.cli", "write", "--lab", st.name, "--src",
+            [sys.executable, "-m", "lab.bench_cli", "write", "--lab", st.name, "--src",
              "h0", "--dst", "h1", "--duration", str(DURATION_S), "--timeline-ms", str(BIN_MS),
              "--json", "-q"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -15,7 +15,7 @@ import sys
 import lab_helpers as H
 import pytest
 
-from lab.params import LabParams, ParamError
+from lab.fabric.params import LabParams, ParamError
 
 pytestmark = [pytest.mark.lab, H.needs_root]
 
@@ -27,7 +27,7 @@ def plab():
 
 
 def bench(*args: str, timeout: float = 120) -> dict:
-    p = subprocess.run([sys.executable, "-m", "lab.bench.cli", *args, "--json"],
+    p = subprocess.run([sys.executable, "-m", "lab.bench_cli", *args, "--json"],
                        capture_output=True, text=True, timeout=timeout)  # fmt: skip
     assert p.stdout.strip(), p.stderr[-3000:]
     return json.loads(p.stdout)

@@ -14,8 +14,8 @@ import time
 import lab_helpers as H
 import pytest
 
-from lab import probe
-from lab.faults import Faults
+from lab.fabric import probe
+from lab.fabric.faults import Faults
 
 pytestmark = [pytest.mark.lab, H.needs_root]
 SLACK_S = 0.3  # scheduling on a busy two-core machine
@@ -73,7 +73,7 @@ def nic_docs(state, host: str) -> list[dict]:
 
 def test_deny_hands_a_downed_link_to_the_nics_as_denied_evs(plab):
     writer = subprocess.Popen(
-        [sys.executable, "-m", "lab.bench.cli", "write", "--lab", plab.name, "--src", "h0",
+        [sys.executable, "-m", "lab.bench_cli", "write", "--lab", plab.name, "--src", "h0",
          "--dst", "h3", "--size", "64K", "--duration", "7", "--json", "-q"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

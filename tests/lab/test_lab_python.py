@@ -8,9 +8,9 @@ import time
 import lab_helpers as H
 import pytest
 
-from lab.faults import Faults
-from lab.state import load
-from lab.status import status, switch_stats
+from lab.fabric.faults import Faults
+from lab.fabric.state import load
+from lab.fabric.status import status, switch_stats
 
 pytestmark = [pytest.mark.lab, H.needs_root]
 

@@ -1,4 +1,4 @@
-"""The soak with random faults (lab/soak.py) for real, short: its own lab (mrcsoakt), a ring
+"""The soak with random faults (lab/workloads/soak.py) for real, short: its own lab (mrcsoakt), a ring
 all-reduce of 4 hosts for 36 s per transport, MRC then the RoCEv2 baseline, while the seeded
 schedule plays 10 faults a minute; then everything it left behind is checked to be gone.
 
@@ -19,9 +19,9 @@ from pathlib import Path
 import lab_helpers as H
 import pytest
 
-from lab import lifecycle
-from lab.netns import list_netns
-from lab.state import exists
+from lab.fabric import lifecycle
+from lab.fabric.netns import list_netns
+from lab.fabric.state import exists
 
 pytestmark = [pytest.mark.lab, H.needs_root]
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import lab_helpers as H
 import pytest
 
-from lab.nicstats import nics_dir
+from lab.fabric.nicstats import nics_dir
 
 pytestmark = [
     pytest.mark.lab,
@@ -108,7 +108,7 @@ def test_top_shows_trims_growing_and_a_link_down() -> None:
             assert "no NIC process is publishing" in first
 
             incast = subprocess.Popen(
-                [sys.executable, "-m", "lab.bench.cli", "incast", "--lab", name, "--senders",
+                [sys.executable, "-m", "lab.bench_cli", "incast", "--lab", name, "--senders",
                  "h1,h2,h3", "--dst", "h0", "--qps", "2", "--duration", "14", "--size", "64K",
                  "--json", "-q"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -189,12 +189,12 @@ def test_top_shows_trims_growing_and_a_link_down() -> None:
 
 
 def test_netlink_view_judges_faults_as_status_does() -> None:
-    """lab/nlview.py (netlink, in-process) against lab/status.py (ip, tc, nft): the same link
+    """lab/fabric/nlview.py (netlink, in-process) against lab/fabric/status.py (ip, tc, nft): the same link
     flags, root qdiscs with their tbf rates, nft tables, and so the same faults, for a link
     down, a loss rule and a shaped link."""
-    from lab import nlview, status
-    from lab import top as T
-    from lab.faults import Faults
+    from lab.fabric import nlview, status
+    from lab.fabric.faults import Faults
+    from lab.views import top as T
 
     with H.running_lab(rate_mbit=10) as st:
         f = Faults(st, echo=None)

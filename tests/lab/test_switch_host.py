@@ -13,10 +13,10 @@ from pathlib import Path
 import lab_helpers as H
 import pytest
 
-from lab.bench.common import env_added
-from lab.faults import Faults
-from lab.state import load
-from lab.status import status
+from lab.fabric.faults import Faults
+from lab.fabric.state import load
+from lab.fabric.status import status
+from lab.proc.env import env_added
 from mrcswitch.host import control
 
 pytestmark = [pytest.mark.lab, H.needs_root]

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lab.bench import cli as bench
-from lab.bench import common as bc
-from lab.bench import control
-from lab.bench.write import latency_summary
+from lab import bench_cli as bench
+from lab.proc import control
+from lab.workloads.bench import common as bc
+from lab.workloads.bench.write import latency_summary
 
 
 def simulate_writes(size: int, nchunks: int, messages: int, seed: int, skip: int | None = None):

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from lab.bench import alltoall as aa
-from lab.bench import cli
-from lab.bench.allreduce import LoopPlan, rank_data
+from lab import bench_cli as cli
+from lab.workloads.bench import alltoall as aa
+from lab.workloads.bench.allreduce import LoopPlan, rank_data
 from mrcnic.verbs import RemoteBuffer, SimNetwork
 
 # --- pure helpers ----------------------------------------------------------------------------

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from lab.bench import cli as bench
-from lab.bench import incast as ic
-from lab.bench import storm
-from lab.params import LabParams
-from lab.topology import build_plan
+from lab import bench_cli as bench
+from lab.fabric.params import LabParams
+from lab.fabric.topology import build_plan
+from lab.workloads.bench import incast as ic
+from lab.workloads.bench import storm
 
 
 def plan(**kw: Any):

@@ -1,5 +1,5 @@
 """mrc-bench --plot without a lab: the goodput-with-faults timeline of a write and the victim
-plot of an incast from synthetic results (lab/bench/plot.py), and the option's plumbing."""
+plot of an incast from synthetic results (lab/views/benchplot.py), and the option's plumbing."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from lab.analysis import Timeline
-from lab.bench import plot as P
-from lab.bench.cli import build_parser
+from lab.bench_cli import build_parser
+from lab.proc.analysis import Timeline
+from lab.views import benchplot as P
 
 
 def write_result(**kw) -> dict:

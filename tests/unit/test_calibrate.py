@@ -8,11 +8,11 @@ import math
 
 import pytest
 
-from lab import calibrate as cal
-from lab.bench import common as bc
-from lab.bench.cli import format_pair
-from lab.netns import LabError
-from lab.params import LabParams
+from lab.bench_cli import format_pair
+from lab.fabric.netns import LabError
+from lab.fabric.params import LabParams
+from lab.proc import cpu
+from lab.workloads import calibrate as cal
 
 
 def meas(rate=100.0, fps=20_000.0, busy=0.94, idle=0.04, nic=0.40, flows=1, **kw):
@@ -47,20 +47,20 @@ def meas(rate=100.0, fps=20_000.0, busy=0.94, idle=0.04, nic=0.40, flows=1, **kw
     ],
 )
 def test_cpu_bound_rule(machine, nic, bound) -> None:
-    assert bc.cpu_bound(machine, nic) is bound
+    assert cpu.cpu_bound(machine, nic) is bound
 
 
 def test_cpu_verdict_from_bench_percentages_and_the_warning_line() -> None:
-    v = bc.cpu_verdict(92.1, [38.5, None, 33.7])
+    v = cpu.cpu_verdict(92.1, [38.5, None, 33.7])
     assert v["cpu_bound"] is True
     assert v["machine_busy_fraction"] == 0.921 and v["nic_core_fraction_max"] == 0.385
     assert v["cpu_bound_thresholds"] == {"machine_busy_fraction": 0.85, "nic_core_fraction": 0.9}
-    warn = bc.cpu_warning(v)
+    warn = cpu.cpu_warning(v)
     assert warn and "WARNING: CPU-bound" in warn and "92% busy" in warn
-    ok = bc.cpu_verdict(60.0, [95.0])
-    assert ok["cpu_bound"] is True and "95% of a core" in bc.cpu_warning(ok)
-    assert bc.cpu_warning(bc.cpu_verdict(50.0, [40.0, 30.0])) is None
-    assert bc.cpu_verdict(None, [])["cpu_bound"] is False
+    ok = cpu.cpu_verdict(60.0, [95.0])
+    assert ok["cpu_bound"] is True and "95% of a core" in cpu.cpu_warning(ok)
+    assert cpu.cpu_warning(cpu.cpu_verdict(50.0, [40.0, 30.0])) is None
+    assert cpu.cpu_verdict(None, [])["cpu_bound"] is False
 
 
 def _pair_result(**kw) -> dict:
@@ -98,9 +98,9 @@ def _pair_result(**kw) -> dict:
 
 
 def test_the_screen_warns_only_when_cpu_bound() -> None:
-    bound = _pair_result(**bc.cpu_verdict(92.0, [40.0, 35.0]))
+    bound = _pair_result(**cpu.cpu_verdict(92.0, [40.0, 35.0]))
     assert "WARNING: CPU-bound" in format_pair(bound)
-    free = _pair_result(machine_cpu_percent=50.0, **bc.cpu_verdict(50.0, [40.0, 35.0]))
+    free = _pair_result(machine_cpu_percent=50.0, **cpu.cpu_verdict(50.0, [40.0, 35.0]))
     assert "WARNING" not in format_pair(free)
 
 
@@ -333,7 +333,7 @@ def test_a_shared_switch_process_counts_once() -> None:
     class State:
         processes = {f"p{p}-t0-0": Rec(4242) for p in range(8)} | {"p0-t1-0": Rec(17)}
 
-    assert bc.switch_pids(State()) == [17, 4242]
+    assert cpu.switch_pids(State()) == [17, 4242]
 
 
 def test_after_the_first_step_a_failed_step_at_most_halves_the_rate() -> None:

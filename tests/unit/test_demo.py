@@ -1,4 +1,4 @@
-"""The demo's schedule and screen, and the pure parts of lab/scenario.py (no root, no lab)."""
+"""The demo's schedule and screen, and the pure parts of lab/proc/scenario.py (no root, no lab)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from lab import analysis as an
-from lab import demo, scenario
-from lab.params import LabParams
-from lab.scenario import Step, WriteSpec
+from lab.fabric.params import LabParams
+from lab.proc import analysis as an
+from lab.proc import scenario
+from lab.proc.scenario import Step, WriteSpec
+from lab.workloads import demo
 
 NET_DEV = """\
 Inter-|   Receive                                                |  Transmit
@@ -80,7 +81,7 @@ def test_demo_schedule_fits_the_run_and_the_lab() -> None:
 
 
 def _doc(with_rocev2: bool = True, failed: bool = False) -> dict:
-    """A demo document as lab.demo writes it, from synthetic runs."""
+    """A demo document as lab.workloads.demo writes it, from synthetic runs."""
     steps = demo.demo_schedule(30.0, 8, 2)
     bin_s = 0.25
     full = 800e6

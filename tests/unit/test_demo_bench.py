@@ -11,8 +11,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import bench_e2e as be  # noqa: E402
 
-from lab import analysis as an  # noqa: E402
-from lab.params import LabParams  # noqa: E402
+from lab.fabric.params import LabParams  # noqa: E402
+from lab.proc import analysis as an  # noqa: E402
 
 
 def result(gf: float = 0.9, **kw) -> dict:
@@ -101,7 +101,7 @@ def test_summarise_runs_keeps_each_runs_cpu_bound_flag() -> None:
 
 
 def test_link_rate_forced_or_from_this_boots_calibration(tmp_path, monkeypatch) -> None:
-    from lab import calibrate as cal
+    from lab.workloads import calibrate as cal
 
     monkeypatch.setenv("MRC_CALIBRATION_DIR", str(tmp_path))
     a = be.build_parser().parse_args(["--rate-mbit", "50M"])

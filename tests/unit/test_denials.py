@@ -1,4 +1,4 @@
-"""lab/denials.py: which links an EV's path crosses, and a NIC's Denier setting DENIED exactly
+"""lab/fabric/denials.py: which links an EV's path crosses, and a NIC's Denier setting DENIED exactly
 the EVs over a listed link (and GOOD again when it is no longer listed), never all of a
 QP's EVs, never a RoCEv2 QP's."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from lab import denials
+from lab.fabric import denials
 from mrcnic.wire import usid
 
 SHAPE = usid.ClosShape(planes=2, t0=2, t1=2, hosts_per_t0=2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.experiments import ev_drop as ed
+from lab.workloads.experiments import ev_drop as ed
 
 COLS = ["t_s", "qp", "ev", "plane", "t1", "old", "new", "cause", "active_on_plane",
         "backups_active_on_plane"]  # fmt: skip

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from lab.experiments import base, flaps, jobs, registry, report, t1_reboot
-from lab.experiments.base import Context, Result
-from lab.params import LabParams
+from lab.fabric.params import LabParams
+from lab.workloads.experiments import base, flaps, jobs, registry, report, t1_reboot
+from lab.workloads.experiments.base import Context, Result
 
 
 def test_result_has_the_contract_keys_and_refuses_unknown_verdicts(tmp_path):

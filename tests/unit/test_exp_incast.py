@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.experiments import incast as ex
+from lab.workloads.experiments import incast as ex
 
 
 def test_hosts_of_the_7_to_1_incast_and_its_victim():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lab import analysis as an
-from lab.experiments import links_down as ld
+from lab.proc import analysis as an
+from lab.workloads.experiments import links_down as ld
 
 BIN = 0.25
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from lab.experiments import loss as ls
-from lab.experiments.base import Context, Result
-from lab.params import LabParams
-from lab.topology import build_plan
+from lab.fabric.params import LabParams
+from lab.fabric.topology import build_plan
+from lab.workloads.experiments import loss as ls
+from lab.workloads.experiments.base import Context, Result
 
 
 def test_two_lossy_links_make_the_path_lose_p() -> None:

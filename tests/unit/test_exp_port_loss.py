@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from lab.experiments import port_loss as pl
+from lab.workloads.experiments import port_loss as pl
 
 BIN = 0.25
 CAP = 80e6

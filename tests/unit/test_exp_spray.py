@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.experiments import spray as ex
+from lab.workloads.experiments import spray as ex
 
 
 def test_imbalance_and_uplink_deltas():

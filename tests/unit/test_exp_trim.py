@@ -1,14 +1,14 @@
 """Claim 10 (trim) without a lab: the first loss signal after the onset from the writes'
 loss logs, a tier's summary, the queue's drain time and the verdict's thresholds; and the
-write's loss log itself (lab.bench.write.loss_log_json)."""
+write's loss log itself (lab.workloads.bench.write.loss_log_json)."""
 
 from __future__ import annotations
 
 import pytest
 
-from lab.bench.write import loss_log_json
-from lab.experiments import trim as ex
-from lab.params import LabParams
+from lab.fabric.params import LabParams
+from lab.workloads.bench.write import loss_log_json
+from lab.workloads.experiments import trim as ex
 
 
 def _write(start: float, rows: list[list[float]], duration: float = 8.0) -> dict:

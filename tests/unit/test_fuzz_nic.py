@@ -9,8 +9,8 @@ import weakref
 
 import pytest
 
-from lab import fuzz_nic
-from lab.fuzz import RSS_BOUND_BYTES
+from lab.workloads.fuzz import nic as fuzz_nic
+from lab.workloads.fuzz.run import RSS_BOUND_BYTES
 from mrcnic.transport.qp_types import QpStateError
 from mrcnic.transport.rx_engine import _c_module
 from mrcnic.verbs import RemoteBuffer, SimNetwork

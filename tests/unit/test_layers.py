@@ -30,6 +30,15 @@ MRCNIC_LAYERS = (
     ("__init__",),
 )
 
+# Inside lab, from the bottom up: each floor a subpackage (or, on top, the command lines).
+LAB_LAYERS = (
+    ("fabric",),
+    ("proc",),
+    ("views",),
+    ("workloads",),
+    ("cli", "bench_cli", "demo", "soak", "fuzz", "__init__"),
+)
+
 
 def _modules() -> list[Path]:
     out: list[Path] = []
@@ -91,6 +100,108 @@ def _mrcnic_rank(mod: str) -> int | None:
     return -1  # unknown name (an attribute imported from a module): no constraint
 
 
+def _lab_rank(mod: str) -> int | None:
+    parts = mod.split(".")
+    if parts[0] != "lab":
+        return None
+    part = parts[1] if len(parts) > 1 else "__init__"
+    for rank, names in enumerate(LAB_LAYERS):
+        if part in names:
+            return rank
+    return -1
+
+
+def test_every_lab_part_has_a_floor() -> None:
+    known = {n for names in LAB_LAYERS for n in names}
+    top = ROOT / "lab"
+    parts = {p.stem for p in top.glob("*.py")}
+    parts |= {p.name for p in top.iterdir() if (p / "__init__.py").is_file()}
+    missing = sorted(parts - known)
+    assert not missing, f"add {missing} to LAB_LAYERS"
+
+
+def test_lab_imports_point_down() -> None:
+    upward: list[str] = []
+    for path in sorted((ROOT / "lab").rglob("*.py")):
+        me = _module_name(path)
+        mine = _lab_rank(me[: -len(".__init__")] if me.endswith(".__init__") else me)
+        if me == "lab.__init__":
+            mine = len(LAB_LAYERS) - 1
+        for line, mod in _imports(path, me):
+            theirs = _lab_rank(mod)
+            if mine is not None and mine >= 0 and theirs is not None and theirs > mine:
+                upward.append(f"{path.relative_to(ROOT)}:{line} imports {mod}")
+    assert not upward, "imports that point up a floor of lab:\n" + "\n".join(upward)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the project's modules it imports (every import, function bodies too)."""
+    graph: dict[str, set[str]] = {}
+    for path in _modules():
+        me = _module_name(path).removesuffix(".__init__")
+        deps = set()
+        for _line, mod in _imports(path, _module_name(path)):
+            # the longest prefix of the import that is a module of the project
+            parts = mod.split(".")
+            while parts and not _is_module(".".join(parts)):
+                parts.pop()
+            if parts and parts[0] in PACKAGES:
+                dep = ".".join(parts)
+                if dep != me and not me.startswith(dep + "."):  # a package's own __init__
+                    deps.add(dep)
+        graph[me] = deps
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circles() -> None:
+    """No two modules of the project import each other, however indirectly (a circle hidden
+    in a function body counts: it is where circles used to hide)."""
+    circles = _cycles(_import_graph())
+    assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
+
+
+def test_the_circle_finder_finds_one() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
 def test_every_mrcnic_part_has_a_layer() -> None:
     known = {n for names in MRCNIC_LAYERS for n in names}
     top = ROOT / "mrcnic"
@@ -132,8 +243,8 @@ def test_subpackages_say_what_they_hold(pkg: str) -> None:
 def test_the_walk_sees_imports_inside_functions(tmp_path: Path) -> None:
     """The checker itself: an import hidden in a function body is found."""
     f = tmp_path / "probe.py"
-    f.write_text("def f():\n    from lab import netns\n    from . import sibling\n")
+    f.write_text("def f():\n    from lab.fabric import netns\n    from . import sibling\n")
     found = _imports(f, "mrcnic.wire.probe")
-    assert (2, "lab.netns") in found
+    assert (2, "lab.fabric.netns") in found
     assert (3, "mrcnic.wire") in found
-    assert _package_rank("lab.netns") > _package_rank("mrcnic.wire")
+    assert _package_rank("lab.fabric.netns") > _package_rank("mrcnic.wire")

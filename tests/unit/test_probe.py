@@ -1,10 +1,10 @@
-"""lab/probe.py without a lab: the loop carriers, the probe frame, and the health table's
+"""lab/fabric/probe.py without a lab: the loop carriers, the probe frame, and the health table's
 verdicts (a T0-T1 link down only when every path over it lost its last probes while the
 hosts' own links answer; a dead host link is not blamed on the T1 above it; lossy)."""
 
 from __future__ import annotations
 
-from lab import probe
+from lab.fabric import probe
 from mrcnic.wire import usid
 
 SHAPE = usid.ClosShape(planes=2, t0=2, t1=2, hosts_per_t0=2)

@@ -34,8 +34,8 @@ def test_importing_a_low_layer_does_not_load_the_top() -> None:
 
 
 def test_all_errors_share_the_base() -> None:
-    from lab.netns import LabError
-    from lab.params import ParamError
+    from lab.fabric.netns import LabError
+    from lab.fabric.params import ParamError
     from mrcnic.transport.memory import MemoryRegionError
     from mrcnic.transport.qp_types import QpStateError
     from mrcnic.wire import WireError

@@ -1,4 +1,4 @@
-"""The soak's pure parts (lab/soak.py): the seeded schedule, the step-time statistics, which
+"""The soak's pure parts (lab/workloads/soak.py): the seeded schedule, the step-time statistics, which
 steps a fault overlaps, the verdict and the screen. The soak itself: tests/lab/test_lab_soak.py."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from lab import soak
-from lab.params import LabParams
-from lab.scenario import Step
-from lab.topology import Plan
+from lab.fabric.params import LabParams
+from lab.fabric.topology import Plan
+from lab.proc.scenario import Step
+from lab.workloads import soak
 
 HOSTS = ["h0", "h1", "h2", "h3"]
 

@@ -324,9 +324,9 @@ def test_config_netns_is_a_name(tmp_path):
 
 
 def test_lab_groups_keep_planes_together():
-    from lab.params import LabParams
-    from lab.pyswitch import groups, switch_config
-    from lab.topology import Plan
+    from lab.fabric.params import LabParams
+    from lab.fabric.pyswitch import groups, switch_config
+    from lab.fabric.topology import Plan
 
     plan = Plan(LabParams(name="mrct"))  # 8 planes x (2 T0 + 2 T1)
     for n in (1, 2, 4, 8):

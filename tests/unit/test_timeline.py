@@ -1,4 +1,4 @@
-"""lab/analysis.py on synthetic timelines: capacity after faults, dips, rendering, plot.
+"""lab/proc/analysis.py on synthetic timelines: capacity after faults, dips, rendering, plot.
 
 These check the arithmetic only; the proof that the NIC keeps going is the lab run
 (``make demo``, bench/bench_e2e.py)."""
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from lab import analysis as an
-from lab.analysis import FaultWindow, Outage, Shape, Timeline
+from lab.proc import analysis as an
+from lab.proc.analysis import FaultWindow, Outage, Shape, Timeline
 
 DEFAULT = Shape(planes=8, t0=2, t1=2, hosts_per_t0=2, rate_bps=100e6)
 FULL = 800e6
@@ -419,7 +419,7 @@ def test_overlap_aggregate_counts_only_the_common_window() -> None:
 
 
 def test_cpu_meter_busy_between_uses_the_samples_inside_the_window() -> None:
-    from lab.scenario import CpuMeter
+    from lab.proc.scenario import CpuMeter
 
     m = CpuMeter(None)  # type: ignore[arg-type]  # busy_between needs only the samples
     # (unix time, busy jiffies, total jiffies): idle until t=2, then fully busy

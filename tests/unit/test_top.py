@@ -1,5 +1,5 @@
 """mrc-lab top without a lab: rates, rows, order, faults and the rendered frame from synthetic
-stats files and NIC documents; what a NIC publishes (lab/nicstats.py) from QPs over the
+stats files and NIC documents; what a NIC publishes (lab/fabric/nicstats.py) from QPs over the
 simulated fabric."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from lab import nicstats
-from lab import top as T
+from lab.fabric import nicstats
+from lab.views import top as T
 from mrcnic.verbs import RemoteBuffer, SimNetwork
 
 DROPS = ("malformed", "port_down", "queue_full", "no_route")
@@ -282,7 +282,7 @@ def test_rich_is_imported_only_to_draw() -> None:
     import subprocess
     import sys
 
-    code = "import sys, lab.top, lab.cli, lab.nicstats; print('rich' in sys.modules)"
+    code = "import sys, lab.views.top, lab.cli, lab.fabric.nicstats; print('rich' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

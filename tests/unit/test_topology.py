@@ -1,4 +1,4 @@
-"""The lab plan (lab/topology.py, lab/params.py): names, uSIDs, tables, MACs, summary."""
+"""The lab plan (lab/fabric/topology.py, lab/fabric/params.py): names, uSIDs, tables, MACs, summary."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lab import kernel_switch, pyswitch
-from lab.params import LabParams, ParamError, load_topology_file, resolve
-from lab.topology import IFNAME_MAX, KIND_T0, KIND_T1, Plan, link_local, mac_text
+from lab.fabric import kernel_switch, pyswitch
+from lab.fabric.params import LabParams, ParamError, load_topology_file, resolve
+from lab.fabric.topology import IFNAME_MAX, KIND_T0, KIND_T1, Plan, link_local, mac_text
 from mrcnic.wire import usid
 
 shapes = st.builds(

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from lab import cli
-from lab.faults import _numgen, parse_rate
-from lab.netns import LabError, _sysctl_path
-from lab.params import LabParams
-from lab.state import LabState, ProcessRecord
+from lab.fabric.faults import _numgen, parse_rate
+from lab.fabric.netns import LabError, _sysctl_path
+from lab.fabric.params import LabParams
+from lab.fabric.state import LabState, ProcessRecord
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -103,7 +103,7 @@ def test_state_round_trip_and_pid_check(tmp_path, monkeypatch) -> None:
     import sys
 
     monkeypatch.setenv("MRC_LAB_STATE_DIR", str(tmp_path))
-    from lab import state as state_mod
+    from lab.fabric import state as state_mod
 
     st = LabState(name="mrcu1", params=LabParams(name="mrcu1", planes=1))
     st.namespaces = st.plan.namespaces()

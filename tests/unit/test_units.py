@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from lab import bench_cli
 from lab import cli as lab_cli
-from lab import demo as lab_demo
-from lab import params as lab_params
-from lab.bench import cli as bench_cli
-from lab.bench import common as bench_common
-from lab.faults import LabError
-from lab.faults import parse_rate as tc_rate
+from lab.fabric import params as lab_params
+from lab.fabric.faults import LabError
+from lab.fabric.faults import parse_rate as tc_rate
+from lab.workloads import demo as lab_demo
+from lab.workloads.bench import common as bench_common
 from mrcnic import units
 from mrcnic.errors import MrcError
 from mrcnic.sim import incast

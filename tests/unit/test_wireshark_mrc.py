@@ -2,7 +2,7 @@
 tshark (`make setup` installs it): every field the doc writes down reads the same in
 Wireshark, every ICRC checks, a trimmed frame is shown as trimmed, control packets and the
 RoCEv2 baseline's (handed to Wireshark's own InfiniBand dissector) read right, and no frame
-is malformed. The file is written by lab/pcapng.py, which scapy reads back with our layers."""
+is malformed. The file is written by lab/fabric/pcapng.py, which scapy reads back with our layers."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import pcapng
+from lab.fabric import pcapng
 from mrcnic import wire as w
 from mrcnic.wire import usid
 

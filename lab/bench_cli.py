@@ -1,0 +1,1016 @@
+"""mrc-bench: perftest-style benchmarks of the MRC NIC between hosts of a running lab.
+
+    mrc-bench write --lab mrc --src h0 --dst h3 --size 64K --duration 10 [--json]
+    mrc-bench lat   --lab mrc --src h0 --dst h3
+    mrc-bench allreduce --lab mrc --hosts h0,h1,h2,h3 --size 4M
+    mrc-bench alltoall --lab mrc --hosts h0,h1,h2,h3 --sizes 1M,4M,16M
+    mrc-bench forge --lab mrc --writer h0 --target h1 --forger h2
+    mrc-bench incast --lab mrc --senders h3,h4 --dst h0 --qps 8 --victim auto
+    mrc-bench pause-storm --lab mrc --stuck h3 --seconds 5
+
+Without ``--server``/``--client`` (and for ``allreduce``/``alltoall`` without ``--rank``), mrc-bench runs
+every side itself: it starts ``ip netns exec <host namespace> mrc-bench ...`` for each side
+(each its own process with its own NIC on its host's ports), relays the progress lines and
+prints the result.  The sides talk over the lab's management network (lab.proc.control).
+Manual page: docs/bench.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lab.proc import control, cpu
+from lab.workloads.bench import common as bc
+from mrcnic.errors import MrcError
+from mrcnic.units import size_arg, time_arg, time_in
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(MrcError):
+    pass
+
+
+# --- argument parsing ----------------------------------------------------------------------------
+
+
+def _add_lab_json_transport(sp: argparse.ArgumentParser) -> None:
+    """--lab, --json, --transport: every subcommand's."""
+    sp.add_argument(
+        "--lab",
+        default=os.environ.get("MRC_LAB_NAME", "mrc"),
+        help="lab name (default $MRC_LAB_NAME or mrc)",
+    )
+    sp.add_argument(
+        "--json", action="store_true", help="print one JSON object instead of the table"
+    )
+    sp.add_argument(
+        "--transport",
+        default="mrc",
+        choices=("mrc", "rocev2"),
+        help="mrc (default) or the rocev2 baseline",
+    )
+
+
+def _add_common(sp: argparse.ArgumentParser) -> None:
+    _add_lab_json_transport(sp)
+    sp.add_argument(
+        "--port",
+        type=int,
+        default=control.DEFAULT_PORT,
+        help=f"TCP control port (default {control.DEFAULT_PORT})",
+    )
+    sp.add_argument(
+        "--timeout-s",
+        type=time_arg,
+        default=None,
+        help="give up after this long (seconds, or 500ms...)",
+    )
+    sp.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+
+
+def _add_pair(sp: argparse.ArgumentParser, size_default: str, iters_default: int | None) -> None:
+    sp.add_argument("--src", default="h0", help="writing host (default h0)")
+    sp.add_argument("--dst", default=None, help="written host (default: the last host)")
+    sp.add_argument(
+        "--size",
+        type=size_arg,
+        default=size_default,
+        metavar="BYTES",
+        help=f"message size: bytes, or binary K/M/G (1.5M, 64KiB) (default {size_default})",
+    )
+    g = sp.add_mutually_exclusive_group()
+    g.add_argument(
+        "--iters",
+        "-n",
+        type=int,
+        default=None,
+        help=f"messages to write (default {iters_default})",
+    )
+    g.add_argument(
+        "--duration",
+        "-D",
+        type=time_arg,
+        default=None,
+        metavar="SECONDS",
+        help="write for this long (seconds, or 500ms...)",
+    )
+    sp.add_argument(
+        "--server",
+        action="store_true",
+        help="run only the server side here (in the host's namespace)",
+    )
+    sp.add_argument(
+        "--client", metavar="HOST", default=None, help="run only the client side, against HOST"
+    )
+    sp.add_argument(
+        "--host",
+        default=None,
+        help="this side's host with --server/--client (default: detected from the namespace)",
+    )
+    sp.add_argument(
+        "--bind", default=None, help="server: listen address (default: its mgmt address)"
+    )
+    sp.add_argument("--seed", type=int, default=None, help="data pattern seed (default random)")
+    sp.add_argument(
+        "--region",
+        type=size_arg,
+        default="32M",
+        metavar="BYTES",
+        help="server region size cap; messages cycle over it (default 32M)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="mrc-bench",
+        description="perftest-style RDMA Write benchmarks of the MRC NIC in a running mrc-lab.",
+    )
+    sub = ap.add_subparsers(dest="test", required=True)
+
+    w = sub.add_parser("write", help="bandwidth, like ib_write_bw")
+    _add_common(w)
+    _add_pair(w, "64K", 5000)
+    w.add_argument("--qps", type=int, default=1, help="queue pairs (default 1)")
+    w.add_argument(
+        "--depth",
+        "-t",
+        type=int,
+        default=None,
+        help="outstanding writes over all QPs (default: 2 MiB worth, 16..1024)",
+    )
+    w.add_argument(
+        "--timeline-ms",
+        type=time_in(1e-3),
+        metavar="MS",
+        default=None,
+        help="add a goodput timeline with this bin width to the JSON",
+    )
+    w.add_argument(
+        "--progress-s",
+        type=time_arg,
+        metavar="SECONDS",
+        default=1.0,
+        help="seconds between progress lines (default 1; runs over 2 s)",
+    )
+    w.add_argument(
+        "--ev-log",
+        type=int,
+        metavar="N",
+        default=0,
+        help="add the first N EV state changes (time, EV, plane, T1, old, new, cause, active "
+        "set) and every EV's final state to the JSON (key ev_log; MRC only; default 0: off)",
+    )
+    w.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        default=None,
+        help="also write a PNG of goodput over time with the capacity and its faults (NIC "
+        "ports down); implies --timeline-ms 100 unless given",
+    )
+
+    lat = sub.add_parser("lat", help="latency, like ib_write_lat")
+    _add_common(lat)
+    _add_pair(lat, "64", 1000)
+    lat.add_argument("--warmup", type=int, default=10, help="writes before measuring (default 10)")
+
+    ar = sub.add_parser("allreduce", help="ring all-reduce (reduce-scatter + all-gather)")
+    _add_common(ar)
+    ar.add_argument(
+        "--hosts", required=False, default=None, help="ring order, e.g. h0,h1,h2,h3 (default: all)"
+    )
+    ar.add_argument(
+        "--size",
+        type=size_arg,
+        default="4M",
+        metavar="BYTES",
+        help="bytes per rank, a multiple of 4 x ranks (default 4M)",
+    )
+    _add_collective_loop(ar, "")
+
+    aa = sub.add_parser(
+        "alltoall", help="all-to-all: every rank writes one chunk to every other (nccl-tests)"
+    )
+    _add_common(aa)
+    aa.add_argument("--hosts", default=None, help="the ranks, e.g. h0,h1,h2,h3 (default: all)")
+    sz = aa.add_mutually_exclusive_group()
+    sz.add_argument(
+        "--size",
+        type=size_arg,
+        default=None,
+        metavar="BYTES",
+        help="bytes per rank, a multiple of 4 x ranks (default 4M)",
+    )
+    sz.add_argument(
+        "--sizes",
+        type=size_list_arg,
+        default=None,
+        metavar="LIST",
+        help="sweep these sizes in order, as nccl-tests does, e.g. 1M,4M,16M",
+    )
+    _add_collective_loop(aa, " per size")
+
+    fg = sub.add_parser(
+        "forge",
+        help="forged writes from a third host during a verified write (needs python switches)",
+        description="A verified write from --writer into --target while --forger, holding the "
+        "target QP's number, R_Key, region address and PSNs, sends forged data (stolen and "
+        "guessed R_Keys, PSNs in and out of the window, trimmed headers, an unknown QP), NACKs "
+        "and PORT_STATUS aimed at the writer, from its own address and spoofing the victims'. "
+        "Passes when the write verifies with no QP error, 0 bytes change outside it, and every "
+        "forged frame is counted under the reason that names it. Exit status 1 otherwise.",
+    )
+    _add_common(fg)
+    fg.add_argument("--writer", default="h0", help="the legitimate writer (default h0)")
+    fg.add_argument("--target", default="h1", help="the host written to (default h1)")
+    fg.add_argument("--forger", default="h2", help="the third host (default h2)")
+    fg.add_argument(
+        "--size", type=size_arg, default="4M", metavar="BYTES", help="bytes written (default 4M)"
+    )
+    fg.add_argument(
+        "--per-kind", type=int, default=40, help="forged frames per kind and address (default 40)"
+    )
+    fg.add_argument("--seed", type=int, default=1, help="data and forgery seed (default 1)")
+
+    ic = sub.add_parser(
+        "incast",
+        help="several hosts write to one at once, optionally beside a victim flow",
+        description="Every sender writes to --dst at once (one verified mrc-bench write each, "
+        "--qps QPs). With --victim (SRC:DST, or auto: a host under the T0 of most senders "
+        "writing to a host under --dst's T0 that is not --dst), the victim first runs alone for "
+        "--duration, then beside the incast: victim ratio = goodput with / alone. Reports each "
+        "flow's goodput, verification and QP errors, and the switches' counter deltas (PFC, "
+        "drops by reason, trims, ECN marks).",
+    )
+    _add_scenario(ic)
+    ic.add_argument("--senders", required=True, help="writing hosts, e.g. h3,h4")
+    ic.add_argument("--dst", required=True, help="the host they all write to")
+    ic.add_argument("--qps", type=int, default=8, help="queue pairs per flow (default 8)")
+    ic.add_argument(
+        "--victim",
+        default=None,
+        metavar="SRC:DST|auto",
+        help="a victim flow beside the incast (auto: see above; default none)",
+    )
+    ic.add_argument(
+        "--duration",
+        "-D",
+        type=time_arg,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds per phase (default 10)",
+    )
+    ic.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        default=None,
+        help="also write a PNG of the victim's goodput alone and beside the incast",
+    )
+
+    ps = sub.add_parser(
+        "pause-storm",
+        help="a stuck host sends PFC PAUSE frames on every port while flows cross its T0",
+        description="From --stuck's namespace, a PFC PAUSE frame for the lossless priority on "
+        "every port every --interval-ms for --seconds (and a resume at the end), while verified "
+        "writes run (--flow SRC:DST, repeatable; default one writing to the stuck host and a "
+        "victim writing to another host under its T0). Reports the flows' goodput before and "
+        "during the storm, the frames sent, and the switches' counter deltas.",
+    )
+    _add_scenario(ps)
+    ps.add_argument("--stuck", required=True, help="the host whose NIC stopped draining")
+    ps.add_argument(
+        "--seconds", type=time_arg, default=5.0, help="how long it sends PAUSE (default 5)"
+    )
+    ps.add_argument(
+        "--interval-ms",
+        type=time_in(1e-3),
+        default=10.0,
+        metavar="MS",
+        help="one PAUSE frame per port every MS milliseconds (default 10)",
+    )
+    ps.add_argument(
+        "--flow",
+        action="append",
+        default=None,
+        metavar="SRC:DST",
+        help="a write during the storm (repeatable; default: see above)",
+    )
+    ps.add_argument("--qps", type=int, default=8, help="queue pairs per flow (default 8)")
+    return ap
+
+
+def size_list_arg(text: str) -> list[int]:
+    """``--sizes``: comma-separated sizes (``1M,4M,16M``)."""
+    out = [size_arg(t) for t in text.split(",") if t.strip()]
+    if not out:
+        raise argparse.ArgumentTypeError("--sizes needs at least one size")
+    return out
+
+
+def _add_scenario(sp: argparse.ArgumentParser) -> None:
+    """The options of the scenarios (incast, pause-storm)."""
+    _add_lab_json_transport(sp)
+    sp.add_argument(
+        "--size",
+        type=size_arg,
+        default="256K",
+        metavar="BYTES",
+        help="message size of every write (default 256K)",
+    )
+    sp.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+
+
+# --- entry ---------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _main(args)
+    except UsageError as e:
+        print(f"mrc-bench: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except (control.ControlError, OSError, ValueError) as e:
+        print(f"mrc-bench: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+
+
+def _load_lab(name: str) -> Any:
+    from lab.fabric import state
+    from lab.fabric.netns import LabError
+
+    try:
+        return state.load(name)
+    except LabError as e:
+        raise UsageError(str(e)) from None
+
+
+def _check_transport(name: str) -> None:
+    from mrcnic.verbs import _core_class
+
+    try:
+        _core_class(name)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def _main(args: argparse.Namespace) -> int:
+    st = _load_lab(args.lab)
+    if st.phase != "up":
+        raise UsageError(f"lab {args.lab} is not up (phase {st.phase!r})")
+    _check_transport(args.transport)
+    if args.test == "allreduce":
+        return _allreduce(st, args)
+    if args.test == "alltoall":
+        return _alltoall(st, args)
+    if args.test == "forge":
+        return _forge(st, args)
+    if args.test == "incast":
+        return _incast(st, args)
+    if args.test == "pause-storm":
+        return _pause_storm(st, args)
+    return _pair(st, args)
+
+
+def _forge(st: Any, args: argparse.Namespace) -> int:
+    import asyncio
+
+    from lab.workloads.bench.forge import ForgeParams, format_forge, run_forge
+
+    if args.transport != "mrc":
+        raise UsageError("forge runs against MRC QPs (--transport mrc)")
+    p = ForgeParams(args.writer, args.target, args.forger, args.size, args.per_kind, args.seed)
+    if args.timeout_s is not None:
+        p.timeout_s = args.timeout_s
+    res = asyncio.run(run_forge(st, p))
+    print(json.dumps(res, indent=1) if args.json else format_forge(res), flush=True)
+    return 0 if res["passed"] else EXIT_FAILED
+
+
+def _scenario_common(args: argparse.Namespace) -> None:
+    if not 1 <= args.qps <= 256:
+        raise UsageError("--qps must be 1..256")
+    if args.size < 1 or args.size >= 1 << 32:
+        raise UsageError("--size must be 1 byte .. 4 GiB - 1 (one RDMA Write)")
+
+
+def _incast(st: Any, args: argparse.Namespace) -> int:
+    from lab.workloads.bench import incast
+
+    _scenario_common(args)
+    plan = st.plan
+    try:
+        senders = incast.parse_hosts(plan, args.senders)
+        dst = bc.parse_host(plan, args.dst)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if dst in senders:
+        raise UsageError(f"--dst {plan.host_name(dst)} is also a sender")
+    if args.duration <= 0:
+        raise UsageError("--duration must be > 0")
+    victim = None
+    if args.victim not in (None, "", "none"):
+        if args.victim == "auto":
+            victim = incast.auto_victim(plan, senders, dst)
+            if victim is None:
+                raise UsageError(
+                    "--victim auto: no host under the senders' T0 is free to write to another "
+                    f"host under {plan.host_name(dst)}'s T0 (a lab with --hosts-per-t0 3, senders "
+                    "under another T0 than --dst), or give --victim SRC:DST"
+                )
+        else:
+            try:
+                victim = incast.parse_pair(plan, args.victim)
+            except ValueError as e:
+                raise UsageError(str(e)) from None
+            if victim[1] == dst:
+                raise UsageError("the victim must not write to --dst (it would join the incast)")
+    p = incast.IncastParams(
+        senders=senders,
+        dst=dst,
+        qps=args.qps,
+        victim=victim,
+        transport=args.transport,
+        size=args.size,
+        duration_s=args.duration,
+        progress=not args.quiet,
+    )
+    res = incast.run_incast(st, p)
+    if args.json:
+        print(json.dumps(res, separators=(",", ":")), flush=True)
+    else:
+        print(incast.format_incast(res), flush=True)
+    if args.plot:
+        _plot(res, args.plot)
+    return EXIT_OK if res["verified"] else EXIT_FAILED
+
+
+def _pause_storm(st: Any, args: argparse.Namespace) -> int:
+    from lab.workloads.bench import incast, storm
+
+    _scenario_common(args)
+    plan = st.plan
+    try:
+        stuck = bc.parse_host(plan, args.stuck)
+        pairs = [incast.parse_pair(plan, f) for f in args.flow] if args.flow else None
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if args.seconds <= 0:
+        raise UsageError("--seconds must be > 0")
+    if args.interval_ms <= 0:
+        raise UsageError("--interval-ms must be > 0")
+    p = storm.StormParams(
+        stuck=stuck,
+        seconds=args.seconds,
+        interval_ms=args.interval_ms,
+        flows=pairs,
+        transport=args.transport,
+        qps=args.qps,
+        size=args.size,
+        progress=not args.quiet,
+    )
+    try:
+        res = storm.run_storm(st, p)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if args.json:
+        print(json.dumps(res, separators=(",", ":")), flush=True)
+    else:
+        print(storm.format_storm(res), flush=True)
+    return EXIT_OK if res["verified"] else EXIT_FAILED
+
+
+def _self_host(st: Any, given: str | None) -> int:
+    if given is not None:
+        try:
+            return bc.parse_host(st.plan, given)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    h = bc.detect_host(st)
+    if h is None:
+        raise UsageError(
+            f"this process is not in a host namespace of lab {st.name}: run it with "
+            f"`ip netns exec {st.plan.namespace('h0')} mrc-bench ...` or give --host"
+        )
+    return h
+
+
+def _write_params(st: Any, args: argparse.Namespace) -> Any:
+    from lab.workloads.bench.write import WriteParams
+
+    size, region = args.size, args.region
+    if size < 1 or size >= 1 << 32:
+        raise UsageError("--size must be 1 byte .. 4 GiB - 1 (one RDMA Write)")
+    lat = args.test == "lat"
+    iters = args.iters
+    if iters is None and args.duration is None:
+        iters = 1000 if lat else 5000
+    if iters is not None and iters < 1:
+        raise UsageError("--iters must be >= 1")
+    if args.duration is not None and args.duration <= 0:
+        raise UsageError("--duration must be > 0")
+    qps = 1 if lat else args.qps
+    if not 1 <= qps <= 256:
+        raise UsageError("--qps must be 1..256")
+    depth = 1 if lat else args.depth
+    if depth is None:
+        depth = min(1024, max(16, -(-(2 << 20) // size)))  # keep the pipe full at any size
+    if depth < 1:
+        raise UsageError("--depth must be >= 1")
+    tl = None if lat else args.timeline_ms
+    if tl is not None and tl <= 0:
+        raise UsageError("--timeline-ms must be > 0")
+    return WriteParams(
+        test="lat" if lat else "write",
+        size=size,
+        iters=iters,
+        duration_s=args.duration,
+        qps=qps,
+        depth=depth,
+        transport=args.transport,
+        timeline_ms=tl,
+        region_cap=region,
+        seed=args.seed,
+        progress_s=0.0 if args.quiet else (1.0 if lat else args.progress_s),
+        timeout_s=args.timeout_s,
+        warmup=args.warmup if lat else 0,
+        ev_log=0 if lat else max(0, getattr(args, "ev_log", 0) or 0),
+    )
+
+
+def _plot(res: dict[str, Any], path: str) -> None:
+    """``--plot``: the PNG of a result (lab/views/benchplot.py); a result it cannot plot says why
+    on stderr without failing the run."""
+    from lab.views import benchplot as plot
+
+    try:
+        print(f"mrc-bench: wrote {plot.plot_result(res, path)}", file=sys.stderr, flush=True)
+    except (ValueError, KeyError, TypeError) as e:
+        print(f"mrc-bench: no plot: {e}", file=sys.stderr, flush=True)
+
+
+def _pair(st: Any, args: argparse.Namespace) -> int:
+    from lab.workloads.bench import write as bench_write
+    from mrcnic.io import aio
+
+    plan = st.plan
+    plot = getattr(args, "plot", None)
+    if plot and args.timeline_ms is None:
+        args.timeline_ms = 100.0  # the plot is drawn from the timeline
+    if args.server and args.client:
+        raise UsageError("--server and --client exclude each other")
+    if args.server:
+        host = _self_host(st, args.host)
+        return aio.run(bench_write.serve(st, host, args.port, args.bind))
+    params = _write_params(st, args)
+    if args.client is not None:
+        host = _self_host(st, args.host)
+        try:
+            server = bc.parse_host(plan, args.client)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        if server == host:
+            raise UsageError("the client and the server must be different hosts")
+        res = aio.run(bench_write.run_client(st, host, server, args.port, params))
+        _emit(res, args.json)
+        if plot:
+            _plot(res, plot)
+        return EXIT_OK if res["verified"] else EXIT_FAILED
+    # both sides, each in its host's namespace
+    try:
+        src = bc.parse_host(plan, args.src)
+        dst = bc.parse_host(plan, args.dst if args.dst is not None else f"h{plan.host_count - 1}")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if src == dst:
+        raise UsageError("--src and --dst must be different hosts")
+    # The server takes a free port (--port 0) unless one was given, and says which on stderr.
+    server_argv = [args.test, "--lab", st.name, "--port", _listen_port(args.port)]
+    server_argv += ["--server", "--host", plan.host_name(dst)]
+    client_argv = [args.test, "--lab", st.name, "--port", PORT_SLOT]
+    client_argv += ["--client", plan.host_name(dst), "--host", plan.host_name(src), "--json"]
+    client_argv += _forward(args)
+    sides = [Side(dst, server_argv, listens=True), Side(src, client_argv, result=True)]
+    return _orchestrate(
+        st, sides, args.json, on_result=(lambda r: _plot(r, plot)) if plot else None
+    )
+
+
+def _forward(args: argparse.Namespace) -> list[str]:
+    """The client's copy of the user's options."""
+    out = ["--size", str(args.size), "--transport", args.transport, "--region", str(args.region)]
+    if args.iters is not None:
+        out += ["--iters", str(args.iters)]
+    if args.duration is not None:
+        out += ["--duration", str(args.duration)]
+    if args.seed is not None:
+        out += ["--seed", str(args.seed)]
+    if args.timeout_s is not None:
+        out += ["--timeout-s", str(args.timeout_s)]
+    if args.quiet:
+        out.append("--quiet")
+    if args.test == "write":
+        out += ["--qps", str(args.qps)]
+        if args.depth is not None:
+            out += ["--depth", str(args.depth)]
+        out += ["--progress-s", str(args.progress_s)]
+        if args.timeline_ms is not None:
+            out += ["--timeline-ms", str(args.timeline_ms)]
+        if args.ev_log:
+            out += ["--ev-log", str(args.ev_log)]
+    else:
+        out += ["--warmup", str(args.warmup)]
+    return out
+
+
+def bench_command() -> list[str]:
+    """How to start mrc-bench: the venv's script next to this interpreter, else ``-m``."""
+    script = Path(sys.executable).parent / "mrc-bench"
+    if script.exists():
+        return [sys.executable, str(script)]
+    return [sys.executable, "-m", "lab.bench_cli"]
+
+
+PORT_SLOT = "{port}"  # replaced by the port the listening side reports
+_LISTENING = re.compile(r"listening on \[[^\]]*\]:(\d+)")
+
+
+def _listen_port(port: int) -> str:
+    """The port a child that listens is given: the user's, or 0 (any free port) for the
+    default, so that several benchmarks can run at once against the same host."""
+    return "0" if port == control.DEFAULT_PORT else str(port)
+
+
+@dataclass
+class Side:
+    """One child process: its host, its arguments, whether it listens (its stderr then
+    names the port, which replaces PORT_SLOT in the later sides' arguments) and whether it
+    prints the result JSON on stdout."""
+
+    host: int
+    argv: list[str]
+    listens: bool = False
+    result: bool = False
+
+
+def _wait_port(p: subprocess.Popen, errf: Any, timeout_s: float = 30.0) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        errf.seek(0)
+        m = _LISTENING.search(errf.read())
+        if m:
+            return int(m.group(1))
+        if p.poll() is not None:
+            break
+        time.sleep(0.02)
+    raise control.ControlError("the listening side did not start (see its messages above)")
+
+
+def _orchestrate(
+    st: Any, sides: list[Side], as_json: bool, on_result: Callable[[dict], None] | None = None
+) -> int:
+    """Start one process per side (``ip netns exec NS mrc-bench ...``), listeners first; the
+    result side prints the result JSON.  Children are stopped by PID if anything fails; the
+    others' stderr is shown only when they fail (the result side's passes through)."""
+    plan = st.plan
+    procs: list[tuple[subprocess.Popen, Any, str]] = []
+    result_text = ""
+    codes: list[int] = []
+    port = ""
+    with contextlib.ExitStack() as stack:
+        try:
+            for side in sides:
+                name = plan.host_name(side.host)
+                argv = [port if a == PORT_SLOT else a for a in side.argv]
+                full = ["ip", "netns", "exec", plan.namespace(name), *bench_command(), *argv]
+                capture = side.listens or not side.result
+                errf = stack.enter_context(tempfile.TemporaryFile("w+")) if capture else None
+                out = subprocess.PIPE if side.result else subprocess.DEVNULL
+                p = subprocess.Popen(full, stdout=out, stderr=errf, text=True)
+                procs.append((p, errf, name))
+                if side.listens:
+                    port = str(_wait_port(p, errf))
+            for (p, _e, _n), side in zip(procs, sides, strict=True):
+                if side.result:
+                    result_text, _ = p.communicate()
+            for p, _e, _n in procs:
+                try:
+                    codes.append(p.wait(timeout=30))
+                except subprocess.TimeoutExpired:
+                    p.terminate()
+                    codes.append(p.wait(timeout=5))
+        except BaseException:
+            _stop(procs)
+            raise
+        finally:
+            for p, errf, name in procs:
+                if errf is not None and p.returncode not in (0, None):
+                    errf.seek(0)
+                    for ln in errf.read().splitlines()[-20:]:
+                        if "listening on" not in ln:
+                            print(f"[{name}] {ln}", file=sys.stderr)
+    try:
+        res = json.loads(result_text)
+    except ValueError:
+        raise control.ControlError(
+            f"no result from the benchmark processes (exit statuses {codes})"
+        ) from None
+    _emit(res, as_json)
+    if on_result is not None:
+        on_result(res)
+    return EXIT_OK if res.get("verified") and all(c == 0 for c in codes) else EXIT_FAILED
+
+
+def _stop(procs: list[tuple[subprocess.Popen, Any, str]]) -> None:
+    """SIGTERM the children we started (by PID), then SIGKILL what is left after 5 s."""
+    for p, _e, _n in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p, _e, _n in procs:
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def _add_collective_loop(p: argparse.ArgumentParser, per: str) -> None:
+    """A collective's loop options (``per``: what an iteration count is counted per)."""
+    p.add_argument("--iters", "-n", type=int, default=5, help=f"timed iterations{per} (default 5)")
+    p.add_argument(
+        "--warmup", type=int, default=1, help=f"untimed iterations{per} first (default 1)"
+    )
+    p.add_argument("--seed", type=int, default=1, help="data seed (default 1)")
+    p.add_argument(
+        "--rank", type=int, default=None, help="run only this rank here (rank 0 coordinates)"
+    )
+
+
+def _collective_hosts(plan: Any, args: argparse.Namespace) -> list[int]:
+    """The ranks' hosts (``--hosts``, default every host) and the loop counts, checked."""
+    try:
+        names = (
+            args.hosts.split(",")
+            if args.hosts
+            else [plan.host_name(h) for h in range(plan.host_count)]
+        )
+        hosts = [bc.parse_host(plan, h) for h in names]
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if len(hosts) < 2 or len(set(hosts)) != len(hosts):
+        raise UsageError("--hosts needs at least 2 distinct hosts")
+    if args.iters < 1 or args.warmup < 0:
+        raise UsageError("--iters must be >= 1 and --warmup >= 0")
+    return hosts
+
+
+def _collective(st: Any, args: argparse.Namespace, p: Any, run_rank: Any, sizes: list[str]) -> int:
+    """One rank here (``--rank``), or every rank in its host's namespace, rank 0 reporting.
+    ``sizes``: the size options every rank is given."""
+    from mrcnic.io import aio
+
+    hosts = p.hosts
+    if args.rank is not None:
+        if not 0 <= args.rank < len(hosts):
+            raise UsageError(f"--rank must be 0..{len(hosts) - 1}")
+        res = aio.run(run_rank(st, args.rank, p, args.port))
+        if res is not None:
+            _emit(res, args.json)
+            return EXIT_OK if res["verified"] else EXIT_FAILED
+        return EXIT_OK
+    hosts_arg = ",".join(st.plan.host_name(h) for h in hosts)
+    common = [args.test, "--lab", st.name, "--hosts", hosts_arg, *sizes]
+    common += ["--iters", str(args.iters), "--warmup", str(args.warmup)]
+    common += ["--seed", str(args.seed), "--transport", args.transport]
+    if args.timeout_s is not None:
+        common += ["--timeout-s", str(args.timeout_s)]
+    rank0 = [*common, "--port", _listen_port(args.port), "--rank", "0", "--json"]
+    sides = [Side(hosts[0], rank0, listens=True, result=True)]
+    sides += [
+        Side(h, [*common, "--port", PORT_SLOT, "--rank", str(r)])
+        for r, h in enumerate(hosts)
+        if r > 0
+    ]
+    return _orchestrate(st, sides, args.json)
+
+
+def _allreduce(st: Any, args: argparse.Namespace) -> int:
+    from lab.workloads.bench.allreduce import AllreduceParams, run_rank
+
+    hosts = _collective_hosts(st.plan, args)
+    p = AllreduceParams(
+        hosts=hosts,
+        size=args.size,
+        iters=args.iters,
+        warmup=args.warmup,
+        transport=args.transport,
+        seed=args.seed,
+        timeout_s=args.timeout_s or 120.0,
+    )
+    return _collective(st, args, p, run_rank, ["--size", str(args.size)])
+
+
+def _alltoall(st: Any, args: argparse.Namespace) -> int:
+    from lab.workloads.bench.alltoall import AlltoallParams, check_sizes, run_rank
+
+    hosts = _collective_hosts(st.plan, args)
+    sizes = args.sizes or [args.size if args.size is not None else 4 << 20]
+    try:
+        check_sizes(sizes, len(hosts))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    p = AlltoallParams(
+        hosts=hosts,
+        sizes=sizes,
+        iters=args.iters,
+        warmup=args.warmup,
+        transport=args.transport,
+        seed=args.seed,
+        timeout_s=args.timeout_s or 120.0,
+    )
+    return _collective(st, args, p, run_rank, ["--sizes", ",".join(str(x) for x in sizes)])
+
+
+# --- output --------------------------------------------------------------------------------------
+
+_LINE = "-" * 94
+
+
+def _emit(res: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(res, separators=(",", ":")), flush=True)
+    elif res["test"] == "allreduce":
+        print(format_allreduce(res), flush=True)
+    elif res["test"] == "alltoall":
+        print(format_alltoall(res), flush=True)
+    else:
+        print(format_pair(res), flush=True)
+
+
+def _cpu_line(res: dict[str, Any], sides: str) -> str:
+    parts = [f" CPU (% of one core): {sides}"]
+    if res.get("switch_cpu_percent") is not None:
+        parts.append(f"switches {res['switch_cpu_percent']:.0f}")
+    if res.get("machine_cpu_percent") is not None:
+        parts.append(f"machine {res['machine_cpu_percent']:.0f}% of {res.get('cpus')} CPUs busy")
+    return "   ".join(parts)
+
+
+def _header(res: dict[str, Any], title: str) -> list[str]:
+    mode = res["switch_mode"]
+    return [
+        _LINE,
+        f"{title:^94}",
+        f" lab {res['lab']}: {res['planes']} planes x {res['port_rate_bps'] / 1e6:g} Mb/s, {mode} switches"
+        f"   transport {res['transport']}",
+    ]
+
+
+def _verify_line(res: dict[str, Any]) -> str:
+    if res["verified"]:
+        v = res.get("verify", {})
+        region = v.get("region_bytes")
+        how = f"{region} B region compared byte for byte" if region else "checked"
+        text = f"yes ({how})"
+    else:
+        text = "NO"
+    return f" verified: {text}   QP errors: {res['qp_errors']}"
+
+
+def format_pair(res: dict[str, Any]) -> str:
+    lat = res["test"] == "lat"
+    where = "same T0" if res["same_t0"] else "another T0"
+    title = "RDMA_Write Latency Test (mrc-bench)" if lat else "RDMA_Write BW Test (mrc-bench)"
+    out = _header(res, title)
+    out.append(
+        f" {res['src']} -> {res['dst']} ({where})   QPs {res['qps']}   outstanding {res['depth']}"
+        f"   capacity {res['capacity_bps'] / 1e6:.1f} Mb/s"
+    )
+    out.append(_LINE)
+    if lat:
+        lu = res.get("latency_us", {})
+        out.append(
+            f" {'#bytes':<8}{'#iterations':<13}{'t_min[usec]':>12}{'t_max[usec]':>12}{'t_typical[usec]':>16}"
+            f"{'t_avg[usec]':>12}{'t_stdev[usec]':>14}{'99% percentile[usec]':>22}{'99.9% percentile[usec]':>24}"
+        )
+        if lu:
+            out.append(
+                f" {res['size']:<8}{res['iterations']:<13}{lu['t_min']:>12.2f}{lu['t_max']:>12.2f}"
+                f"{lu['t_typical']:>16.2f}{lu['t_avg']:>12.2f}{lu['t_stdev']:>14.2f}{lu['p99']:>22.2f}"
+                f"{lu['p99_9']:>24.2f}"
+            )
+    else:
+        out.append(
+            f" {'#bytes':<10}{'#iterations':<14}{'BW peak[Gb/s]':<17}{'BW average[Gb/s]':<20}{'MsgRate[Mpps]':<14}"
+        )
+        out.append(
+            f" {res['size']:<10}{res['iterations']:<14}{res['peak_bps'] / 1e9:<17.4f}"
+            f"{res['goodput_bps'] / 1e9:<20.4f}{res['msg_rate_pps'] / 1e6:<14.6f}"
+        )
+    out.append(_LINE)
+    if not lat:
+        out.append(
+            f" goodput {res['goodput_bps'] / 1e6:.1f} Mb/s = {res['goodput_fraction']:.3f} of capacity"
+            f" in {res['duration_s']:.2f} s   retransmissions {res['retransmissions']}"
+            f"   timeouts {res['timeouts']}"
+        )
+    out.append(_verify_line(res))
+    for e in res.get("errors", [])[:5]:
+        out.append(f"   error: {e}")
+    out.append(
+        _cpu_line(
+            res,
+            f"client {res['cpu_percent_client'] or 0:.0f}   server {res['cpu_percent_server'] or 0:.0f}",
+        )
+    )
+    if warn := cpu.cpu_warning(res):
+        out.append(warn)
+    return "\n".join(out)
+
+
+def format_allreduce(res: dict[str, Any]) -> str:
+    out = _header(res, "Ring all-reduce (mrc-bench, reduce-scatter + all-gather)")
+    out.append(
+        f" ranks {res['ranks']}: {','.join(res['hosts'])}   capacity per NIC {res['capacity_bps'] / 1e6:.1f} Mb/s"
+    )
+    out.append(_LINE)
+    out.append(
+        f" {'size(B)':>12}{'count':>12}{'type':>8}{'redop':>7}{'time(us)':>12}{'algbw(Gb/s)':>13}"
+        f"{'busbw(Gb/s)':>13}{'#wrong':>8}"
+    )
+    wrong = 0 if res["verified"] else "yes"
+    out.append(
+        f" {res['size']:>12}{res['elements']:>12}{res['type']:>8}{res['redop']:>7}"
+        f"{res['time_s'] * 1e6:>12.0f}{res['algbw_bps'] / 1e9:>13.4f}{res['busbw_bps'] / 1e9:>13.4f}{wrong!s:>8}"
+    )
+    out.append(_LINE)
+    out.append(
+        f" busbw = {res['goodput_fraction']:.3f} of capacity   iterations {res['iterations']}"
+        f"   retransmissions {res['retransmissions']}   timeouts {res['timeouts']}"
+    )
+    steps = ", ".join(
+        f"{name.replace('reduce-scatter', 'RS').replace('all-gather', 'AG')} {t * 1e3:.2f}"
+        for name, t in zip(res["step_names"], res["step_times_s"], strict=False)
+    )
+    out.append(f" step times (ms, slowest rank, mean over iterations): {steps}")
+    out.append(_verify_line(res))
+    for e in res.get("errors", [])[:5]:
+        out.append(f"   error: {e}")
+    ranks = "  ".join(f"r{i} {c or 0:.0f}" for i, c in enumerate(res["cpu_percent_ranks"]))
+    out.append(_cpu_line(res, ranks))
+    if warn := cpu.cpu_warning(res):
+        out.append(warn)
+    return "\n".join(out)
+
+
+def format_alltoall(res: dict[str, Any]) -> str:
+    """nccl-tests' table, one line per size, under mrc-bench's header."""
+    out = _header(res, "All-to-all (mrc-bench, one write per peer)")
+    out.append(
+        f" ranks {res['ranks']}: {','.join(res['hosts'])}   QPs per rank {res['qps_per_rank']}"
+        f"   capacity per NIC {res['capacity_bps'] / 1e6:.1f} Mb/s"
+    )
+    out.append(_LINE)
+    out.append(
+        f" {'size(B)':>12}{'count':>12}{'type':>8}{'redop':>7}{'time(us)':>12}{'algbw(Gb/s)':>13}"
+        f"{'busbw(Gb/s)':>13}{'#wrong':>8}"
+    )
+    for r in res["rows"]:
+        wrong = 0 if r["verified"] else "yes"
+        out.append(
+            f" {r['size']:>12}{r['elements']:>12}{res['type']:>8}{res['redop']:>7}"
+            f"{r['time_s'] * 1e6:>12.0f}{r['algbw_bps'] / 1e9:>13.4f}"
+            f"{r['busbw_bps'] / 1e9:>13.4f}{wrong!s:>8}"
+        )
+    out.append(_LINE)
+    out.append(
+        f" Avg bus bandwidth {res['avg_busbw_bps'] / 1e9:.4f} Gb/s   largest size: busbw = "
+        f"{res['goodput_fraction']:.3f} of capacity   retransmissions {res['retransmissions']}"
+        f"   timeouts {res['timeouts']}"
+    )
+    out.append(_verify_line(res))
+    for e in res.get("errors", [])[:5]:
+        out.append(f"   error: {e}")
+    ranks = "  ".join(f"r{i} {c or 0:.0f}" for i, c in enumerate(res["cpu_percent_ranks"]))
+    out.append(_cpu_line(res, ranks))
+    if warn := cpu.cpu_warning(res):
+        out.append(warn)
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The fabric: the Clos plan, namespaces, both switch modes, faults, state, status, capture and the prober."""

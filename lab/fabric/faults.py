@@ -1,0 +1,291 @@
+"""Fault injection with the plain Linux tools, each printing the exact command it runs.
+
+Every fault has an inverse that restores the lab's static configuration:
+
+============================  =============================================================
+fault                         command(s)
+============================  =============================================================
+link down A B                 ``ip -n NS link set dev IF down`` on the *switch* end (the upper
+                              tier: the T0 of a host link, the T1 of a fabric link), so host
+                              configuration is never touched
+link up A B                   ``ip -n NS link set dev IF up``; kernel mode then re-adds that
+                              port's neighbour entry and routes (the kernel flushed them)
+flap A B                      down/up ``--count`` times, each half of ``--period-ms``
+loss A B --percent X          ``ip netns exec NS nft '...numgen random mod 100 < X drop'`` in
+                              a netdev *egress* chain on both ends (both directions)
+loss A B --clear              ``ip netns exec NS nft 'add table ...; delete table ...'``
+shape A B --rate R            ``tc -n NS qdisc replace dev IF root tbf rate R ...`` both ends
+shape A B --clear             back to the link-rate tbf (kernel switch ports) or no qdisc
+reboot SWITCH                 python: SIGTERM the recorded PID, wait, start it again with the
+                              same config; kernel: every port down, wait, ports up + tables
+port down|up HOST PLANE       ``ip -n NS link set dev IF down|up`` on the host's NIC port
+============================  =============================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from lab.fabric import kernel_switch, pyswitch
+from lab.fabric.netns import LabError, argv_text, run
+from lab.fabric.state import LabState
+from lab.fabric.status import loss_table, read_namespace
+from lab.fabric.topology import KIND_HOST, KIND_T0, KIND_T1, Link, Port
+from mrcnic import units
+
+Printer = Callable[[str], None]
+
+
+def _print(text: str) -> None:
+    print(text, flush=True)
+
+
+class Faults:
+    """Fault operations on one lab; ``echo`` receives every command before it runs."""
+
+    def __init__(self, state: LabState, echo: Printer | None = _print) -> None:
+        self.state = state
+        self.plan = state.plan
+        self.echo = echo or (lambda _t: None)
+        self.kernel = state.switch_mode == "kernel"
+
+    # --- plumbing ------------------------------------------------------------------------
+    def _run(self, argv: Sequence[str], check: bool = True) -> str:
+        self.echo(argv_text(argv))
+        return run(argv, check=check)
+
+    def _ip(self, node: str, *args: str) -> str:
+        return self._run(["ip", "-n", self.plan.namespace(node), *args])
+
+    def _ip_lines(self, node: str, lines: list[str]) -> None:
+        # Printed as the individual commands they are; run one by one (they are few).
+        for line in lines:
+            self._ip(node, *line.split())
+
+    def link(self, a: str, b: str) -> Link:
+        link = self.plan.link_between(a, b)
+        if link.kind == "mgmt":
+            raise LabError("faults act on fabric links only; the management network is not MRC's")
+        return link
+
+    def _switch_port_restore(self, port: Port) -> list[str]:
+        node = self.plan.parse_node(port.node)
+        return kernel_switch.port_lines(self.plan, node, port)[1:]  # after "link set up"
+
+    # --- link down / up / flap -----------------------------------------------------------
+    def link_down(self, a: str, b: str) -> None:
+        end = self.link(a, b).switch_end
+        self._ip(end.node, "link", "set", "dev", end.ifname, "down")
+
+    def link_up(self, a: str, b: str) -> None:
+        end = self.link(a, b).switch_end
+        self._ip(end.node, "link", "set", "dev", end.ifname, "up")
+        if self.kernel:
+            self._ip_lines(end.node, self._switch_port_restore(end))
+
+    def flap(self, a: str, b: str, period_ms: float, count: int) -> None:
+        if period_ms <= 0 or count < 1:
+            raise LabError("flap needs --period-ms > 0 and --count >= 1")
+        half = period_ms / 2000.0
+        for i in range(count):
+            self.echo(f"# flap {i + 1}/{count}: down {half * 1000:.0f} ms, up {half * 1000:.0f} ms")
+            t = time.monotonic()
+            self.link_down(a, b)
+            _sleep_until(t + half)
+            self.link_up(a, b)
+            _sleep_until(t + 2 * half)
+
+    # --- loss (nft) ----------------------------------------------------------------------
+    def _ends(self, a: str, b: str) -> tuple[Port, Port]:
+        link = self.link(a, b)
+        return link.a, link.b
+
+    def loss(self, a: str, b: str, percent: float) -> None:
+        if not 0 < percent <= 100:
+            raise LabError("--percent must be in (0, 100]")
+        ensure_nft(self.echo)
+        for end in self._ends(a, b):
+            table = loss_table(self.plan, end.ifname)
+            chain = (
+                f"add chain netdev {table} loss {{ type filter hook egress device "
+                f'"{end.ifname}" priority 0; }}'
+            )
+            script = (
+                f"add table netdev {table}; delete table netdev {table}; "
+                f"add table netdev {table}; {chain}; "
+                f"add rule netdev {table} loss {_numgen(percent)} counter drop"
+            )
+            self._run(["ip", "netns", "exec", self.plan.namespace(end.node), "nft", script])
+
+    def loss_clear(self, a: str, b: str) -> None:
+        if not shutil.which("nft"):
+            self.echo("# nft is not installed: there can be no loss rule to clear")
+            return
+        for end in self._ends(a, b):
+            table = loss_table(self.plan, end.ifname)
+            script = f"add table netdev {table}; delete table netdev {table}"
+            self._run(["ip", "netns", "exec", self.plan.namespace(end.node), "nft", script])
+
+    # --- shaping (tc tbf) ----------------------------------------------------------------
+    def shape(self, a: str, b: str, rate: str | int) -> None:
+        rate_bps = parse_rate(rate)
+        for end in self._ends(a, b):
+            line = kernel_switch.tbf_line(self.plan, end.ifname, rate_bps)
+            self._run(["tc", "-n", self.plan.namespace(end.node), *line.split()])
+
+    def shape_clear(self, a: str, b: str) -> None:
+        for end in self._ends(a, b):
+            ns = self.plan.namespace(end.node)
+            kind = self.plan.parse_node(end.node).kind
+            if self.kernel and kind in (KIND_T0, KIND_T1):
+                line = kernel_switch.tbf_line(self.plan, end.ifname)  # back to the link rate
+                self._run(["tc", "-n", ns, *line.split()])
+            elif read_namespace(ns).qdiscs.get(end.ifname, {}).get("kind") == "tbf":
+                self._run(["tc", "-n", ns, "qdisc", "del", "dev", end.ifname, "root"])
+            else:
+                self.echo(f"# {end.node} {end.ifname}: not shaped, nothing to clear")
+
+    # --- switch reboot -------------------------------------------------------------------
+    def reboot(self, switch: str, down_ms: float = 1000.0) -> None:
+        node = self.plan.parse_node(switch)
+        if node.kind not in (KIND_T0, KIND_T1):
+            raise LabError(f"{switch} is not a switch")
+        if self.kernel:
+            self._reboot_kernel(node, down_ms)
+        else:
+            self._reboot_python(node, down_ms)
+
+    def _reboot_kernel(self, node, down_ms: float) -> None:
+        ports = self.plan.switch_ports(node)
+        t = time.monotonic()
+        self.echo(f"# {node.name}: kernel switch 'power off': every port and the SID anchor down")
+        for port in ports:
+            self._ip(node.name, "link", "set", "dev", port.ifname, "down")
+        self._ip(node.name, "link", "set", "dev", self.plan.ifname("sid"), "down")
+        _sleep_until(t + down_ms / 1000.0)
+        self.echo(f"# {node.name}: boot with the unchanged static config")
+        self._ip_lines(node.name, kernel_switch.restore_lines(self.plan, node))
+
+    def _reboot_python(self, node, down_ms: float) -> None:
+        rec = self.state.processes.get(node.name)
+        if rec is None:
+            raise LabError(f"no switch process recorded for {node.name}")
+        if rec.control is not None:
+            self._reboot_hosted(rec, down_ms)
+            return
+        t = time.monotonic()
+        if rec.is_alive():
+            self.echo(f"kill -TERM {rec.pid}   # {node.name}: {argv_text(rec.argv)}")
+            pyswitch.stop_process(rec)
+        else:
+            self.echo(f"# {node.name} was not running")
+        _sleep_until(t + down_ms / 1000.0)
+        ns = self.plan.namespace(node.name)
+        self.echo(argv_text(["ip", "netns", "exec", ns, *rec.argv]))
+        new = pyswitch.start_switch(
+            self.state, node.name, Path(rec.config), Path(rec.stats or ""), Path(rec.log or "")
+        )
+        self.state.processes[node.name] = new
+        self.state.save()
+        pyswitch.wait_ready([new])
+        self.echo(f"# {node.name} is back (pid {new.pid}) after {time.monotonic() - t:.2f} s")
+
+    def _reboot_hosted(self, rec, down_ms: float) -> None:
+        """A switch served by a shared process: stopped and started again from its config
+        file through the process's control socket; the other switches keep running."""
+        t = time.monotonic()
+        ctl = rec.control
+        self.echo(f"# {rec.node}: stop (control socket {ctl} of pid {rec.pid})")
+        pyswitch.hosted_request(rec, "stop")
+        _sleep_until(t + down_ms / 1000.0)
+        self.echo(f"# {rec.node}: start from its unchanged config {rec.config}")
+        if rec.stats:
+            Path(rec.stats).unlink(missing_ok=True)
+        pyswitch.hosted_request(rec, "start")
+        pyswitch.wait_ready([rec])
+        self.echo(f"# {rec.node} is back (pid {rec.pid}) after {time.monotonic() - t:.2f} s")
+
+    # --- NIC port ------------------------------------------------------------------------
+    def port(self, host: str, plane: int, up: bool) -> None:
+        node = self.plan.parse_node(host)
+        if node.kind != KIND_HOST:
+            raise LabError(f"{host} is not a host (port down|up HOST PLANE)")
+        if not 0 <= plane < self.plan.params.planes:
+            raise LabError(f"plane {plane} out of range 0..{self.plan.params.planes - 1}")
+        port = self.plan.host_port(node.index, plane)
+        self._ip(host, "link", "set", "dev", port.ifname, "up" if up else "down")
+
+
+def _sleep_until(t: float) -> None:
+    delay = t - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def _numgen(percent: float) -> str:
+    """The nft match for "this packet is lost": ``numgen random mod 100 < X`` for whole
+    percents, parts per million otherwise (0.1% -> mod 1000000 < 1000)."""
+    if percent >= 100:
+        return ""
+    if float(percent).is_integer():
+        return f"numgen random mod 100 < {int(percent)}"
+    ppm = round(percent * 10_000)
+    if ppm < 1:
+        raise LabError("--percent below 0.0001 cannot be expressed")
+    return f"numgen random mod 1000000 < {ppm}"
+
+
+def parse_rate(text: str | float) -> int:
+    """A ``shape`` rate -> bit/s: what ``mrcnic.units.parse_rate`` reads (``10mbit``,
+    ``500kbit``, ``1gbit``, ``2.5M``, ``2000000``) except the ``bps`` spellings, which tc reads
+    as *bytes* per second (``10mbps`` is 80 Mbit/s to tc): refused rather than guessed."""
+    if re.search(r"bps\s*$", str(text), re.IGNORECASE):
+        raise LabError(
+            f"rate {text!r}: to tc, 'bps' means bytes per second; give bits: 10mbit, 500kbit, 1gbit"
+        )
+    try:
+        value = units.parse_rate(text)
+    except units.UnitsError:
+        raise LabError(
+            f"rate {text!r}: use bits per second with decimal multiples, as tc does: "
+            "10mbit, 500kbit, 1gbit, 2.5M, 2000000"
+        ) from None
+    if value < 8000:
+        raise LabError(f"rate {text!r}: below 8kbit cannot carry a frame in reasonable time")
+    return round(value)
+
+
+def tc_rate_arg(text: str) -> int:
+    """argparse ``type=`` for ``mrc-lab shape --rate``."""
+    try:
+        return parse_rate(text)
+    except LabError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def ensure_nft(echo: Printer = _print) -> None:
+    """Install nftables when nft is missing (apt-get), saying so; LabError if that fails."""
+    if shutil.which("nft"):
+        return
+    echo("# nft (nftables) is missing; loss injection needs it. Installing it now:")
+    for argv in (["apt-get", "install", "-y", "nftables"],):
+        echo(argv_text(argv))
+        try:
+            run(argv)
+        except LabError as e:
+            echo(argv_text(["apt-get", "update"]))
+            try:
+                run(["apt-get", "update"])
+                run(argv)
+            except LabError:
+                raise LabError(
+                    f"could not install nftables ({e}); install it yourself: "
+                    "apt-get install -y nftables"
+                ) from None
+    if not shutil.which("nft"):
+        raise LabError("nftables installed but `nft` is still not on PATH")

@@ -1,0 +1,106 @@
+"""A host of a running lab, as a NIC process sees it: its Device, ports, namespace and the
+QP configuration that suits the lab (base RTT, RoCEv2 port binding).
+
+Lab and transport policy lives here, not in the asyncio shell (:mod:`mrcnic.io.aio`), which
+only moves bytes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from mrcnic.io.aio import AioNic
+from mrcnic.transport.qp_types import NetConfig, PortAddr, QpConfig
+from mrcnic.verbs import Device
+
+
+def lab_base_rtt_s(params: Any, mtu_bytes: int = 4096, software_s: float = 0.6e-3) -> float:
+    """Unloaded RTT between hosts under different T0s of a lab: a full data frame and a
+    control frame, store-and-forward over four links each way, plus ``software_s`` for the
+    software switches and NICs on the way (measured: ``mrc-bench lat``)."""
+    rate = params.rate_mbit * 1e6
+    data_bits = (mtu_bytes + 106) * 8
+    ctrl_bits = 140 * 8
+    return 4 * data_bits / rate + 4 * ctrl_bits / rate + software_s
+
+
+@dataclass
+class LabHost:
+    """What a NIC on host ``h`` of a running lab needs, read from the lab's state file."""
+
+    lab: Any  # lab.fabric.state.LabState
+    host: int
+    device: Device
+    ifnames: list[str]
+    namespace: str
+    base_rtt_s: float
+
+    @classmethod
+    def load(cls, lab_name: str, host: int | str, seed: int | None = None) -> LabHost:
+        from lab.fabric import state as lab_state
+
+        return cls.from_state(lab_state.load(lab_name), host, seed)
+
+    @classmethod
+    def from_state(cls, st: Any, host: int | str, seed: int | None = None) -> LabHost:
+        plan = st.plan
+        h = host if isinstance(host, int) else plan.parse_node(host).index
+        if not 0 <= h < plan.host_count:
+            raise ValueError(f"host {host} is not in lab {st.name} (h0..h{plan.host_count - 1})")
+        ports = [plan.host_port(h, p) for p in range(plan.params.planes)]
+        net = NetConfig(plan.shape, h, tuple(PortAddr(pt.mac, pt.peer_mac) for pt in ports))
+        rate = plan.params.rate_mbit * 1e6
+        software = 0.25e-3 if st.params.switch == "kernel" else 0.8e-3
+        dev = Device(net, rate, seed=seed)
+        return cls(
+            lab=st,
+            host=h,
+            device=dev,
+            ifnames=[pt.ifname for pt in ports],
+            namespace=plan.namespace(plan.host_name(h)),
+            base_rtt_s=lab_base_rtt_s(plan.params, software_s=software),
+        )
+
+    def qp_config(self, seed: int | None = None, **overrides: Any) -> QpConfig:
+        kw: dict[str, Any] = {"base_rtt_s": self.base_rtt_s}
+        if seed is not None:
+            kw["seed"] = seed
+        kw.update(overrides)
+        return QpConfig(**kw)
+
+    def transport_qp_config(self, transport: str, index: int, seed: int | None = None) -> QpConfig:
+        """The config of this host's ``index``-th QP of ``transport``.  RoCEv2 QPs are bound
+        to port ``index mod planes``, as multi-port RoCEv2 NICs are deployed (one rail per QP;
+        the fabric's ECMP hash then picks the T1); MRC QPs spray over every port."""
+        if transport == "rocev2":
+            opts: tuple[tuple[str, object], ...] = (("port", index % len(self.ifnames)),)
+            if getattr(self.lab.params, "pfc", False):  # the lab has a lossless class
+                opts += (("lossless", True),)
+            return self.qp_config(seed=seed, cc_options=opts)
+        return self.qp_config(seed=seed)
+
+    def nic(self, in_namespace: bool | None = None, **kw: Any) -> AioNic:
+        """An :class:`AioNic` on this host's ports.  Sockets are opened in the host's namespace
+        unless this process already runs there (``in_namespace`` None: detected).  While open
+        it publishes its QPs into the lab's run directory (:mod:`lab.fabric.nicstats`)."""
+        if in_namespace is None:
+            in_namespace = _current_netns_is(self.namespace)
+        # it publishes its QPs for `mrc-lab top` while open (lab/fabric/nicstats.py)
+        from lab.fabric.nicstats import PublishingNic
+
+        run_dir = getattr(self.lab, "run_dir", None)
+        pub = None
+        if run_dir is not None:
+            pub = {"run_dir": str(run_dir), "lab": getattr(self.lab, "name", None),
+                   "host": f"h{self.host}", "planes": len(self.ifnames)}  # fmt: skip
+        netns = None if in_namespace else self.namespace
+        return PublishingNic(self.device, self.ifnames, netns=netns, publish=pub, **kw)
+
+
+def _current_netns_is(name: str) -> bool:
+    try:
+        return os.stat("/proc/thread-self/ns/net").st_ino == os.stat(f"/run/netns/{name}").st_ino
+    except OSError:
+        return False

@@ -1,0 +1,339 @@
+"""Python-switch mode: one ``mrc-switch --config FILE`` process per switch namespace, or
+(``switch_procs`` N >= 1) N processes each serving a share of the switches.
+
+The lab writes each switch's static config (the format of ``mrcswitch/config.py``, see
+docs/switch.md) to ``/run/mrc-lab/<lab>/switches/<node>.json``, starts the process inside
+the switch's namespace with ``ip netns exec``, records its PID and command line in the state
+file at once, and waits until the switch says it is ready. Stopping signals only a recorded
+PID whose ``/proc/PID/cmdline`` still is that command line.
+
+Shared processes (``mrc-switch --control SOCK --config A --config B ...``, started in the
+root namespace; each config names its switch's namespace, where its ports are opened): the
+switches of a plane stay in one process as long as there are no more processes than planes,
+so a frame crosses its plane's switches on one wake-up. Each switch keeps its record (the
+process's PID and command line, its own config and stats file, and the control socket);
+``reboot`` stops and starts exactly that switch through the control socket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from lab.fabric.netns import LabError
+from lab.fabric.state import LabState, ProcessRecord
+from lab.fabric.topology import KIND_T0, Node, Plan, Port, mac_text
+
+READY_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 3.0
+# PFC in a lab: what a software neighbour needs to react to a PAUSE (its loop wakes, reads
+# the frame, stops its pacer). Not measured directly: 20 ms lost frames in the first 3:1
+# incast (docs/pfc.md, "Headroom"), 50 ms has held in the 3:1 runs since
+PFC_REACTION_S = 0.05
+PFC_MIN_XOFF_FRAMES = 4  # XOFF never below this many full frames
+
+
+def pfc_config(params: Any) -> dict[str, int]:
+    """The lab's ``pfc`` block for every switch: XOFF at half the port buffer (at least four
+    full frames), XON at half of XOFF, headroom for what the upstream still sends after XOFF
+    (mrcswitch.pfc.headroom_bytes over PFC_REACTION_S) plus the burst its token bucket may
+    release at once. docs/pfc.md explains the sizing."""
+    from mrcswitch.pfc import headroom_bytes
+
+    frame = params.mtu + 14
+    xoff = max(params.buffer_bytes // 2, PFC_MIN_XOFF_FRAMES * frame)
+    burst = max(2 * max(frame, 1518), params.rate_bps // 16000)  # config.py's default burst
+    headroom = headroom_bytes(params.rate_bps, PFC_REACTION_S, 0.0, frame) + burst
+    return {"xoff_bytes": xoff, "xon_bytes": xoff // 2, "headroom_bytes": headroom}
+
+
+def host_source_prefix(plan: Plan, port: Port) -> str:
+    """The prefix a T0's downlink accepts as source: its host's address on the port's plane
+    (``block:T0:DL::``, the block and two uSIDs long)."""
+    h = int(port.peer.removeprefix("h"))
+    assert port.plane is not None
+    addr = ipaddress.IPv6Address(plan.host_address(h, port.plane))
+    return f"{addr}/{plan.fmt.lblen + 2 * plan.fmt.nflen}"
+
+
+def switch_config(
+    plan: Plan, node: Node, stats_path: str, netns: str | None = None
+) -> dict[str, Any]:
+    """The mrc-switch config of one switch: ports, static table, stats file (and its
+    namespace, for a process serving several switches)."""
+    p = plan.params
+    ports = []
+    for port in plan.switch_ports(node):
+        last_hop = node.kind == KIND_T0 and port.role == "down"
+        # a T0's host port takes only the host's own source address (anti-spoofing)
+        guard = {"source_prefix": host_source_prefix(plan, port)} if last_hop else {}
+        ports.append(
+            {
+                **guard,
+                "name": port.ifname.removeprefix(plan.prefix),
+                "interface": port.ifname,
+                "peer": port.peer,
+                "peer_mac": mac_text(port.peer_mac),
+                "mac": mac_text(port.mac),
+                "rate_bps": p.rate_bps,
+                "buffer_bytes": p.buffer_bytes,
+                "ecn_threshold_bytes": p.ecn_threshold_bytes,
+                "last_hop": last_hop,
+            }
+        )
+    table = {
+        f"{route.usid:04x}": route.ifname.removeprefix(plan.prefix) for route in plan.table(node)
+    }
+    extra: dict[str, Any] = {"netns": netns} if netns else {}
+    if getattr(p, "pfc", False):
+        extra["pfc"] = pfc_config(p)
+    return {
+        **extra,
+        "name": node.name,
+        "block": plan.fmt.prefix_text(),
+        "own_usids": [f"{plan.own_usid(node):04x}"],
+        "ports": ports,
+        "table": table,
+        "stats_path": stats_path,
+        "stats_interval_s": 0.5,
+        "max_frame_bytes": max(p.mtu + 14, 1518),
+    }
+
+
+def switch_command() -> list[str]:
+    """How to run mrc-switch: the installed entry point next to this Python, else -m."""
+    exe = Path(sys.executable).with_name("mrc-switch")
+    if exe.exists():
+        return [str(exe)]
+    found = shutil.which("mrc-switch")
+    if found:
+        return [found]
+    return [sys.executable, "-m", "mrcswitch.switch"]
+
+
+def write_configs(state: LabState, shared: bool = False) -> dict[str, tuple[Path, Path, Path]]:
+    """Write every switch's config (``shared``: each names its namespace); -> node ->
+    (config, stats, log) paths."""
+    plan = state.plan
+    conf_dir = state.run_dir / "switches"
+    stats_dir = state.run_dir / "stats"
+    log_dir = state.run_dir / "logs"
+    for d in (conf_dir, stats_dir, log_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for node in plan.switches():
+        conf = conf_dir / f"{node.name}.json"
+        stats = stats_dir / f"{node.name}.json"
+        log = log_dir / f"{node.name}.log"
+        ns = plan.namespace(node.name) if shared else None
+        conf.write_text(json.dumps(switch_config(plan, node, str(stats), ns), indent=1))
+        out[node.name] = (conf, stats, log)
+    return out
+
+
+def start_switch(state: LabState, node: str, conf: Path, stats: Path, log: Path) -> ProcessRecord:
+    """Start one switch in its namespace; the record is saved by the caller at once."""
+    ns = state.plan.namespace(node)
+    with contextlib.suppress(FileNotFoundError):
+        stats.unlink()
+    argv = [*switch_command(), "--config", str(conf)]
+    full = ["ip", "netns", "exec", ns, *argv]
+    with open(log, "ab") as logf:
+        proc = subprocess.Popen(
+            full,
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a Ctrl-C at the terminal must not kill the fabric
+        )
+    # `ip netns exec` execs the command in the same process: the PID is the switch's.
+    return ProcessRecord(
+        node=node,
+        pid=proc.pid,
+        argv=argv,
+        config=str(conf),
+        stats=str(stats),
+        log=str(log),
+        started_at=time.time(),
+    )
+
+
+def groups(plan: Plan, procs: int) -> list[list[str]]:
+    """The switches of each of ``procs`` shared processes: contiguous runs of the switches in
+    plane order, so that with ``procs`` <= planes no plane is split when planes divide
+    evenly (and as few as can be otherwise)."""
+    names = [n.name for n in plan.switches()]
+    procs = max(1, min(procs, len(names)))
+    out = []
+    for k in range(procs):
+        lo, hi = k * len(names) // procs, (k + 1) * len(names) // procs
+        out.append(names[lo:hi])
+    return out
+
+
+def start_group(
+    state: LabState, index: int, nodes: list[str], paths: dict[str, tuple[Path, Path, Path]]
+) -> list[ProcessRecord]:
+    """Start one process serving ``nodes`` (their configs name their namespaces); one
+    record per switch, all with its PID, saved by the caller at once."""
+    ctl = state.run_dir / f"switchproc{index}.sock"
+    log = state.run_dir / "logs" / f"switchproc{index}.log"
+    argv = [*switch_command(), "--control", str(ctl)]
+    for node in nodes:
+        argv += ["--config", str(paths[node][0])]
+        with contextlib.suppress(FileNotFoundError):
+            paths[node][1].unlink()
+    with open(log, "ab") as logf:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    now = time.time()
+    return [
+        ProcessRecord(
+            node=node, pid=proc.pid, argv=argv, config=str(paths[node][0]),
+            stats=str(paths[node][1]), log=str(log), started_at=now, control=str(ctl),
+        )
+        for node in nodes
+    ]  # fmt: skip
+
+
+def hosted_request(rec: ProcessRecord, op: str) -> dict:
+    """``op`` ("stop", "start") for the switch of ``rec`` through its process's control
+    socket; LabError if the process is gone or refuses."""
+    from mrcswitch.host import control
+
+    if rec.control is None or not rec.is_alive():
+        raise LabError(f"the process serving {rec.node} (pid {rec.pid}) is not running")
+    try:
+        reply = control(rec.control, {"op": op, "switch": rec.node})
+    except (OSError, ValueError) as e:
+        raise LabError(f"{rec.node}: control socket {rec.control}: {e}") from None
+    if not reply.get("ok"):
+        raise LabError(f"{rec.node}: {op} refused: {reply.get('error')}")
+    return reply
+
+
+def is_ready(rec: ProcessRecord) -> bool:
+    """Ready = this process's stats file says ``"ready": true`` (docs/switch.md): written
+    once every port is open. The file is replaced atomically, so it is never half-read."""
+    if rec.stats is None:
+        return False
+    try:
+        with open(rec.stats) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return bool(data.get("ready")) and data.get("pid") == rec.pid
+
+
+def exited(rec: ProcessRecord) -> int | None:
+    """The exit status if the process has ended (reaps it when it is our child)."""
+    try:
+        pid, status = os.waitpid(rec.pid, os.WNOHANG)
+    except ChildProcessError:
+        return None if rec.is_alive() else -1
+    if pid == 0:
+        return None
+    return os.waitstatus_to_exitcode(status)
+
+
+def wait_ready(
+    recs: list[ProcessRecord], timeout_s: float = READY_TIMEOUT_S, on_ready=None
+) -> None:
+    """Wait until every switch is ready; LabError naming the ones that died or hung."""
+    deadline = time.monotonic() + timeout_s
+    waiting = list(recs)
+    while waiting:
+        still = []
+        for rec in waiting:
+            if is_ready(rec):
+                if on_ready:
+                    on_ready(rec)
+                continue
+            code = exited(rec)
+            if code is not None:
+                raise LabError(
+                    f"switch {rec.node} exited ({code}) before it was ready:\n{_tail(rec.log)}"
+                )
+            still.append(rec)
+        waiting = still
+        if waiting and time.monotonic() > deadline:
+            names = ", ".join(r.node for r in waiting[:8])
+            raise LabError(
+                f"switches not ready after {timeout_s:.0f} s: {names} (logs in {waiting[0].log})"
+            )
+        if waiting:
+            time.sleep(0.05)
+
+
+def _tail(path: str | None, lines: int = 15) -> str:
+    if not path:
+        return ""
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def stop_processes(recs: list[ProcessRecord], timeout_s: float = STOP_TIMEOUT_S) -> dict[str, str]:
+    """SIGTERM every recorded switch whose cmdline still matches, wait for all of them at
+    once, SIGKILL the ones that hang. -> node -> "stopped" | "killed" | "not running"."""
+    result: dict[str, str] = {}
+    signalled: list[ProcessRecord] = []
+    by_pid: dict[int, list[ProcessRecord]] = {}  # a shared process: signalled once
+    for rec in recs:
+        by_pid.setdefault(rec.pid, []).append(rec)
+    others: dict[str, list[str]] = {}
+    for same in by_pid.values():
+        others[same[0].node] = [r.node for r in same[1:]]
+    recs = [same[0] for same in by_pid.values()]
+    for rec in recs:
+        if not rec.is_alive():
+            exited(rec)
+            result[rec.node] = "not running"
+            continue
+        try:
+            os.kill(rec.pid, signal.SIGTERM)
+            signalled.append(rec)
+        except ProcessLookupError:
+            result[rec.node] = "not running"
+    deadline = time.monotonic() + timeout_s
+    while signalled and time.monotonic() < deadline:
+        still = []
+        for rec in signalled:
+            exited(rec)
+            if rec.is_alive():
+                still.append(rec)
+            else:
+                result[rec.node] = "stopped"
+        signalled = still
+        if signalled:
+            time.sleep(0.02)
+    for rec in signalled:
+        if rec.is_alive():  # checked again right before the signal: never a reused PID
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(rec.pid, signal.SIGKILL)
+            result[rec.node] = "killed"
+        exited(rec)
+    for node, rest in others.items():
+        for other in rest:
+            result[other] = result[node]
+    return result
+
+
+def stop_process(rec: ProcessRecord, timeout_s: float = STOP_TIMEOUT_S) -> str:
+    return stop_processes([rec], timeout_s)[rec.node]

@@ -1,0 +1,143 @@
+"""CPU meters and the CPU-bound rule: this process, the lab's switch processes, the machine.
+
+A result measured while the CPU, not the fabric, was the limit says more about the machine than
+about MRC: every mrc-bench result carries the verdict of :func:`cpu_verdict`.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from dataclasses import dataclass
+from typing import Any
+
+_HZ = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def pid_cpu_s(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _HZ
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(total, idle) jiffies over all CPUs from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v), v[3] + v[4]
+
+
+@dataclass
+class CpuSample:
+    wall_s: float
+    self_s: float
+    switches_s: float | None
+    machine: tuple[int, int]
+
+
+class CpuMeter:
+    """CPU of this process, of the lab's switch processes (python mode) and of the machine
+    between :meth:`start` and :meth:`stop`.  Percentages are of one core, except
+    ``machine_cpu_percent`` (busy share of all CPUs)."""
+
+    def __init__(self, switch_pids: list[int] | None = None) -> None:
+        self.switch_pids = list(switch_pids or [])
+        self.a: CpuSample | None = None
+
+    def _sample(self) -> CpuSample:
+        sw: float | None = None
+        if self.switch_pids:
+            sw = 0.0
+            for pid in self.switch_pids:
+                c = pid_cpu_s(pid)
+                if c is not None:
+                    sw += c
+        return CpuSample(time.monotonic(), process_cpu_s(), sw, machine_ticks())
+
+    def start(self) -> None:
+        self.a = self._sample()
+
+    def stop(self) -> dict[str, Any]:
+        assert self.a is not None
+        b = self._sample()
+        a = self.a
+        wall = max(b.wall_s - a.wall_s, 1e-9)
+        total = b.machine[0] - a.machine[0]
+        idle = b.machine[1] - a.machine[1]
+        out: dict[str, Any] = {
+            "cpu_percent": round(100 * (b.self_s - a.self_s) / wall, 1),
+            "machine_cpu_percent": round(100 * (1 - idle / total), 1) if total > 0 else None,
+            "cpus": os.cpu_count(),
+        }
+        if a.switches_s is not None and b.switches_s is not None:
+            out["switch_cpu_percent"] = round(100 * (b.switches_s - a.switches_s) / wall, 1)
+        else:
+            out["switch_cpu_percent"] = None
+        return out
+
+
+# A run is CPU-bound, and its goodput says more about this machine than about the fabric,
+# when the machine was at least this busy over the run (busy share of all CPUs, /proc/stat)
+# or one NIC process used at least this share of one core (it cannot get more than one).
+CPU_BOUND_MACHINE = 0.85
+CPU_BOUND_NIC = 0.90
+
+
+def cpu_bound(machine_busy_fraction: float | None, nic_core_fraction_max: float | None) -> bool:
+    """True when the machine was >= 85% busy or a NIC process used >= 90% of a core; a
+    figure that was not measured (None) says nothing either way."""
+    return (machine_busy_fraction is not None and machine_busy_fraction >= CPU_BOUND_MACHINE) or (
+        nic_core_fraction_max is not None and nic_core_fraction_max >= CPU_BOUND_NIC
+    )
+
+
+def cpu_verdict(
+    machine_cpu_percent: float | None, nic_cpu_percents: list[float | None]
+) -> dict[str, Any]:
+    """The ``cpu_bound`` keys of mrc-bench's JSON from its CPU figures (percentages: the
+    machine's busy share of all CPUs, each NIC process in % of one core)."""
+    machine = None if machine_cpu_percent is None else round(machine_cpu_percent / 100, 4)
+    nics = [c for c in nic_cpu_percents if c is not None]
+    nic = round(max(nics) / 100, 4) if nics else None
+    return {
+        "cpu_bound": cpu_bound(machine, nic),
+        "machine_busy_fraction": machine,
+        "nic_core_fraction_max": nic,
+        "cpu_bound_thresholds": {
+            "machine_busy_fraction": CPU_BOUND_MACHINE,
+            "nic_core_fraction": CPU_BOUND_NIC,
+        },
+    }
+
+
+def cpu_warning(res: dict[str, Any]) -> str | None:
+    """The screen's warning line for a CPU-bound result (None when it was not)."""
+    if not res.get("cpu_bound"):
+        return None
+    parts = []
+    m, n = res.get("machine_busy_fraction"), res.get("nic_core_fraction_max")
+    if m is not None:
+        parts.append(f"machine {m:.0%} busy (limit {CPU_BOUND_MACHINE:.0%})")
+    if n is not None:
+        parts.append(f"busiest NIC process {n:.0%} of a core (limit {CPU_BOUND_NIC:.0%})")
+    return (
+        " WARNING: CPU-bound run: "
+        + ", ".join(parts)
+        + ": this machine's CPU, not the fabric, may have limited the result; lower the link "
+        "rate (mrc-lab up --rate-mbit auto)"
+    )
+
+
+def switch_pids(lab_state: Any) -> list[int]:
+    """PIDs of the lab's switch processes that still run what the lab started, each once
+    (one shared process serves several switches: its CPU must not count once per switch)."""
+    return sorted({rec.pid for rec in lab_state.processes.values() if rec.is_alive()})

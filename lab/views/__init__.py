@@ -1,0 +1,1 @@
+"""Views: the live screen (mrc-lab top) and the charts, all in one plot style."""

@@ -1,0 +1,1 @@
+"""make fuzz: hostile frames into NICs (both engines) and a switch."""
