@@ -46,12 +46,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lab import lifecycle  # noqa: E402
-from lab.bench.common import env_added  # noqa: E402
-from lab.netns import LabError, have_net_admin  # noqa: E402
-from lab.params import resolve  # noqa: E402
-from lab.scenario import WriteSpec, bench_argv, run_write  # noqa: E402
-from lab.state import LabState, exists  # noqa: E402
+from lab import lifecycle
+from lab.bench.common import env_added
+from lab.netns import LabError, have_net_admin
+from lab.params import resolve
+from lab.scenario import WriteSpec, bench_argv, run_write
+from lab.state import LabState, exists
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 HOPS = 3  # h0 -> h3: T0, T1, T0

@@ -134,7 +134,7 @@ _CNP_LEN = _BTH_SIZE + CNP_RESERVED_SIZE + _ICRC_SIZE
 class _Msg:
     __slots__ = ("wr_id", "buf", "length", "va", "rkey", "imm", "next_off", "last_psn")
 
-    def __init__(self, wr_id, buf, va, rkey, imm) -> None:  # noqa: ANN001
+    def __init__(self, wr_id, buf, va, rkey, imm) -> None:
         self.wr_id = wr_id
         self.buf = buf
         self.length = len(buf)
@@ -586,7 +586,7 @@ class RoceQueuePair(Outbox):
         else:
             st.rx_malformed += 1
 
-    def _rx_data(self, data, end: int, w0: int, op: int, w2: int, now_s: float) -> None:  # noqa: ANN001
+    def _rx_data(self, data, end: int, w0: int, op: int, w2: int, now_s: float) -> None:
         st = self.stats
         reth = op in _RETH_OPS
         imm_op = op in _IMM_OPS

@@ -18,7 +18,7 @@ def fast_constructor(cls: type) -> type:
     body = "".join(f"    self.{n} = {n}\n" for n in names)
     src = f"def __init__(self, {', '.join(names)}):\n{body}    self.__class__ = cls\n"
     ns: dict = {"cls": cls}
-    exec(src, ns)  # noqa: S102 (fixed template over our own field names, like dataclasses)
+    exec(src, ns)  # fixed template over our own field names, like dataclasses
     return type(f"_{cls.__name__}Builder", (), {"__slots__": names, "__init__": ns["__init__"]})
 
 
