@@ -491,6 +491,7 @@ class RoceQueuePair(Outbox):
         )
         _U16.pack_into(buf, _OFF_ULEN, ulen)
         w2 = (_ACKREQ | psn) if ackreq else psn
+        assert self.peer is not None  # data is sent only when READY, i.e. connected
         qp = self.peer.qpn
         if reth:
             _BTH_RETH.pack_into(buf, _OFF_BTH, op, 0, _PKEY, qp, w2, m.va, m.rkey, m.length)
@@ -542,6 +543,7 @@ class RoceQueuePair(Outbox):
             return
         self._last_cnp_s = now_s
         self.stats.tx_cnps += 1
+        assert self.peer is not None  # receive_frame only handles frames once connected
         self._ctrl.append(self._ctrl_frame(encode_cnp(self.peer.qpn)))
 
     # -- receiving ------------------------------------------------------------------------------
