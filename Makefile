@@ -21,7 +21,7 @@ help:
 	@echo "make demo        the main job: lab up, MRC write through a T1 reboot and a link flap, vs RoCEv2 (root)"
 	@echo "make test        set up, then run the whole test suite (unit + lab; lab tests need root)"
 	@echo "make setup       create .venv, install mrc with its test extras, build the C module"
-	@echo "make lint        ruff"
+	@echo "make lint        ruff (check, format) and mypy"
 	@echo "make bench       end-to-end benchmarks on real labs -> results/bench-e2e-*.json (root, ~10 min)"
 	@echo "make bench-core  C core vs pure-Python twin, ns per operation -> results/bench-core.json"
 	@echo "make bench-transport  transport core pps and mrc-sim goodput -> results/bench-transport.json"
@@ -60,6 +60,7 @@ test-lab: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 # End-to-end benchmarks on real labs (root; ~10 min): BENCH_ARGS="--only single,failures"
 BENCH_ARGS ?=

@@ -95,7 +95,7 @@ def _instrument(sender: object, receiver: object) -> dict:
     evs = sender.evs
     on_timeout = evs.on_timeout
 
-    def wrapped_timeout(slot, sent_s, now_s, *rest):  # noqa: ANN001, ANN202
+    def wrapped_timeout(slot, sent_s, now_s, *rest):
         for rec in sender.sb.records.values():
             if rec.slot == slot and rec.sent_s == sent_s and not rec.lost:
                 timed_out.add((rec.psn, rec.tx_ts_ns))
@@ -107,7 +107,7 @@ def _instrument(sender: object, receiver: object) -> dict:
     evs.on_timeout = wrapped_timeout
     receive = receiver.receive_frame
 
-    def wrapped_receive(frame, now_s):  # noqa: ANN001, ANN202
+    def wrapped_receive(frame, now_s):
         if len(frame) > 86 and 0xC6 <= frame[62] <= 0xCB:
             dscp = (frame[14] & 0x0F) << 2 | frame[15] >> 6
             if dscp not in (12, 16):  # a trimmed header delivers nothing
@@ -139,7 +139,7 @@ class _QueueProbe:
     def __getattr__(self, name: str) -> object:
         return getattr(self._link, name)
 
-    def transmit(self, t, frame, rng):  # noqa: ANN001, ANN201
+    def transmit(self, t, frame, rng):
         link = self._link
         if len(frame) > 1000:  # data, not control or trimmed headers
             busy = link.busy_until
@@ -167,7 +167,7 @@ def _registered(algo: str) -> str:
     base, _, spec = algo.partition("@")
     opts: dict[str, str] = dict(kv.split("=", 1) for kv in spec.split(";"))
 
-    def factory(p, **o):  # noqa: ANN001, ANN003, ANN202
+    def factory(p, **o):
         kw: dict[str, object] = {}
         for k, v in opts.items():
             if v.endswith("bdp"):
@@ -194,7 +194,7 @@ def run_scenario(name: str, seed: int, algo: str, spray: str | None) -> dict:
         if "spray" in fields:  # older revisions have only the random choice
             base = ev.EvConfig
 
-            def patched(*a, **k):  # noqa: ANN002, ANN003, ANN202
+            def patched(*a, **k):
                 k.setdefault("spray", spray)
                 return base(*a, **k)
 

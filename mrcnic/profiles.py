@@ -29,6 +29,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from mrcnic.errors import MrcError
 from mrcnic.transport import cc as _cc
@@ -419,7 +420,7 @@ class EvProfile(_Lifecycle):
             raise ValueError(f"{len(vals)} EVs given for ev_count {self.ev_count}")
         _check_evs(vals)
         self._step(ProfileOp.EDIT)
-        self._array = vals
+        self._array = list[int | None](vals)
 
     def replace_ev(self, old: int | None, new: int) -> None:
         """Put ``new`` where ``old`` is in an EXPLICIT array (``old=None``: the first empty
@@ -677,7 +678,7 @@ class QpOptions:
             raise ValueError(f"time_scale must be positive, not {self.time_scale!r}")
 
     def apply(self, config: QpConfig) -> QpConfig:
-        changes: dict[str, object] = {}
+        changes: dict[str, Any] = {}  # field name -> value of that field's type
         if self.window_units is not None:
             changes["window_psns"] = self.window_units * WINDOW_UNIT_PSNS
         if self.max_wimm_inflight is not None:

@@ -82,7 +82,7 @@ _PATTERNS = {
 }
 _BYTE_RATE = re.compile(rf"\s*{_NUMBER}\s*[kmgtKMGT]?(?:B/s|Bps)\s*")
 _PLAIN = re.compile(rf"\s*{_NUMBER}\s*", re.IGNORECASE)
-_MULTIPLIERS = {
+_MULTIPLIERS: dict[str, dict[str, int | Decimal]] = {
     "size": {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40},
     "time": {
         "": 1,

@@ -237,7 +237,9 @@ class QP:
     def ev_status(self, ev: int) -> EvStatus:
         """One EV's state as a controller sees it (SKIP shows as GOOD; UNKNOWN: not ours)."""
         evs = getattr(self.core, "evs", None)
-        slot = evs.slot_of.get(ev) if evs is not None else None
+        if evs is None:
+            return ev_status(None)
+        slot = evs.slot_of.get(ev)
         return ev_status(evs.state[slot] if slot is not None else None)
 
     def ev_statuses(self) -> dict[int, EvStatus]:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from mrcnic.errors import MrcError
-from mrcnic.io.netns import NETNS_DIR, in_netns, netns_path  # noqa: F401 (the lab's names too)
+from mrcnic.io.netns import NETNS_DIR, in_netns, netns_path  # the lab's names too
 
 
 class LabError(MrcError, RuntimeError):

@@ -167,7 +167,7 @@ def read_namespace(ns: str) -> NsView:
                                    NETLINK_NETFILTER)  # fmt: skip
             except OSError:
                 nf = None
-    except Exception:  # noqa: BLE001 - the namespace is gone (lab going down)
+    except Exception:  # the namespace is gone (lab going down)
         return NsView(exists=False)
     try:
         for s in (rt, nf):

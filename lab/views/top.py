@@ -734,7 +734,7 @@ class FaultReader:
                             "qdisc_backlog_bytes": q.get("backlog"),
                         }
                     kports[n.name] = pmap
-        except Exception as e:  # noqa: BLE001 - shown on screen, never fatal
+        except Exception as e:  # shown on screen, never fatal
             f = Faults(error=f"{type(e).__name__}: {e}")
             kports = {}
         f.read_unix = time.time()

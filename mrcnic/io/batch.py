@@ -26,8 +26,9 @@ import os
 import socket
 import struct
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Any
 
 from mrcnic.io.afpacket import (
     NETDOWN_ERRNOS,
@@ -185,7 +186,8 @@ class Sender:
         self._use_c = (_mod is not None) if use_c is None else use_c
         if self._use_c and _mod is None:
             raise RuntimeError("the C module mrcnic._mrcfast with mrc_io is not available")
-        self._err = _mod.ffi.new("int32_t[2]") if self._use_c else None
+        # cffi's int32_t[2] (untyped) on the C path, None on the twin's
+        self._err: Any = _mod.ffi.new("int32_t[2]") if self._use_c else None
 
     def send(
         self, sock_or_fd: socket.socket | int, frames: Sequence[bytes | bytearray]
@@ -403,6 +405,9 @@ class MmapRing:
         "_collect",
         "_release",
     )
+    # the C ring calls bound to this ring's geometry (None: the Python twins)
+    _collect: Callable[..., int] | None
+    _release: Callable[..., int] | None
 
     def __init__(
         self,

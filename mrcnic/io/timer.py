@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import math
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -88,7 +89,7 @@ def timerfd_ops() -> TimerfdOps | None:
         return TimerfdOps(
             "c", lib.mrc_timer_open, lib.mrc_timer_arm, lib.mrc_timer_disarm, lib.mrc_timer_ack
         )
-    if not hasattr(os, "timerfd_create"):  # pragma: no cover - Python 3.13 and later
+    if sys.version_info < (3, 13) or not hasattr(os, "timerfd_create"):  # pragma: no cover
         return None
 
     def _open() -> int:  # pragma: no cover

@@ -28,6 +28,7 @@ docs/rocev2.md has the table and the mapping.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 # Hardware values (DCQCN paper; R_AI/R_HAI as fractions of the line rate, see docs/rocev2.md)
 CNP_INTERVAL_S = 50e-6  # NP: at most one CNP per flow per 50 us
@@ -59,7 +60,7 @@ class DcqcnParams:
     min_rate_bps: float = 0.0  # 0: MIN_RATE_FRACTION of the line rate
 
     @classmethod
-    def scaled(cls, line_rate_bps: float, lab_scale: float, **overrides: object) -> DcqcnParams:
+    def scaled(cls, line_rate_bps: float, lab_scale: float, **overrides: Any) -> DcqcnParams:
         """The paper's constants with every time multiplied by ``lab_scale``."""
         p = cls(
             line_rate_bps=line_rate_bps,

@@ -134,7 +134,7 @@ _CNP_LEN = _BTH_SIZE + CNP_RESERVED_SIZE + _ICRC_SIZE
 class _Msg:
     __slots__ = ("wr_id", "buf", "length", "va", "rkey", "imm", "next_off", "last_psn")
 
-    def __init__(self, wr_id, buf, va, rkey, imm) -> None:  # noqa: ANN001
+    def __init__(self, wr_id, buf, va, rkey, imm) -> None:
         self.wr_id = wr_id
         self.buf = buf
         self.length = len(buf)
@@ -491,6 +491,7 @@ class RoceQueuePair(Outbox):
         )
         _U16.pack_into(buf, _OFF_ULEN, ulen)
         w2 = (_ACKREQ | psn) if ackreq else psn
+        assert self.peer is not None  # data is sent only when READY, i.e. connected
         qp = self.peer.qpn
         if reth:
             _BTH_RETH.pack_into(buf, _OFF_BTH, op, 0, _PKEY, qp, w2, m.va, m.rkey, m.length)
@@ -542,6 +543,7 @@ class RoceQueuePair(Outbox):
             return
         self._last_cnp_s = now_s
         self.stats.tx_cnps += 1
+        assert self.peer is not None  # receive_frame only handles frames once connected
         self._ctrl.append(self._ctrl_frame(encode_cnp(self.peer.qpn)))
 
     # -- receiving ------------------------------------------------------------------------------
@@ -586,7 +588,7 @@ class RoceQueuePair(Outbox):
         else:
             st.rx_malformed += 1
 
-    def _rx_data(self, data, end: int, w0: int, op: int, w2: int, now_s: float) -> None:  # noqa: ANN001
+    def _rx_data(self, data, end: int, w0: int, op: int, w2: int, now_s: float) -> None:
         st = self.stats
         reth = op in _RETH_OPS
         imm_op = op in _IMM_OPS

@@ -27,6 +27,7 @@ import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from mrcnic import wire
 from mrcnic.transport.qp_types import NetConfig, PortAddr
@@ -278,6 +279,9 @@ class FabricSpec:
 
 
 Deliver = Callable[[int, int, bytes, float], None]  # (host, port, frame, t)
+# an event queue entry: (t, seq, fn, None, None) calls fn at t; (t, seq, stages, i,
+# (dst, port, frame)) is a frame reaching stages[i] of its route (i == len(stages): delivered)
+HeapEntry = tuple[float, int, Any, int | None, Any]
 
 
 class Fabric:
@@ -290,7 +294,7 @@ class Fabric:
         self.deliver = deliver
         self.rng = random.Random(spec.seed)
         self.now = 0.0
-        self._heap: list[tuple[float, int, object, object, object]] = []
+        self._heap: list[HeapEntry] = []
         self._seq = 0
         P, T = spec.planes, spec.paths_per_plane
         fab = LinkSpec(

@@ -33,7 +33,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from mrcnic.sim.fabric import Link, LinkSpec, host_net
+from mrcnic.sim.fabric import HeapEntry, Link, LinkSpec, host_net
 from mrcnic.sim.pump import Pump
 from mrcnic.transport.ev import EvConfig
 from mrcnic.transport.evprobe import EvProbeDesk
@@ -112,7 +112,7 @@ class IncastFabric:
         self.deliver = deliver
         self.rng = random.Random(cfg.seed)
         self.now = 0.0
-        self._heap: list[tuple[float, int, object, object, object]] = []
+        self._heap: list[HeapEntry] = []
         self._seq = 0
         P, T, N = cfg.planes, cfg.paths_per_plane, cfg.senders
         half = cfg.prop_s / 2

@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from mrcnic.rocev2.dcqcn import REFERENCE_PORT_BPS
 from mrcnic.rocev2.qp import IB_TIMEOUT_UNIT_S, RoceConfig, RoceQueuePair
@@ -46,6 +47,8 @@ from mrcnic.wire.layout import EV_PROBE_QPN
 
 TRANSPORTS = ("mrc", "rocev2")
 ROCEV2_PORT_POLICIES = ("rail", "hash")
+# a queue pair of either transport (they share the sans-I/O surface mrcnic.sim.pump drives)
+Endpoint = QueuePair | RoceQueuePair
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +128,7 @@ class Simulation:
         shape = spec.shape
         self.base_rtt_s = base_rtt_s(spec, cfg.mtu)
         self.memories = [MemoryTable(cfg.seed * 2 + 1), MemoryTable(cfg.seed * 2 + 2)]
-        self.endpoints: list[dict[int, object]] = [{}, {}]
+        self.endpoints: list[dict[int, Endpoint]] = [{}, {}]
         self.pump = Pump(self.fabric, self._on_event)
         nets = [host_net(shape, h) for h in range(2)]
         # each host's QP 0x2 (EV probes), which finds the QP an answer names in endpoints
@@ -139,7 +142,7 @@ class Simulation:
             raise ValueError(f"unknown rocev2 port policy {cfg.rocev2_ports!r} (rail or hash)")
         qps = cfg.qps or (1 if cfg.transport == "mrc" else spec.planes)
         self.rocev2_timeout = cfg.rocev2_timeout or rocev2_auto_timeout(spec, cfg.mtu)
-        pairs = []
+        pairs: list[tuple[Endpoint, Endpoint]] = []
         for i in range(qps):
             qa, qb = 0x100 + i, 0x200 + i
             if cfg.transport == "mrc":
@@ -150,8 +153,8 @@ class Simulation:
                     base_rtt_s=self.base_rtt_s,
                     seed=cfg.seed + i,
                 )
-                a = QueuePair(qa, nets[0], self.memories[0], line / qps, seeded(qcfg, qa))
-                b = QueuePair(qb, nets[1], self.memories[1], line / qps, seeded(qcfg, qb))
+                a: Endpoint = QueuePair(qa, nets[0], self.memories[0], line / qps, seeded(qcfg, qa))
+                b: Endpoint = QueuePair(qb, nets[1], self.memories[1], line / qps, seeded(qcfg, qb))
             else:  # rocev2: one QP per rail as deployed, or ports by hash; T1 by ECMP hash
                 rcfg = RoceConfig(
                     mtu_bytes=cfg.mtu,
@@ -220,7 +223,7 @@ class Simulation:
 
     def _deliver(self, host: int, port: int, frame: bytes, t: float) -> None:
         qpn = peek_dest_qp(frame)
-        ep = self.endpoints[host].get(qpn)
+        ep = self.endpoints[host].get(qpn) if qpn is not None else None
         if ep is None:
             if qpn == EV_PROBE_QPN:  # the host's QP 0x2: EV probes and their answers
                 self.pump.receive(host, self.desks[host], frame, t)
@@ -264,7 +267,7 @@ class Simulation:
 
     def _placed_at(self, t: float) -> float:
         times = [p[0] for p in self.placed] if not hasattr(self, "_ptimes") else self._ptimes
-        self._ptimes = times
+        self._ptimes: list[float] = times
         i = bisect.bisect_right(times, t) - 1
         return self.placed[max(i, 0)][1]
 
@@ -321,7 +324,9 @@ class Simulation:
             "transport": cfg.transport,
             "goodput_fraction": round(goodput / capacity, 4),
             # a write completed with an error is not a completed transfer
-            "completion_s": round(self.completion_s, 6) if ok else None,
+            "completion_s": (
+                round(self.completion_s, 6) if ok and self.completion_s is not None else None
+            ),
             "verified": bytes(self.dst) == self.src,
             "qp_errors": len(self.qp_errors),
             "qp_error_reasons": self.qp_errors,
@@ -378,12 +383,14 @@ class Simulation:
 
     def _rocev2_summary(self) -> dict:
         """What only the baseline has: its paths, go-back-N and DCQCN counters."""
-        req = [a.get_stats() for a, _ in self.pairs]
-        rsp = [b.get_stats() for _, b in self.pairs]
+        # a rocev2 run's pairs are all RoceQueuePairs
+        pairs = cast(list[tuple[RoceQueuePair, RoceQueuePair]], self.pairs)
+        req = [a.get_stats() for a, _ in pairs]
+        rsp = [b.get_stats() for _, b in pairs]
         return {
             "ports": self.cfg.rocev2_ports,
-            "paths": [[a.plane, a.t1] for a, _ in self.pairs],
-            "distinct_paths": len({(a.plane, a.t1) for a, _ in self.pairs}),
+            "paths": [[a.plane, a.t1] for a, _ in pairs],
+            "distinct_paths": len({(a.plane, a.t1) for a, _ in pairs}),
             "gbn_rewinds": sum(s.gbn_rewinds for s in req),
             "gbn_rewind_psns": sum(s.gbn_rewind_psns for s in req),
             "timeout_rewind_psns": sum(s.timeout_rewind_psns for s in req),
@@ -393,8 +400,8 @@ class Simulation:
             "rate_cuts": sum(s.rate_cuts for s in req),
             "min_rate_bps": min(s.min_rate_bps for s in req),
             "local_ack_timeout": self.rocev2_timeout,
-            "ack_timeout_s": self.pairs[0][0].ack_timeout_s,
-            "window_psns": self.pairs[0][0].window_psns,
+            "ack_timeout_s": pairs[0][0].ack_timeout_s,
+            "window_psns": pairs[0][0].window_psns,
         }
 
 

@@ -88,7 +88,7 @@ class EvProbeDesk:
     ``on_ev_probe_answer``). It has the endpoint surface the I/O layers drive
     (``receive_frame``, ``frames_to_send``, ``get_timer``...), with no timer and no events."""
 
-    def __init__(self, net: NetConfig, lookup) -> None:  # noqa: ANN001
+    def __init__(self, net: NetConfig, lookup) -> None:
         self.net = net
         self.lookup = lookup
         self._out: list[tuple[int, bytes]] = []

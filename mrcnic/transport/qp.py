@@ -614,7 +614,7 @@ class QueuePair(Requester, Responder, Outbox):
         if evs.events:
             self._drain_ev_events()
 
-    def _rx_control(self, data, end: int, w0: int, now_s: float) -> None:  # noqa: ANN001
+    def _rx_control(self, data, end: int, w0: int, now_s: float) -> None:
         try:
             pkt = wire.decode_mrc(memoryview(data)[_OFF_BTH:end])
         except wire.WireError:

@@ -270,7 +270,7 @@ class TxMessage:
         "done",
     )
 
-    def __init__(self, wr_id, buf, remote_va, rkey, imm, msn, rqmsn) -> None:  # noqa: ANN001
+    def __init__(self, wr_id, buf, remote_va, rkey, imm, msn, rqmsn) -> None:
         self.wr_id = wr_id
         self.buf = buf
         self.length = len(buf)

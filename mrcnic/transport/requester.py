@@ -367,7 +367,7 @@ class Requester:
         _U16.pack_into(self._scratch, _OFF_UCSUM, 0xFFFF - total % 0xFFFF)
         return b"".join((head, payload, _U32.pack(icrc)))
 
-    def _rx_sack_frame(self, data, op: int, now_s: float) -> None:  # noqa: ANN001
+    def _rx_sack_frame(self, data, op: int, now_s: float) -> None:
         """A SACK or probe answer of the right length: decoded at fixed offsets (what
         wire.decode_mrc would check: the ICRC and a defined mark; then our QP number)."""
         if (

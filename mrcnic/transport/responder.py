@@ -51,7 +51,7 @@ class Responder:
 
     def _rx_new_data(
         self,
-        data,  # noqa: ANN001
+        data,
         end: int,
         w0: int,
         w1: int,
@@ -78,7 +78,7 @@ class Responder:
         rxw.received_bytes += plen
         self._rx_placed(psn, msn, length, plen, ev, ts_ns, ce, w1, w2, now_s)
 
-    def _rx_data(self, data, end: int, w0: int, op: int, now_s: float) -> None:  # noqa: ANN001
+    def _rx_data(self, data, end: int, w0: int, op: int, now_s: float) -> None:
         st = self.stats
         dscp = (w0 >> 22) & 0x3F
         trimmed = dscp in (_DSCP_TRIMMED, _DSCP_TRIMMED_LH)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from mrcnic.wire.headers import (
     _BTH,
@@ -131,7 +133,8 @@ _CONTROL_BODY = {
     int(Opcode.RC_ACK): ("AETH", "aeth", AETH_SIZE),
 }
 _BODY_FIELDS = ("sack", "nack", "probe", "endpoint", "aeth")
-_BODY_ENCODER = {
+# MrcPacket field -> its body's encoder (each takes that field's header)
+_BODY_ENCODER: dict[str, Callable[[Any], bytes]] = {
     "sack": encode_sack,
     "nack": encode_nack,
     "probe": encode_rprobe,
@@ -237,7 +240,7 @@ def _encode_mrc_checked(pkt: MrcPacket, trimmed: bool) -> bytes:
         if pkt.ts is not None:
             out += encode_ts(pkt.ts)
         out += encode_reth(pkt.reth)
-        _extra = ("sack", "nack", "probe", "endpoint", "aeth")
+        _extra: tuple[str, ...] = ("sack", "nack", "probe", "endpoint", "aeth")
     elif op in RC_DATA_OPS:
         if (pkt.reth is not None) != (op in RC_RETH_OPS):
             raise WireError("RETH", f"RC opcode 0x{op:02x}: RETH only on FIRST/ONLY")
@@ -313,7 +316,7 @@ def _decode_mrc(mv: memoryview, trimmed: bool, base: int) -> MrcPacket:
         meth = _new_METH(*_METH.unpack_from(mv, BTH_SIZE))
         if ts_present:
             ts = _new_TimestampExt(*_TS.unpack_from(mv, _AT_TS))
-            reth = _new_RETH(*_RETH.unpack_from(mv, _AT_TS + TS_SIZE))
+            reth: RETH | None = _new_RETH(*_RETH.unpack_from(mv, _AT_TS + TS_SIZE))
         else:
             ts = None
             reth = _new_RETH(*_RETH.unpack_from(mv, _AT_TS))

@@ -51,7 +51,7 @@ _OPCODE_NAMES = {int(op): op.name for op in wire.Opcode}
 _TRIMMED_DSCPS = (int(wire.Dscp.TRIMMED), int(wire.Dscp.TRIMMED_LASTHOP))
 
 
-def _bth_of(layer: Packet) -> MRC_BTH | None:
+def _bth_of(layer: Packet | None) -> MRC_BTH | None:
     while layer is not None and not isinstance(layer, MRC_BTH):
         layer = layer.underlayer
     return layer
@@ -72,7 +72,7 @@ def _after(layer: Packet, payload: bytes):
         return Raw
     op = bth.opcode
     if wire.is_data(op):
-        chain = [MRC_METH]
+        chain: list[type[Packet]] = [MRC_METH]
         if bth.ts_present:
             chain.append(MRC_TS)
         chain.append(MRC_RETH)

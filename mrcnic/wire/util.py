@@ -3,22 +3,26 @@ and fast builders for frozen dataclasses."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 from mrcnic.errors import MrcError
 
 BytesLike = bytes | bytearray | memoryview
+_T = TypeVar("_T")
 
 
-def fast_constructor(cls: type) -> type:
+def fast_constructor(cls: type[_T]) -> Callable[..., _T]:
     """A class whose constructor returns a genuine, frozen `cls` instance about 5x faster than
     cls() for the decoders (hot paths): a frozen dataclass's __init__ pays object.__setattr__
     per field, while this twin has the same slots, assigns them plainly and then becomes cls
     (same slot layout, so the __class__ assignment is legal). Takes every field positionally.
     Also used by other modules' hot-path dataclasses (e.g. cc.AckSample)."""
-    names = cls.__slots__
+    names: tuple[str, ...] = cls.__slots__  # type: ignore[attr-defined]  # slotted dataclasses only
     body = "".join(f"    self.{n} = {n}\n" for n in names)
     src = f"def __init__(self, {', '.join(names)}):\n{body}    self.__class__ = cls\n"
-    ns: dict = {"cls": cls}
-    exec(src, ns)  # noqa: S102 (fixed template over our own field names, like dataclasses)
+    ns: dict[str, Any] = {"cls": cls}
+    exec(src, ns)  # fixed template over our own field names, like dataclasses
     return type(f"_{cls.__name__}Builder", (), {"__slots__": names, "__init__": ns["__init__"]})
 
 

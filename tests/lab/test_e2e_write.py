@@ -42,7 +42,7 @@ def pattern(n: int, salt: int) -> bytes:
     return random.Random(salt).randbytes(n)
 
 
-def _qp_pair(a: LabHost, b: LabHost, cfg_a=None, cfg_b=None):  # noqa: ANN001, ANN202
+def _qp_pair(a: LabHost, b: LabHost, cfg_a=None, cfg_b=None):
     """A QP on each host, connected to each other (default QP configs unless given)."""
     qa = a.device.create_qp(cfg_a if cfg_a is not None else a.qp_config())
     qb = b.device.create_qp(cfg_b if cfg_b is not None else b.qp_config())
@@ -51,7 +51,7 @@ def _qp_pair(a: LabHost, b: LabHost, cfg_a=None, cfg_b=None):  # noqa: ANN001, A
     return qa, qb
 
 
-async def _transfer(st, fault=None, after_bytes: int = CHUNK, size: int = SIZE, seed: int = 1):  # noqa: ANN001
+async def _transfer(st, fault=None, after_bytes: int = CHUNK, size: int = SIZE, seed: int = 1):
     """h0 writes ``size`` bytes into h1 in CHUNK writes (all posted at once); ``fault`` (a
     blocking callable) runs in a thread once ``after_bytes`` have completed."""
     a, b = LabHost.from_state(st, "h0", seed=seed), LabHost.from_state(st, "h1", seed=seed + 1)

@@ -88,7 +88,7 @@ class FakeLoop:
     def clock(self) -> float:
         return self.now
 
-    def _at(self, t: float, fn):  # noqa: ANN001, ANN202
+    def _at(self, t: float, fn):
         class H:
             cancelled = False
 
@@ -100,10 +100,10 @@ class FakeLoop:
         heapq.heappush(self._q, (t, self._seq, fn, h))
         return h
 
-    def call_soon(self, fn, *args):  # noqa: ANN001, ANN202
+    def call_soon(self, fn, *args):
         return self._at(self.now, lambda: fn(*args))
 
-    def call_later(self, delay: float, fn, *args):  # noqa: ANN001, ANN202
+    def call_later(self, delay: float, fn, *args):
         return self._at(self.now + delay, lambda: fn(*args))
 
     def run(self, until: float) -> None:

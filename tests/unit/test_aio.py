@@ -122,19 +122,19 @@ class FakeLoop:
     def clock(self) -> float:
         return self.now
 
-    def _at(self, t: float, fn) -> FakeHandle:  # noqa: ANN001
+    def _at(self, t: float, fn) -> FakeHandle:
         h = FakeHandle()
         self._seq += 1
         heapq.heappush(self._q, (t, self._seq, fn, h))
         return h
 
-    def call_soon(self, fn, *args) -> FakeHandle:  # noqa: ANN001
+    def call_soon(self, fn, *args) -> FakeHandle:
         return self._at(self.now, lambda: fn(*args))
 
-    def call_later(self, delay: float, fn, *args) -> FakeHandle:  # noqa: ANN001
+    def call_later(self, delay: float, fn, *args) -> FakeHandle:
         return self._at(self.now + delay, lambda: fn(*args))
 
-    def run(self, until: float, done=lambda: False) -> None:  # noqa: ANN001
+    def run(self, until: float, done=lambda: False) -> None:
         while self._q and not done():
             t, _, fn, h = heapq.heappop(self._q)
             if t > until:
@@ -144,7 +144,7 @@ class FakeLoop:
                 fn()
 
 
-def _nic_pair(loop: FakeLoop, delay_s: float = 200e-6, drop=lambda port, frame: False):  # noqa: ANN001
+def _nic_pair(loop: FakeLoop, delay_s: float = 200e-6, drop=lambda port, frame: False):
     shape = ClosShape(planes=2, t0=2, t1=2, hosts_per_t0=1)
     devs, nics, sent = [], [], []
     for h in range(2):
@@ -163,7 +163,7 @@ def _nic_pair(loop: FakeLoop, delay_s: float = 200e-6, drop=lambda port, frame: 
         sent.append([])
 
     def make_send(h: int):
-        def _send(p, frames, now):  # noqa: ANN001
+        def _send(p, frames, now):
             other = nics[1 - h]
             for f in frames:
                 sent[h].append((now, p.index, len(f)))
@@ -185,7 +185,7 @@ def _nic_pair(loop: FakeLoop, delay_s: float = 200e-6, drop=lambda port, frame: 
     return devs, nics, sent
 
 
-def _connected(devs):  # noqa: ANN001
+def _connected(devs):
     cfg = QpConfig(base_rtt_s=1e-3)
     qa, qb = devs[0].create_qp(cfg), devs[1].create_qp(cfg)
     qa.connect(qb.export())
@@ -316,7 +316,7 @@ class RecordingDevice:
         self.control_pulls += 1
         return self.dev.control_frames_to_send()
 
-    def __getattr__(self, name: str):  # noqa: ANN204 - get_timer, handle_timer, dispatch, ...
+    def __getattr__(self, name: str):  # get_timer, handle_timer, dispatch, ...
         return getattr(self.dev, name)
 
 

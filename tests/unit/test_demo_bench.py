@@ -9,10 +9,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-import bench_e2e as be  # noqa: E402
+import bench_e2e as be
 
-from lab.fabric.params import LabParams  # noqa: E402
-from lab.proc import analysis as an  # noqa: E402
+from lab.fabric.params import LabParams
+from lab.proc import analysis as an
 
 
 def result(gf: float = 0.9, **kw) -> dict:

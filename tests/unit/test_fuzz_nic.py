@@ -44,7 +44,7 @@ REACHED = (
 )
 
 
-def _connected(engine: str, monkeypatch, seed: int):  # noqa: ANN001, ANN202
+def _connected(engine: str, monkeypatch, seed: int):
     """Two devices of ``engine`` and a connected QP pair, nothing sent yet."""
     monkeypatch.setenv("MRC_NIC_ENGINE", engine)
     a, b = SimNetwork(seed=seed).devices

@@ -18,7 +18,7 @@ ENGINES = [
 ]
 
 
-def _pair(net: SimNetwork):  # noqa: ANN202
+def _pair(net: SimNetwork):
     a, b = net.devices
     qa, qb = a.create_qp(), b.create_qp()
     qa.connect(qb.export())

@@ -70,7 +70,7 @@ def test_place_is_all_or_nothing(off, n):
 # -- the per-region fast path (checks once per region, bounds per packet) ----------------------
 
 
-def _warm(mt: MemoryTable, mr) -> None:  # noqa: ANN001
+def _warm(mt: MemoryTable, mr) -> None:
     """One accepted placement: later ones under this key take the cached fast path."""
     assert mt.place(mr.rkey, mr.base_va, b"") is PlaceStatus.OK
 

@@ -22,7 +22,7 @@ from mrcnic.io.timer import MIN_TIMER_S, FdTimer, LoopTimer
 needs_timerfd = pytest.mark.skipif(timer.timerfd_ops() is None, reason="no timerfd backend")
 
 
-async def _lateness(make, n: int, delay_s: float) -> list[float]:  # noqa: ANN001
+async def _lateness(make, n: int, delay_s: float) -> list[float]:
     """Arm ``n`` deadlines ``delay_s`` ahead, one after the other; the lateness of each."""
     loop = asyncio.get_running_loop()
     late: list[float] = []
@@ -126,7 +126,7 @@ def test_loop_timer_is_the_floored_twin():
         def __init__(self) -> None:
             self.calls: list[float] = []
 
-        def call_later(self, delay: float, fn) -> Handle:  # noqa: ANN001
+        def call_later(self, delay: float, fn) -> Handle:
             self.calls.append(delay)
             return Handle()
 

@@ -106,13 +106,13 @@ class Harness:
         self.qps[0].connect(self.qps[1].local_attributes())
         self.qps[1].connect(self.qps[0].local_attributes())
         self.events: list[list] = [[], []]
-        self.on_event = lambda host, e: None  # noqa: E731 - set by the test
+        self.on_event = lambda host, e: None  # set by the test
         self._timers: list[float | None] = [None, None]
         for f in s["failures"]:
             self.fab.at(f.down_s, self._fault(f, False))
             self.fab.at(f.up_s, self._fault(f, True))
 
-    def _fault(self, f: Failure, up: bool):  # noqa: ANN202
+    def _fault(self, f: Failure, up: bool):
         def apply() -> None:
             paths = self.s["paths"]
             if f.kind == "path":
@@ -171,7 +171,7 @@ class Harness:
 
 
 @st.composite
-def schedules(draw):  # noqa: ANN001, ANN201
+def schedules(draw):
     planes = draw(st.integers(1, 3))
     paths = draw(st.integers(1, 2))
     n_paths = planes * paths
@@ -223,7 +223,7 @@ def schedules(draw):  # noqa: ANN001, ANN201
     }
 
 
-def _guarded(mem: MemoryTable, size: int):  # noqa: ANN202
+def _guarded(mem: MemoryTable, size: int):
     """A region inside a larger buffer: GUARD bytes either side must never change."""
     outer = bytearray(b"\xa5" * (size + 2 * GUARD))
     mr = mem.register(memoryview(outer)[GUARD : GUARD + size])

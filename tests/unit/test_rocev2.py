@@ -452,8 +452,8 @@ def test_pacing_follows_the_dcqcn_rate(qp_pair):
     _, mr = w.region(256 * 400)
     w.qa.post_write(1, payload(256 * 400), mr.base_va, mr.rkey)
     for _ in range(3):
-        w.qa.dcqcn.on_cnp(w.now)  # noqa: SLF001
-        w.qa.dcqcn._last_cut_s = float("-inf")  # noqa: SLF001 (let the next one cut too)
+        w.qa.dcqcn.on_cnp(w.now)
+        w.qa.dcqcn._last_cut_s = float("-inf")  # let the next one cut too
     rate = w.qa.dcqcn.rate_bps
     w.run(0.05)
     data = [(t, len(f)) for t, _, f in w.sent[0] if is_data(f)]

@@ -265,7 +265,7 @@ async def run_forge(st: Any, p: ForgeParams) -> dict[str, Any]:
     return res
 
 
-async def _attack(  # noqa: PLR0913
+async def _attack(
     forger: Forger, xa: Any, xb: Any, qa: Any, qb: Any, mr: Any, mr_other: Any,
     writer: int, target: int, p: ForgeParams, rng: random.Random, done: Any,
 ) -> None:  # fmt: skip
@@ -294,7 +294,7 @@ def _is_data(f: bytes) -> bool:
     return len(f) > OFF_BTH and f[OFF_BTH] in layout.MRC_DATA_OPS
 
 
-def _round(xa, xb, qa, qb, mr, mr_other, tmpl, n, rng):  # noqa: ANN001, ANN202, PLR0913
+def _round(xa, xb, qa, qb, mr, mr_other, tmpl, n, rng):
     """One round of every kind: {kind: [(plane, frame)]}."""
     expected = qb.core.rxwin.win.expected_psn  # the PSNs in flight, as a sniffer knows them
     window = qb.core.rxwin.size

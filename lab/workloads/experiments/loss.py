@@ -370,7 +370,7 @@ def _one(
     limit = (iters + WARMUP) * timeout_s + 120
     try:
         r = run_figures(bench(ctx, lab, a, timeout_s=limit))
-    except Exception as exc:  # noqa: BLE001  (recorded as a run that did not complete)
+    except Exception as exc:  # recorded as a run that did not complete
         r = failed_run(f"{type(exc).__name__}: {str(exc)[:300]}")
     runs[c][t][key(p)].append(r)
     state = "completed" if r["completed"] else "DID NOT COMPLETE"

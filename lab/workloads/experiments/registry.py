@@ -77,7 +77,7 @@ def run(spec: Spec, ctx: Context) -> Result:
         spec.run(ctx, res)
     except KeyboardInterrupt:
         raise
-    except Exception as exc:  # noqa: BLE001  (recorded, printed, and the run goes on)
+    except Exception as exc:  # recorded, printed, and the run goes on
         res.extra["error"] = f"{type(exc).__name__}: {exc}"
         res.extra["traceback"] = traceback.format_exc()[-4000:]
         res.judge("not reproduced", f"the experiment failed before measuring: {exc}")
