@@ -11,7 +11,7 @@ link goes down (ENETDOWN, or no carrier) is counted and skipped, and used again 
 comes back.
 
 The loop is single-threaded: epoll over the port sockets, a signal wake-up pipe, the
-control socket and netlink link notifications (:mod:`mrcnic.io.linkstate`; a SIOCGIFFLAGS
+control socket and netlink link notifications (:mod:`mrcswitch.links`; a SIOCGIFFLAGS
 probe every ``LINK_PROBE_INTERVAL_S`` is the fallback). With a receive ring and the C core
 the C loop (:mod:`mrcswitch.cloop`) runs the common case; the Python loop is its twin.
 Priority flow control is :mod:`mrcswitch.pfc`'s.
@@ -38,6 +38,7 @@ from .cqueue import new_flags, new_in_bytes
 from .datapath import RX_BATCHES_PER_WAKE, DataPath
 from .fastpath import Planner
 from .fcache import DecisionCache
+from .links import LINK_PROBE_INTERVAL_S, PortLinks
 from .pfc import NEVER_NS, PfcHandler, SwitchPfc
 from .pipeline import DropReason, Pipeline
 from .port import Port
@@ -46,8 +47,6 @@ from .stats import SwitchStats
 from .table import build_table
 
 log = logging.getLogger("mrc-switch")
-
-LINK_PROBE_INTERVAL_S = 0.2  # the SIOCGIFFLAGS fallback (netlink notifications come first)
 
 _EPOLLERR = select.EPOLLERR
 
@@ -91,13 +90,11 @@ class Switch:
         self._owners = owners if owners is not None else {}
         self.hold_ns = hold_ns_from_env() if hold_ns is None else hold_ns
         self._host_counters = None  # hosted: the process's loop counters (a callable)
-        self._ioctl: socket.socket | None = None  # link flags, in the switch's namespace
         self._probe_due = self._stats_due = 0
         self._by_fd: dict[int, Port] = {}
         self._wake_r = self._wake_w = -1
         self._ctl: socket.socket | None = None
-        self._links: linkstate.LinkWatcher | None = None  # netlink link notifications
-        self._link_events = 0  # notifications that named a port
+        self.links = PortLinks(self.ports, self.path, self._in_ns, self._reopen)
 
     # --- set-up -------------------------------------------------------------------------
     def _in_ns(self) -> contextlib.AbstractContextManager:
@@ -127,11 +124,10 @@ class Switch:
                     p.open()
 
     def _open_ports(self) -> None:
-        self._ioctl = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         # Link notifications before the ports: no change after a port's check at open is missed.
-        self._links = linkstate.LinkWatcher.open()
-        if self._links is not None:
-            self._watch(self._links.fileno())
+        self.links.open()
+        if self.links.fileno() >= 0:
+            self._watch(self.links.fileno())
         for i, p in enumerate(self.ports):
             if p.sock is None:  # not opened by prepare_ports
                 try:
@@ -226,14 +222,11 @@ class Switch:
         cl = self.path.cloop
         if cl is not None:
             cl.fold()
-        links = self._links
         return self.counters.document(
             ready=self.ready,
             fwd_path=self._fwd_path(),
             c_loop=self._c_loop_counters(),
-            link_watch={"port_events": self._link_events, "overflows": links.overflows}
-            if links is not None
-            else None,
+            link_watch=self.links.stats(),
         )
 
     def _c_loop_counters(self) -> dict | None:
@@ -256,50 +249,22 @@ class Switch:
         self.counters.write(self.stats, sync=sync)
 
     # --- links --------------------------------------------------------------------------
-    def _on_link_events(self) -> None:
-        """Netlink link notifications: when one names a port (or some were lost), check the
-        ports now rather than at the next probe."""
-        assert self._links is not None
-        events, lost = self._links.read()
-        names = {p.cfg.interface for p in self.ports}
-        indexes = {p.ifindex for p in self.ports}
-        mine = sum(1 for ev in events if ev.ifname in names or ev.ifindex in indexes)
-        self._link_events += mine
-        if mine or lost:
-            self.probe_links()
-
     def probe_links(self) -> None:
-        for p in self.ports:
-            flags = linkstate.link_flags(p.cfg.interface, self._ioctl)
-            up = linkstate.flags_up(flags)
-            if not up:
-                if p.up:
-                    self.path.set_down(p, "link down" if flags is not None else "interface gone")
-                continue
-            if p.up:
-                continue
-            try:
-                with self._in_ns():
-                    ifindex = socket.if_nametoindex(p.cfg.interface)
-            except OSError:
-                continue
-            if p.sock is None or ifindex != p.ifindex:
-                # the interface was re-created: the old socket is bound to a dead ifindex
-                self._unregister(p)
-                try:
-                    with self._in_ns():
-                        p.open()
-                except OSError as exc:
-                    log.warning("port %s: reopen failed: %s", p.cfg.name, exc)
-                    self.path.sync_fds()  # its old send socket is closed
-                    continue
-                self._register(p)
-                self.path.sync_fds()
-            p.up = True
-            self.path.refresh_budget(p, time.monotonic_ns())
-            if self.path.cloop is not None:
-                self.path.cloop.sync(p)
-            log.info("port %s (%s) up", p.cfg.name, p.cfg.interface)
+        self.links.probe()
+
+    def _reopen(self, p: Port) -> bool:
+        """Open ``p``'s sockets again (its interface was re-created): False if it cannot."""
+        self._unregister(p)
+        try:
+            with self._in_ns():
+                p.open()
+        except OSError as exc:
+            log.warning("port %s: reopen failed: %s", p.cfg.name, exc)
+            self.path.sync_fds()  # its old send socket is closed
+            return False
+        self._register(p)
+        self.path.sync_fds()
+        return True
 
     # --- the loops ----------------------------------------------------------------------
     def start(self) -> None:
@@ -372,8 +337,8 @@ class Switch:
                 os.read(self._wake_r, 512)
         elif self._ctl is not None and fd == self._ctl.fileno():
             self._serve_control()
-        elif self._links is not None and fd == self._links.fileno():
-            self._on_link_events()
+        elif fd == self.links.fileno():
+            self.links.on_events()
 
     def _serve_other_fds(self) -> None:
         """Every ready fd that is no port (the C loop leaves them to us)."""
@@ -506,13 +471,9 @@ class Switch:
             self._ctl = None
             if self.cfg.control_socket:
                 Path(self.cfg.control_socket).unlink(missing_ok=True)
-        if self._links is not None:
-            self._unwatch(self._links.fileno())
-            self._links.close()  # closing the fd takes it out of the epoll set
-            self._links = None
-        if self._ioctl is not None:
-            self._ioctl.close()
-            self._ioctl = None
+        if self.links.fileno() >= 0:
+            self._unwatch(self.links.fileno())
+        self.links.close()
         if not self.hosted:
             self._ep.close()
 
