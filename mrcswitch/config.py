@@ -18,9 +18,10 @@ from types import MappingProxyType
 from typing import Any
 
 from mrcnic.errors import MrcError
+from mrcnic.io.pfc import DEFAULT_PRIORITY, DEFAULT_WATCHDOG_S
 from mrcnic.wire import layout
-
-from .pfc import PfcConfig
+from mrcnic.wire import pfc as wire_pfc
+from mrcnic.wire.layout import Dscp
 
 # Eth + IPv6 + UDP + BTH + METH + timestamp ext + RETH: the smallest legal trim (MRC-BRIEF).
 MIN_TRIM_BYTES = layout.FRAME_HEADERS_SIZE + layout.MRC_DATA_HEADERS_SIZE  # 102
@@ -67,6 +68,62 @@ class PortConfig:
     # source guard: frames in through this port must come from this prefix (a T0's host
     # port: the host's own addresses), else dropped as spoofed_source; None: no guard
     source_prefix: tuple[int, int] | None = None  # (network as a 128-bit int, length)
+
+
+@dataclass(frozen=True, slots=True)
+class LosslessClass:
+    """A port's lossless class (priority flow control): its DSCP, its bound in this queue,
+    the bound per in-port (XOFF + headroom), and whether ECT frames get CE above the port's
+    ECN threshold of lossless bytes (DCQCN's marks, on every hop, last hop included)."""
+
+    dscp: int
+    buffer_bytes: int
+    in_limit_bytes: int
+    ecn: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.dscp < 64 or self.buffer_bytes <= 0 or self.in_limit_bytes <= 0:
+            raise ValueError("lossless class: dscp 0..63, bounds > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class PfcConfig:
+    """The lossless class of a switch (config key ``pfc``; docs/switch.md)."""
+
+    priority: int = DEFAULT_PRIORITY  # the lossless class's 802.1p priority (RoCEv2's data)
+    xoff_bytes: int = 96 << 10  # per ingress port: ask upstream to pause above this
+    xon_bytes: int = 48 << 10  # ... and to resume at or below this
+    headroom_bytes: int = 256 << 10  # room above XOFF for what arrives before the pause acts
+    pause_quanta: int = 0xFFFF  # the pause time asked for (refreshed while above XON)
+    watchdog_s: float = DEFAULT_WATCHDOG_S  # paused this long without a break: released
+    watchdog_restore_s: float = DEFAULT_WATCHDOG_S  # ... and PFC ignored on the port this long
+    dscp: int = Dscp.LOSSLESS  # the IP class of the lossless priority's frames
+    ecn: bool = True  # lossless frames get CE above a port's ECN threshold (DCQCN)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.priority < 8:
+            raise ValueError(f"pfc.priority {self.priority}: must be 0..7")
+        if not 0 < self.xon_bytes < self.xoff_bytes:
+            raise ValueError("pfc: need 0 < xon_bytes < xoff_bytes")
+        if self.headroom_bytes <= 0:
+            raise ValueError("pfc.headroom_bytes must be > 0")
+        if not 0 < self.pause_quanta <= wire_pfc.MAX_QUANTA:
+            raise ValueError("pfc.pause_quanta must be 1..65535")
+        if self.watchdog_s <= 0 or self.watchdog_restore_s < 0:
+            raise ValueError("pfc.watchdog_s must be > 0, watchdog_restore_s >= 0")
+        if not 0 <= self.dscp < 64:
+            raise ValueError(f"pfc.dscp {self.dscp}: must be 0..63")
+
+    @property
+    def in_limit_bytes(self) -> int:
+        """What one in-port may have queued in the lossless class: XOFF + headroom."""
+        return self.xoff_bytes + self.headroom_bytes
+
+    def lossless_class(self, n_ports: int) -> LosslessClass:
+        """The egress queues' lossless class: room for every in-port's limit at once, so
+        only the per in-port bound (the headroom) ever refuses a frame."""
+        lim = self.in_limit_bytes
+        return LosslessClass(self.dscp, n_ports * lim, lim, self.ecn)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,8 +18,8 @@ from __future__ import annotations
 from mrcnic.io import batch as batch_io
 from mrcnic.wire import layout
 
-from .config import MAX_FRAME_BYTES, PortConfig
-from .queue import NS_PER_S, EgressQueue, LosslessClass, Verdict
+from .config import MAX_FRAME_BYTES, LosslessClass, PortConfig
+from .queue import NS_PER_S, EgressQueue, Verdict
 
 SEND_BATCH = 64  # csrc/mrc_equeue.h MRC_EQ_SEND_BATCH
 _VERDICTS = tuple(Verdict)  # indexed by MRC_EQ_* (the same numbers)

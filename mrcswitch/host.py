@@ -37,7 +37,8 @@ from pathlib import Path
 
 from . import cloop
 from .config import ConfigError, load_config
-from .switch import TIMER_SLACK_NS, Switch, hold_ns_from_env, listen_unix, stop_signals_wake
+from .process import TIMER_SLACK_NS, hold_ns_from_env, listen_unix, stop_signals_wake
+from .switch import Switch
 
 log = logging.getLogger("mrc-switch")
 
@@ -112,14 +113,14 @@ class SwitchHost:
                 raise ConfigError(f"{name}: {exc.field}", exc.reason) from None
         self._cfgs = []
         self._members = list(self.switches.values())
-        if self._use_c and all(sw._cloop is not None for sw in self.switches.values()):
+        if self._use_c and all(sw.cloop is not None for sw in self.switches.values()):
             self._group = cloop.CGroup(
                 self._ep.fileno(), self._loops(), timer_slack_ns=TIMER_SLACK_NS,
                 hold_ns=self.hold_ns,
             )  # fmt: skip
 
     def _loops(self) -> list:
-        return [sw._cloop for sw in self.switches.values()]
+        return [sw.cloop for sw in self.switches.values()]
 
     def _members_changed(self) -> None:
         self._members = list(self.switches.values())  # the group's order
@@ -152,7 +153,7 @@ class SwitchHost:
                 sw.close()
             return "running"
         sw = self._new_switch(name, sw=sw)
-        if self._group is not None and sw._cloop is None:
+        if self._group is not None and sw.cloop is None:
             sw.close()
             raise ConfigError("(switch)", "its ports cannot run on the C loop of this process")
         sw.start()

@@ -1,7 +1,8 @@
-"""Priority flow control for one switch, sans-I/O: what to send and when to stop sending.
+"""Priority flow control for one switch: what to send and when to stop sending (sans-I/O),
+and :class:`PfcHandler`, which does the switch's PFC I/O.
 
-Three parts, each a small state machine driven by the switch (``now_s`` is passed in, nothing
-here reads a clock or touches a socket):
+Three sans-I/O parts, each a small state machine driven by the switch (``now_s`` is passed
+in, none of them reads a clock or touches a socket):
 
 - :class:`IngressPfc`, per ingress port: the bytes of the lossless priority that came in on
   this port and sit in any egress queue of the switch. Above ``xoff_bytes`` the port asks its
@@ -22,63 +23,33 @@ more bytes arrive; the lossless class must have room for them or it drops
 rate, the one-way delay and the lab's reaction time (a software switch or NIC wakes, reads
 the PFC frame and stops its pacer: milliseconds on a loaded machine, not the microseconds of
 silicon), plus a maximum frame in flight at each end.
+
+:class:`PfcHandler` holds them (:class:`SwitchPfc`) and the switch's data path: it pauses and
+resumes the egress queues and sends the PAUSE / resume frames on the ports.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import MutableSequence, Sequence
-from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
-from mrcnic.io.pfc import DEFAULT_PRIORITY, DEFAULT_WATCHDOG_S, PortPause
+from mrcnic.io.pfc import PortPause
 from mrcnic.wire import pfc as wire_pfc
-from mrcnic.wire.layout import Dscp
 
-from .queue import LosslessClass
+from .config import PfcConfig
+
+if TYPE_CHECKING:  # annotations only: the state machines import nothing of the data path
+    from .datapath import DataPath
+    from .port import Port
+
+log = logging.getLogger("mrc-switch")
 
 #: while a port asks for a pause or is paused, the switch looks this often (pause refresh,
 #: watchdog); otherwise only XOFF/XON crossings reach Python
 PFC_TICK_NS = 10_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class PfcConfig:
-    """The lossless class of a switch (config key ``pfc``; docs/switch.md)."""
-
-    priority: int = DEFAULT_PRIORITY  # the lossless class's 802.1p priority (RoCEv2's data)
-    xoff_bytes: int = 96 << 10  # per ingress port: ask upstream to pause above this
-    xon_bytes: int = 48 << 10  # ... and to resume at or below this
-    headroom_bytes: int = 256 << 10  # room above XOFF for what arrives before the pause acts
-    pause_quanta: int = 0xFFFF  # the pause time asked for (refreshed while above XON)
-    watchdog_s: float = DEFAULT_WATCHDOG_S  # paused this long without a break: released
-    watchdog_restore_s: float = DEFAULT_WATCHDOG_S  # ... and PFC ignored on the port this long
-    dscp: int = Dscp.LOSSLESS  # the IP class of the lossless priority's frames
-    ecn: bool = True  # lossless frames get CE above a port's ECN threshold (DCQCN)
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.priority < 8:
-            raise ValueError(f"pfc.priority {self.priority}: must be 0..7")
-        if not 0 < self.xon_bytes < self.xoff_bytes:
-            raise ValueError("pfc: need 0 < xon_bytes < xoff_bytes")
-        if self.headroom_bytes <= 0:
-            raise ValueError("pfc.headroom_bytes must be > 0")
-        if not 0 < self.pause_quanta <= wire_pfc.MAX_QUANTA:
-            raise ValueError("pfc.pause_quanta must be 1..65535")
-        if self.watchdog_s <= 0 or self.watchdog_restore_s < 0:
-            raise ValueError("pfc.watchdog_s must be > 0, watchdog_restore_s >= 0")
-        if not 0 <= self.dscp < 64:
-            raise ValueError(f"pfc.dscp {self.dscp}: must be 0..63")
-
-    @property
-    def in_limit_bytes(self) -> int:
-        """What one in-port may have queued in the lossless class: XOFF + headroom."""
-        return self.xoff_bytes + self.headroom_bytes
-
-    def lossless_class(self, n_ports: int) -> LosslessClass:
-        """The egress queues' lossless class: room for every in-port's limit at once, so
-        only the per in-port bound (the headroom) ever refuses a frame."""
-        lim = self.in_limit_bytes
-        return LosslessClass(self.dscp, n_ports * lim, lim, self.ecn)
+NEVER_NS = 1 << 62  # a due time that never comes
 
 
 def headroom_bytes(rate_bps: float, reaction_s: float, one_way_s: float, mtu_bytes: int) -> int:
@@ -202,7 +173,7 @@ class SwitchPfc:
     upstream, from ``in_bytes``: the lossless bytes that came in on it and sit in any of the
     switch's queues, kept by the queues) and its :class:`EgressPause` (what its downstream
     asked of it). ``xoff``: per port 1 while its upstream is asked to pause (the C loop
-    reads it to report only crossings). The switch does the I/O: it sends the frames
+    reads it to report only crossings). :class:`PfcHandler` does the I/O: it sends the frames
     :meth:`step` returns and sets each queue's ``paused_until_ns``."""
 
     __slots__ = ("cfg", "in_bytes", "xoff", "ingress", "egress", "_paused")
@@ -268,3 +239,71 @@ class SwitchPfc:
 
     def port_stats(self, port: int, lossless_drops: int) -> dict:
         return port_stats(self.ingress[port], self.egress[port], lossless_drops)
+
+
+class PfcHandler:
+    """A switch's PFC I/O around its :class:`SwitchPfc` (``state``): PFC frames that came in
+    pause or resume a queue's lossless class, and the PAUSE / resume frames ``state`` calls
+    for go out on the ports' send sockets. ``due_ns``: when :meth:`tick` has work next
+    (pause refresh, watchdog)."""
+
+    __slots__ = ("state", "path", "due_ns")
+
+    def __init__(self, state: SwitchPfc, path: DataPath) -> None:
+        self.state = state
+        self.path = path
+        self.due_ns = NEVER_NS
+
+    def on_frame(self, p: Port, f: bytearray, now: int) -> None:
+        """A PFC frame came in on ``p``: pause (or resume) the lossless class of its queue."""
+        until = self.state.on_frame(p.index, f, now)
+        if until is not None:
+            self.set_paused(p, until, now)
+
+    def set_paused(self, p: Port, until_ns: int, now: int) -> None:
+        q = p.queue
+        if q.paused_until_ns == until_ns:
+            return
+        q.paused_until_ns = until_ns
+        path = self.path
+        if path.planner is not None:
+            if until_ns > now:
+                path.planner.budget[p.index] = -1  # nothing may leave at once while paused
+            else:
+                path.refresh_budget(p, now)
+        if len(q):
+            path.queued.add(p)
+        self._note_due(now)
+
+    def _note_due(self, now: int) -> None:
+        due = self.state.due_ns(now)
+        self.due_ns = NEVER_NS if due is None else due
+
+    def step(self, now: int) -> None:
+        """Send the PAUSE / resume frames the in-ports' lossless bytes call for."""
+        pfc = self.state
+        ports = self.path.ports
+        for i, action in pfc.step(now):
+            p = ports[i]
+            ing = pfc.ingress[i]
+            try:
+                if p.tx_sock is None or not p.up or p.mac is None:
+                    raise OSError("port down")
+                p.tx_sock.send(ing.frame(p.mac, action))
+            except OSError as exc:
+                ing.not_sent(action)
+                log.debug("port %s: PFC frame not sent: %s", p.cfg.name, exc)
+        self._note_due(now)
+
+    def check(self, now: int) -> None:
+        """The data path's PFC work: nothing unless an in-port crossed XOFF or XON."""
+        if self.state.crossing():
+            self.step(now)
+
+    def tick(self, now: int) -> None:
+        """Refresh pauses still needed, run the watchdog on paused ports."""
+        pfc = self.state
+        self.step(now)
+        for i in pfc.paused_ports():
+            self.set_paused(self.path.ports[i], pfc.paused_until_ns(i, now), now)
+        self._note_due(now)

@@ -17,9 +17,9 @@ On enqueue of a data packet:
   checksum fixed, and queued at high priority. Anything else that does not fit is dropped
   (``queue_full``; the caller counts DROPPED verdicts, so every drop is counted in one place).
 
-With priority flow control (a :class:`LosslessClass`), frames of the lossless DSCP wait in a
-third class, served after high and before data unless the port is paused
-(``paused_until_ns``, set by the switch from the PAUSE frames the port receives), never
+With priority flow control (a :class:`~mrcswitch.config.LosslessClass`), frames of the
+lossless DSCP wait in a third class, served after high and before data unless the port is
+paused (``paused_until_ns``, set by the switch from the PAUSE frames the port receives), never
 trimmed, each tagged with the port it came in on: ``in_bytes[in_port]`` (one list shared by
 the switch's queues) sums what each in-port has queued anywhere, and a frame that would take
 its in-port above ``in_limit_bytes`` (XOFF + headroom) is dropped and counted in
@@ -35,20 +35,16 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import MutableSequence
-from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING
 
 from mrcnic import wire
 from mrcnic.wire import layout, usid
 from mrcnic.wire.layout import dscp_ecn
 
-if TYPE_CHECKING:  # config imports pfc, which imports this module
-    from .config import PortConfig
+from .config import LosslessClass, PortConfig
 
 __all__ = [
     "EgressQueue",
-    "LosslessClass",
     "Verdict",
     "dscp_ecn",
     "final_destination",
@@ -122,22 +118,6 @@ def trim_frame(
     if mrc_header_end(frame) is None:
         return None
     return bytearray(wire.trim_frame(frame, lasthop=last_hop, keep=trim_bytes, lblen=lblen))
-
-
-@dataclass(frozen=True, slots=True)
-class LosslessClass:
-    """A port's lossless class (priority flow control): its DSCP, its bound in this queue,
-    the bound per in-port (XOFF + headroom), and whether ECT frames get CE above the port's
-    ECN threshold of lossless bytes (DCQCN's marks, on every hop, last hop included)."""
-
-    dscp: int
-    buffer_bytes: int
-    in_limit_bytes: int
-    ecn: bool = True
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.dscp < 64 or self.buffer_bytes <= 0 or self.in_limit_bytes <= 0:
-            raise ValueError("lossless class: dscp 0..63, bounds > 0")
 
 
 class EgressQueue:

@@ -117,7 +117,7 @@ def switch_command() -> list[str]:
     found = shutil.which("mrc-switch")
     if found:
         return [found]
-    return [sys.executable, "-m", "mrcswitch.switch"]
+    return [sys.executable, "-m", "mrcswitch.main"]
 
 
 def write_configs(state: LabState, shared: bool = False) -> dict[str, tuple[Path, Path, Path]]:

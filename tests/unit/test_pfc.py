@@ -9,13 +9,13 @@ from scapy.layers.l2 import Ether
 
 from mrcnic.wire import WireError
 from mrcnic.wire.pfc import decode_pause, encode_pause, is_pfc, pause_s, quanta_for
+from mrcswitch.config import PfcConfig
 from mrcswitch.pfc import (
     INGRESS_TABLE,
     Action,
     EgressPause,
     IngressPfc,
     IngressState,
-    PfcConfig,
     headroom_bytes,
     port_stats,
 )

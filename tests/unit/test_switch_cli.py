@@ -10,7 +10,7 @@ from test_switch_config import GOOD
 
 
 def run(path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mrcswitch.switch", "--config", str(path),
+    return subprocess.run([sys.executable, "-m", "mrcswitch.main", "--config", str(path),
                            "--check"], capture_output=True, text=True)  # fmt: skip
 
 
@@ -30,3 +30,13 @@ def test_bad_config_is_refused_naming_the_field(tmp_path):
     r = run(p)
     assert r.returncode == 2
     assert "ports[0].rate_mbit" in r.stderr
+
+
+def test_old_module_path_still_runs(tmp_path):
+    """``python -m mrcswitch.switch`` (scripts outside the tree) runs mrcswitch.main."""
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps(GOOD))
+    r = subprocess.run([sys.executable, "-m", "mrcswitch.switch", "--config", str(p), "--check"],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "OK" in r.stdout

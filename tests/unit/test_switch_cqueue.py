@@ -442,7 +442,7 @@ lossless_ops = st.lists(
 @given(cfg_strategy, st.integers(200, 12_000), st.integers(100, 6000), st.booleans(),
        lossless_ops)  # fmt: skip
 def test_lossless_class_matches_the_twin_step_by_step(cfg, ll_buffer, in_limit, ll_ecn, ops):
-    from mrcswitch.queue import LosslessClass
+    from mrcswitch.config import LosslessClass
 
     ll = LosslessClass(dscp=Dscp.LOSSLESS, buffer_bytes=ll_buffer, in_limit_bytes=in_limit,
                        ecn=ll_ecn)  # fmt: skip

@@ -345,7 +345,8 @@ def test_switches_of_one_process_spread_their_periodic_work(tmp_path):
     """32 switches' stats built at once stalled a shared process ~9 ms every 0.5 s (the
     NICs answered with spurious timeouts): each switch gets its own phase."""
     from mrcswitch.config import load_config
-    from mrcswitch.switch import LINK_PROBE_INTERVAL_S, Switch
+    from mrcswitch.links import LINK_PROBE_INTERVAL_S
+    from mrcswitch.switch import Switch
 
     n = 4
     sws = [Switch(load_config(_config(tmp_path, f"s{k}"))) for k in range(n)]

@@ -8,10 +8,10 @@ import pytest
 
 from mrcnic.wire import pfc as wire_pfc
 from mrcnic.wire.layout import Dscp
-from mrcswitch.config import ConfigError, PortConfig, config_from_dict
-from mrcswitch.pfc import Action, PfcConfig, SwitchPfc
+from mrcswitch.config import ConfigError, LosslessClass, PfcConfig, PortConfig, config_from_dict
+from mrcswitch.pfc import Action, SwitchPfc
 from mrcswitch.pipeline import TO_SWITCH, DropReason, Pipeline, ToSwitch
-from mrcswitch.queue import EgressQueue, LosslessClass, Verdict
+from mrcswitch.queue import EgressQueue, Verdict
 from mrcswitch.table import build_table
 
 MAC = [bytes([2, 0, 0, 0, 0, i]) for i in range(3)]

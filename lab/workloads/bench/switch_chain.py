@@ -226,7 +226,7 @@ def _start_switch(
     c.stats_path = Path(cfg["stats_path"])
     log = open(c.workdir / f"{c.prefix}-switch.log", "w")  # noqa: SIM115
     c.proc = subprocess.Popen(
-        ["ip", "netns", "exec", c.ns_w, PYTHON, "-m", "mrcswitch.switch", "--config", str(path)],
+        ["ip", "netns", "exec", c.ns_w, PYTHON, "-m", "mrcswitch.main", "--config", str(path)],
         stdout=log,
         stderr=subprocess.STDOUT,
         cwd=ROOT,

@@ -1,0 +1,93 @@
+"""The ``mrc-switch`` command line: ``mrc-switch --config FILE`` runs one switch
+(:class:`mrcswitch.switch.Switch`), ``--config`` more than once or ``--control`` several in
+one process (:class:`mrcswitch.host.SwitchHost`); ``python -m mrcswitch.main`` is the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from .config import ConfigError, load_config
+from .host import SwitchHost
+from .switch import Switch
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="mrc-switch",
+        description="Run one SRv6 uSID software switch in this netns (or several in one "
+        "process: --config more than once, each config naming its netns).",
+    )
+    ap.add_argument(
+        "--config", required=True, action="append",
+        help="TOML or JSON (.json) switch config; more than once: one process serves them all",
+    )  # fmt: skip
+    ap.add_argument("--check", action="store_true", help="validate the config(s) and exit")
+    ap.add_argument(
+        "--control", default=None,
+        help="unix socket taking stop/start/list requests for single switches (JSON lines); "
+        "implies the serving of several switches even with one --config",
+    )  # fmt: skip
+    ap.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper(), logging.INFO),
+        format="%(asctime)s mrc-switch %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    if len(args.config) > 1 or args.control:
+        return _main_host(args)
+    path = args.config[0]
+    try:
+        cfg = load_config(path)
+    except ConfigError as exc:
+        print(f"mrc-switch: bad config {path}: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        print(f"mrc-switch: {path}: OK ({len(cfg.ports)} ports, {len(cfg.table)} routes)")
+        return 0
+    sw = Switch(cfg, str(Path(path).resolve()))
+    try:
+        sw.write_stats()  # "ready": false until every port is open
+        sw.open_ports()
+        sw.run()
+    except ConfigError as exc:
+        print(f"mrc-switch: bad config {path}: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        sw.close()
+    return 0
+
+
+def _main_host(args: argparse.Namespace) -> int:
+    """Several switches in this process (mrcswitch.host)."""
+    if args.check:
+        for path in args.config:
+            try:
+                cfg = load_config(path)
+            except ConfigError as exc:
+                print(f"mrc-switch: bad config {path}: {exc}", file=sys.stderr)
+                return 2
+            print(f"mrc-switch: {path}: OK ({len(cfg.ports)} ports, {len(cfg.table)} routes)")
+        return 0
+    try:
+        host = SwitchHost(args.config, args.control)
+    except ConfigError as exc:
+        print(f"mrc-switch: bad config: {exc}", file=sys.stderr)
+        return 2
+    try:
+        host.open()
+        host.run()
+    except ConfigError as exc:
+        print(f"mrc-switch: bad config: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        host.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
