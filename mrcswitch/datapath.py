@@ -108,6 +108,7 @@ class DataPath:
         assert planner is not None
         bound = self._bound_one_call(p, ring)
         wake = bound.wake
+        assert wake is not None  # the one-call path is bound with it
         res = planner.res  # struct mrc_fwd_result: what the last wake did
         sent_ports = planner.sent_ports
         ports = self.ports
@@ -241,19 +242,20 @@ class DataPath:
             # the per-frame decisions: one lookup each in the pipeline's memo
             keys = keys_of(n)
             if n <= SMALL_BATCH:
-                targets = set()
+                hit: set[int] = set()
                 for i, k in enumerate(keys):
                     d = get(k)
                     if d is None:
                         d = self._decide_miss(k, in_idx)
                     dec[i] = d
                     if d >= 0 and (d & 0xFFFF) < n_ports:
-                        targets.add(d & 0xFFFF)
+                        hit.add(d & 0xFFFF)
+                targets: set[int] | range = hit
                 for j in targets:
                     self.refresh_budget(ports[j], now)
             else:
                 try:
-                    dec[:n] = array("i", map(get, keys))
+                    dec[:n] = array("i", map(get, keys))  # type: ignore[type-var]  # a None (a miss) raises
                 except TypeError:  # a miss (None): decide it
                     dec[:n] = array("i", [self._decide_miss(k, in_idx) for k in keys])
                 targets = range(n_ports)

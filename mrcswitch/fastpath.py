@@ -24,8 +24,9 @@ import errno
 import os
 import struct
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Any
 
 from mrcnic.io import batch as batch_io
 
@@ -52,6 +53,18 @@ class FwdRx:
 
     __slots__ = ("buf", "buf_len", "offs", "lens", "slots", "cap", "block_size", "frame_size",
                  "frame_nr", "table", "table_len")  # fmt: skip
+    # memoryviews in the twin (cffi pointers in the C struct it mirrors)
+    buf: Any
+    offs: Any
+    lens: Any
+    table: Any
+    buf_len: int
+    slots: int
+    cap: int
+    table_len: int
+    block_size: int
+    frame_size: int
+    frame_nr: int
 
     def __init__(self) -> None:
         self.buf = self.offs = self.lens = self.table = None
@@ -90,6 +103,29 @@ class FwdBatch:
                  "block_bytes", "budget", "port_bytes", "port_count", "port_start", "fds",
                  "rate_per_ns", "burst", "stamp_ns", "sent", "sent_ports", "hist", "hist_len",
                  "res")  # fmt: skip
+    # typed memoryviews and lists in the twin (cffi arrays in the C struct it mirrors)
+    max_batch: int
+    n_ports: int
+    l2_len: int
+    block_bytes: int
+    hist_len: int
+    dec: Any
+    verdict: Any
+    order: Any
+    defer: Any
+    l2: Any
+    budget: Any
+    port_bytes: Any
+    port_count: Any
+    port_start: Any
+    fds: Any
+    rate_per_ns: Any
+    burst: Any
+    stamp_ns: Any
+    sent: Any
+    sent_ports: Any
+    hist: Any
+    res: Any
 
 
 def result_fields(res) -> dict[str, int]:
@@ -321,6 +357,28 @@ class Planner:
         "_use_c",
     )
 
+    # typed memoryviews over the scratch arrays (see the docstring), C or twin alike
+    n_ports: int
+    max_batch: int
+    block_bytes: int
+    dec: Any
+    verdict: Any
+    order: Any
+    defer: Any
+    budget: Any
+    port_bytes: Any
+    port_count: Any
+    port_start: Any
+    hist: Any
+    fds: Any
+    rate_per_ns: Any
+    burst: Any
+    stamp_ns: Any
+    sent_ports: Any
+    sent: Any
+    res: Any
+    _keys: Any
+
     def __init__(
         self,
         l2: Sequence[bytes],
@@ -363,7 +421,7 @@ class Planner:
             if self._use_c:
                 c = _mod.ffi.new(f"{ctype}[]", count)
                 self._c[name] = c
-                view = memoryview(_mod.ffi.buffer(c)).cast(fmt)
+                view = memoryview(_mod.ffi.buffer(c)).cast(fmt)  # type: ignore[call-overload]  # fmt: a str variable
             else:
                 view = memoryview(array(fmt, bytes(struct.calcsize(fmt) * count)))
             setattr(self, name, view)
@@ -477,7 +535,7 @@ class Planner:
             raise ValueError(f"mrc_io_send_iov: {os.strerror(-sent)}")
         return sent, out[0], out[1], out[2]
 
-    def bind(self, ring) -> tuple:
+    def bind(self, ring) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
         """``(keys, plan, send)`` for batches of ``ring``: the calls above with every argument
         that does not change between batches bound once (the ring's ``struct mrc_fwd_rx`` is
         built here; no per-call checks, attribute or dict lookups: at a few thousand frames/s

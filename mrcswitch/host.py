@@ -53,7 +53,7 @@ class SwitchHost:
     """The switches of ``configs`` (config file paths) in this process."""
 
     def __init__(self, configs: list[str], control_path: str | None = None) -> None:
-        self.paths = {}  # name -> config path (a restart reads it again)
+        self.paths: dict[str, str] = {}  # name -> config path (a restart reads it again)
         self.switches: dict[str, Switch] = {}  # the running ones, in config order
         self.order: list[str] = []
         self.control_path = control_path

@@ -192,7 +192,7 @@ class SwitchPfc:
     def step(self, now_ns: int) -> list[tuple[int, Action]]:
         """The ports whose upstream must be sent a PAUSE or a resume now."""
         now_s = now_ns / 1e9
-        out = []
+        out: list[tuple[int, Action]] = []
         in_bytes, xoff = self.in_bytes, self.xoff
         for i, ing in enumerate(self.ingress):
             ing.queued_bytes = in_bytes[i]

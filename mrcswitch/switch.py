@@ -33,6 +33,7 @@ from mrcnic.io import linkstate
 from mrcnic.io.netns import in_netns
 
 from . import cloop
+from .cloop import Wake
 from .config import ConfigError, SwitchConfig
 from .cqueue import new_flags, new_in_bytes
 from .datapath import RX_BATCHES_PER_WAKE, DataPath
@@ -89,7 +90,9 @@ class Switch:
         self._ep = epoll if epoll is not None else select.epoll()
         self._owners = owners if owners is not None else {}
         self.hold_ns = hold_ns_from_env() if hold_ns is None else hold_ns
-        self._host_counters = None  # hosted: the process's loop counters (a callable)
+        self._host_counters: Callable[[], dict] | None = (
+            None  # hosted: the process's loop counters (a callable)
+        )
         self._probe_due = self._stats_due = 0
         self._by_fd: dict[int, Port] = {}
         self._wake_r = self._wake_w = -1
@@ -143,7 +146,7 @@ class Switch:
         path = self.path
         path.pipeline = Pipeline(
             self.table,
-            [p.mac for p in self.ports],
+            [p.mac for p in self.ports],  # type: ignore[misc]  # an opened port knows its MAC
             [p.cfg.peer_mac for p in self.ports],
             [p.cfg.source_prefix for p in self.ports],
             mac_control=self.pfc is not None,
@@ -346,7 +349,7 @@ class Switch:
             if fd not in self._by_fd:
                 self.on_other_fd(fd)
 
-    def on_c_wake(self, why: cloop.Wake, ev, now: int) -> None:
+    def on_c_wake(self, why: Wake, ev, now: int) -> None:
         """What the C loop handed back about this switch (``ev``: its struct mrc_sw_event;
         OTHER_FD is the caller's to serve)."""
         path = self.path
