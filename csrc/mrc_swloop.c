@@ -48,7 +48,7 @@ static void count_drop(const struct mrc_sw *sw, struct mrc_sw_port *p, int32_t r
     }
 }
 
-/* A send on p failed with a link error: down it, as Python's Switch._set_down does. */
+/* A send on p failed with a link error: down it, as Python's DataPath.set_down does. */
 static void link_down(const struct mrc_sw *sw, struct mrc_sw_port *p) {
     p->up = 0;
     count_drop(sw, p, sw->reason_port_down, mrc_eq_flush(p->q));
@@ -70,7 +70,7 @@ static int sent(const struct mrc_sw *sw, struct mrc_sw_port *p, const struct mrc
     return 0;
 }
 
-/* Send what every queue may send by now (Switch._tx); a port whose link went down is
+/* Send what every queue may send by now (DataPath.tx); a port whose link went down is
  * reported in ev (LINK_DOWN: port, err) and the serving stops there (returns -1). Returns
  * the earliest time a queued frame may leave afterwards (INT64_MAX if none). */
 static int64_t serve(struct mrc_sw *sw, int64_t now, struct mrc_sw_event *ev) {
@@ -105,7 +105,7 @@ static int64_t serve(struct mrc_sw *sw, int64_t now, struct mrc_sw_event *ev) {
     return next;
 }
 
-/* One received batch of port pi (Switch._rx): returns a code to report (ev filled), a
+/* One received batch of port pi (DataPath.rx): returns a code to report (ev filled), a
  * -errno, or GO_ON. */
 static int rx_batch(struct mrc_sw *sw, uint32_t pi, int64_t now, struct mrc_sw_event *ev,
                     int *n_out) {

@@ -5,7 +5,7 @@
 
 #include "mrc_fwd.h"
 /* mrc-switch's event loop for the common case, in C: the Python loop of
- * mrcswitch/switch.py (Switch._run_python: epoll, Switch._rx, Switch._tx) is its twin.
+ * mrcswitch/switch.py (Switch._run_python: epoll) with mrcswitch/datapath.py (DataPath.rx, DataPath.tx) is its twin.
  * At a few thousand frames/s per switch nearly every frame is a wake-up of its own, and the
  * Python around each one costs far more than forwarding it. So mrc_sw_poll waits on the
  * switch's epoll set and, for as long as nothing needs Python, receives (mrc_fwd_wake with

@@ -1,7 +1,7 @@
 """Link state of ports: netlink ``RTMGRP_LINK`` notifications and ``SIOCGIFFLAGS`` checks.
 
 A port is *up* when it is administratively up and has carrier (``IFF_UP | IFF_RUNNING``).
-The NIC (:mod:`mrcnic.io.aio`) and the switch (:mod:`mrcswitch.switch`) learn of a change
+The NIC (:mod:`mrcnic.io.aio`) and the switch (:mod:`mrcswitch.links`) learn of a change
 two ways, both from here:
 
 - :class:`LinkWatcher`: a non-blocking netlink socket subscribed to ``RTMGRP_LINK`` in the
