@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.fabric.params import LabParams
+from lab.fabric.paths import REPO
 from lab.proc.cpu import CPU_BOUND_MACHINE, CPU_BOUND_NIC, cpu_bound, machine_ticks
 from mrcnic.units import rate_in
 
@@ -89,7 +90,6 @@ CAL_NAME = "mrccal"
 TRANSPORTS = ("mrc", "rocev2")
 CACHE_VERSION = 1
 DEFAULT_DIR = "/run/mrc"
-REPO = Path(__file__).resolve().parents[1]
 # What a frame costs depends on this code; a change invalidates the cache.
 CODE_GLOBS = (
     "mrcnic/**/*.py",

@@ -28,6 +28,7 @@ from typing import Any
 from lab.fabric import lifecycle
 from lab.fabric.netns import LabError, have_net_admin
 from lab.fabric.params import LabParams, resolve
+from lab.fabric.paths import RESULTS
 from lab.fabric.progress import Progress
 from lab.fabric.state import LabState, exists
 from lab.proc import analysis as an
@@ -36,7 +37,6 @@ from lab.proc.scenario import Step, WriteRun, WriteSpec, bench_available, run_wr
 from lab.workloads import calibrate
 from mrcnic.units import size_arg, time_arg, time_in
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
 TRANSPORT_TITLES = {"mrc": "MRC", "rocev2": "RoCEv2"}
 
 

@@ -29,9 +29,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lab.fabric.paths import REPO as ROOT  # the checkout: mrc-switch runs from it
 from mrcnic.io.netns import in_netns
 
-ROOT = Path(__file__).resolve().parents[2]  # the checkout: mrc-switch runs from it
 PYTHON = sys.executable
 BLOCK = bytes.fromhex("fcbbbb00")
 OWN = 0x1100
