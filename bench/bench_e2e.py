@@ -16,7 +16,7 @@
    (spraying over T1s alone). CPU of the lab's processes and of the machine beside it.
 3. ``failures``: one long write per fault, MRC vs RoCEv2, on the default lab: a T1 reboot, a
    T0-T1 link down, a NIC port down, 1% loss on one fabric link; for each the depth and
-   duration of the goodput dip (lab/proc/analysis.py), completed, verified, QP errors, bytes
+   duration of the goodput dip (lab/proc/analysis/), completed, verified, QP errors, bytes
    moved against a no-fault run of the same length.
 4. ``cpu``: packets per second per core of the NIC send and receive paths on real ports,
    from mrc-bench's CPU figures of one MRC write (``single``'s runs when it ran too).

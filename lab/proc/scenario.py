@@ -1,7 +1,7 @@
 """Run ``mrc-bench write`` against a lab while a fault schedule plays, and line both up.
 
 Used by ``make demo`` (lab/workloads/demo.py) and ``make bench`` (bench/bench_e2e.py). Needs root and
-a lab that is up. The pure part (capacity, dips, rendering) is lab/proc/analysis.py.
+a lab that is up. The pure part (capacity, dips, rendering) is lab/proc/analysis/.
 
 - :class:`NetDev` reads a namespace's ``/proc/net/dev`` without a process: the file is opened
   once from inside the namespace (``setns`` in this thread), and a ``/proc/net`` file keeps

@@ -10,7 +10,7 @@ as it runs). Then the same for the RoCEv2 baseline (one QP per plane, each pinne
 path) if the time budget allows. Prints one screen: goodput per interval with the faults
 marked, depth and duration of each dip, bytes verified, QP errors, CPU. Writes
 results/demo.json and results/demo-timeline.png. The lab is torn down at the end, also on
-Ctrl-C or an error. Definitions of capacity, depth and duration: lab/proc/analysis.py.
+Ctrl-C or an error. Definitions of capacity, depth and duration: lab/proc/analysis/.
 """
 
 from __future__ import annotations
