@@ -56,11 +56,7 @@ from lab.fabric.netns import LabError, have_net_admin
 from lab.fabric.params import LabParams, resolve
 from lab.fabric.state import LabState, exists
 from lab.proc import analysis as an
-from lab.proc.cpu import cpu_bound
-from lab.proc.env import env_added
-from lab.proc.scenario import (
-    CpuMeter,
-    Step,
+from lab.proc.benchrun import (
     WriteRun,
     WriteSpec,
     bench_argv,
@@ -68,6 +64,9 @@ from lab.proc.scenario import (
     run_parallel,
     run_write,
 )
+from lab.proc.cpu import ChildrenCpuMeter, cpu_bound
+from lab.proc.env import env_added
+from lab.proc.schedule import Step
 from lab.workloads import calibrate
 from mrcnic.units import size_arg, time_arg, time_in
 
@@ -312,7 +311,7 @@ def bench_permutation(a: argparse.Namespace) -> dict[str, Any]:
                 reps = []
                 for rep in range(a.perm_reps):
                     say(f"  {key} rep {rep + 1}/{a.perm_reps}: {len(specs)} writes at once")
-                    with CpuMeter(state) as cpu:
+                    with ChildrenCpuMeter(state) as cpu:
                         res = run_parallel(state, specs)
                     failed = [(s, tail) for s, r, tail in res if r is None]
                     for s, tail in failed[:2]:
@@ -407,7 +406,9 @@ def _strip_perm(r: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in r.items() if k != "results"}
 
 
-def _window_cpu(agg: dict[str, Any], cpu: CpuMeter, ov: dict | None, got: list[dict]) -> None:
+def _window_cpu(
+    agg: dict[str, Any], cpu: ChildrenCpuMeter, ov: dict | None, got: list[dict]
+) -> None:
     """The machine's load while every pair wrote (the overlap window), and ``cpu_bound`` by
     mrc-bench's rule over it: the whole run's figure (``lab_cpu``) also holds the start-up of
     every pair's processes and the verification of every region, which run before and after

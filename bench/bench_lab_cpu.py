@@ -50,8 +50,8 @@ from lab.fabric import lifecycle  # noqa: E402
 from lab.fabric.netns import LabError, have_net_admin  # noqa: E402
 from lab.fabric.params import resolve  # noqa: E402
 from lab.fabric.state import LabState, exists  # noqa: E402
+from lab.proc.benchrun import WriteSpec, bench_argv, run_write  # noqa: E402
 from lab.proc.env import env_added  # noqa: E402
-from lab.proc.scenario import WriteSpec, bench_argv, run_write  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 HOPS = 3  # h0 -> h3: T0, T1, T0

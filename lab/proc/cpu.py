@@ -1,4 +1,10 @@
-"""CPU meters and the CPU-bound rule: this process, the lab's switch processes, the machine.
+"""CPU meters and the CPU-bound rule: this process, the processes it started, the lab's switch
+processes, the machine.
+
+Two meters: :class:`SelfCpuMeter` (start/stop) measures the process it runs in (a NIC process
+of mrc-bench); :class:`ChildrenCpuMeter` (a context manager that also samples the machine's
+load) measures the processes the lab's runner started and waited for (mrc-bench and its NIC
+processes).
 
 A result measured while the CPU, not the fabric, was the limit says more about the machine than
 about MRC: every mrc-bench result carries the verdict of :func:`cpu_verdict`.
@@ -8,6 +14,7 @@ from __future__ import annotations
 
 import os
 import resource
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -29,11 +36,28 @@ def pid_cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _HZ
 
 
-def machine_ticks() -> tuple[int, int]:
-    """(total, idle) jiffies over all CPUs from /proc/stat."""
+def _stat_cpu_fields() -> list[int]:
+    """The jiffies of /proc/stat's first line (all CPUs): user, nice, system, idle, iowait,
+    irq, softirq, steal, guest, guest_nice."""
     with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
+        return [int(x) for x in f.readline().split()[1:]]
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(total, idle) jiffies over all CPUs from /proc/stat (total: every field)."""
+    v = _stat_cpu_fields()
     return sum(v), v[3] + v[4]
+
+
+def machine_busy_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies over all CPUs from /proc/stat, total over the first eight fields
+    (guest time is already counted in user time). :class:`ChildrenCpuMeter` measures with
+    this one, :class:`SelfCpuMeter` and the soak with :func:`machine_ticks`, as their
+    published figures were."""
+    v = _stat_cpu_fields()
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    total = sum(v[:8])
+    return total - idle, total
 
 
 @dataclass
@@ -44,8 +68,8 @@ class CpuSample:
     machine: tuple[int, int]
 
 
-class CpuMeter:
-    """CPU of this process, of the lab's switch processes (python mode) and of the machine
+class SelfCpuMeter:
+    """CPU of this process (a NIC process of mrc-bench), of the lab's switch processes (python mode) and of the machine
     between :meth:`start` and :meth:`stop`.  Percentages are of one core, except
     ``machine_cpu_percent`` (busy share of all CPUs)."""
 
@@ -83,6 +107,81 @@ class CpuMeter:
         else:
             out["switch_cpu_percent"] = None
         return out
+
+
+class ChildrenCpuMeter:
+    """CPU used while the body runs: by the processes this one started and waited for (the
+    bench and its NIC processes: ``RUSAGE_CHILDREN``), by the lab's switch processes
+    (``/proc/PID/stat``; a switch restarted meanwhile counts from its restart), and by the
+    whole machine (``/proc/stat``; other users of the machine included)."""
+
+    #: how often the machine's busy share is sampled while the body runs (busy_between)
+    SAMPLE_S = 0.25
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+        self.result: dict[str, float] = {}
+        # (unix time, busy jiffies, total jiffies) every SAMPLE_S: the machine's load in a
+        # window of the run (writes started together overlap only after their processes
+        # started; start-up and verification are no part of it)
+        self.samples: list[tuple[float, int, int]] = []
+        self._stop = threading.Event()
+        self._sampler: threading.Thread | None = None
+
+    def _sample_loop(self) -> None:
+        while True:
+            self.samples.append((time.time(), *machine_busy_ticks()))
+            if self._stop.wait(self.SAMPLE_S):
+                self.samples.append((time.time(), *machine_busy_ticks()))
+                return
+
+    def busy_between(self, t0_unix_s: float, t1_unix_s: float) -> float | None:
+        """The machine's busy share (0..1) between two unix times, from the samples closest
+        inside the window (None when the window holds fewer than two samples)."""
+        inside = [x for x in self.samples if t0_unix_s <= x[0] <= t1_unix_s]
+        if len(inside) < 2:
+            return None
+        (_ta, busy_a, total_a), (_tb, busy_b, total_b) = inside[0], inside[-1]
+        return (busy_b - busy_a) / (total_b - total_a) if total_b > total_a else None
+
+    def _switch_cpu(self) -> dict[int, float]:
+        out = {}
+        for rec in self.state.processes.values():
+            v = pid_cpu_s(rec.pid)
+            if v is not None:
+                out[rec.pid] = v
+        return out
+
+    def __enter__(self) -> ChildrenCpuMeter:
+        self._t = time.monotonic()
+        self._children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self._switches = self._switch_cpu()
+        self._machine = machine_busy_ticks()
+        self._sampler = threading.Thread(target=self._sample_loop, name="cpu-sampler", daemon=True)
+        self._sampler.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._sampler is not None:
+            self._stop.set()
+            self._sampler.join()
+        wall = time.monotonic() - self._t
+        ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+        bench = (ch.ru_utime - self._children.ru_utime) + (ch.ru_stime - self._children.ru_stime)
+        now = self._switch_cpu()
+        switches = sum(v - self._switches.get(pid, 0.0) for pid, v in now.items())
+        busy, total = machine_busy_ticks()
+        d_busy, d_total = busy - self._machine[0], total - self._machine[1]
+        cores = os.cpu_count() or 1
+        self.result = {
+            "wall_s": round(wall, 3),
+            "cores": cores,
+            "bench_cpu_s": round(bench, 3),
+            "switch_cpu_s": round(switches, 3),
+            "bench_cores": round(bench / wall, 3) if wall > 0 else 0.0,
+            "switch_cores": round(switches / wall, 3) if wall > 0 else 0.0,
+            "machine_busy_percent": round(100.0 * d_busy / d_total, 1) if d_total else 0.0,
+        }
 
 
 # A run is CPU-bound, and its goodput says more about this machine than about the fabric,

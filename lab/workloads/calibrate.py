@@ -100,7 +100,10 @@ CODE_GLOBS = (
     "lab/fabric/host.py",
     "lab/fabric/pyswitch.py",
     "lab/fabric/lifecycle.py",
-    "lab/proc/scenario.py",
+    "lab/proc/benchrun.py",
+    "lab/proc/children.py",
+    "lab/proc/schedule.py",
+    "lab/proc/watch.py",
     "lab/workloads/calibrate.py",
 )
 # Environment knobs that change the stack under the lab (they are part of the cache key).
@@ -576,7 +579,7 @@ def measure_step(
     from lab.fabric import lifecycle
     from lab.fabric.netns import LabError
     from lab.fabric.state import exists
-    from lab.proc.scenario import WriteSpec, run_parallel
+    from lab.proc.benchrun import WriteSpec, run_parallel
 
     if exists(params.name):
         lifecycle.down(params.name)

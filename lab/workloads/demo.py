@@ -32,8 +32,9 @@ from lab.fabric.paths import RESULTS
 from lab.fabric.progress import Progress
 from lab.fabric.state import LabState, exists
 from lab.proc import analysis as an
+from lab.proc.benchrun import WriteRun, WriteSpec, bench_available, run_write
 from lab.proc.cpu import cpu_verdict
-from lab.proc.scenario import Step, WriteRun, WriteSpec, bench_available, run_write
+from lab.proc.schedule import Step
 from lab.workloads import calibrate
 from mrcnic.units import size_arg, time_arg, time_in
 

@@ -408,7 +408,7 @@ async def follow(
     ops: RankOps,
     lp: LoopPlan,
     ch: control.Channel,
-    meter: cpu.CpuMeter,
+    meter: cpu.SelfCpuMeter,
     on_report: ReportHook | None = None,
 ) -> None:
     """A rank other than 0: iterations as rank 0 releases them, then the final statistics."""
@@ -438,7 +438,7 @@ async def coordinate(
     ops: RankOps,
     lp: LoopPlan,
     chans: dict[int, control.Channel],
-    meter: cpu.CpuMeter,
+    meter: cpu.SelfCpuMeter,
     on_iteration: IterationHook | None = None,
     on_report: ReportHook | None = None,
 ) -> tuple[list[list[dict]], list[dict]]:
@@ -497,9 +497,9 @@ async def drive(
     """A rank's part of the loop: rank 0 :func:`coordinate` s (its CPU meter counts the lab's
     switches too) and returns (iterations, finals); the others :func:`follow` (None)."""
     if rank == 0:
-        meter = cpu.CpuMeter(cpu.switch_pids(lab_state))
+        meter = cpu.SelfCpuMeter(cpu.switch_pids(lab_state))
         return await coordinate(ops, lp, chans, meter, on_iteration, on_report)
-    await follow(ops, lp, chans[0], cpu.CpuMeter(), on_report)
+    await follow(ops, lp, chans[0], cpu.SelfCpuMeter(), on_report)
     return None
 
 

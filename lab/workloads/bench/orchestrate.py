@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.proc import control
+from lab.proc import children, control
 
 
 def bench_command() -> list[str]:
@@ -26,6 +27,8 @@ def bench_command() -> list[str]:
     return [sys.executable, "-m", "lab.bench_cli"]
 
 
+#: the sides share the terminal's process group (Ctrl-C reaches them too): stopped by PID
+STOP_STEPS = ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0))
 PORT_SLOT = "{port}"  # replaced by the port the listening side reports
 _LISTENING = re.compile(r"listening on \[[^\]]*\]:(\d+)")
 
@@ -63,15 +66,7 @@ def wait_port(p: subprocess.Popen, errf: Any, timeout_s: float = 30.0) -> int:
 
 def stop_sides(procs: list[tuple[subprocess.Popen, Any, str]]) -> None:
     """SIGTERM the children we started (by PID), then SIGKILL what is left after 5 s."""
-    for p, _e, _n in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p, _e, _n in procs:
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+    children.stop([p for p, _e, _n in procs], STOP_STEPS, group=False)
 
 
 def orchestrate(st: Any, sides: list[Side]) -> tuple[dict[str, Any], list[int]]:

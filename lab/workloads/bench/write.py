@@ -24,7 +24,7 @@ from typing import Any
 
 from lab.fabric.host import LabHost
 from lab.proc import control
-from lab.proc.cpu import CpuMeter, cpu_verdict, switch_pids
+from lab.proc.cpu import SelfCpuMeter, cpu_verdict, switch_pids
 from lab.workloads.bench import common as bc
 from mrcnic.io.aio import AioNic
 from mrcnic.transport.ev import EvStateChanged
@@ -122,7 +122,7 @@ async def _serve_client(st: Any, lh: LabHost, nic: AioNic, ch: control.Channel) 
         _qp_errors(qps, errors)
 
     nic.on_progress = on_progress
-    meter = CpuMeter()
+    meter = SelfCpuMeter()
     meter.start()
     await ch.send(
         "ready",
@@ -399,7 +399,7 @@ async def _client(
     run.local_up = [pt.up for pt in nic.ports]
     run.peer_up = [bool(x) for x in ready["live_ports"]]
     run.capacity_fn = lambda mine, peer: bc.pair_capacity_bps(plan, lh.host, server, mine, peer)
-    meter = CpuMeter(switch_pids(st))
+    meter = SelfCpuMeter(switch_pids(st))
     timeout = p.timeout_s
     if timeout is None:
         expect = (p.duration_s or 0.0) + (

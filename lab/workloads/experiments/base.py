@@ -275,7 +275,7 @@ def bench(ctx: Context, lab: str, args: Sequence[str], timeout_s: float = 300.0)
     "h0", ...)``; raises RuntimeError with the tail of its stderr when it prints none."""
     import subprocess
 
-    from lab.proc.scenario import bench_argv, parse_json_output
+    from lab.proc.benchrun import bench_argv, parse_json_output
 
     sub, *rest = args
     argv = [*bench_argv(), sub, "--lab", lab, *rest, "--json", "-q"]

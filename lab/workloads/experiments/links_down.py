@@ -29,7 +29,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from lab.proc import analysis as an
-from lab.proc.scenario import Step, WriteRun, WriteSpec, run_write
+from lab.proc.benchrun import WriteRun, WriteSpec, run_write
+from lab.proc.schedule import Step
 from lab.views import plot
 from lab.workloads.experiments.base import (
     Context,

@@ -25,7 +25,7 @@ from typing import Any
 
 from lab.fabric.params import LabParams
 from lab.proc import analysis as an
-from lab.proc.scenario import WriteSpec, run_parallel
+from lab.proc.benchrun import WriteSpec, run_parallel
 from lab.views import plot
 from lab.workloads.bench.incast import common_window, window_goodput_bps
 from lab.workloads.experiments.base import (

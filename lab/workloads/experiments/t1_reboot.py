@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from lab.proc.scenario import Step
+from lab.proc.schedule import Step
 from lab.views import plot
 from lab.workloads.experiments.base import (
     Context,

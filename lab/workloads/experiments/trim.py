@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.fabric.params import LabParams
-from lab.proc.scenario import WriteSpec, run_parallel
+from lab.proc.benchrun import WriteSpec, run_parallel
 from lab.views import plot
 from lab.workloads.bench.incast import read_switches, switch_rows, switch_totals
 from lab.workloads.experiments.base import (

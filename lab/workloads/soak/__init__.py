@@ -12,7 +12,7 @@ one process per rank, every rank checks its result against the locally computed 
 every step) for ``--minutes`` while the same seeded schedule, replayed from the start of each
 transport's run, flaps T0-T1 links, reboots T0 and T1 switches, takes NIC ports down and adds
 loss on links (:func:`make_schedule`). Each fault is undone before the next one; whatever is
-still applied is undone at the end, on an error and on Ctrl-C (``lab.proc.scenario.Schedule``).
+still applied is undone at the end, on an error and on Ctrl-C (``lab.proc.schedule.Schedule``).
 
 A step that fails (a QP error, a step timeout) ends that all-reduce job, as it would end a
 training job; the soak starts a new one (new processes, new QPs) and counts the restart.

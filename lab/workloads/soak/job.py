@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import queue
 import re
 import signal
@@ -18,8 +17,11 @@ from typing import IO, Any
 from lab.fabric.netns import LabError
 from lab.fabric.paths import REPO
 from lab.fabric.state import LabState
+from lab.proc import children
 from lab.workloads.soak.config import START_TIMEOUT_S, SoakConfig
 
+#: how a job's ranks are stopped (lab.proc.children.stop): 3 s after each signal
+STOP_STEPS = ((signal.SIGINT, 3.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0))
 _LISTENING = re.compile(r"listening on \[[^\]]*\]:(\d+)")
 
 
@@ -54,14 +56,8 @@ class Job:
         # kept open for the job's life (rank 0's names its port; failures show their tail);
         # Job.close closes it
         err = tempfile.TemporaryFile("w+")  # noqa: SIM115
-        p = subprocess.Popen(
-            self._argv(rank, port),
-            stdout=subprocess.PIPE,
-            stderr=err,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            cwd=REPO,
-            start_new_session=True,
+        p = children.spawn(
+            self._argv(rank, port), stdout=subprocess.PIPE, stderr=err, text=True, cwd=REPO
         )
         self.procs.append((self.cfg.hosts[rank], p, err))
         reader = threading.Thread(target=self._read, args=(rank, p), daemon=True)
@@ -109,17 +105,7 @@ class Job:
     def stop(self) -> None:
         """SIGINT, then SIGTERM, then SIGKILL to every rank's own process group (by PID),
         each signal to all ranks at once."""
-        for sig, wait_s in ((signal.SIGINT, 3.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
-            alive = [p for _h, p, _e in self.procs if p.poll() is None]
-            if not alive:
-                return
-            for p in alive:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, sig)  # its own session: only the rank and its children
-            deadline = time.monotonic() + wait_s
-            for p in alive:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    p.wait(timeout=max(0.01, deadline - time.monotonic()))
+        children.stop([p for _h, p, _e in self.procs], STOP_STEPS)
 
     def returncodes(self) -> list[int | None]:
         return [p.returncode for _h, p, _e in self.procs]

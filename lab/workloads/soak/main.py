@@ -19,7 +19,7 @@ from lab.fabric.params import LabParams, ParamError, resolve
 from lab.fabric.paths import RESULTS
 from lab.fabric.progress import Progress
 from lab.fabric.state import LabState, exists
-from lab.proc.scenario import Step
+from lab.proc.schedule import Step
 from lab.workloads import calibrate
 from lab.workloads.soak.config import (
     DEFAULT_NAME,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lab.proc import cpu
-from lab.proc.scenario import Step
+from lab.proc.schedule import Step
 from lab.workloads.soak.config import LATE_S, STEP_COLUMNS
 from lab.workloads.soak.schedule import fault_kind
 

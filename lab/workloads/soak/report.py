@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.fabric.paths import REPO
-from lab.proc.scenario import Step
+from lab.proc.schedule import Step
 from lab.workloads import calibrate
 from lab.workloads.soak.config import TITLES
 from lab.workloads.soak.schedule import fault_kind

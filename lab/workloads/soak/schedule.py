@@ -6,7 +6,7 @@ import random
 from collections.abc import Sequence
 
 from lab.fabric.params import LabParams
-from lab.proc.scenario import Step
+from lab.proc.schedule import Step
 
 FAULT_KINDS = ("flap", "reboot-t0", "reboot-t1", "port", "loss")
 FIRST_FAULT_S = 5.0  # the first steps run clean: a reference for the step time
