@@ -31,6 +31,7 @@ from lab.fabric.netns import (
 from lab.fabric.params import LabParams
 from lab.fabric.progress import Progress
 from lab.fabric.state import LabState, load, new_state, state_dir, state_path
+from lab.fabric.status import end_state, read_lab
 from lab.fabric.topology import KIND_HOST, KIND_MGMT, Node, Plan, mac_bytes, mac_text
 
 HOST_SYSCTLS = {"net.ipv6.conf.default.disable_ipv6": 1}  # NIC ports: no kernel IPv6 at all
@@ -244,8 +245,6 @@ def _build(state: LabState, plan: Plan, progress: Progress, switch_procs: int = 
 def wait_links_up(state: LabState, timeout_s: float = 5.0) -> None:
     """The kernel reports carrier through linkwatch, up to a second late: wait for it, so a
     switch never starts on a port it believes is down, and `up` returns a lab that is up."""
-    from lab.fabric.status import end_state, read_lab
-
     plan = state.plan
     deadline = time.monotonic() + timeout_s
     while True:

@@ -32,6 +32,7 @@ from typing import Any
 from lab.fabric.netns import LabError
 from lab.fabric.state import LabState, ProcessRecord
 from lab.fabric.topology import KIND_T0, Node, Plan, Port, mac_text
+from mrcswitch.pfc import headroom_bytes
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 3.0
@@ -47,8 +48,6 @@ def pfc_config(params: Any) -> dict[str, int]:
     full frames), XON at half of XOFF, headroom for what the upstream still sends after XOFF
     (mrcswitch.pfc.headroom_bytes over PFC_REACTION_S) plus the burst its token bucket may
     release at once. docs/pfc.md explains the sizing."""
-    from mrcswitch.pfc import headroom_bytes
-
     frame = params.mtu + 14
     xoff = max(params.buffer_bytes // 2, PFC_MIN_XOFF_FRAMES * frame)
     burst = max(2 * max(frame, 1518), params.rate_bps // 16000)  # config.py's default burst
@@ -213,6 +212,8 @@ def start_group(
 def hosted_request(rec: ProcessRecord, op: str) -> dict:
     """``op`` ("stop", "start") for the switch of ``rec`` through its process's control
     socket; LabError if the process is gone or refuses."""
+    # here, not at the top: mrcswitch.host loads the whole switch (~0.1 s), and every mrc-lab
+    # command imports this module
     from mrcswitch.host import control
 
     if rec.control is None or not rec.is_alive():

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lab.fabric.netns import in_netns, netns_exists
+from lab.fabric.pyswitch import is_ready
 from lab.fabric.state import LabState
 from lab.fabric.topology import KIND_HOST, KIND_MGMT, Link, Plan
 
@@ -156,8 +157,6 @@ def node_status(state: LabState, node, views: dict[str, NsView]) -> dict[str, An
         alive = bool(rec and rec.is_alive())
         if alive and rec is not None and rec.control is not None:
             # a switch of a shared process: its process runs, but is the switch running?
-            from lab.fabric.pyswitch import is_ready
-
             alive = is_ready(rec)
         out["pid"] = rec.pid if rec else None
         out["up"] = view.exists and alive

@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lab.fabric import nlview
 from lab.fabric.nicstats import nics_dir
+from lab.fabric.status import NsView, end_state, link_status, node_status, read_lab
 from lab.views.top.rows import (
     DEFAULT_FAULTS_S,
     Faults,
@@ -75,8 +77,6 @@ class FaultReader:
         self._cv = threading.Condition()
 
     def read_once(self) -> None:
-        from lab.fabric import nlview
-        from lab.fabric.status import NsView, end_state, link_status, node_status, read_lab
 
         st = self.state
         t0 = time.perf_counter()
