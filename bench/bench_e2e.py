@@ -182,7 +182,7 @@ def bench_single(a: argparse.Namespace) -> dict[str, Any]:
                     run = run_write(state, spec, echo=say)
                     _report_run(run)
                     raws.append(run.result)
-                    cpus.append(run.cpu)
+                    cpus.append(run.cpu.to_json() if run.cpu else {})
                 s = summarise_runs(raws)
                 s["switch"] = lab_params.switch
                 s["switch_env"] = env or {}
@@ -230,7 +230,7 @@ def _report_run(run: WriteRun) -> None:
         f"    goodput {an.fmt_bps(num(r.get('goodput_bps')) or 0)} = "
         f"{gf if gf is None else round(gf, 3)} of capacity, verified {r.get('verified')}, "
         f"QP errors {r.get('qp_errors')}, CPU {r.get('cpu_percent')}%, "
-        f"switches {run.cpu.get('switch_cores', 0) * 100:.0f}% of a core"
+        f"switches {(run.cpu.switch_cores if run.cpu else 0) * 100:.0f}% of a core"
     )
 
 
@@ -346,7 +346,7 @@ def bench_permutation(a: argparse.Namespace) -> dict[str, Any]:
                             agg["overlap"] = {k: round(v, 4) for k, v in ov.items()}
                             agg["goodput_fraction"] = ov["goodput_fraction"]
                             agg["goodput_bps"] = ov["goodput_bps"]
-                        agg["lab_cpu"] = cpu.result
+                        agg["lab_cpu"] = cpu.result.to_json() if cpu.result else {}
                         _window_cpu(agg, cpu, ov, got)
                         agg["pair_fractions"] = [
                             round(num(r.get("goodput_fraction")) or 0, 3) for r in got
@@ -356,7 +356,7 @@ def bench_permutation(a: argparse.Namespace) -> dict[str, Any]:
                             f"{agg['goodput_fraction']:.3f} of capacity; pairs "
                             f"{agg['pair_fractions']}; verified {agg['verified']}; QP errors "
                             f"{agg['qp_errors']}; machine CPU "
-                            f"{cpu.result['machine_busy_percent']}% of {cpu.result['cores']} cores"
+                            f"{agg['lab_cpu']['machine_busy_percent']}% of {agg['lab_cpu']['cores']} cores"
                             f" over the run, {fmt_num(agg['machine_busy_window_percent'], 1)}% while "
                             f"all wrote; cpu_bound {agg['cpu_bound']}"
                         )
@@ -522,7 +522,7 @@ def _failure_entry(
         "goodput_fraction": r.get("goodput_fraction"),
         "goodput_bps": r.get("goodput_bps"),
         "cpu_percent": r.get("cpu_percent"),
-        "lab_cpu": run.cpu,
+        "lab_cpu": run.cpu.to_json() if run.cpu else {},
         "t0_source": run.t0_source,
         "faults": [f.to_dict() for f in run.faults],
         "fault_commands": [c for ap in run.applied for c in ap.commands],

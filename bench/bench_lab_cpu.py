@@ -166,7 +166,7 @@ def one_run(name: str, a: argparse.Namespace) -> dict[str, Any]:
     srv = ((r.get("nic") or {}).get("server")) or {}
     delivered = sum(p.get("rx_frames", 0) for p in srv.get("ports", []))
     sent = sum(q.get("tx_data_packets", 0) for q in r.get("qp_stats") or [])
-    sw_s = run.cpu.get("switch_cpu_s") if mode == "python" else None
+    sw_s = run.cpu.switch_cpu_s if mode == "python" and run.cpu else None
     w0, w1 = wakeups(docs0), wakeups(docs1)
     dw = {k: w1[k] - w0[k] for k in w0}
     # process wake-ups: by events, by paced-send timers, and the sleeps of hold_ns

@@ -22,14 +22,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lab.fabric.state import LabState
 from lab.proc import children
 from lab.proc.analysis import FaultWindow
-from lab.proc.cpu import ChildrenCpuMeter
+from lab.proc.cpu import ChildrenCpu, ChildrenCpuMeter
 from lab.proc.schedule import Applied, Printer, Schedule, Step, say_to_stdout
 from lab.proc.watch import Watch
 
@@ -105,7 +105,7 @@ class WriteRun:
     wire: list[list[float]]
     stderr_tail: str
     error: str | None = None
-    cpu: dict[str, float] = field(default_factory=dict)
+    cpu: ChildrenCpu | None = None  # the lab's CPU over the run
     watch_start_unix: float | None = None  # when the watch saw data start (schedule's 0)
 
     @property
@@ -131,7 +131,7 @@ class WriteRun:
             "fault_errors": [a.error for a in self.applied if a.error],
             "result": self.result,
             "wire_rx_timeline": self.wire,
-            "lab_cpu": self.cpu,
+            "lab_cpu": self.cpu.to_json() if self.cpu else {},
             "error": self.error,
         }
 

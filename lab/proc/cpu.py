@@ -68,10 +68,29 @@ class CpuSample:
     machine: tuple[int, int]
 
 
+@dataclass(frozen=True, slots=True)
+class SelfCpu:
+    """What :class:`SelfCpuMeter` measured. Percentages are of one core, except
+    ``machine_cpu_percent`` (busy share of all CPUs); None: not measured."""
+
+    cpu_percent: float
+    machine_cpu_percent: float | None
+    cpus: int | None
+    switch_cpu_percent: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        """mrc-bench's ``cpu`` keys, in their order."""
+        return {
+            "cpu_percent": self.cpu_percent,
+            "machine_cpu_percent": self.machine_cpu_percent,
+            "cpus": self.cpus,
+            "switch_cpu_percent": self.switch_cpu_percent,
+        }
+
+
 class SelfCpuMeter:
-    """CPU of this process (a NIC process of mrc-bench), of the lab's switch processes (python mode) and of the machine
-    between :meth:`start` and :meth:`stop`.  Percentages are of one core, except
-    ``machine_cpu_percent`` (busy share of all CPUs)."""
+    """CPU of this process (a NIC process of mrc-bench), of the lab's switch processes
+    (python mode) and of the machine between :meth:`start` and :meth:`stop`."""
 
     def __init__(self, switch_pids: list[int] | None = None) -> None:
         self.switch_pids = list(switch_pids or [])
@@ -90,23 +109,49 @@ class SelfCpuMeter:
     def start(self) -> None:
         self.a = self._sample()
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self) -> SelfCpu:
         assert self.a is not None
         b = self._sample()
         a = self.a
         wall = max(b.wall_s - a.wall_s, 1e-9)
         total = b.machine[0] - a.machine[0]
         idle = b.machine[1] - a.machine[1]
-        out: dict[str, Any] = {
-            "cpu_percent": round(100 * (b.self_s - a.self_s) / wall, 1),
-            "machine_cpu_percent": round(100 * (1 - idle / total), 1) if total > 0 else None,
-            "cpus": os.cpu_count(),
-        }
+        switches = None
         if a.switches_s is not None and b.switches_s is not None:
-            out["switch_cpu_percent"] = round(100 * (b.switches_s - a.switches_s) / wall, 1)
-        else:
-            out["switch_cpu_percent"] = None
-        return out
+            switches = round(100 * (b.switches_s - a.switches_s) / wall, 1)
+        return SelfCpu(
+            cpu_percent=round(100 * (b.self_s - a.self_s) / wall, 1),
+            machine_cpu_percent=round(100 * (1 - idle / total), 1) if total > 0 else None,
+            cpus=os.cpu_count(),
+            switch_cpu_percent=switches,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ChildrenCpu:
+    """What :class:`ChildrenCpuMeter` measured over its body: CPU seconds of the processes
+    started and waited for (``bench``) and of the lab's switch processes, the same in cores,
+    and the machine's busy share."""
+
+    wall_s: float
+    cores: int
+    bench_cpu_s: float
+    switch_cpu_s: float
+    bench_cores: float
+    switch_cores: float
+    machine_busy_percent: float
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``lab_cpu`` keys of a write's record, in their order."""
+        return {
+            "wall_s": self.wall_s,
+            "cores": self.cores,
+            "bench_cpu_s": self.bench_cpu_s,
+            "switch_cpu_s": self.switch_cpu_s,
+            "bench_cores": self.bench_cores,
+            "switch_cores": self.switch_cores,
+            "machine_busy_percent": self.machine_busy_percent,
+        }
 
 
 class ChildrenCpuMeter:
@@ -120,7 +165,7 @@ class ChildrenCpuMeter:
 
     def __init__(self, state: Any) -> None:
         self.state = state
-        self.result: dict[str, float] = {}
+        self.result: ChildrenCpu | None = None  # when the body is over
         # (unix time, busy jiffies, total jiffies) every SAMPLE_S: the machine's load in a
         # window of the run (writes started together overlap only after their processes
         # started; start-up and verification are no part of it)
@@ -173,15 +218,15 @@ class ChildrenCpuMeter:
         busy, total = machine_busy_ticks()
         d_busy, d_total = busy - self._machine[0], total - self._machine[1]
         cores = os.cpu_count() or 1
-        self.result = {
-            "wall_s": round(wall, 3),
-            "cores": cores,
-            "bench_cpu_s": round(bench, 3),
-            "switch_cpu_s": round(switches, 3),
-            "bench_cores": round(bench / wall, 3) if wall > 0 else 0.0,
-            "switch_cores": round(switches / wall, 3) if wall > 0 else 0.0,
-            "machine_busy_percent": round(100.0 * d_busy / d_total, 1) if d_total else 0.0,
-        }
+        self.result = ChildrenCpu(
+            wall_s=round(wall, 3),
+            cores=cores,
+            bench_cpu_s=round(bench, 3),
+            switch_cpu_s=round(switches, 3),
+            bench_cores=round(bench / wall, 3) if wall > 0 else 0.0,
+            switch_cores=round(switches / wall, 3) if wall > 0 else 0.0,
+            machine_busy_percent=round(100.0 * d_busy / d_total, 1) if d_total else 0.0,
+        )
 
 
 # A run is CPU-bound, and its goodput says more about this machine than about the fabric,
@@ -199,23 +244,46 @@ def cpu_bound(machine_busy_fraction: float | None, nic_core_fraction_max: float 
     )
 
 
+@dataclass(frozen=True, slots=True)
+class CpuVerdict:
+    """Whether a run was CPU-bound by :func:`cpu_bound`, and the figures it judged
+    (fractions; None: not measured)."""
+
+    cpu_bound: bool
+    machine_busy_fraction: float | None
+    nic_core_fraction_max: float | None
+
+    @classmethod
+    def of(
+        cls, machine_cpu_percent: float | None, nic_cpu_percents: list[float | None]
+    ) -> CpuVerdict:
+        """From CPU figures in percent: the machine's busy share of all CPUs, each NIC
+        process in % of one core."""
+        machine = None if machine_cpu_percent is None else round(machine_cpu_percent / 100, 4)
+        nics = [c for c in nic_cpu_percents if c is not None]
+        nic = round(max(nics) / 100, 4) if nics else None
+        return cls(cpu_bound(machine, nic), machine, nic)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``cpu_bound`` keys of mrc-bench's JSON, in their order, with the thresholds."""
+        return {
+            "cpu_bound": self.cpu_bound,
+            "machine_busy_fraction": self.machine_busy_fraction,
+            "nic_core_fraction_max": self.nic_core_fraction_max,
+            "cpu_bound_thresholds": {
+                "machine_busy_fraction": CPU_BOUND_MACHINE,
+                "nic_core_fraction": CPU_BOUND_NIC,
+            },
+        }
+
+
 def cpu_verdict(
     machine_cpu_percent: float | None, nic_cpu_percents: list[float | None]
 ) -> dict[str, Any]:
     """The ``cpu_bound`` keys of mrc-bench's JSON from its CPU figures (percentages: the
-    machine's busy share of all CPUs, each NIC process in % of one core)."""
-    machine = None if machine_cpu_percent is None else round(machine_cpu_percent / 100, 4)
-    nics = [c for c in nic_cpu_percents if c is not None]
-    nic = round(max(nics) / 100, 4) if nics else None
-    return {
-        "cpu_bound": cpu_bound(machine, nic),
-        "machine_busy_fraction": machine,
-        "nic_core_fraction_max": nic,
-        "cpu_bound_thresholds": {
-            "machine_busy_fraction": CPU_BOUND_MACHINE,
-            "nic_core_fraction": CPU_BOUND_NIC,
-        },
-    }
+    machine's busy share of all CPUs, each NIC process in % of one core):
+    :class:`CpuVerdict` as JSON, the form every result spreads into its own."""
+    return CpuVerdict.of(machine_cpu_percent, nic_cpu_percents).to_json()
 
 
 def cpu_warning(res: dict[str, Any]) -> str | None:

@@ -429,7 +429,7 @@ async def follow(
         if on_report is not None:
             on_report(it, report)
         await ch.send("iter_done", **report)
-    cpu = meter.stop() if timed else {}
+    cpu = meter.stop().to_json() if timed else {}
     await ch.send("final", cpu=cpu, **ops.final())
     await ch.recv("bye", timeout_s=30)
 
@@ -476,7 +476,7 @@ async def coordinate(
         # an error ends the run (a QP in ERROR cannot carry the next one): the result says which
         failed = any(rep["errors"] for rep in reports)
         it += 1
-    cpu = meter.stop() if iterations else {"cpu_percent": 0.0}
+    cpu = meter.stop().to_json() if iterations else {"cpu_percent": 0.0}
     finals = [{"cpu": cpu, **ops.final()}]
     for r in range(1, n):
         with_f = await chans[r].recv("final", timeout_s=lp.timeout_s)

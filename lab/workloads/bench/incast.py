@@ -483,7 +483,7 @@ def cpu_keys(
         lo = window["window_start_unix_s"]
         busy = meter.busy_between(lo, lo + window["window_s"])
     if busy is None and meter.result:
-        busy = meter.result.get("machine_busy_percent", 0.0) / 100
+        busy = meter.result.machine_busy_percent / 100
     nics: list[float | None] = []
     for r in results:
         if r:
