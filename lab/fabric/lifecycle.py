@@ -219,7 +219,7 @@ def wait_links_up(state: LabState, timeout_s: float = 5.0) -> None:
         for link in plan.links():
             for end in (link.a, link.b):
                 e = end_state(views[plan.namespace(end.node)], end.ifname)
-                if not (e["carrier"] and e.get("operstate") == "UP"):
+                if not (e.carrier and e.operstate == "UP"):
                     down.append(f"{end.node} {end.ifname}")
         if not down:
             return

@@ -104,7 +104,7 @@ class FaultReader:
                         es = end_state(view, sp.ifname)
                         pmap[sp.ifname.removeprefix(plan.prefix)] = {
                             "peer": getattr(sp, "peer", ""),
-                            "up": es["admin"] == "up" and es["carrier"],
+                            "up": es.up,
                             "tx_bytes": s64.get("tx", {}).get("bytes"),
                             "qdisc_drops": q.get("drops"),
                             "qdisc_backlog_bytes": q.get("backlog"),
