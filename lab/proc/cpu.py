@@ -60,8 +60,10 @@ def machine_busy_ticks() -> tuple[int, int]:
     return total - idle, total
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class CpuSample:
+    """One reading of :class:`SelfCpuMeter`: clock, own and switch CPU seconds, machine ticks."""
+
     wall_s: float
     self_s: float
     switches_s: float | None

@@ -61,8 +61,11 @@ def parse_net_dev(text: str) -> dict[str, tuple[int, int]]:
     return out
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Sample:
+    """One reading of the watch: when (both clocks), the source's NIC bytes sent and the
+    destination's received."""
+
     t_mono: float
     t_unix: float
     src_tx: int
