@@ -48,6 +48,15 @@ def bench_argv() -> list[str]:
     return [found] if found else [sys.executable, "-m", "lab.bench_cli"]
 
 
+def bench_command() -> list[str]:
+    """How mrc-bench starts the sides of a test (``ip netns exec NS ...``): the venv's script
+    run by this interpreter, else ``-m``; :func:`bench_argv` is how the lab starts a test."""
+    script = Path(sys.executable).parent / "mrc-bench"
+    if script.exists():
+        return [sys.executable, str(script)]
+    return [sys.executable, "-m", "lab.bench_cli"]
+
+
 def bench_available() -> str | None:
     """None when mrc-bench can run, else why not."""
     if os.environ.get("MRC_BENCH"):

@@ -6,31 +6,20 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from lab.proc import children, control
-
-
-def bench_command() -> list[str]:
-    """How to start mrc-bench: the venv's script next to this interpreter, else ``-m``."""
-    script = Path(sys.executable).parent / "mrc-bench"
-    if script.exists():
-        return [sys.executable, str(script)]
-    return [sys.executable, "-m", "lab.bench_cli"]
-
+from lab.proc.benchrun import bench_command
+from lab.workloads.bench import common as bc
 
 #: the sides share the terminal's process group (Ctrl-C reaches them too): stopped by PID
 STOP_STEPS = ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0))
 PORT_SLOT = "{port}"  # replaced by the port the listening side reports
-_LISTENING = re.compile(r"listening on \[[^\]]*\]:(\d+)")
 
 
 def listen_port(port: int) -> str:
@@ -52,16 +41,10 @@ class Side:
 
 
 def wait_port(p: subprocess.Popen, errf: Any, timeout_s: float = 30.0) -> int:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        errf.seek(0)
-        m = _LISTENING.search(errf.read())
-        if m:
-            return int(m.group(1))
-        if p.poll() is not None:
-            break
-        time.sleep(0.02)
-    raise control.ControlError("the listening side did not start (see its messages above)")
+    port = bc.announced_port(p, errf, timeout_s)
+    if port is None:
+        raise control.ControlError("the listening side did not start (see its messages above)")
+    return port
 
 
 def stop_sides(procs: list[tuple[subprocess.Popen, Any, str]]) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import queue
-import re
 import signal
 import subprocess
 import sys
@@ -18,11 +17,11 @@ from lab.fabric.netns import LabError
 from lab.fabric.paths import REPO
 from lab.fabric.state import LabState
 from lab.proc import children
+from lab.workloads.bench import common as bc
 from lab.workloads.soak.config import START_TIMEOUT_S, SoakConfig
 
 #: how a job's ranks are stopped (lab.proc.children.stop): 3 s after each signal
 STOP_STEPS = ((signal.SIGINT, 3.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0))
-_LISTENING = re.compile(r"listening on \[[^\]]*\]:(\d+)")
 
 
 class Job:
@@ -72,16 +71,10 @@ class Job:
             self._spawn(r, port)
 
     def _wait_port(self, p: subprocess.Popen[str], err: IO[str]) -> int:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            err.seek(0)
-            m = _LISTENING.search(err.read())
-            if m:
-                return int(m.group(1))
-            if p.poll() is not None:
-                break
-            time.sleep(0.02)
-        raise LabError(f"rank 0 did not start listening: {self.stderr_tail(0)}")
+        port = bc.announced_port(p, err, START_TIMEOUT_S)
+        if port is None:
+            raise LabError(f"rank 0 did not start listening: {self.stderr_tail(0)}")
+        return port
 
     def _read(self, rank: int, p: subprocess.Popen[str]) -> None:
         assert p.stdout is not None
