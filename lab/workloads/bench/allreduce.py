@@ -53,7 +53,7 @@ class AllreduceParams:
     seed: int = 1
     timeout_s: float = 120.0
     # Timed iterations for this long (after the warm-up) instead of ``iters``: a soak
-    # (lab/workloads/soak.py) runs for minutes and cannot know how many iterations fit.
+    # (lab/workloads/soak/) runs for minutes and cannot know how many iterations fit.
     duration_s: float | None = None
 
 
