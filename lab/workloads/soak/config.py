@@ -3,7 +3,6 @@ transport of one run shares."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 DEFAULT_NAME = "mrcsoak"
@@ -18,12 +17,6 @@ MIN_JOB_S = 5.0  # no new job when less than this is left of the run
 START_TIMEOUT_S = 60.0  # rank 0 must announce its port within this
 LATE_S = 1.0  # a fault applied this much after its planned time is reported as late
 STEP_COLUMNS = ("job", "iter", "start_s", "end_s", "ok", "faults")
-
-Printer = Callable[[str], None]
-
-
-def say_to_stdout(text: str) -> None:
-    print(text, flush=True)
 
 
 @dataclass(frozen=True)

@@ -19,16 +19,14 @@ from lab.fabric.params import LabParams, ParamError, resolve
 from lab.fabric.paths import RESULTS
 from lab.fabric.progress import Progress
 from lab.fabric.state import LabState, exists
-from lab.proc.schedule import Step
+from lab.proc.schedule import Printer, Step, say_to_stdout
 from lab.workloads import calibrate
 from lab.workloads.soak.config import (
     DEFAULT_NAME,
     SETTLE_S,
     STEP_TIMEOUT_S,
     TITLES,
-    Printer,
     SoakConfig,
-    say_to_stdout,
 )
 from lab.workloads.soak.rank import rank_main
 from lab.workloads.soak.report import (

@@ -12,8 +12,8 @@ from lab.fabric.faults import Faults
 from lab.fabric.netns import LabError
 from lab.fabric.state import LabState
 from lab.proc import cpu
-from lab.proc.schedule import Applied, Schedule, Step
-from lab.workloads.soak.config import MIN_JOB_S, TITLES, Printer, SoakConfig, say_to_stdout
+from lab.proc.schedule import Applied, Printer, Schedule, Step, say_to_stdout
+from lab.workloads.soak.config import MIN_JOB_S, TITLES, SoakConfig
 from lab.workloads.soak.job import Job
 from lab.workloads.soak.records import FaultSpan, StepRec, TransportRun, distribution
 
