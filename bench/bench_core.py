@@ -195,6 +195,7 @@ def run_loop_overhead(n: int) -> tuple[int, int]:
 
 def _raw_runs() -> dict[str, Run]:
     """Direct cffi calls, no Python wrapper: the floor the wrappers add to."""
+    # the C core only here: a pure-Python build (MRC_PURE_PYTHON, no compiler) has none
     from mrcnic._mrcfast import ffi, lib
 
     def mark_advance(n: int) -> tuple[int, int]:

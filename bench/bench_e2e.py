@@ -16,7 +16,7 @@
    (spraying over T1s alone). CPU of the lab's processes and of the machine beside it.
 3. ``failures``: one long write per fault, MRC vs RoCEv2, on the default lab: a T1 reboot, a
    T0-T1 link down, a NIC port down, 1% loss on one fabric link; for each the depth and
-   duration of the goodput dip (lab/proc/analysis.py), completed, verified, QP errors, bytes
+   duration of the goodput dip (lab/proc/analysis/), completed, verified, QP errors, bytes
    moved against a no-fault run of the same length.
 4. ``cpu``: packets per second per core of the NIC send and receive paths on real ports,
    from mrc-bench's CPU figures of one MRC write (``single``'s runs when it ran too).
@@ -39,16 +39,24 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+# bench/ is on sys.path when this runs as a script (and in its unit test)
+from e2e_report import report
+from e2e_stats import (  # steady_fraction and pps_per_core: part of this script's surface
+    fmt_num,
+    median,
+    num,
+    pps_per_core,  # noqa: F401
+    pps_summary,
+    steady_fraction,  # noqa: F401
+    summarise_runs,
+)
+
 from lab.fabric import lifecycle
 from lab.fabric.netns import LabError, have_net_admin
 from lab.fabric.params import LabParams, resolve
 from lab.fabric.state import LabState, exists
 from lab.proc import analysis as an
-from lab.proc.cpu import cpu_bound
-from lab.proc.env import env_added
-from lab.proc.scenario import (
-    CpuMeter,
-    Step,
+from lab.proc.benchrun import (
     WriteRun,
     WriteSpec,
     bench_argv,
@@ -56,6 +64,9 @@ from lab.proc.scenario import (
     run_parallel,
     run_write,
 )
+from lab.proc.cpu import ChildrenCpuMeter, cpu_bound
+from lab.proc.env import env_added
+from lab.proc.schedule import Step
 from lab.workloads import calibrate
 from mrcnic.units import size_arg, time_arg, time_in
 
@@ -135,49 +146,6 @@ def command_text(spec: WriteSpec, lab: str) -> str:
     return " ".join(["mrc-bench", *argv[n:]])
 
 
-def _num(x: Any) -> float | None:
-    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
-
-
-def steady_fraction(res: dict[str, Any], skip_s: float = 1.0) -> float | None:
-    """Median goodput/capacity of the timeline bins after the first ``skip_s`` of traffic."""
-    tl = res.get("timeline") or []
-    cap = _num(res.get("capacity_bps"))
-    if not tl or not cap:
-        return None
-    start = next((t for t, g in tl if g > 0), None)
-    if start is None:
-        return 0.0
-    vals = [g / cap for t, g in tl if t >= start + skip_s]
-    return round(statistics.median(vals), 4) if vals else None
-
-
-def summarise_runs(results: list[dict[str, Any] | None]) -> dict[str, Any]:
-    """Median and spread of goodput_fraction over repetitions, plus the rest."""
-    ok = [r for r in results if r]
-    gf = [_num(r.get("goodput_fraction")) for r in ok]
-    gf = [g for g in gf if g is not None]
-    steady = [s for r in ok if (s := steady_fraction(r)) is not None]
-    cpu = [c for r in ok if (c := _num(r.get("cpu_percent"))) is not None]
-    bound = [r.get("cpu_bound") for r in ok]
-    return {
-        "runs": len(results),
-        "runs_with_result": len(ok),
-        "goodput_fraction_median": round(statistics.median(gf), 4) if gf else None,
-        "goodput_fraction_runs": [round(g, 4) for g in gf],
-        "steady_fraction_median": round(statistics.median(steady), 4) if steady else None,
-        "goodput_bps_median": round(statistics.median(_num(r.get("goodput_bps")) or 0 for r in ok))
-        if ok
-        else None,
-        "capacity_bps": _num(ok[0].get("capacity_bps")) if ok else None,
-        "verified_all": bool(ok) and all(bool(r.get("verified")) for r in ok),
-        "qp_errors_total": sum(int(r.get("qp_errors") or 0) for r in ok),
-        "cpu_percent_median": round(statistics.median(cpu), 1) if cpu else None,
-        "cpu_bound_runs": bound,
-        "cpu_bound_any": any(bool(b) for b in bound),
-    }
-
-
 # --- 1. one QP ------------------------------------------------------------------------------
 
 
@@ -214,7 +182,7 @@ def bench_single(a: argparse.Namespace) -> dict[str, Any]:
                     run = run_write(state, spec, echo=say)
                     _report_run(run)
                     raws.append(run.result)
-                    cpus.append(run.cpu)
+                    cpus.append(run.cpu.to_json() if run.cpu else {})
                 s = summarise_runs(raws)
                 s["switch"] = lab_params.switch
                 s["switch_env"] = env or {}
@@ -222,7 +190,7 @@ def bench_single(a: argparse.Namespace) -> dict[str, Any]:
                 s["lab_cpu"] = cpus
                 per_hop = [_switch_us_per_frame_hop(r, c) for r, c in zip(raws, cpus, strict=True)]
                 s["switch_us_per_frame_hop_runs"] = per_hop
-                s["switch_us_per_frame_hop_median"] = _median(per_hop)
+                s["switch_us_per_frame_hop_median"] = median(per_hop)
                 s["results"] = [_strip(r) for r in raws]
                 out["configs"][key] = s
     m = out["configs"]["mrc_1qp"]["goodput_fraction_median"]
@@ -257,12 +225,12 @@ def _report_run(run: WriteRun) -> None:
     if run.error or not r:
         say(f"    FAILED: {run.error}\n    " + run.stderr_tail.replace("\n", "\n    "))
         return
-    gf = _num(r.get("goodput_fraction"))
+    gf = num(r.get("goodput_fraction"))
     say(
-        f"    goodput {an.fmt_bps(_num(r.get('goodput_bps')) or 0)} = "
+        f"    goodput {an.fmt_bps(num(r.get('goodput_bps')) or 0)} = "
         f"{gf if gf is None else round(gf, 3)} of capacity, verified {r.get('verified')}, "
         f"QP errors {r.get('qp_errors')}, CPU {r.get('cpu_percent')}%, "
-        f"switches {run.cpu.get('switch_cores', 0) * 100:.0f}% of a core"
+        f"switches {(run.cpu.switch_cores if run.cpu else 0) * 100:.0f}% of a core"
     )
 
 
@@ -343,7 +311,7 @@ def bench_permutation(a: argparse.Namespace) -> dict[str, Any]:
                 reps = []
                 for rep in range(a.perm_reps):
                     say(f"  {key} rep {rep + 1}/{a.perm_reps}: {len(specs)} writes at once")
-                    with CpuMeter(state) as cpu:
+                    with ChildrenCpuMeter(state) as cpu:
                         res = run_parallel(state, specs)
                     failed = [(s, tail) for s, r, tail in res if r is None]
                     for s, tail in failed[:2]:
@@ -360,12 +328,12 @@ def bench_permutation(a: argparse.Namespace) -> dict[str, Any]:
                         [
                             (
                                 r["start_unix_s"],
-                                (_num(r.get("timeline_ms")) or 500) / 1000,
+                                (num(r.get("timeline_ms")) or 500) / 1000,
                                 r["timeline"],
                                 r["capacity_bps"] * (len(specs) / len(got)),
                             )
                             for r in got
-                            if r.get("timeline") and _num(r.get("start_unix_s"))
+                            if r.get("timeline") and num(r.get("start_unix_s"))
                         ],
                         skip_s=1.0,
                         max_len_s=a.perm_s,
@@ -378,18 +346,18 @@ def bench_permutation(a: argparse.Namespace) -> dict[str, Any]:
                             agg["overlap"] = {k: round(v, 4) for k, v in ov.items()}
                             agg["goodput_fraction"] = ov["goodput_fraction"]
                             agg["goodput_bps"] = ov["goodput_bps"]
-                        agg["lab_cpu"] = cpu.result
+                        agg["lab_cpu"] = cpu.result.to_json() if cpu.result else {}
                         _window_cpu(agg, cpu, ov, got)
                         agg["pair_fractions"] = [
-                            round(_num(r.get("goodput_fraction")) or 0, 3) for r in got
+                            round(num(r.get("goodput_fraction")) or 0, 3) for r in got
                         ]
                         say(
                             f"    aggregate {an.fmt_bps(agg['goodput_bps'])} = "
                             f"{agg['goodput_fraction']:.3f} of capacity; pairs "
                             f"{agg['pair_fractions']}; verified {agg['verified']}; QP errors "
                             f"{agg['qp_errors']}; machine CPU "
-                            f"{cpu.result['machine_busy_percent']}% of {cpu.result['cores']} cores"
-                            f" over the run, {_f(agg['machine_busy_window_percent'], 1)}% while "
+                            f"{agg['lab_cpu']['machine_busy_percent']}% of {agg['lab_cpu']['cores']} cores"
+                            f" over the run, {fmt_num(agg['machine_busy_window_percent'], 1)}% while "
                             f"all wrote; cpu_bound {agg['cpu_bound']}"
                         )
                     reps.append(agg)
@@ -411,14 +379,14 @@ def bench_permutation(a: argparse.Namespace) -> dict[str, Any]:
                     ),
                     "verified_all": bool(ok) and all(r["verified"] for r in ok),
                     "qp_errors_total": sum(r["qp_errors"] for r in ok),
-                    "machine_busy_percent_median": _median(
+                    "machine_busy_percent_median": median(
                         r["lab_cpu"]["machine_busy_percent"] for r in ok
                     ),
-                    "machine_busy_window_percent_median": _median(
+                    "machine_busy_window_percent_median": median(
                         r.get("machine_busy_window_percent") for r in ok
                     ),
                     "cpu_bound_runs": [r.get("cpu_bound") for r in ok],
-                    "lab_cores_median": _median(
+                    "lab_cores_median": median(
                         r["lab_cpu"]["bench_cores"] + r["lab_cpu"]["switch_cores"] for r in ok
                     ),
                     "runs": [_strip_perm(r) for r in ok],
@@ -438,7 +406,9 @@ def _strip_perm(r: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in r.items() if k != "results"}
 
 
-def _window_cpu(agg: dict[str, Any], cpu: CpuMeter, ov: dict | None, got: list[dict]) -> None:
+def _window_cpu(
+    agg: dict[str, Any], cpu: ChildrenCpuMeter, ov: dict | None, got: list[dict]
+) -> None:
     """The machine's load while every pair wrote (the overlap window), and ``cpu_bound`` by
     mrc-bench's rule over it: the whole run's figure (``lab_cpu``) also holds the start-up of
     every pair's processes and the verification of every region, which run before and after
@@ -447,16 +417,11 @@ def _window_cpu(agg: dict[str, Any], cpu: CpuMeter, ov: dict | None, got: list[d
     if ov is not None:
         lo = ov["window_start_unix_s"]
         busy = cpu.busy_between(lo, lo + ov["window_s"])
-    nic = [_num(r.get("nic_core_fraction_max")) for r in got]
+    nic = [num(r.get("nic_core_fraction_max")) for r in got]
     nic_max = max((v for v in nic if v is not None), default=None)
     agg["machine_busy_window_percent"] = round(100 * busy, 1) if busy is not None else None
     agg["nic_core_fraction_max"] = nic_max
     agg["cpu_bound"] = None if busy is None else cpu_bound(busy, nic_max)
-
-
-def _median(values) -> float | None:
-    vals = [v for v in values if v is not None]
-    return round(statistics.median(vals), 3) if vals else None
 
 
 # --- 3. failures ----------------------------------------------------------------------------
@@ -557,7 +522,7 @@ def _failure_entry(
         "goodput_fraction": r.get("goodput_fraction"),
         "goodput_bps": r.get("goodput_bps"),
         "cpu_percent": r.get("cpu_percent"),
-        "lab_cpu": run.cpu,
+        "lab_cpu": run.cpu.to_json() if run.cpu else {},
         "t0_source": run.t0_source,
         "faults": [f.to_dict() for f in run.faults],
         "fault_commands": [c for ap in run.applied for c in ap.commands],
@@ -567,7 +532,7 @@ def _failure_entry(
     }
     if r.get("timeline") and run.t0_unix is not None:
         tl = an.Timeline.from_json(r["timeline"], (run.spec.timeline_ms or 250) / 1000.0)
-        full = _num(r.get("capacity_bps")) or an.flow_capacity_bps(shape, src, dst)
+        full = num(r.get("capacity_bps")) or an.flow_capacity_bps(shape, src, dst)
         faults = list(run.faults)
         if not faults and control_at_s is not None:
             t = control_at_s + run.schedule_offset_s
@@ -578,67 +543,6 @@ def _failure_entry(
 
 
 # --- 4. CPU ---------------------------------------------------------------------------------
-
-
-def _port_sum(nic: dict[str, Any] | None, key: str) -> int:
-    return sum(int(p.get(key) or 0) for p in (nic or {}).get("ports", []))
-
-
-def pps_per_core(r: dict[str, Any]) -> dict[str, Any]:
-    """Packets per CPU second of each NIC process of one mrc-bench write result: the client
-    (the send path: data frames out, SACKs in) and the server (the receive path: data frames
-    in, SACKs out). CPU seconds = ``cpu_percent_client|server`` x ``duration_s`` (mrc-bench
-    measures both over the timed run); frames from the NICs' per-port counters."""
-    dur = _num(r.get("duration_s")) or 0.0
-    nic = r.get("nic") or {}
-    out: dict[str, Any] = {
-        "duration_s": dur,
-        # mrc-bench's own figures: frames sent + received per CPU-second of each side
-        "bench_pps_per_core_client": _num(r.get("pps_per_core_client")),
-        "bench_pps_per_core_server": _num(r.get("pps_per_core_server")),
-    }
-    for side, pct_key, main, other in (
-        ("send", "cpu_percent_client", "tx_frames", "rx_frames"),
-        ("receive", "cpu_percent_server", "rx_frames", "tx_frames"),
-    ):
-        who = "client" if side == "send" else "server"
-        pct = _num(r.get(pct_key))
-        cpu_s = pct / 100 * dur if pct else None
-        n_main = _port_sum(nic.get(who), main)
-        n_other = _port_sum(nic.get(who), other)
-        out[f"{side}_cpu_s"] = round(cpu_s, 3) if cpu_s else None
-        out[f"{side}_frames"] = n_main
-        out[f"{side}_pps_per_core"] = round(n_main / cpu_s) if cpu_s and n_main else None
-        out[f"{side}_all_frames_per_core"] = (
-            round((n_main + n_other) / cpu_s) if cpu_s and n_main else None
-        )
-        out[f"{side}_gbps_per_core"] = (
-            round(_port_sum(nic.get(who), main.replace("frames", "bytes")) * 8 / cpu_s / 1e9, 3)
-            if cpu_s and n_main
-            else None
-        )
-    return out
-
-
-def _pps_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
-    per = [pps_per_core(r) for r in results]
-    out: dict[str, Any] = {"runs": len(per)}
-    for key in (
-        "send_pps_per_core",
-        "receive_pps_per_core",
-        "send_all_frames_per_core",
-        "receive_all_frames_per_core",
-        "send_gbps_per_core",
-        "receive_gbps_per_core",
-        "bench_pps_per_core_client",
-        "bench_pps_per_core_server",
-    ):
-        vals = [p[key] for p in per if p.get(key)]
-        out[f"{key}_median"] = _median(vals)
-    out["goodput_fraction_runs"] = [r.get("goodput_fraction") for r in results]
-    out["machine_cpu_percent_runs"] = [r.get("machine_cpu_percent") for r in results]
-    out["per_run"] = per
-    return out
 
 
 def bench_cpu(a: argparse.Namespace, single: dict[str, Any] | None) -> dict[str, Any]:
@@ -673,137 +577,10 @@ def bench_cpu(a: argparse.Namespace, single: dict[str, Any] | None) -> dict[str,
                 results = [run.result] if run.result else []
             source = "one MRC write"
         if results:
-            out["modes"][mode] = {"source": source, **_pps_summary(results)}
+            out["modes"][mode] = {"source": source, **pps_summary(results)}
     if not out["modes"]:
         out["missing"] = "no MRC write produced a result"
     return out
-
-
-# --- report (markdown from the JSON files) ------------------------------------------------
-
-
-def _f(x: Any, nd: int = 3) -> str:
-    v = _num(x)
-    return "-" if v is None else f"{v:.{nd}f}"
-
-
-def _dip_cell(d: dict[str, Any] | None) -> str:
-    if not d:
-        return "-"
-    if not d.get("observed", True):
-        return "write had ended"
-    if d["duration_s"] == 0:
-        return f"none (lowest {d['lowest_fraction']:.2f})"
-    tail = "" if d["recovered"] else ", not recovered"
-    return f"{d['lowest_fraction']:.2f} for {d['duration_s']:.2f} s{tail}"
-
-
-def _rate_lines(d: dict[str, Any]) -> list[str]:
-    """The link rate's why, as the benchmark printed it (nothing for older JSON)."""
-    line = (d.get("rate_choice") or {}).get("line")
-    return [f"Link rate: {line}.", ""] if line else []
-
-
-def report(out_dir: Path) -> str:
-    """Markdown tables of every results/bench-e2e-*.json there is (docs/performance.md)."""
-    parts: list[str] = []
-
-    def load(name: str) -> dict[str, Any] | None:
-        p = out_dir / f"bench-e2e-{name}.json"
-        return json.loads(p.read_text()) if p.exists() else None
-
-    if (d := load("single")) is not None:
-        parts += [
-            f"### 1. One QP, idle lab ({d['written_at']}, load {d['machine']['load_avg_at_start']})",
-            "",
-            *_rate_lines(d),
-            "| config | switches | goodput_fraction median | runs | steady | verified | QP errors | CPU NICs % | CPU switches (cores) | switch CPU per frame and hop (us) |",
-            "|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for k, c in d["configs"].items():
-            sw = [x.get("switch_cores") for x in c.get("lab_cpu") or [] if x]
-            parts.append(
-                f"| {k} | {c.get('switch', 'python')} | {_f(c['goodput_fraction_median'])} | "
-                f"{', '.join(f'{g:.3f}' for g in c['goodput_fraction_runs'])} | "
-                f"{_f(c['steady_fraction_median'])} | {c['verified_all']} | {c['qp_errors_total']} | "
-                f"{_f(c['cpu_percent_median'], 0)} | {_f(_median(sw), 2)} | "
-                f"{_f(c.get('switch_us_per_frame_hop_median'), 1)} |"
-            )
-        parts.append("")
-    perm = load("permutation")
-    for d in (perm.get("modes") or {"": perm}).values() if perm is not None else ():
-        fm, fs = d["fabric_multi_plane"], d["fabric_single_plane"]
-        parts += [
-            f"### 2. Permutation ({d.get('mode', 'full')}), {d['hosts']} hosts, "
-            f"{d.get('writers', d['hosts'])} writers, {fm['switch']} switches "
-            f"({d.get('written_at', perm['written_at'])}, load "
-            f"{d.get('machine', perm['machine'])['load_avg_at_start']})",
-            "",
-            f"Multi-plane: {fm['planes']} planes x ({fm['t0']} T0 + {fm['t1']} T1) at "
-            f"{fm['rate_mbit']:g} Mb/s; single-plane: 1 plane at {fs['rate_mbit']:g} Mb/s; "
-            f"{fm['switch']} switches. Pairs: " + ", ".join(f"{s}->{t}" for s, t in d["pairs"]),
-            "",
-            *_rate_lines(d),
-            "| config | QPs per pair | aggregate goodput_fraction median | runs | MRC / this | verified | QP errors | machine CPU % | lab processes (cores) |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        for k, c in d["configs"].items():
-            parts.append(
-                f"| {k} | {c['qps_per_pair']} | {_f(c['goodput_fraction_median'])} | "
-                f"{', '.join(f'{g:.3f}' for g in c['goodput_fraction_runs'])} | "
-                f"{_f(d['ratios'].get(k), 2) if k in d['ratios'] else '1'} | {c['verified_all']} | "
-                f"{c['qp_errors_total']} | {_f(c['machine_busy_percent_median'], 0)} | "
-                f"{_f(c['lab_cores_median'], 2)} |"
-            )
-        parts.append("")
-    if (d := load("failures")) is not None:
-        parts += [
-            f"### 3. Failures during one write ({d['written_at']}, load "
-            f"{d['machine']['load_avg_at_start']})",
-            "",
-            d["what"],
-            "",
-        ]
-        for mode, transports in (d.get("modes") or {"python": d.get("transports", {})}).items():
-            parts += [
-                f"**{mode} switches**",
-                "",
-                "| fault | transport | dip: lowest fraction, time below | repair | threshold | goodput_fraction | bytes vs no fault | completed | verified | QP errors |",
-                "|---|---|---|---|---|---|---|---|---|---|",
-            ]
-            names = list(next(iter(transports.values())).keys())
-            for name in names:
-                for t, per in transports.items():
-                    e = per.get(name) or {}
-                    ana = e.get("analysis") or {}
-                    dips = ana.get("dips") or []
-                    fault = next((x for x in dips if x["kind"] == "fault"), None)
-                    repair = next((x for x in dips if x["kind"] == "repair"), None)
-                    parts.append(
-                        f"| {name} | {t} | {_dip_cell(fault)} | {_dip_cell(repair)} | "
-                        f"{_f(ana.get('threshold_fraction'), 2)} | {_f(e.get('goodput_fraction'))} | "
-                        f"{_f(e.get('bytes_vs_no_fault'))} | {e.get('completed')} | "
-                        f"{e.get('verified')} | {e.get('qp_errors')} |"
-                    )
-            parts.append("")
-    if (d := load("cpu")) is not None:
-        parts += [
-            f"### 4. NIC packets per CPU-second ({d['written_at']})",
-            "",
-            "| switches | send path: data frames / client CPU-s | all frames | receive path: data frames / server CPU-s | all frames | mrc-bench pps_per_core client / server | runs |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for mode, m in d.get("modes", {}).items():
-            parts.append(
-                f"| {mode} | {_f(m['send_pps_per_core_median'], 0)} | "
-                f"{_f(m['send_all_frames_per_core_median'], 0)} | "
-                f"{_f(m['receive_pps_per_core_median'], 0)} | "
-                f"{_f(m['receive_all_frames_per_core_median'], 0)} | "
-                f"{_f(m['bench_pps_per_core_client_median'], 0)} / "
-                f"{_f(m['bench_pps_per_core_server_median'], 0)} | {m['runs']} |"
-            )
-        parts.append("")
-    return "\n".join(parts)
 
 
 # --- main -----------------------------------------------------------------------------------

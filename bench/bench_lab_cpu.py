@@ -50,8 +50,8 @@ from lab.fabric import lifecycle
 from lab.fabric.netns import LabError, have_net_admin
 from lab.fabric.params import resolve
 from lab.fabric.state import LabState, exists
+from lab.proc.benchrun import WriteSpec, bench_argv, run_write
 from lab.proc.env import env_added
-from lab.proc.scenario import WriteSpec, bench_argv, run_write
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 HOPS = 3  # h0 -> h3: T0, T1, T0
@@ -166,7 +166,7 @@ def one_run(name: str, a: argparse.Namespace) -> dict[str, Any]:
     srv = ((r.get("nic") or {}).get("server")) or {}
     delivered = sum(p.get("rx_frames", 0) for p in srv.get("ports", []))
     sent = sum(q.get("tx_data_packets", 0) for q in r.get("qp_stats") or [])
-    sw_s = run.cpu.get("switch_cpu_s") if mode == "python" else None
+    sw_s = run.cpu.switch_cpu_s if mode == "python" and run.cpu else None
     w0, w1 = wakeups(docs0), wakeups(docs1)
     dw = {k: w1[k] - w0[k] for k in w0}
     # process wake-ups: by events, by paced-send timers, and the sleeps of hold_ns

@@ -36,12 +36,15 @@ import datetime as dt
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from lab.proc import children
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -50,6 +53,10 @@ IF_A, IF_B = "mrcnb-a0", "mrcnb-b0"
 MAC_A, MAC_B = "02:00:6e:62:00:01", "02:00:6e:62:00:02"
 SEND_CPU, RECV_CPU = 0, 1
 CONFIGS = ("raw", "c", "py", "rocev2", "c_rtt200", "ring")
+
+
+#: a side still running after the test (it failed): killed, by PID
+KILL = ((signal.SIGKILL, 5.0),)
 
 
 def sh(*argv: str) -> None:
@@ -128,7 +135,7 @@ def run_raw(seconds: float, ring: bool = False) -> dict[str, Any]:
         recv = _line(rx, "raw receiver")
         rx.wait(10)
     finally:
-        rx.kill()
+        children.stop_one(rx, KILL, group=False)
     return {"send": send, "recv": recv}
 
 
@@ -157,9 +164,7 @@ def run_engine(
         recv = _line(rx, "receiver")
         rx.wait(10)
     finally:
-        for p in (tx, rx):
-            if p is not None and p.poll() is None:
-                p.kill()
+        children.stop([p for p in (tx, rx) if p is not None], KILL, group=False)
     return {"send": send, "recv": recv}
 
 

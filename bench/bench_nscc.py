@@ -162,6 +162,7 @@ def _registered(algo: str) -> str:
     registered here under a name of its own, e.g. ``uet-1.0-nscc@max_cwnd=2bdp``."""
     if "@" not in algo:
         return algo
+    # mrcnic is imported in the worker, after --tree is first on sys.path (see the header above)
     from mrcnic.transport import cc
 
     base, _, spec = algo.partition("@")
@@ -184,6 +185,7 @@ def _registered(algo: str) -> str:
 
 
 def run_scenario(name: str, seed: int, algo: str, spray: str | None) -> dict:
+    # mrcnic's modules are imported here, in the worker, from the tree under test (see _registered)
     algo = _registered(algo)
     if spray is not None:
         import dataclasses

@@ -18,23 +18,26 @@ Manual page: docs/bench.md.
 from __future__ import annotations
 
 import argparse
-import contextlib
+import asyncio
 import json
 import os
-import re
-import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from lab.proc import control, cpu
+from lab.fabric import state
+from lab.fabric.netns import LabError
+from lab.proc import control
+from lab.views import benchplot
 from lab.workloads.bench import common as bc
+from lab.workloads.bench import write as bench_write
+from lab.workloads.bench.orchestrate import PORT_SLOT, Side, listen_port, orchestrate
+from lab.workloads.bench.screen import format_allreduce, format_alltoall, format_pair
+from lab.workloads.bench.write import WriteParams
 from mrcnic.errors import MrcError
+from mrcnic.io import aio
 from mrcnic.units import size_arg, time_arg, time_in
+from mrcnic.verbs import _core_class
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -350,9 +353,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _load_lab(name: str) -> Any:
-    from lab.fabric import state
-    from lab.fabric.netns import LabError
-
     try:
         return state.load(name)
     except LabError as e:
@@ -360,8 +360,6 @@ def _load_lab(name: str) -> Any:
 
 
 def _check_transport(name: str) -> None:
-    from mrcnic.verbs import _core_class
-
     try:
         _core_class(name)
     except ValueError as e:
@@ -387,8 +385,8 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def _forge(st: Any, args: argparse.Namespace) -> int:
-    import asyncio
-
+    # here, not at the top: scapy (forge), numpy (the collectives) and the incast's counters
+    # cost 0.1-0.3 s to import, and every side of every test is an mrc-bench process
     from lab.workloads.bench.forge import ForgeParams, format_forge, run_forge
 
     if args.transport != "mrc":
@@ -409,7 +407,7 @@ def _scenario_common(args: argparse.Namespace) -> None:
 
 
 def _incast(st: Any, args: argparse.Namespace) -> int:
-    from lab.workloads.bench import incast
+    from lab.workloads.bench import incast  # import cost: see _forge
 
     _scenario_common(args)
     plan = st.plan
@@ -460,7 +458,7 @@ def _incast(st: Any, args: argparse.Namespace) -> int:
 
 
 def _pause_storm(st: Any, args: argparse.Namespace) -> int:
-    from lab.workloads.bench import incast, storm
+    from lab.workloads.bench import incast, storm  # import cost: see _forge
 
     _scenario_common(args)
     plan = st.plan
@@ -510,8 +508,6 @@ def _self_host(st: Any, given: str | None) -> int:
 
 
 def _write_params(st: Any, args: argparse.Namespace) -> Any:
-    from lab.workloads.bench.write import WriteParams
-
     size, region = args.size, args.region
     if size < 1 or size >= 1 << 32:
         raise UsageError("--size must be 1 byte .. 4 GiB - 1 (one RDMA Write)")
@@ -555,18 +551,13 @@ def _write_params(st: Any, args: argparse.Namespace) -> Any:
 def _plot(res: dict[str, Any], path: str) -> None:
     """``--plot``: the PNG of a result (lab/views/benchplot.py); a result it cannot plot says why
     on stderr without failing the run."""
-    from lab.views import benchplot as plot
-
     try:
-        print(f"mrc-bench: wrote {plot.plot_result(res, path)}", file=sys.stderr, flush=True)
+        print(f"mrc-bench: wrote {benchplot.plot_result(res, path)}", file=sys.stderr, flush=True)
     except (ValueError, KeyError, TypeError) as e:
         print(f"mrc-bench: no plot: {e}", file=sys.stderr, flush=True)
 
 
 def _pair(st: Any, args: argparse.Namespace) -> int:
-    from lab.workloads.bench import write as bench_write
-    from mrcnic.io import aio
-
     plan = st.plan
     plot = getattr(args, "plot", None)
     if plot and args.timeline_ms is None:
@@ -599,7 +590,7 @@ def _pair(st: Any, args: argparse.Namespace) -> int:
     if src == dst:
         raise UsageError("--src and --dst must be different hosts")
     # The server takes a free port (--port 0) unless one was given, and says which on stderr.
-    server_argv = [args.test, "--lab", st.name, "--port", _listen_port(args.port)]
+    server_argv = [args.test, "--lab", st.name, "--port", listen_port(args.port)]
     server_argv += ["--server", "--host", plan.host_name(dst)]
     client_argv = [args.test, "--lab", st.name, "--port", PORT_SLOT]
     client_argv += ["--client", plan.host_name(dst), "--host", plan.host_name(src), "--json"]
@@ -637,117 +628,6 @@ def _forward(args: argparse.Namespace) -> list[str]:
     return out
 
 
-def bench_command() -> list[str]:
-    """How to start mrc-bench: the venv's script next to this interpreter, else ``-m``."""
-    script = Path(sys.executable).parent / "mrc-bench"
-    if script.exists():
-        return [sys.executable, str(script)]
-    return [sys.executable, "-m", "lab.bench_cli"]
-
-
-PORT_SLOT = "{port}"  # replaced by the port the listening side reports
-_LISTENING = re.compile(r"listening on \[[^\]]*\]:(\d+)")
-
-
-def _listen_port(port: int) -> str:
-    """The port a child that listens is given: the user's, or 0 (any free port) for the
-    default, so that several benchmarks can run at once against the same host."""
-    return "0" if port == control.DEFAULT_PORT else str(port)
-
-
-@dataclass
-class Side:
-    """One child process: its host, its arguments, whether it listens (its stderr then
-    names the port, which replaces PORT_SLOT in the later sides' arguments) and whether it
-    prints the result JSON on stdout."""
-
-    host: int
-    argv: list[str]
-    listens: bool = False
-    result: bool = False
-
-
-def _wait_port(p: subprocess.Popen, errf: Any, timeout_s: float = 30.0) -> int:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        errf.seek(0)
-        m = _LISTENING.search(errf.read())
-        if m:
-            return int(m.group(1))
-        if p.poll() is not None:
-            break
-        time.sleep(0.02)
-    raise control.ControlError("the listening side did not start (see its messages above)")
-
-
-def _orchestrate(
-    st: Any, sides: list[Side], as_json: bool, on_result: Callable[[dict], None] | None = None
-) -> int:
-    """Start one process per side (``ip netns exec NS mrc-bench ...``), listeners first; the
-    result side prints the result JSON.  Children are stopped by PID if anything fails; the
-    others' stderr is shown only when they fail (the result side's passes through)."""
-    plan = st.plan
-    procs: list[tuple[subprocess.Popen, Any, str]] = []
-    result_text = ""
-    codes: list[int] = []
-    port = ""
-    with contextlib.ExitStack() as stack:
-        try:
-            for side in sides:
-                name = plan.host_name(side.host)
-                argv = [port if a == PORT_SLOT else a for a in side.argv]
-                full = ["ip", "netns", "exec", plan.namespace(name), *bench_command(), *argv]
-                capture = side.listens or not side.result
-                errf = stack.enter_context(tempfile.TemporaryFile("w+")) if capture else None
-                out = subprocess.PIPE if side.result else subprocess.DEVNULL
-                p = subprocess.Popen(full, stdout=out, stderr=errf, text=True)
-                procs.append((p, errf, name))
-                if side.listens:
-                    port = str(_wait_port(p, errf))
-            for (p, _e, _n), side in zip(procs, sides, strict=True):
-                if side.result:
-                    result_text, _ = p.communicate()
-            for p, _e, _n in procs:
-                try:
-                    codes.append(p.wait(timeout=30))
-                except subprocess.TimeoutExpired:
-                    p.terminate()
-                    codes.append(p.wait(timeout=5))
-        except BaseException:
-            _stop(procs)
-            raise
-        finally:
-            for p, errf, name in procs:
-                if errf is not None and p.returncode not in (0, None):
-                    errf.seek(0)
-                    for ln in errf.read().splitlines()[-20:]:
-                        if "listening on" not in ln:
-                            print(f"[{name}] {ln}", file=sys.stderr)
-    try:
-        res = json.loads(result_text)
-    except ValueError:
-        raise control.ControlError(
-            f"no result from the benchmark processes (exit statuses {codes})"
-        ) from None
-    _emit(res, as_json)
-    if on_result is not None:
-        on_result(res)
-    return EXIT_OK if res.get("verified") and all(c == 0 for c in codes) else EXIT_FAILED
-
-
-def _stop(procs: list[tuple[subprocess.Popen, Any, str]]) -> None:
-    """SIGTERM the children we started (by PID), then SIGKILL what is left after 5 s."""
-    for p, _e, _n in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p, _e, _n in procs:
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
 def _add_collective_loop(p: argparse.ArgumentParser, per: str) -> None:
     """A collective's loop options (``per``: what an iteration count is counted per)."""
     p.add_argument("--iters", "-n", type=int, default=5, help=f"timed iterations{per} (default 5)")
@@ -781,8 +661,6 @@ def _collective_hosts(plan: Any, args: argparse.Namespace) -> list[int]:
 def _collective(st: Any, args: argparse.Namespace, p: Any, run_rank: Any, sizes: list[str]) -> int:
     """One rank here (``--rank``), or every rank in its host's namespace, rank 0 reporting.
     ``sizes``: the size options every rank is given."""
-    from mrcnic.io import aio
-
     hosts = p.hosts
     if args.rank is not None:
         if not 0 <= args.rank < len(hosts):
@@ -798,7 +676,7 @@ def _collective(st: Any, args: argparse.Namespace, p: Any, run_rank: Any, sizes:
     common += ["--seed", str(args.seed), "--transport", args.transport]
     if args.timeout_s is not None:
         common += ["--timeout-s", str(args.timeout_s)]
-    rank0 = [*common, "--port", _listen_port(args.port), "--rank", "0", "--json"]
+    rank0 = [*common, "--port", listen_port(args.port), "--rank", "0", "--json"]
     sides = [Side(hosts[0], rank0, listens=True, result=True)]
     sides += [
         Side(h, [*common, "--port", PORT_SLOT, "--rank", str(r)])
@@ -809,7 +687,7 @@ def _collective(st: Any, args: argparse.Namespace, p: Any, run_rank: Any, sizes:
 
 
 def _allreduce(st: Any, args: argparse.Namespace) -> int:
-    from lab.workloads.bench.allreduce import AllreduceParams, run_rank
+    from lab.workloads.bench.allreduce import AllreduceParams, run_rank  # import cost: see _forge
 
     hosts = _collective_hosts(st.plan, args)
     p = AllreduceParams(
@@ -825,7 +703,11 @@ def _allreduce(st: Any, args: argparse.Namespace) -> int:
 
 
 def _alltoall(st: Any, args: argparse.Namespace) -> int:
-    from lab.workloads.bench.alltoall import AlltoallParams, check_sizes, run_rank
+    from lab.workloads.bench.alltoall import (  # import cost: see _forge
+        AlltoallParams,
+        check_sizes,
+        run_rank,
+    )
 
     hosts = _collective_hosts(st.plan, args)
     sizes = args.sizes or [args.size if args.size is not None else 4 << 20]
@@ -845,9 +727,18 @@ def _alltoall(st: Any, args: argparse.Namespace) -> int:
     return _collective(st, args, p, run_rank, ["--sizes", ",".join(str(x) for x in sizes)])
 
 
-# --- output --------------------------------------------------------------------------------------
+def _orchestrate(
+    st: Any, sides: list[Side], as_json: bool, on_result: Callable[[dict], None] | None = None
+) -> int:
+    """Run every side (lab.workloads.bench.orchestrate), print the result, and say how it went."""
+    res, codes = orchestrate(st, sides)
+    _emit(res, as_json)
+    if on_result is not None:
+        on_result(res)
+    return EXIT_OK if res.get("verified") and all(c == 0 for c in codes) else EXIT_FAILED
 
-_LINE = "-" * 94
+
+# --- output --------------------------------------------------------------------------------------
 
 
 def _emit(res: dict[str, Any], as_json: bool) -> None:
@@ -859,157 +750,6 @@ def _emit(res: dict[str, Any], as_json: bool) -> None:
         print(format_alltoall(res), flush=True)
     else:
         print(format_pair(res), flush=True)
-
-
-def _cpu_line(res: dict[str, Any], sides: str) -> str:
-    parts = [f" CPU (% of one core): {sides}"]
-    if res.get("switch_cpu_percent") is not None:
-        parts.append(f"switches {res['switch_cpu_percent']:.0f}")
-    if res.get("machine_cpu_percent") is not None:
-        parts.append(f"machine {res['machine_cpu_percent']:.0f}% of {res.get('cpus')} CPUs busy")
-    return "   ".join(parts)
-
-
-def _header(res: dict[str, Any], title: str) -> list[str]:
-    mode = res["switch_mode"]
-    return [
-        _LINE,
-        f"{title:^94}",
-        f" lab {res['lab']}: {res['planes']} planes x {res['port_rate_bps'] / 1e6:g} Mb/s, {mode} switches"
-        f"   transport {res['transport']}",
-    ]
-
-
-def _verify_line(res: dict[str, Any]) -> str:
-    if res["verified"]:
-        v = res.get("verify", {})
-        region = v.get("region_bytes")
-        how = f"{region} B region compared byte for byte" if region else "checked"
-        text = f"yes ({how})"
-    else:
-        text = "NO"
-    return f" verified: {text}   QP errors: {res['qp_errors']}"
-
-
-def format_pair(res: dict[str, Any]) -> str:
-    lat = res["test"] == "lat"
-    where = "same T0" if res["same_t0"] else "another T0"
-    title = "RDMA_Write Latency Test (mrc-bench)" if lat else "RDMA_Write BW Test (mrc-bench)"
-    out = _header(res, title)
-    out.append(
-        f" {res['src']} -> {res['dst']} ({where})   QPs {res['qps']}   outstanding {res['depth']}"
-        f"   capacity {res['capacity_bps'] / 1e6:.1f} Mb/s"
-    )
-    out.append(_LINE)
-    if lat:
-        lu = res.get("latency_us", {})
-        out.append(
-            f" {'#bytes':<8}{'#iterations':<13}{'t_min[usec]':>12}{'t_max[usec]':>12}{'t_typical[usec]':>16}"
-            f"{'t_avg[usec]':>12}{'t_stdev[usec]':>14}{'99% percentile[usec]':>22}{'99.9% percentile[usec]':>24}"
-        )
-        if lu:
-            out.append(
-                f" {res['size']:<8}{res['iterations']:<13}{lu['t_min']:>12.2f}{lu['t_max']:>12.2f}"
-                f"{lu['t_typical']:>16.2f}{lu['t_avg']:>12.2f}{lu['t_stdev']:>14.2f}{lu['p99']:>22.2f}"
-                f"{lu['p99_9']:>24.2f}"
-            )
-    else:
-        out.append(
-            f" {'#bytes':<10}{'#iterations':<14}{'BW peak[Gb/s]':<17}{'BW average[Gb/s]':<20}{'MsgRate[Mpps]':<14}"
-        )
-        out.append(
-            f" {res['size']:<10}{res['iterations']:<14}{res['peak_bps'] / 1e9:<17.4f}"
-            f"{res['goodput_bps'] / 1e9:<20.4f}{res['msg_rate_pps'] / 1e6:<14.6f}"
-        )
-    out.append(_LINE)
-    if not lat:
-        out.append(
-            f" goodput {res['goodput_bps'] / 1e6:.1f} Mb/s = {res['goodput_fraction']:.3f} of capacity"
-            f" in {res['duration_s']:.2f} s   retransmissions {res['retransmissions']}"
-            f"   timeouts {res['timeouts']}"
-        )
-    out.append(_verify_line(res))
-    for e in res.get("errors", [])[:5]:
-        out.append(f"   error: {e}")
-    out.append(
-        _cpu_line(
-            res,
-            f"client {res['cpu_percent_client'] or 0:.0f}   server {res['cpu_percent_server'] or 0:.0f}",
-        )
-    )
-    if warn := cpu.cpu_warning(res):
-        out.append(warn)
-    return "\n".join(out)
-
-
-def format_allreduce(res: dict[str, Any]) -> str:
-    out = _header(res, "Ring all-reduce (mrc-bench, reduce-scatter + all-gather)")
-    out.append(
-        f" ranks {res['ranks']}: {','.join(res['hosts'])}   capacity per NIC {res['capacity_bps'] / 1e6:.1f} Mb/s"
-    )
-    out.append(_LINE)
-    out.append(
-        f" {'size(B)':>12}{'count':>12}{'type':>8}{'redop':>7}{'time(us)':>12}{'algbw(Gb/s)':>13}"
-        f"{'busbw(Gb/s)':>13}{'#wrong':>8}"
-    )
-    wrong = 0 if res["verified"] else "yes"
-    out.append(
-        f" {res['size']:>12}{res['elements']:>12}{res['type']:>8}{res['redop']:>7}"
-        f"{res['time_s'] * 1e6:>12.0f}{res['algbw_bps'] / 1e9:>13.4f}{res['busbw_bps'] / 1e9:>13.4f}{wrong!s:>8}"
-    )
-    out.append(_LINE)
-    out.append(
-        f" busbw = {res['goodput_fraction']:.3f} of capacity   iterations {res['iterations']}"
-        f"   retransmissions {res['retransmissions']}   timeouts {res['timeouts']}"
-    )
-    steps = ", ".join(
-        f"{name.replace('reduce-scatter', 'RS').replace('all-gather', 'AG')} {t * 1e3:.2f}"
-        for name, t in zip(res["step_names"], res["step_times_s"], strict=False)
-    )
-    out.append(f" step times (ms, slowest rank, mean over iterations): {steps}")
-    out.append(_verify_line(res))
-    for e in res.get("errors", [])[:5]:
-        out.append(f"   error: {e}")
-    ranks = "  ".join(f"r{i} {c or 0:.0f}" for i, c in enumerate(res["cpu_percent_ranks"]))
-    out.append(_cpu_line(res, ranks))
-    if warn := cpu.cpu_warning(res):
-        out.append(warn)
-    return "\n".join(out)
-
-
-def format_alltoall(res: dict[str, Any]) -> str:
-    """nccl-tests' table, one line per size, under mrc-bench's header."""
-    out = _header(res, "All-to-all (mrc-bench, one write per peer)")
-    out.append(
-        f" ranks {res['ranks']}: {','.join(res['hosts'])}   QPs per rank {res['qps_per_rank']}"
-        f"   capacity per NIC {res['capacity_bps'] / 1e6:.1f} Mb/s"
-    )
-    out.append(_LINE)
-    out.append(
-        f" {'size(B)':>12}{'count':>12}{'type':>8}{'redop':>7}{'time(us)':>12}{'algbw(Gb/s)':>13}"
-        f"{'busbw(Gb/s)':>13}{'#wrong':>8}"
-    )
-    for r in res["rows"]:
-        wrong = 0 if r["verified"] else "yes"
-        out.append(
-            f" {r['size']:>12}{r['elements']:>12}{res['type']:>8}{res['redop']:>7}"
-            f"{r['time_s'] * 1e6:>12.0f}{r['algbw_bps'] / 1e9:>13.4f}"
-            f"{r['busbw_bps'] / 1e9:>13.4f}{wrong!s:>8}"
-        )
-    out.append(_LINE)
-    out.append(
-        f" Avg bus bandwidth {res['avg_busbw_bps'] / 1e9:.4f} Gb/s   largest size: busbw = "
-        f"{res['goodput_fraction']:.3f} of capacity   retransmissions {res['retransmissions']}"
-        f"   timeouts {res['timeouts']}"
-    )
-    out.append(_verify_line(res))
-    for e in res.get("errors", [])[:5]:
-        out.append(f"   error: {e}")
-    ranks = "  ".join(f"r{i} {c or 0:.0f}" for i, c in enumerate(res["cpu_percent_ranks"]))
-    out.append(_cpu_line(res, ranks))
-    if warn := cpu.cpu_warning(res):
-        out.append(warn)
-    return "\n".join(out)
 
 
 if __name__ == "__main__":

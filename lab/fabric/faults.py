@@ -29,12 +29,12 @@ import re
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
-from lab.fabric import kernel_switch, pyswitch
-from lab.fabric.netns import LabError, argv_text, run
+from lab.fabric import kernel_switch
+from lab.fabric.netns import LabError, argv_text, run, sleep_until
 from lab.fabric.state import LabState
 from lab.fabric.status import loss_table, read_namespace
+from lab.fabric.switchmode import switch_mode
 from lab.fabric.topology import KIND_HOST, KIND_T0, KIND_T1, Link, Port
 from mrcnic import units
 
@@ -52,7 +52,7 @@ class Faults:
         self.state = state
         self.plan = state.plan
         self.echo = echo or (lambda _t: None)
-        self.kernel = state.switch_mode == "kernel"
+        self.mode = switch_mode(state.switch_mode)
 
     # --- plumbing ------------------------------------------------------------------------
     def _run(self, argv: Sequence[str], check: bool = True) -> str:
@@ -73,10 +73,6 @@ class Faults:
             raise LabError("faults act on fabric links only; the management network is not MRC's")
         return link
 
-    def _switch_port_restore(self, port: Port) -> list[str]:
-        node = self.plan.parse_node(port.node)
-        return kernel_switch.port_lines(self.plan, node, port)[1:]  # after "link set up"
-
     # --- link down / up / flap -----------------------------------------------------------
     def link_down(self, a: str, b: str) -> None:
         end = self.link(a, b).switch_end
@@ -85,8 +81,7 @@ class Faults:
     def link_up(self, a: str, b: str) -> None:
         end = self.link(a, b).switch_end
         self._ip(end.node, "link", "set", "dev", end.ifname, "up")
-        if self.kernel:
-            self._ip_lines(end.node, self._switch_port_restore(end))
+        self._ip_lines(end.node, self.mode.port_up_lines(self.plan, end))
 
     def flap(self, a: str, b: str, period_ms: float, count: int) -> None:
         if period_ms <= 0 or count < 1:
@@ -96,9 +91,9 @@ class Faults:
             self.echo(f"# flap {i + 1}/{count}: down {half * 1000:.0f} ms, up {half * 1000:.0f} ms")
             t = time.monotonic()
             self.link_down(a, b)
-            _sleep_until(t + half)
+            sleep_until(t + half)
             self.link_up(a, b)
-            _sleep_until(t + 2 * half)
+            sleep_until(t + 2 * half)
 
     # --- loss (nft) ----------------------------------------------------------------------
     def _ends(self, a: str, b: str) -> tuple[Port, Port]:
@@ -142,8 +137,10 @@ class Faults:
         for end in self._ends(a, b):
             ns = self.plan.namespace(end.node)
             kind = self.plan.parse_node(end.node).kind
-            if self.kernel and kind in (KIND_T0, KIND_T1):
-                line = kernel_switch.tbf_line(self.plan, end.ifname)  # back to the link rate
+            line = (
+                self.mode.rate_line(self.plan, end.ifname) if kind in (KIND_T0, KIND_T1) else None
+            )
+            if line is not None:  # back to the link rate
                 self._run(["tc", "-n", ns, *line.split()])
             elif read_namespace(ns).qdiscs.get(end.ifname, {}).get("kind") == "tbf":
                 self._run(["tc", "-n", ns, "qdisc", "del", "dev", end.ifname, "root"])
@@ -155,60 +152,7 @@ class Faults:
         node = self.plan.parse_node(switch)
         if node.kind not in (KIND_T0, KIND_T1):
             raise LabError(f"{switch} is not a switch")
-        if self.kernel:
-            self._reboot_kernel(node, down_ms)
-        else:
-            self._reboot_python(node, down_ms)
-
-    def _reboot_kernel(self, node, down_ms: float) -> None:
-        ports = self.plan.switch_ports(node)
-        t = time.monotonic()
-        self.echo(f"# {node.name}: kernel switch 'power off': every port and the SID anchor down")
-        for port in ports:
-            self._ip(node.name, "link", "set", "dev", port.ifname, "down")
-        self._ip(node.name, "link", "set", "dev", self.plan.ifname("sid"), "down")
-        _sleep_until(t + down_ms / 1000.0)
-        self.echo(f"# {node.name}: boot with the unchanged static config")
-        self._ip_lines(node.name, kernel_switch.restore_lines(self.plan, node))
-
-    def _reboot_python(self, node, down_ms: float) -> None:
-        rec = self.state.processes.get(node.name)
-        if rec is None:
-            raise LabError(f"no switch process recorded for {node.name}")
-        if rec.control is not None:
-            self._reboot_hosted(rec, down_ms)
-            return
-        t = time.monotonic()
-        if rec.is_alive():
-            self.echo(f"kill -TERM {rec.pid}   # {node.name}: {argv_text(rec.argv)}")
-            pyswitch.stop_process(rec)
-        else:
-            self.echo(f"# {node.name} was not running")
-        _sleep_until(t + down_ms / 1000.0)
-        ns = self.plan.namespace(node.name)
-        self.echo(argv_text(["ip", "netns", "exec", ns, *rec.argv]))
-        new = pyswitch.start_switch(
-            self.state, node.name, Path(rec.config), Path(rec.stats or ""), Path(rec.log or "")
-        )
-        self.state.processes[node.name] = new
-        self.state.save()
-        pyswitch.wait_ready([new])
-        self.echo(f"# {node.name} is back (pid {new.pid}) after {time.monotonic() - t:.2f} s")
-
-    def _reboot_hosted(self, rec, down_ms: float) -> None:
-        """A switch served by a shared process: stopped and started again from its config
-        file through the process's control socket; the other switches keep running."""
-        t = time.monotonic()
-        ctl = rec.control
-        self.echo(f"# {rec.node}: stop (control socket {ctl} of pid {rec.pid})")
-        pyswitch.hosted_request(rec, "stop")
-        _sleep_until(t + down_ms / 1000.0)
-        self.echo(f"# {rec.node}: start from its unchanged config {rec.config}")
-        if rec.stats:
-            Path(rec.stats).unlink(missing_ok=True)
-        pyswitch.hosted_request(rec, "start")
-        pyswitch.wait_ready([rec])
-        self.echo(f"# {rec.node} is back (pid {rec.pid}) after {time.monotonic() - t:.2f} s")
+        self.mode.reboot(self.state, node, down_ms, self.echo, self._ip_lines)
 
     # --- NIC port ------------------------------------------------------------------------
     def port(self, host: str, plane: int, up: bool) -> None:
@@ -219,12 +163,6 @@ class Faults:
             raise LabError(f"plane {plane} out of range 0..{self.plan.params.planes - 1}")
         port = self.plan.host_port(node.index, plane)
         self._ip(host, "link", "set", "dev", port.ifname, "up" if up else "down")
-
-
-def _sleep_until(t: float) -> None:
-    delay = t - time.monotonic()
-    if delay > 0:
-        time.sleep(delay)
 
 
 def _numgen(percent: float) -> str:

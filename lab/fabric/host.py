@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from lab.fabric import state as lab_state
+from lab.fabric.nicstats import PublishingNic
 from mrcnic.io.aio import AioNic
 from mrcnic.transport.qp_types import NetConfig, PortAddr, QpConfig
 from mrcnic.verbs import Device
@@ -39,8 +41,6 @@ class LabHost:
 
     @classmethod
     def load(cls, lab_name: str, host: int | str, seed: int | None = None) -> LabHost:
-        from lab.fabric import state as lab_state
-
         return cls.from_state(lab_state.load(lab_name), host, seed)
 
     @classmethod
@@ -88,8 +88,6 @@ class LabHost:
         if in_namespace is None:
             in_namespace = _current_netns_is(self.namespace)
         # it publishes its QPs for `mrc-lab top` while open (lab/fabric/nicstats.py)
-        from lab.fabric.nicstats import PublishingNic
-
         run_dir = getattr(self.lab, "run_dir", None)
         pub = None
         if run_dir is not None:

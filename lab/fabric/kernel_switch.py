@@ -18,6 +18,12 @@ Taking a port down administratively makes the kernel flush its routes and neighb
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
+from lab.fabric.netns import Batch, run_batches, sleep_until
+from lab.fabric.progress import Progress
+from lab.fabric.state import LabState
 from lab.fabric.topology import Node, Plan, Port, link_local, mac_text
 
 
@@ -100,3 +106,46 @@ SYSCTLS = {
     # hosts' NICs. Routing needs none (next hops are static neighbour entries).
     "net.ipv6.conf.default.addr_gen_mode": 1,
 }
+
+
+class KernelSwitch:
+    """Kernel-switch mode behind :class:`lab.fabric.switchmode.SwitchMode`."""
+
+    name = "kernel"
+    sysctls = SYSCTLS
+
+    def switch_lines(self, plan: Plan, node: Node) -> list[str]:
+        return switch_lines(plan, node)
+
+    def start(self, state: LabState, progress: Progress, switch_procs: int) -> None:
+        plan = state.plan
+        progress.step("tbf qdiscs at link rate", plan.switch_count)
+        run_batches(
+            Batch("tc", plan.namespace(n.name), tuple(tc_lines(plan, n))) for n in plan.switches()
+        )
+        progress.advance(plan.switch_count)
+
+    def port_up_lines(self, plan: Plan, port: Port) -> list[str]:
+        # the kernel flushed the port's neighbour entry and routes when it went down
+        node = plan.parse_node(port.node)
+        return port_lines(plan, node, port)[1:]  # after "link set up"
+
+    def rate_line(self, plan: Plan, ifname: str) -> str | None:
+        return tbf_line(plan, ifname)
+
+    def reboot(
+        self,
+        state: LabState,
+        node: Node,
+        down_ms: float,
+        echo: Callable[[str], None],
+        ip_lines: Callable[[str, list[str]], None],
+    ) -> None:
+        plan = state.plan
+        t = time.monotonic()
+        echo(f"# {node.name}: kernel switch 'power off': every port and the SID anchor down")
+        down = [f"link set dev {port.ifname} down" for port in plan.switch_ports(node)]
+        ip_lines(node.name, [*down, f"link set dev {plan.ifname('sid')} down"])
+        sleep_until(t + down_ms / 1000.0)
+        echo(f"# {node.name}: boot with the unchanged static config")
+        ip_lines(node.name, restore_lines(plan, node))

@@ -19,7 +19,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
-from lab.fabric import kernel_switch, pyswitch
+from lab.fabric import pyswitch
 from lab.fabric.netns import (
     Batch,
     LabError,
@@ -31,10 +31,11 @@ from lab.fabric.netns import (
 from lab.fabric.params import LabParams
 from lab.fabric.progress import Progress
 from lab.fabric.state import LabState, load, new_state, state_dir, state_path
-from lab.fabric.topology import KIND_HOST, KIND_MGMT, Node, Plan, mac_bytes, mac_text
+from lab.fabric.status import end_state, read_lab
+from lab.fabric.switchmode import switch_mode
+from lab.fabric.topology import KIND_HOST, KIND_MGMT, Plan, mac_bytes, mac_text
 
 HOST_SYSCTLS = {"net.ipv6.conf.default.disable_ipv6": 1}  # NIC ports: no kernel IPv6 at all
-PY_SWITCH_SYSCTLS = {"net.ipv6.conf.default.disable_ipv6": 1}
 # python switches: 0 = one mrc-switch process per switch; N >= 1 = N processes each serving
 # a share of the switches (pyswitch.groups: whole planes while N <= planes). One process for
 # all: a frame crosses its three switches on one wake-up of one process (docs/switch.md,
@@ -106,12 +107,6 @@ def _mgmt_bridge_mac() -> bytes:
     return mac_bytes(KIND_MGMT, 0, 0xFFFFF, 0xFFF)
 
 
-def py_switch_lines(plan: Plan, node: Node) -> list[str]:
-    return ["link set dev lo up"] + [
-        f"link set dev {port.ifname} up" for port in plan.switch_ports(node)
-    ]
-
-
 def up(
     params: LabParams,
     progress: Progress | None = None,
@@ -166,7 +161,7 @@ def up(
 
 def _build(state: LabState, plan: Plan, progress: Progress, switch_procs: int = 0) -> None:
     params = plan.params
-    kernel = params.switch == "kernel"
+    mode = switch_mode(params.switch)
     namespaces = state.namespaces
 
     progress.step("namespaces", len(namespaces))
@@ -181,7 +176,7 @@ def _build(state: LabState, plan: Plan, progress: Progress, switch_procs: int = 
         elif node.kind == KIND_MGMT:
             write_sysctls(ns, MGMT_SYSCTLS)
         else:
-            write_sysctls(ns, kernel_switch.SYSCTLS if kernel else PY_SWITCH_SYSCTLS)
+            write_sysctls(ns, mode.sysctls)
         progress.advance()
 
     lines = veth_lines(plan)
@@ -202,7 +197,7 @@ def _build(state: LabState, plan: Plan, progress: Progress, switch_procs: int = 
     ]
     batches.append(Batch("ip", plan.namespace("mgmt"), tuple(mgmt_lines(plan))))
     for node in plan.switches():
-        lines = kernel_switch.switch_lines(plan, node) if kernel else py_switch_lines(plan, node)
+        lines = mode.switch_lines(plan, node)
         batches.append(Batch("ip", plan.namespace(node.name), tuple(lines)))
     run_batches(batches)
     progress.advance(len(batches))
@@ -210,42 +205,12 @@ def _build(state: LabState, plan: Plan, progress: Progress, switch_procs: int = 
     progress.step("waiting for every link to be up (carrier)")
     wait_links_up(state)
 
-    if kernel:
-        progress.step("tbf qdiscs at link rate", plan.switch_count)
-        run_batches(
-            Batch("tc", plan.namespace(n.name), tuple(kernel_switch.tc_lines(plan, n)))
-            for n in plan.switches()
-        )
-        progress.advance(plan.switch_count)
-        return
-
-    progress.step("switch processes", plan.switch_count)
-    paths = pyswitch.write_configs(state, shared=switch_procs > 0)
-    recs = []
-    if switch_procs > 0:
-        for k, nodes in enumerate(pyswitch.groups(plan, switch_procs)):
-            group = pyswitch.start_group(state, k, nodes, paths)
-            for rec in group:
-                state.processes[rec.node] = rec
-            state.save()  # the PID is on disk before we do anything else
-            recs += group
-            progress.advance(len(group))
-        paths = {}
-    for node, (conf, stats, log) in paths.items():
-        rec = pyswitch.start_switch(state, node, conf, stats, log)
-        state.processes[node] = rec
-        state.save()  # the PID is on disk before we do anything else
-        recs.append(rec)
-        progress.advance()
-    progress.step("waiting for switches to be ready", len(recs))
-    pyswitch.wait_ready(recs, on_ready=lambda _rec: progress.advance())
+    mode.start(state, progress, switch_procs)
 
 
 def wait_links_up(state: LabState, timeout_s: float = 5.0) -> None:
     """The kernel reports carrier through linkwatch, up to a second late: wait for it, so a
     switch never starts on a port it believes is down, and `up` returns a lab that is up."""
-    from lab.fabric.status import end_state, read_lab
-
     plan = state.plan
     deadline = time.monotonic() + timeout_s
     while True:
@@ -254,7 +219,7 @@ def wait_links_up(state: LabState, timeout_s: float = 5.0) -> None:
         for link in plan.links():
             for end in (link.a, link.b):
                 e = end_state(views[plan.namespace(end.node)], end.ifname)
-                if not (e["carrier"] and e.get("operstate") == "UP"):
+                if not (e.carrier and e.operstate == "UP"):
                     down.append(f"{end.node} {end.ifname}")
         if not down:
             return

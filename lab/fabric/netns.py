@@ -13,6 +13,7 @@ import os
 import shlex
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -37,6 +38,13 @@ def have_net_admin() -> bool:
     except OSError:
         pass
     return False
+
+
+def sleep_until(t_mono: float) -> None:
+    """Sleep until ``time.monotonic()`` reaches ``t_mono`` (a fault's timed steps)."""
+    delay = t_mono - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
 
 
 def argv_text(argv: Sequence[str]) -> str:

@@ -41,8 +41,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lab.fabric.denials import Denier
 from mrcnic.io.aio import AioNic
 from mrcnic.transport.ev import EvState
+from mrcswitch.statsfile import StatsWriter
 
 VERSION = 1
 INTERVAL_S = 0.5
@@ -147,8 +149,6 @@ class NicPublisher:
         planes: int,
         interval_s: float = INTERVAL_S,
     ) -> None:
-        from mrcswitch.statsfile import StatsWriter
-
         self.path = path
         self.device = device
         self.nic = nic
@@ -161,8 +161,6 @@ class NicPublisher:
         self.wall_s = 0.0  # the same in wall time (a busy machine preempts the loop: more)
         self._writer = StatsWriter(str(path))
         # mrc-lab probe --deny: links the prober found down or lossy -> DENIED EVs
-        from lab.fabric.denials import Denier
-
         self.denier = Denier(path.parent.parent)
         self._handle: Any = None
         self._loop: Any = None

@@ -26,12 +26,15 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lab.fabric.netns import LabError
+from lab.fabric.netns import LabError, argv_text, sleep_until
+from lab.fabric.progress import Progress
 from lab.fabric.state import LabState, ProcessRecord
 from lab.fabric.topology import KIND_T0, Node, Plan, Port, mac_text
+from mrcswitch.pfc import headroom_bytes
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 3.0
@@ -47,8 +50,6 @@ def pfc_config(params: Any) -> dict[str, int]:
     full frames), XON at half of XOFF, headroom for what the upstream still sends after XOFF
     (mrcswitch.pfc.headroom_bytes over PFC_REACTION_S) plus the burst its token bucket may
     release at once. docs/pfc.md explains the sizing."""
-    from mrcswitch.pfc import headroom_bytes
-
     frame = params.mtu + 14
     xoff = max(params.buffer_bytes // 2, PFC_MIN_XOFF_FRAMES * frame)
     burst = max(2 * max(frame, 1518), params.rate_bps // 16000)  # config.py's default burst
@@ -213,6 +214,8 @@ def start_group(
 def hosted_request(rec: ProcessRecord, op: str) -> dict:
     """``op`` ("stop", "start") for the switch of ``rec`` through its process's control
     socket; LabError if the process is gone or refuses."""
+    # here, not at the top: mrcswitch.host loads the whole switch (~0.1 s), and every mrc-lab
+    # command imports this module
     from mrcswitch.host import control
 
     if rec.control is None or not rec.is_alive():
@@ -337,3 +340,102 @@ def stop_processes(recs: list[ProcessRecord], timeout_s: float = STOP_TIMEOUT_S)
 
 def stop_process(rec: ProcessRecord, timeout_s: float = STOP_TIMEOUT_S) -> str:
     return stop_processes([rec], timeout_s)[rec.node]
+
+
+#: python switches' namespaces: no kernel IPv6 on their ports (mrc-switch owns them)
+SYSCTLS = {"net.ipv6.conf.default.disable_ipv6": 1}
+
+
+def switch_lines(plan: Plan, node: Node) -> list[str]:
+    """A python switch's namespace: its ports up, nothing else (mrc-switch does the rest)."""
+    return ["link set dev lo up"] + [
+        f"link set dev {port.ifname} up" for port in plan.switch_ports(node)
+    ]
+
+
+class PythonSwitch:
+    """Python-switch mode behind :class:`lab.fabric.switchmode.SwitchMode`."""
+
+    name = "python"
+    sysctls = SYSCTLS
+
+    def switch_lines(self, plan: Plan, node: Node) -> list[str]:
+        return switch_lines(plan, node)
+
+    def start(self, state: LabState, progress: Progress, switch_procs: int) -> None:
+        plan = state.plan
+        progress.step("switch processes", plan.switch_count)
+        paths = write_configs(state, shared=switch_procs > 0)
+        recs = []
+        if switch_procs > 0:
+            for k, nodes in enumerate(groups(plan, switch_procs)):
+                group = start_group(state, k, nodes, paths)
+                for rec in group:
+                    state.processes[rec.node] = rec
+                state.save()  # the PID is on disk before we do anything else
+                recs += group
+                progress.advance(len(group))
+            paths = {}
+        for node, (conf, stats, log) in paths.items():
+            rec = start_switch(state, node, conf, stats, log)
+            state.processes[node] = rec
+            state.save()  # the PID is on disk before we do anything else
+            recs.append(rec)
+            progress.advance()
+        progress.step("waiting for switches to be ready", len(recs))
+        wait_ready(recs, on_ready=lambda _rec: progress.advance())
+
+    def port_up_lines(self, plan: Plan, port: Port) -> list[str]:
+        return []  # mrc-switch keeps its table; the port just carries frames again
+
+    def rate_line(self, plan: Plan, ifname: str) -> str | None:
+        return None
+
+    def reboot(
+        self,
+        state: LabState,
+        node: Node,
+        down_ms: float,
+        echo: Callable[[str], None],
+        ip_lines: Callable[[str, list[str]], None],
+    ) -> None:
+        """SIGTERM the recorded PID, wait, start it again with the same config (a switch of
+        a shared process: through the process's control socket)."""
+        rec = state.processes.get(node.name)
+        if rec is None:
+            raise LabError(f"no switch process recorded for {node.name}")
+        if rec.control is not None:
+            _reboot_hosted(rec, down_ms, echo)
+            return
+        t = time.monotonic()
+        if rec.is_alive():
+            echo(f"kill -TERM {rec.pid}   # {node.name}: {argv_text(rec.argv)}")
+            stop_process(rec)
+        else:
+            echo(f"# {node.name} was not running")
+        sleep_until(t + down_ms / 1000.0)
+        ns = state.plan.namespace(node.name)
+        echo(argv_text(["ip", "netns", "exec", ns, *rec.argv]))
+        new = start_switch(
+            state, node.name, Path(rec.config), Path(rec.stats or ""), Path(rec.log or "")
+        )
+        state.processes[node.name] = new
+        state.save()
+        wait_ready([new])
+        echo(f"# {node.name} is back (pid {new.pid}) after {time.monotonic() - t:.2f} s")
+
+
+def _reboot_hosted(rec: ProcessRecord, down_ms: float, echo: Callable[[str], None]) -> None:
+    """A switch served by a shared process: stopped and started again from its config file
+    through the process's control socket; the other switches keep running."""
+    t = time.monotonic()
+    ctl = rec.control
+    echo(f"# {rec.node}: stop (control socket {ctl} of pid {rec.pid})")
+    hosted_request(rec, "stop")
+    sleep_until(t + down_ms / 1000.0)
+    echo(f"# {rec.node}: start from its unchanged config {rec.config}")
+    if rec.stats:
+        Path(rec.stats).unlink(missing_ok=True)
+    hosted_request(rec, "start")
+    wait_ready([rec])
+    echo(f"# {rec.node} is back (pid {rec.pid}) after {time.monotonic() - t:.2f} s")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lab.fabric.netns import in_netns, netns_exists
+from lab.fabric.pyswitch import is_ready
 from lab.fabric.state import LabState
 from lab.fabric.topology import KIND_HOST, KIND_MGMT, Link, Plan
 
@@ -67,18 +68,45 @@ def read_lab(state: LabState, *, with_faults: bool = True) -> dict[str, NsView]:
     return dict(zip(names, views, strict=True))
 
 
-def end_state(view: NsView, ifname: str) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class EndState:
+    """One interface as the kernel reports it: present, admin state ("up", "down"; "absent"
+    when not present), carrier, and the operational state (None when not present)."""
+
+    present: bool
+    admin: str
+    carrier: bool
+    operstate: str | None = None
+
+    @property
+    def up(self) -> bool:
+        """Administratively up with a carrier: it carries frames."""
+        return self.admin == "up" and self.carrier
+
+    def to_json(self) -> dict[str, Any]:
+        """``mrc-lab status --json``'s ``a_end``/``b_end`` keys, in their order."""
+        out: dict[str, Any] = {
+            "present": self.present,
+            "admin": self.admin,
+            "carrier": self.carrier,
+        }
+        if self.present:
+            out["operstate"] = self.operstate
+        return out
+
+
+def end_state(view: NsView, ifname: str) -> EndState:
     """admin (up/down), carrier (bool), present (bool) of one interface."""
     entry = view.links.get(ifname)
     if entry is None:
-        return {"present": False, "admin": "absent", "carrier": False}
+        return EndState(present=False, admin="absent", carrier=False)
     flags = entry.get("flags", [])
-    return {
-        "present": True,
-        "admin": "up" if "UP" in flags else "down",
-        "carrier": "LOWER_UP" in flags,
-        "operstate": entry.get("operstate", "UNKNOWN"),
-    }
+    return EndState(
+        present=True,
+        admin="up" if "UP" in flags else "down",
+        carrier="LOWER_UP" in flags,
+        operstate=entry.get("operstate", "UNKNOWN"),
+    )
 
 
 def loss_table(plan: Plan, ifname: str) -> str:
@@ -116,7 +144,7 @@ def link_status(state: LabState, link: Link, views: dict[str, NsView]) -> dict[s
     va = views.get(plan.namespace(link.a.node), NsView(False))
     vb = views.get(plan.namespace(link.b.node), NsView(False))
     a, b = end_state(va, link.a.ifname), end_state(vb, link.b.ifname)
-    up = a["admin"] == "up" and b["admin"] == "up" and a["carrier"] and b["carrier"]
+    up = a.up and b.up
     faults = end_faults(state, link.a.node, va, link.a.ifname) + end_faults(
         state, link.b.node, vb, link.b.ifname
     )
@@ -127,8 +155,8 @@ def link_status(state: LabState, link: Link, views: dict[str, NsView]) -> dict[s
         "b": link.b.node,
         "b_ifname": link.b.ifname,
         "state": "up" if up else "down",
-        "a_end": a,
-        "b_end": b,
+        "a_end": a.to_json(),
+        "b_end": b.to_json(),
         "faults": sorted(set(faults)),
     }
 
@@ -150,18 +178,16 @@ def node_status(state: LabState, node, views: dict[str, NsView]) -> dict[str, An
     ports = [end_state(view, p.ifname) for p in plan.switch_ports(node)]
     if state.switch_mode == "kernel":
         sid = end_state(view, plan.ifname("sid"))
-        out["up"] = view.exists and sid["admin"] == "up" and any(p["admin"] == "up" for p in ports)
+        out["up"] = view.exists and sid.admin == "up" and any(p.admin == "up" for p in ports)
     else:
         rec = state.processes.get(node.name)
         alive = bool(rec and rec.is_alive())
         if alive and rec is not None and rec.control is not None:
             # a switch of a shared process: its process runs, but is the switch running?
-            from lab.fabric.pyswitch import is_ready
-
             alive = is_ready(rec)
         out["pid"] = rec.pid if rec else None
         out["up"] = view.exists and alive
-    out["ports_up"] = sum(1 for p in ports if p["admin"] == "up" and p["carrier"])
+    out["ports_up"] = sum(1 for p in ports if p.up)
     out["ports"] = len(ports)
     return out
 

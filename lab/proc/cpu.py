@@ -1,4 +1,10 @@
-"""CPU meters and the CPU-bound rule: this process, the lab's switch processes, the machine.
+"""CPU meters and the CPU-bound rule: this process, the processes it started, the lab's switch
+processes, the machine.
+
+Two meters: :class:`SelfCpuMeter` (start/stop) measures the process it runs in (a NIC process
+of mrc-bench); :class:`ChildrenCpuMeter` (a context manager that also samples the machine's
+load) measures the processes the lab's runner started and waited for (mrc-bench and its NIC
+processes).
 
 A result measured while the CPU, not the fabric, was the limit says more about the machine than
 about MRC: every mrc-bench result carries the verdict of :func:`cpu_verdict`.
@@ -8,6 +14,7 @@ from __future__ import annotations
 
 import os
 import resource
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -29,25 +36,63 @@ def pid_cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _HZ
 
 
-def machine_ticks() -> tuple[int, int]:
-    """(total, idle) jiffies over all CPUs from /proc/stat."""
+def _stat_cpu_fields() -> list[int]:
+    """The jiffies of /proc/stat's first line (all CPUs): user, nice, system, idle, iowait,
+    irq, softirq, steal, guest, guest_nice."""
     with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
+        return [int(x) for x in f.readline().split()[1:]]
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(total, idle) jiffies over all CPUs from /proc/stat (total: every field)."""
+    v = _stat_cpu_fields()
     return sum(v), v[3] + v[4]
 
 
-@dataclass
+def machine_busy_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies over all CPUs from /proc/stat, total over the first eight fields
+    (guest time is already counted in user time). :class:`ChildrenCpuMeter` measures with
+    this one, :class:`SelfCpuMeter` and the soak with :func:`machine_ticks`, as their
+    published figures were."""
+    v = _stat_cpu_fields()
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    total = sum(v[:8])
+    return total - idle, total
+
+
+@dataclass(frozen=True, slots=True)
 class CpuSample:
+    """One reading of :class:`SelfCpuMeter`: clock, own and switch CPU seconds, machine ticks."""
+
     wall_s: float
     self_s: float
     switches_s: float | None
     machine: tuple[int, int]
 
 
-class CpuMeter:
-    """CPU of this process, of the lab's switch processes (python mode) and of the machine
-    between :meth:`start` and :meth:`stop`.  Percentages are of one core, except
-    ``machine_cpu_percent`` (busy share of all CPUs)."""
+@dataclass(frozen=True, slots=True)
+class SelfCpu:
+    """What :class:`SelfCpuMeter` measured. Percentages are of one core, except
+    ``machine_cpu_percent`` (busy share of all CPUs); None: not measured."""
+
+    cpu_percent: float
+    machine_cpu_percent: float | None
+    cpus: int | None
+    switch_cpu_percent: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        """mrc-bench's ``cpu`` keys, in their order."""
+        return {
+            "cpu_percent": self.cpu_percent,
+            "machine_cpu_percent": self.machine_cpu_percent,
+            "cpus": self.cpus,
+            "switch_cpu_percent": self.switch_cpu_percent,
+        }
+
+
+class SelfCpuMeter:
+    """CPU of this process (a NIC process of mrc-bench), of the lab's switch processes
+    (python mode) and of the machine between :meth:`start` and :meth:`stop`."""
 
     def __init__(self, switch_pids: list[int] | None = None) -> None:
         self.switch_pids = list(switch_pids or [])
@@ -66,23 +111,124 @@ class CpuMeter:
     def start(self) -> None:
         self.a = self._sample()
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self) -> SelfCpu:
         assert self.a is not None
         b = self._sample()
         a = self.a
         wall = max(b.wall_s - a.wall_s, 1e-9)
         total = b.machine[0] - a.machine[0]
         idle = b.machine[1] - a.machine[1]
-        out: dict[str, Any] = {
-            "cpu_percent": round(100 * (b.self_s - a.self_s) / wall, 1),
-            "machine_cpu_percent": round(100 * (1 - idle / total), 1) if total > 0 else None,
-            "cpus": os.cpu_count(),
-        }
+        switches = None
         if a.switches_s is not None and b.switches_s is not None:
-            out["switch_cpu_percent"] = round(100 * (b.switches_s - a.switches_s) / wall, 1)
-        else:
-            out["switch_cpu_percent"] = None
+            switches = round(100 * (b.switches_s - a.switches_s) / wall, 1)
+        return SelfCpu(
+            cpu_percent=round(100 * (b.self_s - a.self_s) / wall, 1),
+            machine_cpu_percent=round(100 * (1 - idle / total), 1) if total > 0 else None,
+            cpus=os.cpu_count(),
+            switch_cpu_percent=switches,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ChildrenCpu:
+    """What :class:`ChildrenCpuMeter` measured over its body: CPU seconds of the processes
+    started and waited for (``bench``) and of the lab's switch processes, the same in cores,
+    and the machine's busy share."""
+
+    wall_s: float
+    cores: int
+    bench_cpu_s: float
+    switch_cpu_s: float
+    bench_cores: float
+    switch_cores: float
+    machine_busy_percent: float
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``lab_cpu`` keys of a write's record, in their order."""
+        return {
+            "wall_s": self.wall_s,
+            "cores": self.cores,
+            "bench_cpu_s": self.bench_cpu_s,
+            "switch_cpu_s": self.switch_cpu_s,
+            "bench_cores": self.bench_cores,
+            "switch_cores": self.switch_cores,
+            "machine_busy_percent": self.machine_busy_percent,
+        }
+
+
+class ChildrenCpuMeter:
+    """CPU used while the body runs: by the processes this one started and waited for (the
+    bench and its NIC processes: ``RUSAGE_CHILDREN``), by the lab's switch processes
+    (``/proc/PID/stat``; a switch restarted meanwhile counts from its restart), and by the
+    whole machine (``/proc/stat``; other users of the machine included)."""
+
+    #: how often the machine's busy share is sampled while the body runs (busy_between)
+    SAMPLE_S = 0.25
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+        self.result: ChildrenCpu | None = None  # when the body is over
+        # (unix time, busy jiffies, total jiffies) every SAMPLE_S: the machine's load in a
+        # window of the run (writes started together overlap only after their processes
+        # started; start-up and verification are no part of it)
+        self.samples: list[tuple[float, int, int]] = []
+        self._stop = threading.Event()
+        self._sampler: threading.Thread | None = None
+
+    def _sample_loop(self) -> None:
+        while True:
+            self.samples.append((time.time(), *machine_busy_ticks()))
+            if self._stop.wait(self.SAMPLE_S):
+                self.samples.append((time.time(), *machine_busy_ticks()))
+                return
+
+    def busy_between(self, t0_unix_s: float, t1_unix_s: float) -> float | None:
+        """The machine's busy share (0..1) between two unix times, from the samples closest
+        inside the window (None when the window holds fewer than two samples)."""
+        inside = [x for x in self.samples if t0_unix_s <= x[0] <= t1_unix_s]
+        if len(inside) < 2:
+            return None
+        (_ta, busy_a, total_a), (_tb, busy_b, total_b) = inside[0], inside[-1]
+        return (busy_b - busy_a) / (total_b - total_a) if total_b > total_a else None
+
+    def _switch_cpu(self) -> dict[int, float]:
+        out = {}
+        for rec in self.state.processes.values():
+            v = pid_cpu_s(rec.pid)
+            if v is not None:
+                out[rec.pid] = v
         return out
+
+    def __enter__(self) -> ChildrenCpuMeter:
+        self._t = time.monotonic()
+        self._children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self._switches = self._switch_cpu()
+        self._machine = machine_busy_ticks()
+        self._sampler = threading.Thread(target=self._sample_loop, name="cpu-sampler", daemon=True)
+        self._sampler.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._sampler is not None:
+            self._stop.set()
+            self._sampler.join()
+        wall = time.monotonic() - self._t
+        ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+        bench = (ch.ru_utime - self._children.ru_utime) + (ch.ru_stime - self._children.ru_stime)
+        now = self._switch_cpu()
+        switches = sum(v - self._switches.get(pid, 0.0) for pid, v in now.items())
+        busy, total = machine_busy_ticks()
+        d_busy, d_total = busy - self._machine[0], total - self._machine[1]
+        cores = os.cpu_count() or 1
+        self.result = ChildrenCpu(
+            wall_s=round(wall, 3),
+            cores=cores,
+            bench_cpu_s=round(bench, 3),
+            switch_cpu_s=round(switches, 3),
+            bench_cores=round(bench / wall, 3) if wall > 0 else 0.0,
+            switch_cores=round(switches / wall, 3) if wall > 0 else 0.0,
+            machine_busy_percent=round(100.0 * d_busy / d_total, 1) if d_total else 0.0,
+        )
 
 
 # A run is CPU-bound, and its goodput says more about this machine than about the fabric,
@@ -100,23 +246,46 @@ def cpu_bound(machine_busy_fraction: float | None, nic_core_fraction_max: float 
     )
 
 
+@dataclass(frozen=True, slots=True)
+class CpuVerdict:
+    """Whether a run was CPU-bound by :func:`cpu_bound`, and the figures it judged
+    (fractions; None: not measured)."""
+
+    cpu_bound: bool
+    machine_busy_fraction: float | None
+    nic_core_fraction_max: float | None
+
+    @classmethod
+    def of(
+        cls, machine_cpu_percent: float | None, nic_cpu_percents: list[float | None]
+    ) -> CpuVerdict:
+        """From CPU figures in percent: the machine's busy share of all CPUs, each NIC
+        process in % of one core."""
+        machine = None if machine_cpu_percent is None else round(machine_cpu_percent / 100, 4)
+        nics = [c for c in nic_cpu_percents if c is not None]
+        nic = round(max(nics) / 100, 4) if nics else None
+        return cls(cpu_bound(machine, nic), machine, nic)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``cpu_bound`` keys of mrc-bench's JSON, in their order, with the thresholds."""
+        return {
+            "cpu_bound": self.cpu_bound,
+            "machine_busy_fraction": self.machine_busy_fraction,
+            "nic_core_fraction_max": self.nic_core_fraction_max,
+            "cpu_bound_thresholds": {
+                "machine_busy_fraction": CPU_BOUND_MACHINE,
+                "nic_core_fraction": CPU_BOUND_NIC,
+            },
+        }
+
+
 def cpu_verdict(
     machine_cpu_percent: float | None, nic_cpu_percents: list[float | None]
 ) -> dict[str, Any]:
     """The ``cpu_bound`` keys of mrc-bench's JSON from its CPU figures (percentages: the
-    machine's busy share of all CPUs, each NIC process in % of one core)."""
-    machine = None if machine_cpu_percent is None else round(machine_cpu_percent / 100, 4)
-    nics = [c for c in nic_cpu_percents if c is not None]
-    nic = round(max(nics) / 100, 4) if nics else None
-    return {
-        "cpu_bound": cpu_bound(machine, nic),
-        "machine_busy_fraction": machine,
-        "nic_core_fraction_max": nic,
-        "cpu_bound_thresholds": {
-            "machine_busy_fraction": CPU_BOUND_MACHINE,
-            "nic_core_fraction": CPU_BOUND_NIC,
-        },
-    }
+    machine's busy share of all CPUs, each NIC process in % of one core):
+    :class:`CpuVerdict` as JSON, the form every result spreads into its own."""
+    return CpuVerdict.of(machine_cpu_percent, nic_cpu_percents).to_json()
 
 
 def cpu_warning(res: dict[str, Any]) -> str | None:

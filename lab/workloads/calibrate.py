@@ -64,7 +64,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from lab.fabric import lifecycle
+from lab.fabric.netns import LabError, have_net_admin
 from lab.fabric.params import LabParams
+from lab.fabric.paths import REPO
+from lab.fabric.state import exists
+from lab.proc.benchrun import WriteSpec, run_parallel
 from lab.proc.cpu import CPU_BOUND_MACHINE, CPU_BOUND_NIC, cpu_bound, machine_ticks
 from mrcnic.units import rate_in
 
@@ -89,7 +94,6 @@ CAL_NAME = "mrccal"
 TRANSPORTS = ("mrc", "rocev2")
 CACHE_VERSION = 1
 DEFAULT_DIR = "/run/mrc"
-REPO = Path(__file__).resolve().parents[1]
 # What a frame costs depends on this code; a change invalidates the cache.
 CODE_GLOBS = (
     "mrcnic/**/*.py",
@@ -100,7 +104,10 @@ CODE_GLOBS = (
     "lab/fabric/host.py",
     "lab/fabric/pyswitch.py",
     "lab/fabric/lifecycle.py",
-    "lab/proc/scenario.py",
+    "lab/proc/benchrun.py",
+    "lab/proc/children.py",
+    "lab/proc/schedule.py",
+    "lab/proc/watch.py",
     "lab/workloads/calibrate.py",
 )
 # Environment knobs that change the stack under the lab (they are part of the cache key).
@@ -573,10 +580,6 @@ def measure_step(
     0.5 s otherwise), run one write per pair for ``step_s``, sample again; take the lab
     down. Returns the measurement of the transport that allows the fewest frames/s (the
     constraining one) and the idle share used (the larger sample)."""
-    from lab.fabric import lifecycle
-    from lab.fabric.netns import LabError
-    from lab.fabric.state import exists
-    from lab.proc.scenario import WriteSpec, run_parallel
 
     if exists(params.name):
         lifecycle.down(params.name)
@@ -687,8 +690,6 @@ def get(
 ) -> Calibration:
     """The calibration for this shape: from the cache when this boot and this code made one
     (unless ``recalibrate``), else measured now (``measure``; root) and cached."""
-    from lab.fabric.netns import LabError
-
     pairs = list(pairs or default_pairs(params))
     key = cache_key(params, pairs, size, cap_mbit)
     if not recalibrate:
@@ -740,8 +741,6 @@ def add_arguments(p: Any) -> None:
 
 def run_cli(params: LabParams, args: Any) -> int:
     """``mrc-lab calibrate``: print (and cache) the calibration of ``params``'s shape."""
-    from lab.fabric.netns import have_net_admin
-
     cal = None
     if not args.recalibrate:
         cal = load_cached(cache_key(params, default_pairs(params), SIZE, args.cap_mbit))

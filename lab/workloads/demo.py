@@ -10,7 +10,7 @@ as it runs). Then the same for the RoCEv2 baseline (one QP per plane, each pinne
 path) if the time budget allows. Prints one screen: goodput per interval with the faults
 marked, depth and duration of each dip, bytes verified, QP errors, CPU. Writes
 results/demo.json and results/demo-timeline.png. The lab is torn down at the end, also on
-Ctrl-C or an error. Definitions of capacity, depth and duration: lab/proc/analysis.py.
+Ctrl-C or an error. Definitions of capacity, depth and duration: lab/proc/analysis/.
 """
 
 from __future__ import annotations
@@ -28,15 +28,16 @@ from typing import Any
 from lab.fabric import lifecycle
 from lab.fabric.netns import LabError, have_net_admin
 from lab.fabric.params import LabParams, resolve
+from lab.fabric.paths import RESULTS
 from lab.fabric.progress import Progress
 from lab.fabric.state import LabState, exists
 from lab.proc import analysis as an
+from lab.proc.benchrun import WriteRun, WriteSpec, bench_available, run_write
 from lab.proc.cpu import cpu_verdict
-from lab.proc.scenario import Step, WriteRun, WriteSpec, bench_available, run_write
+from lab.proc.schedule import Step
 from lab.workloads import calibrate
 from mrcnic.units import size_arg, time_arg, time_in
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
 TRANSPORT_TITLES = {"mrc": "MRC", "rocev2": "RoCEv2"}
 
 

@@ -1,4 +1,4 @@
-"""The demo's schedule and screen, and the pure parts of lab/proc/scenario.py (no root, no lab)."""
+"""The demo's schedule and screen, and the pure parts of lab/proc/watch.py and benchrun.py (no root, no lab)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import pytest
 
 from lab.fabric.params import LabParams
 from lab.proc import analysis as an
-from lab.proc import scenario
-from lab.proc.scenario import Step, WriteSpec
+from lab.proc import benchrun, watch
+from lab.proc.benchrun import WriteSpec
+from lab.proc.schedule import Step
 from lab.workloads import demo
 
 NET_DEV = """\
@@ -22,17 +23,17 @@ mrc-p0: 1234567     300    0    0    0     0          0         0  7654321     9
 
 
 def test_parse_net_dev() -> None:
-    d = scenario.parse_net_dev(NET_DEV)
+    d = watch.parse_net_dev(NET_DEV)
     assert d == {"lo": (0, 0), "mrc-p0": (1234567, 7654321), "mrc-m": (2518, 510)}
 
 
 def test_parse_json_output_takes_the_object_even_after_other_lines() -> None:
     obj = {"goodput_bps": 1, "timeline": [[0, 1]]}
-    assert scenario.parse_json_output(json.dumps(obj)) == obj
-    assert scenario.parse_json_output("table line\n" + json.dumps(obj, indent=1)) == obj
-    assert scenario.parse_json_output("") is None
-    assert scenario.parse_json_output("no json here") is None
-    assert scenario.parse_json_output("[1, 2]") is None
+    assert benchrun.parse_json_output(json.dumps(obj)) == obj
+    assert benchrun.parse_json_output("table line\n" + json.dumps(obj, indent=1)) == obj
+    assert benchrun.parse_json_output("") is None
+    assert benchrun.parse_json_output("no json here") is None
+    assert benchrun.parse_json_output("[1, 2]") is None
 
 
 def test_write_spec_argv_follows_the_documented_cli(monkeypatch) -> None:

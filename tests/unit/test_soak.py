@@ -9,7 +9,7 @@ import pytest
 
 from lab.fabric.params import LabParams
 from lab.fabric.topology import Plan
-from lab.proc.scenario import Step
+from lab.proc.schedule import Step
 from lab.workloads import soak
 
 HOSTS = ["h0", "h1", "h2", "h3"]

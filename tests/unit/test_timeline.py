@@ -419,7 +419,7 @@ def test_overlap_aggregate_counts_only_the_common_window() -> None:
 
 
 def test_cpu_meter_busy_between_uses_the_samples_inside_the_window() -> None:
-    from lab.proc.scenario import CpuMeter
+    from lab.proc.cpu import ChildrenCpuMeter as CpuMeter
 
     m = CpuMeter(None)  # type: ignore[arg-type]  # busy_between needs only the samples
     # (unix time, busy jiffies, total jiffies): idle until t=2, then fully busy

@@ -53,7 +53,7 @@ class AllreduceParams:
     seed: int = 1
     timeout_s: float = 120.0
     # Timed iterations for this long (after the warm-up) instead of ``iters``: a soak
-    # (lab/workloads/soak.py) runs for minutes and cannot know how many iterations fit.
+    # (lab/workloads/soak/) runs for minutes and cannot know how many iterations fit.
     duration_s: float | None = None
 
 
@@ -408,7 +408,7 @@ async def follow(
     ops: RankOps,
     lp: LoopPlan,
     ch: control.Channel,
-    meter: cpu.CpuMeter,
+    meter: cpu.SelfCpuMeter,
     on_report: ReportHook | None = None,
 ) -> None:
     """A rank other than 0: iterations as rank 0 releases them, then the final statistics."""
@@ -429,7 +429,7 @@ async def follow(
         if on_report is not None:
             on_report(it, report)
         await ch.send("iter_done", **report)
-    cpu = meter.stop() if timed else {}
+    cpu = meter.stop().to_json() if timed else {}
     await ch.send("final", cpu=cpu, **ops.final())
     await ch.recv("bye", timeout_s=30)
 
@@ -438,7 +438,7 @@ async def coordinate(
     ops: RankOps,
     lp: LoopPlan,
     chans: dict[int, control.Channel],
-    meter: cpu.CpuMeter,
+    meter: cpu.SelfCpuMeter,
     on_iteration: IterationHook | None = None,
     on_report: ReportHook | None = None,
 ) -> tuple[list[list[dict]], list[dict]]:
@@ -476,7 +476,7 @@ async def coordinate(
         # an error ends the run (a QP in ERROR cannot carry the next one): the result says which
         failed = any(rep["errors"] for rep in reports)
         it += 1
-    cpu = meter.stop() if iterations else {"cpu_percent": 0.0}
+    cpu = meter.stop().to_json() if iterations else {"cpu_percent": 0.0}
     finals = [{"cpu": cpu, **ops.final()}]
     for r in range(1, n):
         with_f = await chans[r].recv("final", timeout_s=lp.timeout_s)
@@ -497,9 +497,9 @@ async def drive(
     """A rank's part of the loop: rank 0 :func:`coordinate` s (its CPU meter counts the lab's
     switches too) and returns (iterations, finals); the others :func:`follow` (None)."""
     if rank == 0:
-        meter = cpu.CpuMeter(cpu.switch_pids(lab_state))
+        meter = cpu.SelfCpuMeter(cpu.switch_pids(lab_state))
         return await coordinate(ops, lp, chans, meter, on_iteration, on_report)
-    await follow(ops, lp, chans[0], cpu.CpuMeter(), on_report)
+    await follow(ops, lp, chans[0], cpu.SelfCpuMeter(), on_report)
     return None
 
 

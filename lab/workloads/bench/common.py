@@ -16,8 +16,11 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import re
+import subprocess
 import sys
-from typing import Any
+import time
+from typing import IO, Any
 
 from lab.proc import control
 from mrcnic.units import parse_size as parse_size  # the one size parser (mrcnic.units)
@@ -179,6 +182,25 @@ def parse_host(plan: Any, text: str) -> int:
 
 
 # --- control channel ----------------------------------------------------------------------------
+
+
+#: the line :func:`listen_announced` prints; group 1 is the port
+LISTENING = re.compile(r"listening on \[[^\]]*\]:(\d+)")
+
+
+def announced_port(p: subprocess.Popen[Any], err: IO[str], timeout_s: float) -> int | None:
+    """The port process ``p`` announced on its stderr (``err``, a file it writes to), or None
+    when it ended first or said nothing within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        err.seek(0)
+        m = LISTENING.search(err.read())
+        if m:
+            return int(m.group(1))
+        if p.poll() is not None:
+            break
+        time.sleep(0.02)
+    return None
 
 
 async def listen_announced(addr: str, port: int, who: str) -> control.Listener:

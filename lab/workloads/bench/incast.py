@@ -35,8 +35,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lab.proc import cpu
+from lab.fabric.status import switch_stats
+from lab.proc import children, cpu
 from lab.proc.analysis import overlap_aggregate, window_mean_bps
+from lab.proc.benchrun import WriteSpec, parse_json_output
+from lab.proc.cpu import ChildrenCpuMeter
 from lab.workloads.bench import common as bc
 
 PFC_KEYS = ("pause_tx", "pause_rx", "paused_s", "lossless_drops", "watchdog_trips")
@@ -240,8 +243,6 @@ def read_switches(
     """Every switch's counters (:func:`switch_counters`). With ``fresh_after_unix`` (python
     switches) it waits up to ``wait_s`` for stats files written after that time (a switch
     rewrites its file at least once a second), so a phase's last frames are in them."""
-    from lab.fabric.status import switch_stats
-
     names = [n.name for n in state.plan.switches()]
     deadline = time.monotonic() + wait_s
     while True:
@@ -349,8 +350,6 @@ class WriteGroup:
     t_start: float = 0.0
 
     def specs(self) -> list[Any]:
-        from lab.proc.scenario import WriteSpec
-
         return [
             WriteSpec(
                 src=f"h{f.src}",
@@ -372,13 +371,7 @@ class WriteGroup:
                 err = self._stack.enter_context(tempfile.TemporaryFile(mode="w+"))
                 self._files.append((out, err))
                 self.procs.append(
-                    subprocess.Popen(
-                        spec.argv(self.state.name),
-                        stdout=out,
-                        stderr=err,
-                        stdin=subprocess.DEVNULL,
-                        start_new_session=True,
-                    )
+                    children.spawn(spec.argv(self.state.name), stdout=out, stderr=err)
                 )
         except BaseException:
             self.stop()
@@ -395,10 +388,7 @@ class WriteGroup:
             self._stack.close()
 
     def stop(self) -> None:
-        from lab.proc.scenario import _stop_process
-
-        for p in self.procs:
-            _stop_process(p)
+        children.stop(self.procs)
 
     def running(self) -> int:
         return sum(1 for p in self.procs if p.poll() is None)
@@ -441,8 +431,6 @@ class WriteGroup:
         return self._results
 
     def _collect(self) -> list[tuple[dict[str, Any] | None, str]]:
-        from lab.proc.scenario import parse_json_output
-
         out = []
         for out_f, err_f in self._files:
             out_f.seek(0)
@@ -489,13 +477,13 @@ def cpu_keys(
 ) -> dict[str, Any]:
     """``cpu_bound`` by mrc-bench's rule (lab.workloads.bench.common.cpu_verdict) over the window in
     which every flow ran (the whole phase when there is none): the machine's busy share from
-    ``meter`` (lab.proc.scenario.CpuMeter), and every NIC process of every write."""
+    ``meter`` (lab.proc.cpu.ChildrenCpuMeter), and every NIC process of every write."""
     busy = None
     if window is not None:
         lo = window["window_start_unix_s"]
         busy = meter.busy_between(lo, lo + window["window_s"])
     if busy is None and meter.result:
-        busy = meter.result.get("machine_busy_percent", 0.0) / 100
+        busy = meter.result.machine_busy_percent / 100
     nics: list[float | None] = []
     for r in results:
         if r:
@@ -522,8 +510,6 @@ class IncastParams:
 def run_incast(state: Any, p: IncastParams, echo: Echo = _stderr) -> dict[str, Any]:
     """The victim alone (when there is one), then the incast with the victim beside it; see
     the module doc. Returns the result (the JSON contract of docs/bench.md)."""
-    from lab.proc.scenario import CpuMeter
-
     plan = state.plan
     say: Echo = echo if p.progress else (lambda _t: None)
     skip = skip_for(p.duration_s)
@@ -553,7 +539,10 @@ def run_incast(state: Any, p: IncastParams, echo: Echo = _stderr) -> dict[str, A
         + f" for {p.duration_s:g} s"
     )
     before = read_switches(state, fresh_after_unix=time.time())
-    with CpuMeter(state) as meter, WriteGroup(state, flows, label="incast", **group_kw) as g:
+    with (
+        ChildrenCpuMeter(state) as meter,
+        WriteGroup(state, flows, label="incast", **group_kw) as g,
+    ):
         g.wait()
     got = g.results()
     after = read_switches(state, fresh_after_unix=time.time())

@@ -80,6 +80,7 @@ def data_frame(mac: bytes, peer_mac: bytes) -> bytes:
 
 def _raw_run(fn_name: str, sock: Any, cfg_fields: dict[str, Any]) -> dict[str, Any]:
     """Run one of csrc/mrc_raw.c's loops on ``sock`` (closed after) and time its CPU."""
+    # the C core only here: a pure-Python build (MRC_PURE_PYTHON, no compiler) has none
     from mrcnic import _mrcfast
 
     ffi, lib = _mrcfast.ffi, _mrcfast.lib
@@ -102,6 +103,7 @@ def _raw_run(fn_name: str, sock: Any, cfg_fields: dict[str, Any]) -> dict[str, A
 
 
 def raw_send(ifname: str, seconds: float, frame: bytes, batch: int = 64) -> dict[str, Any]:
+    # the C core only here: a pure-Python build (MRC_PURE_PYTHON, no compiler) has none
     from mrcnic import _mrcfast
 
     buf = _mrcfast.ffi.new("uint8_t[]", frame)  # alive until the loop returns

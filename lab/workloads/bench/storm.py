@@ -29,7 +29,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lab.proc import cpu
+from lab.proc.cpu import ChildrenCpuMeter
+from lab.proc.watch import Watch
 from lab.workloads.bench import incast as ic
+from mrcnic.io.afpacket import open_tx_socket
+from mrcnic.io.netns import in_netns
 from mrcnic.io.pfc import DEFAULT_PRIORITY
 from mrcnic.wire import pfc as wire_pfc
 
@@ -86,9 +91,6 @@ class PauseSender:
     socks: list[socket.socket] = field(default_factory=list)
 
     def open(self) -> PauseSender:
-        from mrcnic.io.afpacket import open_tx_socket
-        from mrcnic.io.netns import in_netns
-
         plan = self.state.plan
         ports = plan.host_ports(self.host)
         with in_netns(plan.namespace(plan.host_name(self.host))):
@@ -165,8 +167,6 @@ def _wait_started(group: ic.WriteGroup, watches: list[Any], timeout_s: float) ->
 
 def run_storm(state: Any, p: StormParams, echo: ic.Echo = ic._stderr) -> dict[str, Any]:
     """The storm beside its flows; see the module doc. Returns the result (docs/bench.md)."""
-    from lab.proc.scenario import CpuMeter, Watch
-
     plan = state.plan
     say: ic.Echo = echo if p.progress else (lambda _t: None)
     flows = flows_from_pairs(p.flows, p.stuck) if p.flows else default_flows(plan, p.stuck)
@@ -196,7 +196,7 @@ def run_storm(state: Any, p: StormParams, echo: ic.Echo = ic._stderr) -> dict[st
             label="pause-storm",
         )
         with contextlib.ExitStack() as stack:
-            meter = stack.enter_context(CpuMeter(state))
+            meter = stack.enter_context(ChildrenCpuMeter(state))
             stack.enter_context(group)
             watches = [
                 stack.enter_context(Watch(state, f"h{f.src}", f"h{f.dst}", poll_s=0.2))
@@ -330,8 +330,6 @@ def format_storm(res: dict[str, Any]) -> str:
     out.append(
         f" verified: {'yes' if res['verified'] else 'NO'}   QP errors: {res['qp_errors_total']}"
     )
-    from lab.proc import cpu
-
     if warn := cpu.cpu_warning(res):
         out.append(warn)
     return "\n".join(out)

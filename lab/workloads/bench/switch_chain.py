@@ -29,9 +29,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lab.fabric.paths import REPO as ROOT
+from lab.proc import children  # the checkout: mrc-switch runs from it
 from mrcnic.io.netns import in_netns
 
-ROOT = Path(__file__).resolve().parents[2]  # the checkout: mrc-switch runs from it
 PYTHON = sys.executable
 BLOCK = bytes.fromhex("fcbbbb00")
 OWN = 0x1100
@@ -265,13 +266,8 @@ def switch_log(c: Chain) -> str:
 def stop_switch(c: Chain, timeout_s: float = 10.0) -> int | None:
     if c.proc is None:
         return None
-    if c.proc.poll() is None:
-        c.proc.send_signal(signal.SIGTERM)
-        try:
-            c.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            c.proc.kill()  # our own child, by pid
-            c.proc.wait()
+    # our own child, by PID (not always in a session of its own: see _start_switch)
+    children.stop_one(c.proc, ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)), group=False)
     return c.proc.returncode
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from lab.fabric.host import LabHost
 from lab.proc import control
-from lab.proc.cpu import CpuMeter, cpu_verdict, switch_pids
+from lab.proc.cpu import SelfCpu, SelfCpuMeter, cpu_verdict, switch_pids
 from lab.workloads.bench import common as bc
 from mrcnic.io.aio import AioNic
 from mrcnic.transport.ev import EvStateChanged
@@ -122,7 +122,7 @@ async def _serve_client(st: Any, lh: LabHost, nic: AioNic, ch: control.Channel) 
         _qp_errors(qps, errors)
 
     nic.on_progress = on_progress
-    meter = CpuMeter()
+    meter = SelfCpuMeter()
     meter.start()
     await ch.send(
         "ready",
@@ -132,7 +132,7 @@ async def _serve_client(st: Any, lh: LabHost, nic: AioNic, ch: control.Channel) 
         live_ports=[p.up for p in nic.ports],
     )
     done = await ch.recv("done", timeout_s=None)
-    cpu = meter.stop()
+    cpu = meter.stop().to_json()  # to the client, over the control channel
     _qp_errors(qps, errors)
     messages = int(done["messages"])
     src = bc.source_pattern(seed, size * nchunks)
@@ -399,7 +399,7 @@ async def _client(
     run.local_up = [pt.up for pt in nic.ports]
     run.peer_up = [bool(x) for x in ready["live_ports"]]
     run.capacity_fn = lambda mine, peer: bc.pair_capacity_bps(plan, lh.host, server, mine, peer)
-    meter = CpuMeter(switch_pids(st))
+    meter = SelfCpuMeter(switch_pids(st))
     timeout = p.timeout_s
     if timeout is None:
         expect = (p.duration_s or 0.0) + (
@@ -538,7 +538,7 @@ def _result(
     p: WriteParams,
     server: int,
     capacity: float,
-    cpu: dict,
+    cpu: SelfCpu,
     res: dict,
     nchunks: int,
     depth: int,
@@ -584,12 +584,12 @@ def _result(
         },
         "qp_errors": len(qp_errors),
         "errors": qp_errors + failures,
-        "cpu_percent": round((cpu["cpu_percent"] or 0) + (scpu.get("cpu_percent") or 0), 1),
-        "cpu_percent_client": cpu["cpu_percent"],
+        "cpu_percent": round((cpu.cpu_percent or 0) + (scpu.get("cpu_percent") or 0), 1),
+        "cpu_percent_client": cpu.cpu_percent,
         "cpu_percent_server": scpu.get("cpu_percent"),
-        "switch_cpu_percent": cpu.get("switch_cpu_percent"),
-        "machine_cpu_percent": cpu.get("machine_cpu_percent"),
-        "cpus": cpu.get("cpus"),
+        "switch_cpu_percent": cpu.switch_cpu_percent,
+        "machine_cpu_percent": cpu.machine_cpu_percent,
+        "cpus": cpu.cpus,
         "seed": seed,
         "base_rtt_s": lh.base_rtt_s,
         "retransmissions": sum(s["retransmissions"] for s in stats),
@@ -597,11 +597,9 @@ def _result(
         "spurious_timeouts": sum(s.get("spurious_timeouts", 0) for s in stats),
         "qp_stats": stats,
         "nic": {"client": nic.stats(), "server": res.get("nic")},
-        "pps_per_core_client": _pps_per_core(nic.stats(), cpu["cpu_percent"], duration),
+        "pps_per_core_client": _pps_per_core(nic.stats(), cpu.cpu_percent, duration),
         "pps_per_core_server": _pps_per_core(res.get("nic"), scpu.get("cpu_percent"), duration),
-        **cpu_verdict(
-            cpu.get("machine_cpu_percent"), [cpu["cpu_percent"], scpu.get("cpu_percent")]
-        ),
+        **cpu_verdict(cpu.machine_cpu_percent, [cpu.cpu_percent, scpu.get("cpu_percent")]),
     }
     # peak: the best 100 ms bin of completed bytes (the average when the run is shorter)
     peak = bc.peak_bps(run.events, run.t_start, run.t_end, 0.1) if run.events else 0.0

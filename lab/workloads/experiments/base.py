@@ -28,6 +28,7 @@ import math
 import os
 import platform
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -35,8 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from lab.fabric import lifecycle
+from lab.fabric.host import lab_base_rtt_s
 from lab.fabric.params import LabParams
 from lab.fabric.state import LabState, exists
+from lab.proc.benchrun import bench_argv, parse_json_output
 from lab.workloads import calibrate
 
 VERDICTS = ("reproduced", "partly", "not reproduced")
@@ -194,8 +197,6 @@ def setup_of(params: LabParams, base_rtt_s: float | None = None, **extra: Any) -
     frame = mtu_payload + HEADER_BYTES
     rate = params.rate_mbit * 1e6
     if base_rtt_s is None:
-        from lab.fabric.host import lab_base_rtt_s
-
         base_rtt_s = lab_base_rtt_s(params)
     bdp_bytes = rate / 8 * base_rtt_s
     return {
@@ -273,10 +274,6 @@ def rounded(x: Any, nd: int = 4) -> Any:
 def bench(ctx: Context, lab: str, args: Sequence[str], timeout_s: float = 300.0) -> dict:
     """One ``mrc-bench`` command against ``lab`` (its JSON), e.g. ``("write", "--src",
     "h0", ...)``; raises RuntimeError with the tail of its stderr when it prints none."""
-    import subprocess
-
-    from lab.proc.scenario import bench_argv, parse_json_output
-
     sub, *rest = args
     argv = [*bench_argv(), sub, "--lab", lab, *rest, "--json", "-q"]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)

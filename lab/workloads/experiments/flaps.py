@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from lab.fabric.params import LabParams
-from lab.proc.scenario import Step
+from lab.proc.schedule import Step
 from lab.views import plot
 from lab.workloads.experiments.base import Context, Result, lab_params, lab_up, rounded, setup_of
 from lab.workloads.experiments.jobs import run_job, step_figures, step_series

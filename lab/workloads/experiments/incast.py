@@ -24,6 +24,7 @@ from typing import Any
 from lab.fabric.params import LabParams
 from lab.proc.analysis import window_mean_bps
 from lab.views import plot
+from lab.workloads import calibrate
 from lab.workloads.experiments.base import (
     Context,
     Result,
@@ -220,8 +221,6 @@ def rate_params(ctx: Context, hosts: dict[str, Any], **shape: Any) -> LabParams:
     at once (every sender and the victim: sixteen NIC processes), cached per boot. The
     calibration counts each flow at its NIC's full rate, so with the incast's flows capped
     by one destination it errs low: fabric-bound, not CPU-bound."""
-    from lab.workloads import calibrate
-
     if ctx.rate_mbit is not None:
         return lab_params(ctx, **shape)
     base = LabParams(name=ctx.lab_name, **shape)

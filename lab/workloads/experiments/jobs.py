@@ -1,6 +1,6 @@
 """A training job under a fault schedule, for the experiments about jobs (claims 7 and 9):
-the soak's ring all-reduce (lab/workloads/soak.py: one process per rank, every step verified, a job
-restarted when a step fails, as a launcher would) for a fixed time while lab/scenario's
+the soak's ring all-reduce (lab/workloads/soak/: one process per rank, every step verified, a job
+restarted when a step fails, as a launcher would) for a fixed time while lab/proc/schedule's
 ``Step`` s play, and the BMWG AI-fabric figures of its steps: step time percentiles, JCT
 (the run's wall time for the steps it completed), busbw, restarts, recovery time."""
 
@@ -12,9 +12,10 @@ from typing import Any
 
 from lab.fabric.params import LabParams
 from lab.fabric.state import LabState
-from lab.proc.scenario import Step
+from lab.proc.schedule import Step
 from lab.workloads.experiments.base import Context, percentile
-from lab.workloads.soak import STEP_COLUMNS, SoakConfig, TransportSoak
+from lab.workloads.soak.config import STEP_COLUMNS, SoakConfig
+from lab.workloads.soak.runner import TransportSoak
 
 JOB_SIZE = 4 << 20  # bytes per rank per step (the soak's default)
 

@@ -13,7 +13,7 @@ plane (30 of 32), so every T0 stays connected:
 2. phase "shrinking": the remaining T1 of every plane but the last (14): each takes a plane
    out, so the capacity that survives falls step by step to 1/8.
 
-Goodput is judged against the capacity that survives at each moment (lab/proc/analysis.py:
+Goodput is judged against the capacity that survives at each moment (lab/proc/analysis/:
 ``flow_capacity_bps``), relative to the write's own level before the first fault (a run on
 a busy 2-core machine may be CPU-bound below line rate). RoCEv2 as deployed (one QP per
 plane, each hashed onto one path) cannot fail over: a QP whose path dies stalls, retries and
@@ -29,7 +29,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from lab.proc import analysis as an
-from lab.proc.scenario import Step, WriteRun, WriteSpec, run_write
+from lab.proc.benchrun import WriteRun, WriteSpec, run_write
+from lab.proc.schedule import Step
 from lab.views import plot
 from lab.workloads.experiments.base import (
     Context,

@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from lab.proc.analysis import window_mean_bps
-from lab.proc.scenario import Step, WriteRun, WriteSpec, run_write
+from lab.proc.benchrun import WriteRun, WriteSpec, run_write
+from lab.proc.schedule import Step
 from lab.views import plot
 from lab.workloads.experiments.base import (
     Context,

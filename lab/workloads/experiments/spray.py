@@ -24,9 +24,11 @@ import time
 from typing import Any
 
 from lab.fabric.params import LabParams
+from lab.fabric.status import switch_stats
 from lab.proc import analysis as an
-from lab.proc.scenario import WriteSpec, run_parallel
+from lab.proc.benchrun import WriteSpec, run_parallel
 from lab.views import plot
+from lab.workloads import calibrate
 from lab.workloads.bench.incast import common_window, window_goodput_bps
 from lab.workloads.experiments.base import (
     Context,
@@ -183,8 +185,6 @@ def uplink_bytes(state: Any, t0: int = 0, fresh_after_unix: float | None = None)
     """{switch: {port: tx_bytes}} of the uplinks (ports to a T1) of every plane's T0 ``t0``,
     from the switches' stats files; with ``fresh_after_unix``, waits up to 3 s for files
     written after it (a switch rewrites its file about once a second)."""
-    from lab.fabric.status import switch_stats
-
     names = [n.name for n in state.plan.switches() if n.name.endswith(f"-t0-{t0}")]
     deadline = time.monotonic() + 3.0
     while True:
@@ -206,8 +206,6 @@ def uplink_bytes(state: Any, t0: int = 0, fresh_after_unix: float | None = None)
 def rate_params(ctx: Context, pairs: list[tuple[int, int]]) -> LabParams:
     """The multi-plane lab at ``ctx``'s rate, else at the rate calibrated for the
     permutation's writers all at once (as make bench's permutation; cached per boot)."""
-    from lab.workloads import calibrate
-
     base = LabParams(name=ctx.lab_name, **SHAPE)
     if ctx.rate_mbit is not None:
         return base.with_overrides(rate_mbit=ctx.rate_mbit)

@@ -15,7 +15,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from lab.proc.scenario import Step
+from lab.fabric.status import switch_stats
+from lab.proc.schedule import Step
 from lab.views import plot
 from lab.workloads.experiments.base import (
     Context,
@@ -61,8 +62,6 @@ def figures(summary: dict[str, Any], fault_at_s: float, down_s: float = DOWN_S) 
 
 def t1_bytes(state: Any) -> dict[str, int]:
     """Bytes each T1 of the lab has sent so far (its stats file)."""
-    from lab.fabric.status import switch_stats
-
     out = {}
     for n in state.plan.switches():
         if "-t1-" in n.name:

@@ -32,9 +32,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lab.fabric.faults import Faults
 from lab.fabric.params import LabParams
-from lab.proc.scenario import WriteSpec, run_parallel
+from lab.proc.benchrun import WriteSpec, run_parallel
 from lab.views import plot
+from lab.workloads import calibrate
 from lab.workloads.bench.incast import read_switches, switch_rows, switch_totals
 from lab.workloads.experiments.base import (
     HEADER_BYTES,
@@ -180,8 +182,6 @@ def judge(tiers: dict[str, dict[str, Any]], drain_s: float) -> tuple[str, str]:
 def set_trimming(state: Any, on: bool) -> None:
     """Every python switch port's ``trimming`` in its config file, then each switch restarted
     on its config (``Faults.reboot``, no down time): the lab has no flag for it."""
-    from lab.fabric.faults import Faults
-
     faults = Faults(state, echo=None)
     for name, rec in sorted(state.processes.items()):
         path = Path(rec.config)
@@ -194,8 +194,6 @@ def set_trimming(state: Any, on: bool) -> None:
 
 def rate_params(ctx: Context) -> LabParams:
     """The lab at ``ctx``'s rate, else at the rate calibrated for both writers at once."""
-    from lab.workloads import calibrate
-
     base = LabParams(name=ctx.lab_name, **SHAPE)
     if ctx.rate_mbit is not None:
         return base.with_overrides(rate_mbit=ctx.rate_mbit)

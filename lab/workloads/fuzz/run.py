@@ -39,6 +39,7 @@ RSS_BOUND_BYTES = 32 << 20  # growth after warm-up; a leak per frame or per QP p
 
 
 def _worker(target: str, frames: int, seed: int) -> dict[str, Any]:
+    # a worker imports its own target only: its memory growth is what the fuzz watches
     if target == "switch":
         from lab.workloads.fuzz import switch as fuzz_switch
 

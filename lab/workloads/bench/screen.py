@@ -1,0 +1,162 @@
+"""mrc-bench's screens of the pair tests (write, lat) and the collectives (all-reduce,
+all-to-all): perftest's and nccl-tests' tables under one header, the verification and CPU
+lines."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lab.proc import cpu
+
+_LINE = "-" * 94
+
+
+def _cpu_line(res: dict[str, Any], sides: str) -> str:
+    parts = [f" CPU (% of one core): {sides}"]
+    if res.get("switch_cpu_percent") is not None:
+        parts.append(f"switches {res['switch_cpu_percent']:.0f}")
+    if res.get("machine_cpu_percent") is not None:
+        parts.append(f"machine {res['machine_cpu_percent']:.0f}% of {res.get('cpus')} CPUs busy")
+    return "   ".join(parts)
+
+
+def _header(res: dict[str, Any], title: str) -> list[str]:
+    mode = res["switch_mode"]
+    return [
+        _LINE,
+        f"{title:^94}",
+        f" lab {res['lab']}: {res['planes']} planes x {res['port_rate_bps'] / 1e6:g} Mb/s, {mode} switches"
+        f"   transport {res['transport']}",
+    ]
+
+
+def _verify_line(res: dict[str, Any]) -> str:
+    if res["verified"]:
+        v = res.get("verify", {})
+        region = v.get("region_bytes")
+        how = f"{region} B region compared byte for byte" if region else "checked"
+        text = f"yes ({how})"
+    else:
+        text = "NO"
+    return f" verified: {text}   QP errors: {res['qp_errors']}"
+
+
+def format_pair(res: dict[str, Any]) -> str:
+    lat = res["test"] == "lat"
+    where = "same T0" if res["same_t0"] else "another T0"
+    title = "RDMA_Write Latency Test (mrc-bench)" if lat else "RDMA_Write BW Test (mrc-bench)"
+    out = _header(res, title)
+    out.append(
+        f" {res['src']} -> {res['dst']} ({where})   QPs {res['qps']}   outstanding {res['depth']}"
+        f"   capacity {res['capacity_bps'] / 1e6:.1f} Mb/s"
+    )
+    out.append(_LINE)
+    if lat:
+        lu = res.get("latency_us", {})
+        out.append(
+            f" {'#bytes':<8}{'#iterations':<13}{'t_min[usec]':>12}{'t_max[usec]':>12}{'t_typical[usec]':>16}"
+            f"{'t_avg[usec]':>12}{'t_stdev[usec]':>14}{'99% percentile[usec]':>22}{'99.9% percentile[usec]':>24}"
+        )
+        if lu:
+            out.append(
+                f" {res['size']:<8}{res['iterations']:<13}{lu['t_min']:>12.2f}{lu['t_max']:>12.2f}"
+                f"{lu['t_typical']:>16.2f}{lu['t_avg']:>12.2f}{lu['t_stdev']:>14.2f}{lu['p99']:>22.2f}"
+                f"{lu['p99_9']:>24.2f}"
+            )
+    else:
+        out.append(
+            f" {'#bytes':<10}{'#iterations':<14}{'BW peak[Gb/s]':<17}{'BW average[Gb/s]':<20}{'MsgRate[Mpps]':<14}"
+        )
+        out.append(
+            f" {res['size']:<10}{res['iterations']:<14}{res['peak_bps'] / 1e9:<17.4f}"
+            f"{res['goodput_bps'] / 1e9:<20.4f}{res['msg_rate_pps'] / 1e6:<14.6f}"
+        )
+    out.append(_LINE)
+    if not lat:
+        out.append(
+            f" goodput {res['goodput_bps'] / 1e6:.1f} Mb/s = {res['goodput_fraction']:.3f} of capacity"
+            f" in {res['duration_s']:.2f} s   retransmissions {res['retransmissions']}"
+            f"   timeouts {res['timeouts']}"
+        )
+    out.append(_verify_line(res))
+    for e in res.get("errors", [])[:5]:
+        out.append(f"   error: {e}")
+    out.append(
+        _cpu_line(
+            res,
+            f"client {res['cpu_percent_client'] or 0:.0f}   server {res['cpu_percent_server'] or 0:.0f}",
+        )
+    )
+    if warn := cpu.cpu_warning(res):
+        out.append(warn)
+    return "\n".join(out)
+
+
+def format_allreduce(res: dict[str, Any]) -> str:
+    out = _header(res, "Ring all-reduce (mrc-bench, reduce-scatter + all-gather)")
+    out.append(
+        f" ranks {res['ranks']}: {','.join(res['hosts'])}   capacity per NIC {res['capacity_bps'] / 1e6:.1f} Mb/s"
+    )
+    out.append(_LINE)
+    out.append(
+        f" {'size(B)':>12}{'count':>12}{'type':>8}{'redop':>7}{'time(us)':>12}{'algbw(Gb/s)':>13}"
+        f"{'busbw(Gb/s)':>13}{'#wrong':>8}"
+    )
+    wrong = 0 if res["verified"] else "yes"
+    out.append(
+        f" {res['size']:>12}{res['elements']:>12}{res['type']:>8}{res['redop']:>7}"
+        f"{res['time_s'] * 1e6:>12.0f}{res['algbw_bps'] / 1e9:>13.4f}{res['busbw_bps'] / 1e9:>13.4f}{wrong!s:>8}"
+    )
+    out.append(_LINE)
+    out.append(
+        f" busbw = {res['goodput_fraction']:.3f} of capacity   iterations {res['iterations']}"
+        f"   retransmissions {res['retransmissions']}   timeouts {res['timeouts']}"
+    )
+    steps = ", ".join(
+        f"{name.replace('reduce-scatter', 'RS').replace('all-gather', 'AG')} {t * 1e3:.2f}"
+        for name, t in zip(res["step_names"], res["step_times_s"], strict=False)
+    )
+    out.append(f" step times (ms, slowest rank, mean over iterations): {steps}")
+    out.append(_verify_line(res))
+    for e in res.get("errors", [])[:5]:
+        out.append(f"   error: {e}")
+    ranks = "  ".join(f"r{i} {c or 0:.0f}" for i, c in enumerate(res["cpu_percent_ranks"]))
+    out.append(_cpu_line(res, ranks))
+    if warn := cpu.cpu_warning(res):
+        out.append(warn)
+    return "\n".join(out)
+
+
+def format_alltoall(res: dict[str, Any]) -> str:
+    """nccl-tests' table, one line per size, under mrc-bench's header."""
+    out = _header(res, "All-to-all (mrc-bench, one write per peer)")
+    out.append(
+        f" ranks {res['ranks']}: {','.join(res['hosts'])}   QPs per rank {res['qps_per_rank']}"
+        f"   capacity per NIC {res['capacity_bps'] / 1e6:.1f} Mb/s"
+    )
+    out.append(_LINE)
+    out.append(
+        f" {'size(B)':>12}{'count':>12}{'type':>8}{'redop':>7}{'time(us)':>12}{'algbw(Gb/s)':>13}"
+        f"{'busbw(Gb/s)':>13}{'#wrong':>8}"
+    )
+    for r in res["rows"]:
+        wrong = 0 if r["verified"] else "yes"
+        out.append(
+            f" {r['size']:>12}{r['elements']:>12}{res['type']:>8}{res['redop']:>7}"
+            f"{r['time_s'] * 1e6:>12.0f}{r['algbw_bps'] / 1e9:>13.4f}"
+            f"{r['busbw_bps'] / 1e9:>13.4f}{wrong!s:>8}"
+        )
+    out.append(_LINE)
+    out.append(
+        f" Avg bus bandwidth {res['avg_busbw_bps'] / 1e9:.4f} Gb/s   largest size: busbw = "
+        f"{res['goodput_fraction']:.3f} of capacity   retransmissions {res['retransmissions']}"
+        f"   timeouts {res['timeouts']}"
+    )
+    out.append(_verify_line(res))
+    for e in res.get("errors", [])[:5]:
+        out.append(f"   error: {e}")
+    ranks = "  ".join(f"r{i} {c or 0:.0f}" for i, c in enumerate(res["cpu_percent_ranks"]))
+    out.append(_cpu_line(res, ranks))
+    if warn := cpu.cpu_warning(res):
+        out.append(warn)
+    return "\n".join(out)
