@@ -16,8 +16,6 @@ from lab.fabric.faults import Faults, parse_rate
 from lab.fabric.netns import LabError
 from lab.fabric.status import status
 
-pytestmark = [pytest.mark.lab, H.needs_root]
-
 
 @pytest.fixture(scope="module")
 def klab():

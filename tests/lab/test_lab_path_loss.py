@@ -18,11 +18,8 @@ import threading
 import time
 
 import lab_helpers as H
-import pytest
 
 from lab.fabric.faults import Faults
-
-pytestmark = [pytest.mark.lab, H.needs_root]
 
 RATE_MBIT = 10
 DURATION_S = 11

@@ -17,7 +17,6 @@ import pytest
 from lab.fabric import probe
 from lab.fabric.faults import Faults
 
-pytestmark = [pytest.mark.lab, H.needs_root]
 SLACK_S = 0.3  # scheduling on a busy two-core machine
 
 

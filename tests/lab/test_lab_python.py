@@ -12,8 +12,6 @@ from lab.fabric.faults import Faults
 from lab.fabric.state import load
 from lab.fabric.status import status, switch_stats
 
-pytestmark = [pytest.mark.lab, H.needs_root]
-
 pytest.importorskip("mrcswitch.switch", reason="mrc-switch (issue 4) is not in the tree")
 
 

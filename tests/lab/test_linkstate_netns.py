@@ -24,11 +24,6 @@ from mrcnic.transport.qp_types import NetConfig, PortAddr
 from mrcnic.verbs import Device
 from mrcnic.wire.usid import ClosShape
 
-pytestmark = [
-    pytest.mark.lab,
-    pytest.mark.skipif(H.have_netadmin() is not None, reason=str(H.have_netadmin())),
-]
-
 BOUND_S = 0.5  # netlink is immediate: this only absorbs a loaded machine
 
 

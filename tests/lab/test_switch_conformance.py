@@ -11,11 +11,6 @@ import time
 import pytest
 import switch_helpers as H
 
-pytestmark = [
-    pytest.mark.lab,
-    pytest.mark.skipif(H.have_netadmin() is not None, reason=str(H.have_netadmin())),
-]
-
 A = H.usid_addr
 OWN, B, C, T1 = H.OWN, H.USID_B, H.USID_C, H.USID_T1
 WINDOW_S = 0.03

@@ -19,8 +19,6 @@ from lab.fabric.status import status
 from lab.proc.env import env_added
 from mrcswitch.host import control
 
-pytestmark = [pytest.mark.lab, H.needs_root]
-
 
 @pytest.fixture(scope="module", params=["c", "python"])
 def slab(request):

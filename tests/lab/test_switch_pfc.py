@@ -15,11 +15,6 @@ from mrcnic.io.pfc import DEFAULT_PRIORITY
 from mrcnic.wire import pfc as wire_pfc
 from mrcnic.wire.layout import Dscp
 
-pytestmark = [
-    pytest.mark.lab,
-    pytest.mark.skipif(H.have_netadmin() is not None, reason=str(H.have_netadmin())),
-]
-
 RATE_BPS = 20_000_000
 PAYLOAD = 1000
 XOFF, XON = 8 << 10, 4 << 10

@@ -11,11 +11,6 @@ import switch_helpers as H
 
 from mrcnic.io.batch import Sender
 
-pytestmark = [
-    pytest.mark.lab,
-    pytest.mark.skipif(H.have_netadmin() is not None, reason=str(H.have_netadmin())),
-]
-
 
 @pytest.fixture
 def chain(tmp_path):
