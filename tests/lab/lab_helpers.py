@@ -174,7 +174,9 @@ def send_count(
             with contextlib.suppress(OSError):
                 tx.send(frame)
             if count > 20:
-                time.sleep(0.0005)  # stay under the link rate: we test loss, not queues
+                time.sleep(
+                    0.0005
+                )  # pacing under the link rate (time itself): we test loss, not queues
         return len(receive_marked(rx, marker, time.monotonic() + wait_s, want=count))
     finally:
         rx.close()

@@ -222,7 +222,7 @@ def test_wrong_rkey_fails_cleanly(elab) -> None:
             qa.post_write(2, b"\xdd" * 1000, rb)  # behind the failing one: flushed
             wcs = []
             assert await na.wait_for(lambda: (wcs.extend(qa.poll_cq()), len(wcs) == 2)[1], 20)
-            await asyncio.sleep(0.05)  # anything still in flight lands (or not) now
+            await asyncio.sleep(0.05)  # in-flight frames land (or not): time itself
             return wcs, qa, before, target
 
     wcs, qa, before, target = run(go())

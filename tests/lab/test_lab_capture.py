@@ -9,7 +9,6 @@ import io
 import json
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -30,13 +29,10 @@ def clab():
 
 def test_capture_of_a_write_dissects_cleanly(clab, tmp_path):
     out = tmp_path / "w.pcapng"
-    writer = subprocess.Popen(
-        [sys.executable, "-m", "lab.bench_cli", "write", "--lab", clab.name, "--src", "h0",
-         "--dst", "h3", "--size", "64K", "--duration", "4", "--json", "-q"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    writer = C.bench_background("write", "--lab", clab.name, "--src", "h0", "--dst", "h3",
+                                "--size", "64K", "--duration", "4", "--json", "-q")  # fmt: skip
     try:
-        time.sleep(1.5)
+        H.wait_writing(clab, "h0", "h3")
         p = C.lab_cli("capture", "--name", clab.name, "h0", "p0-t1-0:d1", "--seconds", "2",
                     "-w", str(out), "--json")  # fmt: skip
         assert p.returncode == 0, p.stderr

@@ -12,8 +12,8 @@ import waiting as W
 
 
 class FakeClock:
-    """time.monotonic and time.sleep (and asyncio.sleep) of the waiting module, in virtual
-    time: sleeping advances the clock at once."""
+    """The waiting module's clock and its sleeps (time's and asyncio's), in virtual time:
+    sleeping advances the clock at once."""
 
     def __init__(self) -> None:
         self.now = 100.0
@@ -82,7 +82,7 @@ async def test_async_twin_awaits_coroutine_predicates(clock) -> None:
         await W.wait_for_async(lambda: False, 0.3, 0.1, what="nothing")
 
 
-def test_json_waits_for_the_file_to_exist_parse_and_satisfy(clock, tmp_path) -> None:
+def test_json_waits_for_the_file_to_exist_parse_and_satisfy(clock, tmp_path, monkeypatch) -> None:
     path = tmp_path / "stats.json"
     steps = iter(
         [
@@ -97,7 +97,7 @@ def test_json_waits_for_the_file_to_exist_parse_and_satisfy(clock, tmp_path) -> 
         clock.now += s
         next(steps)()
 
-    W.time.sleep = sleep  # the fixture's monkeypatch restores it
+    monkeypatch.setattr(W.time, "sleep", sleep)
     next(steps)()
     assert W.wait_for_json(path, lambda d: d["ready"], 5) == {"ready": True, "n": 2}
     assert W.read_json(tmp_path / "missing.json") is None
