@@ -15,11 +15,12 @@ DEMO_ARGS ?=
 demo: setup
 	$(PY) -m lab.demo $(DEMO_ARGS)
 
-.PHONY: reproduce fuzz soak soak-short demo bench setup test test-unit test-lab lint bench-core bench-transport bench-nscc bench-switch bench-nic lab-up lab-down lab-status clean help
+.PHONY: reproduce fuzz soak soak-short demo bench setup test test-fast test-unit test-timing test-lab lint bench-core bench-transport bench-nscc bench-switch bench-nic lab-up lab-down lab-status clean help
 
 help:
 	@echo "make demo        the main job: lab up, MRC write through a T1 reboot and a link flap, vs RoCEv2 (root)"
-	@echo "make test        set up, then run the whole test suite (unit + lab; lab tests need root)"
+	@echo "make test        set up, then run the whole test suite (unit + timing + lab; lab tests need root)"
+	@echo "make test-fast   the same without the tests marked slow (over ~20 s each), for development"
 	@echo "make setup       create .venv, install mrc with its test extras, build the C module"
 	@echo "make lint        ruff (check, format) and mypy"
 	@echo "make bench       end-to-end benchmarks on real labs -> results/bench-e2e-*.json (root, ~10 min)"
@@ -51,8 +52,14 @@ $(STAMP): $(SETUP_INPUTS)
 test: setup
 	$(PY) -m pytest -q -rs tests
 
+test-fast: setup
+	$(PY) -m pytest -q -rs -m "not slow" tests
+
 test-unit: setup
 	$(PY) -m pytest -q tests/unit
+
+test-timing: setup
+	$(PY) -m pytest -q tests/timing
 
 test-lab: setup
 	$(PY) -m pytest -q tests/lab

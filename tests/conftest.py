@@ -5,6 +5,11 @@ so the README's test command passes or fails the same way on every machine of ou
 loaded or not. To hunt for new counterexamples instead, run with
 ``MRC_HYPOTHESIS=explore`` (random examples, as hypothesis defaults to): a failure it finds
 is a bug to fix and then a fixed ``@example`` in its test.
+
+This file also puts tests/ on ``sys.path`` (pytest's default import mode adds a conftest's
+directory), so every tier imports the shared helpers by bare name: ``waiting`` (waiting for
+something to happen instead of sleeping) and ``commands`` (the command lines as subprocesses
+or in-process ``main`` calls).
 """
 
 from __future__ import annotations

@@ -18,19 +18,15 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import pytest
+import waiting as W
 
 from lab.fabric import lifecycle
-from lab.fabric.netns import have_net_admin, in_netns, list_netns
+from lab.fabric.netns import in_netns, list_netns
 from lab.fabric.params import LabParams
 from lab.fabric.state import LabState
 from mrcnic import wire
 
 ETH_P_ALL = 0x0003
-
-needs_root = pytest.mark.skipif(
-    not have_net_admin(), reason="lab tests need root (CAP_NET_ADMIN + CAP_SYS_ADMIN)"
-)
 
 SMALL = {"planes": 2, "t0": 2, "t1": 2, "hosts_per_t0": 1}
 
@@ -178,7 +174,9 @@ def send_count(
             with contextlib.suppress(OSError):
                 tx.send(frame)
             if count > 20:
-                time.sleep(0.0005)  # stay under the link rate: we test loss, not queues
+                time.sleep(
+                    0.0005
+                )  # pacing under the link rate (time itself): we test loss, not queues
         return len(receive_marked(rx, marker, time.monotonic() + wait_s, want=count))
     finally:
         rx.close()
@@ -220,12 +218,40 @@ def pid_running(pid: int) -> bool:
 
 
 def wait_gone(pids: list[int], timeout_s: float = 3.0) -> list[int]:
-    deadline = time.monotonic() + timeout_s
-    alive = [p for p in pids if pid_running(p)]
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.05)
-        alive = [p for p in alive if pid_running(p)]
-    return alive
+    """The pids still running once they are all gone or ``timeout_s`` has passed."""
+
+    def alive() -> list[int]:
+        return [p for p in pids if pid_running(p)]
+
+    with contextlib.suppress(AssertionError):
+        W.wait_for(lambda: not alive(), timeout_s, what=f"pids {pids} to exit")
+    return alive()
+
+
+def nic_docs(state: LabState, host: str) -> list[dict]:
+    """What the NIC processes on ``host`` publish (lab.fabric.nicstats), read whole or not
+    at all."""
+    out = []
+    for p in (state.run_dir / "nics").glob(f"{host}-*.json"):
+        doc = W.read_json(p)
+        if doc is not None:
+            out.append(doc)
+    return out
+
+
+def wait_writing(state: LabState, src: str, dst: str, timeout_s: float = 30.0) -> None:
+    """Until a write ``src`` -> ``dst`` is moving data: a NIC on ``src`` publishes a QP to
+    ``dst`` that has sent data (the processes start in about a second on an idle machine)."""
+    W.wait_for(
+        lambda: any(
+            q["peer_host"] == dst and q["tx_data_bytes"] > 0
+            for d in nic_docs(state, src)
+            for q in d["qps"]
+        ),
+        timeout_s,
+        0.1,
+        what=f"a write {src} -> {dst} to send data",
+    )
 
 
 def state_dir_files(name: str) -> list[str]:

@@ -9,10 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import lab_helpers as H
 import pytest
-
-pytestmark = [pytest.mark.lab, H.needs_root]
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
 
+import commands as C
 import lab_helpers as H
 import pytest
 
@@ -23,8 +22,6 @@ from lab.fabric.host import LabHost
 from mrcnic.io.aio import run
 from mrcnic.transport.qp_types import QpErrorEvent, QpState
 from mrcnic.verbs import RemoteBuffer, WcStatus
-
-pytestmark = [pytest.mark.lab, H.needs_root]
 
 SIZE = 8 << 20
 CHUNK = 256 << 10
@@ -225,7 +222,7 @@ def test_wrong_rkey_fails_cleanly(elab) -> None:
             qa.post_write(2, b"\xdd" * 1000, rb)  # behind the failing one: flushed
             wcs = []
             assert await na.wait_for(lambda: (wcs.extend(qa.poll_cq()), len(wcs) == 2)[1], 20)
-            await asyncio.sleep(0.05)  # anything still in flight lands (or not) now
+            await asyncio.sleep(0.05)  # in-flight frames land (or not): time itself
             return wcs, qa, before, target
 
     wcs, qa, before, target = run(go())
@@ -242,17 +239,8 @@ def test_wrong_rkey_fails_cleanly(elab) -> None:
 # --- the CLI -------------------------------------------------------------------------------------
 
 
-def bench(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "lab.bench_cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 def test_cli_write_json(elab) -> None:
-    p = bench("write", "--lab", elab.name, "--src", "h0", "--dst", "h1", "--size", "64K",
+    p = C.bench("write", "--lab", elab.name, "--src", "h0", "--dst", "h1", "--size", "64K",
               "--iters", "100", "--timeline-ms", "50", "--json")  # fmt: skip
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
@@ -269,14 +257,14 @@ def test_cli_write_json(elab) -> None:
 
 
 def test_cli_lat_table(elab) -> None:
-    p = bench("lat", "--lab", elab.name, "--src", "h1", "--dst", "h0", "--iters", "50")
+    p = C.bench("lat", "--lab", elab.name, "--src", "h1", "--dst", "h0", "--iters", "50")
     assert p.returncode == 0, p.stderr
     assert "t_typical[usec]" in p.stdout and "99.9% percentile[usec]" in p.stdout
     assert "verified: yes" in p.stdout
 
 
 def test_cli_allreduce(elab) -> None:
-    p = bench("allreduce", "--lab", elab.name, "--hosts", "h0,h1", "--size", "1M",
+    p = C.bench("allreduce", "--lab", elab.name, "--hosts", "h0,h1", "--size", "1M",
               "--iters", "2", "--json")  # fmt: skip
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
@@ -286,7 +274,7 @@ def test_cli_allreduce(elab) -> None:
 
 
 def test_cli_rocev2_missing_or_works(elab) -> None:
-    p = bench("write", "--lab", elab.name, "--iters", "20", "--transport", "rocev2", "--json")
+    p = C.bench("write", "--lab", elab.name, "--iters", "20", "--transport", "rocev2", "--json")
     try:
         import mrcnic.rocev2.qp  # noqa: F401
     except ImportError:

@@ -12,8 +12,6 @@ import pytest
 from lab.bench_cli import main as bench_main
 from lab.workloads.bench.forge import ForgeParams, run_forge
 
-pytestmark = [pytest.mark.lab, H.needs_root]
-
 
 @pytest.fixture(scope="module")
 def flab():

@@ -12,14 +12,9 @@ import secrets
 import subprocess
 import sys
 
-import lab_helpers as H
-import pytest
-
 from lab.fabric.params import LabParams
 from lab.fabric.state import exists
 from lab.workloads import calibrate as cal
-
-pytestmark = [pytest.mark.lab, H.needs_root]
 
 
 def test_calibrate_measures_the_stack_and_caches_a_sane_rate(tmp_path, monkeypatch) -> None:

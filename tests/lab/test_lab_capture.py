@@ -9,16 +9,15 @@ import io
 import json
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+import commands as C
 import lab_helpers as H
 import pytest
 
 from lab.fabric import pcapng
 
-pytestmark = [pytest.mark.lab, H.needs_root]
 LUA = Path(__file__).resolve().parents[2] / "contrib" / "wireshark" / "mrc.lua"
 
 
@@ -28,21 +27,13 @@ def clab():
         yield st
 
 
-def lab_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True,
-                          text=True, timeout=timeout)  # fmt: skip
-
-
 def test_capture_of_a_write_dissects_cleanly(clab, tmp_path):
     out = tmp_path / "w.pcapng"
-    writer = subprocess.Popen(
-        [sys.executable, "-m", "lab.bench_cli", "write", "--lab", clab.name, "--src", "h0",
-         "--dst", "h3", "--size", "64K", "--duration", "4", "--json", "-q"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    writer = C.bench_background("write", "--lab", clab.name, "--src", "h0", "--dst", "h3",
+                                "--size", "64K", "--duration", "4", "--json", "-q")  # fmt: skip
     try:
-        time.sleep(1.5)
-        p = lab_cli("capture", "--name", clab.name, "h0", "p0-t1-0:d1", "--seconds", "2",
+        H.wait_writing(clab, "h0", "h3")
+        p = C.lab_cli("capture", "--name", clab.name, "h0", "p0-t1-0:d1", "--seconds", "2",
                     "-w", str(out), "--json")  # fmt: skip
         assert p.returncode == 0, p.stderr
         res = json.loads(p.stdout)
@@ -73,7 +64,7 @@ def test_capture_of_a_write_dissects_cleanly(clab, tmp_path):
 
 
 def test_capture_usage_errors(clab, tmp_path):
-    p = lab_cli("capture", "--name", clab.name, "h9", "-w", str(tmp_path / "x"), "--seconds", "1")
+    p = C.lab_cli("capture", "--name", clab.name, "h9", "-w", str(tmp_path / "x"), "--seconds", "1")
     assert p.returncode == 1 and "no node" in p.stderr
-    p = lab_cli("capture", "--name", clab.name, "h0:p7", "-w", str(tmp_path / "x"))
+    p = C.lab_cli("capture", "--name", clab.name, "h0:p7", "-w", str(tmp_path / "x"))
     assert p.returncode == 1 and "has no port" in p.stderr and "p0, p1" in p.stderr

@@ -9,25 +9,17 @@ from __future__ import annotations
 import json
 import secrets
 import subprocess
-import sys
 
-import lab_helpers as H
+import commands as C
 import pytest
 
 from lab.workloads.experiments.base import RESULT_KEYS, VERDICTS
-
-pytestmark = [pytest.mark.lab, H.needs_root]
-
-
-def experiment(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lab.cli", "experiment", *args],
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
 
 
 @pytest.mark.parametrize("name", ["p2p", "t1_reboot"])
 def test_quick_experiment_writes_its_result(tmp_path, name):
     lab = "mrcx" + secrets.token_hex(2)
-    p = experiment(name, "--quick", "--rate-mbit", "10", "--lab", lab, "--out", str(tmp_path))
+    p = C.experiment(name, "--quick", "--rate-mbit", "10", "--lab", lab, "--out", str(tmp_path))
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     d = json.loads((tmp_path / f"{name}.json").read_text())
     for k in RESULT_KEYS:
@@ -38,7 +30,7 @@ def test_quick_experiment_writes_its_result(tmp_path, name):
     assert h["mrc"] is not None and h["rocev2"] is not None
     assert d["setup"]["link_rate_mbit"] == 10 and d["setup"]["paper_scale"]
     assert (tmp_path / f"{name}.png").stat().st_size > 1000
-    r = experiment("report", "--out", str(tmp_path))
+    r = C.experiment("report", "--out", str(tmp_path))
     assert r.returncode == 0 and f"## {d['number']}. {name}" in (tmp_path / "REPORT.md").read_text()
     assert (
         subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.count(

@@ -11,12 +11,11 @@ import time
 
 import lab_helpers as H
 import pytest
+import waiting as W
 
 from lab.fabric.faults import Faults, parse_rate
 from lab.fabric.netns import LabError
 from lab.fabric.status import status
-
-pytestmark = [pytest.mark.lab, H.needs_root]
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +113,7 @@ def test_kernel_reboot(klab) -> None:
     t = threading.Thread(target=f.reboot, args=("p0-t1-0", 1200))
     t.start()
     try:
-        time.sleep(0.3)
+        W.wait_for(lambda: node_of(klab, "p0-t1-0")["up"] is False, 5, what="p0-t1-0 down")
         assert not H.crosses(klab, 0, 1, ev=0)
         assert node_of(klab, "p0-t1-0")["up"] is False
         assert H.crosses(klab, 0, 1, ev=2)  # T1 1 of plane 0 carries on

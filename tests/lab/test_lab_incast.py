@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import json
 import secrets
-import subprocess
-import sys
 
+import commands as C
 import lab_helpers as H
 import pytest
-
-pytestmark = [pytest.mark.lab, H.needs_root]
 
 INCAST_KEYS = (
     "scenario", "transport", "lab", "pfc", "senders", "dst", "qps", "flows", "victim",
@@ -43,15 +40,6 @@ def ilab():
         yield st
 
 
-def bench(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "lab.bench_cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 def check_switches(res: dict, state) -> None:
     names = {n.name for n in state.plan.switches()}
     assert set(res["switches"]) == names
@@ -66,9 +54,9 @@ def check_switches(res: dict, state) -> None:
 
 @pytest.mark.parametrize("transport", ["mrc", "rocev2"])
 def test_incast_with_victim(ilab, transport: str) -> None:
-    p = bench("incast", "--lab", ilab.name, "--senders", "h3,h4", "--dst", "h0", "--qps", "8",
+    p = C.bench("incast", "--lab", ilab.name, "--senders", "h3,h4", "--dst", "h0", "--qps", "8",
               "--victim", "auto", "--duration", "3", "--size", "64K", "--transport", transport,
-              "--json")  # fmt: skip
+              "--json", timeout=90)  # fmt: skip
     assert p.stdout.strip(), p.stderr
     res = json.loads(p.stdout)
     for k in INCAST_KEYS:
@@ -103,18 +91,19 @@ def test_incast_with_victim(ilab, transport: str) -> None:
 
 
 def test_incast_usage_errors(ilab) -> None:
-    p = bench("incast", "--lab", ilab.name, "--senders", "h3,h4,h5", "--dst", "h0",
-              "--victim", "auto")  # fmt: skip
+    p = C.bench("incast", "--lab", ilab.name, "--senders", "h3,h4,h5", "--dst", "h0",
+              "--victim", "auto", timeout=90)  # fmt: skip
     assert p.returncode == 2 and "--victim auto" in p.stderr
-    p = bench("incast", "--lab", ilab.name, "--senders", "h3,h0", "--dst", "h0")
+    p = C.bench("incast", "--lab", ilab.name, "--senders", "h3,h0", "--dst", "h0", timeout=90)
     assert p.returncode == 2 and "also a sender" in p.stderr
-    p = bench("incast", "--lab", ilab.name, "--senders", "h3", "--dst", "h0", "--victim", "h5:h0")
+    p = C.bench("incast", "--lab", ilab.name, "--senders", "h3", "--dst", "h0", "--victim", "h5:h0",
+                timeout=90)  # fmt: skip
     assert p.returncode == 2
 
 
 def test_pause_storm(ilab) -> None:
-    p = bench("pause-storm", "--lab", ilab.name, "--stuck", "h3", "--seconds", "2",
-              "--size", "64K", "--json")  # fmt: skip
+    p = C.bench("pause-storm", "--lab", ilab.name, "--stuck", "h3", "--seconds", "2",
+              "--size", "64K", "--json", timeout=90)  # fmt: skip
     assert p.stdout.strip(), p.stderr
     res = json.loads(p.stdout)
     for k in STORM_KEYS:

@@ -6,12 +6,9 @@ import secrets
 import time
 
 import lab_helpers as H
-import pytest
 
 from mrcnic import wire
 from mrcnic.wire import usid
-
-pytestmark = [pytest.mark.lab, H.needs_root]
 
 
 def test_frame_crosses_t0_t1_t0_with_the_destination_shifted_at_every_hop() -> None:

@@ -13,8 +13,6 @@ from lab.fabric import lifecycle, state
 from lab.fabric.netns import LabError, netns_exists
 from lab.fabric.params import LabParams
 
-pytestmark = [pytest.mark.lab, H.needs_root]
-
 
 def test_kernel_up_then_down_leaves_nothing() -> None:
     name = H.lab_name()

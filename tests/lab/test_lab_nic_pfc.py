@@ -5,7 +5,10 @@ resume the write completes, verified."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+
+import waiting as W
 
 from lab.workloads.fuzz.wire import RATE_BPS, Wire, _device
 from mrcnic.io.aio import AioNic
@@ -55,18 +58,23 @@ async def _scenario(wire: Wire) -> dict:
         for k, off in enumerate(range(0, SIZE, chunk)):
             ra.post_write(k, memoryview(data[0])[off : off + chunk], targets[0], offset=off)
             ma.post_write(k, memoryview(data[1])[off : off + chunk], targets[1], offset=off)
-        await asyncio.sleep(0.03)  # both flowing
+        await W.wait_for_async(  # both flowing
+            lambda: rb.stats().rx_data_packets > 0 and mb.stats().rx_data_packets > 0, 10,
+            0.005, what="both writes flowing",
+        )  # fmt: skip
         q = quanta_for(0.04, RATE_BPS)
         pauser.send(encode_pause(mac, {3: q}))
-        await asyncio.sleep(0.01)  # what was already on its way has arrived
+        await asyncio.sleep(0.01)  # what was on its way arrives: time itself
         r0, m0 = rb.stats().rx_data_packets, mb.stats().rx_data_packets
         t_end = time.monotonic() + 0.14
         while time.monotonic() < t_end:  # paused for 150 ms in all, refreshed every 10 ms
             pauser.send(encode_pause(mac, {3: q}))
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # pacing the refreshes: waiting on time itself
         r1, m1 = rb.stats().rx_data_packets, mb.stats().rx_data_packets
         pauser.send(encode_pause(mac, {3: 0}))
-        await asyncio.sleep(0.05)
+        with contextlib.suppress(AssertionError):  # the test's assert says what failed
+            await W.wait_for_async(lambda: rb.stats().rx_data_packets - r1 > 20, 10, 0.005,
+                                   what="RoCEv2 flowing again")  # fmt: skip
         r2 = rb.stats().rx_data_packets
 
         def finished() -> bool:

@@ -12,17 +12,13 @@ after the third link, goodput fell to 0 for seconds (a 16 s write with the same 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
 
+import commands as C
 import lab_helpers as H
-import pytest
 
 from lab.fabric.faults import Faults
-
-pytestmark = [pytest.mark.lab, H.needs_root]
 
 RATE_MBIT = 10
 DURATION_S = 11
@@ -34,18 +30,15 @@ LINKS = (("p0-t0-0", "p0-t1-0"), ("p1-t0-1", "p1-t1-1"), ("p0-t0-0", "p0-t1-1"))
 def test_mrc_follows_the_surviving_paths_without_a_stall() -> None:
     with H.running_lab(rate_mbit=RATE_MBIT) as st:
         faults = Faults(st, echo=None)
-        bench = subprocess.Popen(
-            [sys.executable, "-m", "lab.bench_cli", "write", "--lab", st.name, "--src",
-             "h0", "--dst", "h1", "--duration", str(DURATION_S), "--timeline-ms", str(BIN_MS),
-             "--json", "-q"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+        bench = C.bench_background("write", "--lab", st.name, "--src", "h0", "--dst", "h1",
+                                   "--duration", str(DURATION_S), "--timeline-ms", str(BIN_MS),
+                                   "--json", "-q")  # fmt: skip
         t0 = time.monotonic()
         done: list[float] = []
 
         def inject() -> None:
             for at_s, (a, b) in zip(FAULTS_S, LINKS, strict=True):
-                time.sleep(max(0.0, t0 + at_s - time.monotonic()))
+                time.sleep(max(0.0, t0 + at_s - time.monotonic()))  # schedule: time itself
                 faults.link_down(a, b)
                 done.append(time.monotonic() - t0)
 

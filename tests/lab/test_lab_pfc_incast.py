@@ -8,16 +8,11 @@ stay within two cores (docs/performance.md has the default lab's figures)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
+import commands as C
 import lab_helpers as H
 import pytest
 
 from lab.fabric.params import LabParams, ParamError
-
-pytestmark = [pytest.mark.lab, H.needs_root]
 
 
 @pytest.fixture(scope="module")
@@ -26,20 +21,13 @@ def plab():
         yield st
 
 
-def bench(*args: str, timeout: float = 120) -> dict:
-    p = subprocess.run([sys.executable, "-m", "lab.bench_cli", *args, "--json"],
-                       capture_output=True, text=True, timeout=timeout)  # fmt: skip
-    assert p.stdout.strip(), p.stderr[-3000:]
-    return json.loads(p.stdout)
-
-
 def test_kernel_mode_refuses_pfc():
     with pytest.raises(ParamError, match="veth has no priority flow control"):
         LabParams(switch="kernel", pfc=True)
 
 
 def test_rocev2_incast_is_lossless_with_pauses(plab):
-    res = bench("incast", "--lab", plab.name, "--senders", "h1,h2,h3", "--dst", "h0",
+    res = C.bench_json("incast", "--lab", plab.name, "--senders", "h1,h2,h3", "--dst", "h0",
                 "--qps", "8", "--duration", "4", "--size", "64K", "--transport", "rocev2")  # fmt: skip
     assert res["pfc"] is True
     assert res["verified"] is True and res["qp_errors_total"] == 0, res["flows"]
@@ -54,7 +42,7 @@ def test_rocev2_incast_is_lossless_with_pauses(plab):
 
 
 def test_mrc_on_a_pfc_lab_is_trimmed_never_paused(plab):
-    res = bench("incast", "--lab", plab.name, "--senders", "h1,h2,h3", "--dst", "h0",
+    res = C.bench_json("incast", "--lab", plab.name, "--senders", "h1,h2,h3", "--dst", "h0",
                 "--qps", "8", "--duration", "3", "--size", "64K", "--transport", "mrc")  # fmt: skip
     assert res["verified"] is True and res["qp_errors_total"] == 0
     assert res["pause_tx_total"] == 0 and res["lossless_drops_total"] == 0
@@ -62,7 +50,7 @@ def test_mrc_on_a_pfc_lab_is_trimmed_never_paused(plab):
 
 
 def test_pause_storm_trips_the_watchdog(plab):
-    res = bench("pause-storm", "--lab", plab.name, "--stuck", "h3", "--seconds", "3",
+    res = C.bench_json("pause-storm", "--lab", plab.name, "--stuck", "h3", "--seconds", "3",
                 "--transport", "rocev2")  # fmt: skip
     assert res["pauses_sent"] > 0 and res["pause_rx_total"] > 0
     assert res["watchdog_trips_total"] > 0, res["switches"]

@@ -5,19 +5,19 @@ running MRC write's NIC sets the EVs over the downed link DENIED, and GOOD again
 
 from __future__ import annotations
 
+import contextlib
 import json
-import subprocess
-import sys
 import threading
 import time
 
+import commands as C
 import lab_helpers as H
 import pytest
+import waiting as W
 
 from lab.fabric import probe
 from lab.fabric.faults import Faults
 
-pytestmark = [pytest.mark.lab, H.needs_root]
 SLACK_S = 0.3  # scheduling on a busy two-core machine
 
 
@@ -38,7 +38,7 @@ def test_names_a_downed_link_within_its_bound_and_a_lossy_one(plab):
     applied: dict[str, float] = {}
 
     def faults() -> None:
-        time.sleep(1.0)
+        time.sleep(1.0)  # the fault a second into the probe's run: waiting on time itself
         f.link_down("p0-t0-0", "p0-t1-1")
         applied["down"] = time.monotonic()
         f.loss("p1-t0-1", "p1-t1-0", 30)
@@ -61,40 +61,33 @@ def test_names_a_downed_link_within_its_bound_and_a_lossy_one(plab):
     assert 0 < detection <= res["detection_bound_s"] + SLACK_S, detection
 
 
-def nic_docs(state, host: str) -> list[dict]:
-    out = []
-    for p in (state.run_dir / "nics").glob(f"{host}-*.json"):
-        try:
-            out.append(json.loads(p.read_text()))
-        except (OSError, ValueError):
-            continue
-    return out
-
-
 def test_deny_hands_a_downed_link_to_the_nics_as_denied_evs(plab):
-    writer = subprocess.Popen(
-        [sys.executable, "-m", "lab.bench_cli", "write", "--lab", plab.name, "--src", "h0",
-         "--dst", "h3", "--size", "64K", "--duration", "7", "--json", "-q"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    writer = C.bench_background("write", "--lab", plab.name, "--src", "h0", "--dst", "h3",
+                                "--size", "64K", "--duration", "7", "--json", "-q")  # fmt: skip
     f = Faults(plab, echo=None)
     seen: list[tuple[int, int]] = []  # (DENIED, all EVs) of h0's QP while probing
     res: dict = {}
     try:
-        time.sleep(1.5)
+        H.wait_writing(plab, "h0", "h3")
         f.link_down("p0-t0-0", "p0-t1-1")
         th = threading.Thread(target=lambda: res.update(probe.run(plab, seconds=2.5, deny=True)))
         th.start()
         while th.is_alive():
-            for d in nic_docs(plab, "h0"):
+            for d in H.nic_docs(plab, "h0"):
                 for q in d["qps"]:
                     if q["transport"] == "mrc" and q["peer_host"] == "h3":
                         seen.append((q["ev_states"]["DENIED"], sum(q["ev_states"].values())))
-            time.sleep(0.2)
-        th.join()
-        time.sleep(1.5)  # the NICs allow again what they denied once the probe is gone
-        after = [q["ev_states"]["DENIED"] for d in nic_docs(plab, "h0") for q in d["qps"]
-                 if q["peer_host"] == "h3"]  # fmt: skip
+            th.join(timeout=0.2)  # a sample every 0.2 s while the probe runs
+
+        def denied_now() -> list[int]:
+            return [q["ev_states"]["DENIED"] for d in H.nic_docs(plab, "h0") for q in d["qps"]
+                    if q["peer_host"] == "h3"]  # fmt: skip
+
+        # the NICs allow again what they denied once the probe is gone
+        with contextlib.suppress(AssertionError):  # the assert below says what failed
+            W.wait_for(lambda: (a := denied_now()) and max(a) == 0, 10, 0.1,
+                       what="h0's EVs to h3 allowed again")  # fmt: skip
+        after = denied_now()
     finally:
         f.link_up("p0-t0-0", "p0-t1-1")
         out, err = writer.communicate(timeout=60)

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
-import time
 
 import lab_helpers as H
 import pytest
+import waiting as W
 
 from lab.fabric.faults import Faults
 from lab.fabric.state import load
 from lab.fabric.status import status, switch_stats
-
-pytestmark = [pytest.mark.lab, H.needs_root]
 
 pytest.importorskip("mrcswitch.switch", reason="mrc-switch (issue 4) is not in the tree")
 
@@ -25,6 +24,10 @@ def plab():
         yield st
 
 
+def node_up(st, name: str) -> bool:
+    return next(n for n in status(load(st.name))["nodes"] if n["name"] == name)["up"]
+
+
 def test_frame_crosses_python_switches_to_the_last_host(plab) -> None:
     last = plab.plan.host_count - 1
     assert plab.plan.shape.host_t0(0) != plab.plan.shape.host_t0(last)
@@ -32,12 +35,15 @@ def test_frame_crosses_python_switches_to_the_last_host(plab) -> None:
         assert H.crosses(plab, 0, last, ev), ev
         assert H.crosses(plab, last, 0, ev), ev
     # The T1 of EV 0's path counted what it forwarded.
-    deadline = time.monotonic() + 3
-    while time.monotonic() < deadline:
+    stats = None
+
+    def counted() -> bool:
+        nonlocal stats
         stats = switch_stats(plab, "p0-t1-0")["stats"]
-        if stats and stats["totals"]["tx_packets"] > 0:
-            break
-        time.sleep(0.1)
+        return bool(stats and stats["totals"]["tx_packets"] > 0)
+
+    with contextlib.suppress(AssertionError):  # the assert below says what failed
+        W.wait_for(counted, 3, 0.1, what="p0-t1-0 counting what it forwarded")
     assert stats["totals"]["tx_packets"] > 0
 
 
@@ -49,7 +55,7 @@ def test_python_switch_reboot(plab) -> None:
     t = threading.Thread(target=f.reboot, args=("p0-t1-0", 1500))
     t.start()
     try:
-        time.sleep(0.4)
+        W.wait_for(lambda: node_up(plab, "p0-t1-0") is False, 5, what="p0-t1-0 stopped")
         assert not H.crosses(plab, 0, 1, ev=0)
         assert H.crosses(plab, 0, 1, ev=2)  # the other T1 carries on
         node = next(n for n in status(load(plab.name))["nodes"] if n["name"] == "p0-t1-0")
@@ -74,9 +80,8 @@ def test_python_link_down_up(plab) -> None:
     finally:
         f.link_up("p1-t0-1", "p1-t1-1")
     # The switch picks the port up again by itself (no restart): allow it a moment.
-    deadline = time.monotonic() + 3
-    while not H.crosses(plab, 0, 1, ev=3) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    with contextlib.suppress(AssertionError):  # the assert below says what failed
+        W.wait_for(lambda: H.crosses(plab, 0, 1, ev=3), 3, 0.1, what="frames crossing on EV 3")
     assert H.crosses(plab, 0, 1, ev=3)
 
 

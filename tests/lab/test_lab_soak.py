@@ -16,14 +16,11 @@ import sys
 import threading
 from pathlib import Path
 
-import lab_helpers as H
 import pytest
 
 from lab.fabric import lifecycle
 from lab.fabric.netns import list_netns
 from lab.fabric.state import exists
-
-pytestmark = [pytest.mark.lab, H.needs_root]
 
 NAME = "mrcsoakt"
 MINUTES = 0.6

@@ -5,6 +5,7 @@ with its Python twin (MRC_SWITCH_C_LOOP=0)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -12,14 +13,13 @@ from pathlib import Path
 
 import lab_helpers as H
 import pytest
+import waiting as W
 
 from lab.fabric.faults import Faults
 from lab.fabric.state import load
 from lab.fabric.status import status
 from lab.proc.env import env_added
 from mrcswitch.host import control
-
-pytestmark = [pytest.mark.lab, H.needs_root]
 
 
 @pytest.fixture(scope="module", params=["c", "python"])
@@ -58,7 +58,7 @@ def test_reboot_stops_exactly_one_switch_and_brings_it_back(slab) -> None:
     t = threading.Thread(target=f.reboot, args=("p0-t1-0", 1500))
     t.start()
     try:
-        time.sleep(0.5)
+        W.wait_for_json(rec.stats, lambda d: d["ready"] is False, 5, what="p0-t1-0 stopped")
         assert _stats(rec)["ready"] is False
         assert not H.crosses(st, 0, 1, ev=0)  # through p0-t1-0
         assert H.crosses(st, 0, 1, ev=2)  # the other T1 of plane 0 carries on
@@ -87,9 +87,8 @@ def test_a_link_down_up_on_a_hosted_switch(slab) -> None:
         assert H.crosses(st, 0, 1, ev=1)  # plane 1, T1 0
     finally:
         f.link_up("p1-t0-1", "p1-t1-1")
-    deadline = time.monotonic() + 3
-    while not H.crosses(st, 0, 1, ev=3) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    with contextlib.suppress(AssertionError):  # the assert below says what failed
+        W.wait_for(lambda: H.crosses(st, 0, 1, ev=3), 3, 0.1, what="frames crossing on EV 3")
     assert H.crosses(st, 0, 1, ev=3)
 
 
@@ -119,12 +118,15 @@ def test_control_answers_while_ports_open_and_close_in_helper_threads(slab) -> N
         assert control(rec.control, {"op": "list"})["switches"]["p1-t1-0"] is True
         assert H.eventually_crosses(st, 0, 1, ev=1)
         assert H.eventually_crosses(st, 0, 1, ev=3)  # the other T1 of plane 1 never stopped
-    deadline = time.monotonic() + 10  # the closing threads finish in the background
-    while time.monotonic() < deadline:
+    fds = 0
+
+    def closed() -> bool:
+        nonlocal fds
         fds = len(list(Path(f"/proc/{rec.pid}/fd").iterdir()))
-        if fds <= fds_before:
-            break
-        time.sleep(0.1)
+        return fds <= fds_before
+
+    with contextlib.suppress(AssertionError):  # the closing threads finish in the background
+        W.wait_for(closed, 10, 0.1, what="the port sockets closed")
     assert fds <= fds_before
 
 

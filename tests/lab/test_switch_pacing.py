@@ -4,17 +4,14 @@ threshold, and every frame is accounted for."""
 
 from __future__ import annotations
 
+import select
 import time
 
 import pytest
 import switch_helpers as H
+import waiting as W
 
 from mrcnic.io.batch import Sender
-
-pytestmark = [
-    pytest.mark.lab,
-    pytest.mark.skipif(H.have_netadmin() is not None, reason=str(H.have_netadmin())),
-]
 
 RATE_BPS = 20_000_000
 FRAME_PAYLOAD = 1000
@@ -52,8 +49,7 @@ def test_burst_is_sent_then_queued_in_order_paced_and_accounted(slow_chain):
     c = slow_chain
     tx = H.packet_socket(c.ns_s, c.ifname("hA"))
     rx = H.packet_socket(c.ns_r, c.ifname("hB"))
-    time.sleep(0.3)
-    H.drain(rx)
+    H.drain_until_quiet(rx)
     dst = H.usid_addr(H.OWN, H.USID_B)
     frames = [  # big and small frames, so that a small one could overtake a queued big one
         H.ipv6_frame(dst, payload=bytes(FRAME_PAYLOAD if i % 3 else 60), flow=i + 1, ecn=2)
@@ -63,7 +59,7 @@ def test_burst_is_sent_then_queued_in_order_paced_and_accounted(slow_chain):
     sender = Sender()
     for i in range(0, N, 8):  # far above 20 Mbit/s, in several receive batches
         sender.send(tx, frames[i : i + 8])
-        time.sleep(0.0005)
+        time.sleep(0.0005)  # pacing the sender into batches: waiting on time itself
     got: list[bytes] = []
     last = t0
     deadline = t0 + 10
@@ -74,9 +70,8 @@ def test_burst_is_sent_then_queued_in_order_paced_and_accounted(slow_chain):
             last = time.monotonic()
         elif got and time.monotonic() - last > 0.5:
             break
-        time.sleep(0.005)
-    time.sleep(0.5)  # one more stats refresh (every 0.2 s)
-    st = H.read_stats(c)
+        select.select([rx], [], [], 0.05)
+    st = H.fresh_stats(c)  # one more stats refresh (every 0.2 s)
     assert c.proc.poll() is None, H.switch_log(c)
     wb = st["ports"]["wB"]
     seq = [int.from_bytes(f[15:18], "big") & 0xFFFFF for f in got]
@@ -100,10 +95,12 @@ def test_link_down_does_not_spin(tmp_path, loop):
     c = H.build_chain("switch", tmp_path, switch_env=LOOPS[loop])
     try:
         H.nsrun(c.ns_w, "ip", "link", "set", c.ifname("wB"), "down")
-        time.sleep(0.5)
-        before = H.read_stats(c)
-        time.sleep(1.5)
-        after = H.read_stats(c)
+        before = W.wait_for_json(c.stats_path, lambda st: not st["ports"]["wB"]["up"], 5,
+                                 what="wB down in the stats")  # fmt: skip
+        after = W.wait_for_json(  # 1.5 s of the switch's life with the port down
+            c.stats_path, lambda st: st["uptime_s"] - before["uptime_s"] >= 1.5, 10,
+            what="1.5 s more uptime",
+        )  # fmt: skip
         cpu = lambda s: s["cpu_user_s"] + s["cpu_system_s"]  # noqa: E731
         # an unread socket error (EPOLLERR) would wake a level-triggered epoll forever
         assert cpu(after) - cpu(before) < 0.5 * (after["uptime_s"] - before["uptime_s"])

@@ -6,19 +6,16 @@ breaks a pause storm; lossless drops are counted when the upstream ignores the p
 
 from __future__ import annotations
 
+import select
 import time
 
 import pytest
 import switch_helpers as H
+import waiting as W
 
 from mrcnic.io.pfc import DEFAULT_PRIORITY
 from mrcnic.wire import pfc as wire_pfc
 from mrcnic.wire.layout import Dscp
-
-pytestmark = [
-    pytest.mark.lab,
-    pytest.mark.skipif(H.have_netadmin() is not None, reason=str(H.have_netadmin())),
-]
 
 RATE_BPS = 20_000_000
 PAYLOAD = 1000
@@ -34,14 +31,20 @@ def chain(tmp_path, loop: str, **pfc):
         "switch", tmp_path, switch_args={"port": port, "top": top}, switch_env=LOOPS[loop]
     )
     try:
-        deadline = time.monotonic() + 5  # carrier comes up late: PFC frames need the port up
-        while not all(p["up"] for p in H.read_stats(c)["ports"].values()):
-            assert time.monotonic() < deadline, "ports not up"
-            time.sleep(0.1)
+        W.wait_for_json(  # carrier comes up late: PFC frames need the port up
+            c.stats_path, lambda st: all(p["up"] for p in st["ports"].values()), 5, 0.1,
+            what="ports up",
+        )  # fmt: skip
     except BaseException:
         H.teardown(c)
         raise
     return c
+
+
+def paused(c) -> None:
+    """Until the switch has taken in the pause sent to wB."""
+    W.wait_for_json(c.stats_path, lambda st: st["ports"]["wB"]["pfc"]["pause_rx"] >= 1, 5,
+                    what="the pause received on wB")  # fmt: skip
 
 
 def pause(quanta: int) -> bytes:
@@ -57,9 +60,9 @@ def frames(n: int, dscp: int, first: int = 0) -> list[bytes]:
 def collect(sock, seconds: float) -> list[bytes]:
     got: list[bytes] = []
     end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    while (left := end - time.monotonic()) > 0:
+        select.select([sock], [], [], left)
         got += [f for f in H.drain(sock) if not H.is_chatter(f)]
-        time.sleep(0.01)
     return got
 
 
@@ -89,10 +92,9 @@ def test_pause_holds_the_lossless_class_and_spreads_upstream(tmp_path, loop):
     try:
         ha = H.packet_socket(c.ns_s, c.ifname("hA"))
         hb = H.packet_socket(c.ns_r, c.ifname("hB"))
-        time.sleep(0.3)
-        H.drain(ha), H.drain(hb)
+        H.drain_until_quiet(ha, hb)
         hb.send(pause(0xFFFF))  # 0xFFFF quanta at 20 Mbit/s: 1.68 s
-        time.sleep(0.1)
+        paused(c)
         n = 30  # 30 KiB of lossless frames: above XOFF (8 KiB) on in-port wA
         for f in frames(n, Dscp.LOSSLESS):
             ha.send(f)
@@ -112,8 +114,7 @@ def test_pause_holds_the_lossless_class_and_spreads_upstream(tmp_path, loop):
         got_a = collect(ha, 0.2)
         assert flows(got_b, Dscp.LOSSLESS) == list(range(n)), "held frames lost or reordered"
         assert pauses_seen(got_a)[-1:] == [0], "no resume upstream once below XON"
-        time.sleep(0.5)
-        st = H.read_stats(c)
+        st = H.fresh_stats(c)
         wa, wb = st["ports"]["wA"]["pfc"], st["ports"]["wB"]["pfc"]
         assert wb["pause_rx"] == 2 and wb["paused_s"] > 0.3
         assert wa["pause_tx"] >= 2 and wb["lossless_drops"] == 0
@@ -130,8 +131,7 @@ def test_watchdog_breaks_a_pause_storm(tmp_path, loop):
     try:
         ha = H.packet_socket(c.ns_s, c.ifname("hA"))
         hb = H.packet_socket(c.ns_r, c.ifname("hB"))
-        time.sleep(0.3)
-        H.drain(hb)
+        H.drain_until_quiet(hb)
         t0 = time.monotonic()
         hb.send(pause(0xFFFF))
         for f in frames(10, Dscp.LOSSLESS):
@@ -144,11 +144,10 @@ def test_watchdog_breaks_a_pause_storm(tmp_path, loop):
             if new and first_at is None:
                 first_at = time.monotonic() - t0
             got += new
-            time.sleep(0.05)
+            time.sleep(0.05)  # pacing the storm: waiting on time itself
         assert got == list(range(10)), "the watchdog did not release the storm's victims"
         assert first_at is not None and 0.25 <= first_at <= 0.9, first_at
-        time.sleep(0.4)
-        wb = H.read_stats(c)["ports"]["wB"]["pfc"]
+        wb = H.fresh_stats(c)["ports"]["wB"]["pfc"]
         assert wb["watchdog_trips"] == 1 and wb["lossless_drops"] == 0
     finally:
         H.teardown(c)
@@ -159,13 +158,15 @@ def test_lossless_drops_are_counted_when_the_upstream_ignores_pauses(tmp_path):
     try:
         ha = H.packet_socket(c.ns_s, c.ifname("hA"))
         hb = H.packet_socket(c.ns_r, c.ifname("hB"))
-        time.sleep(0.3)
+        H.drain_until_quiet(ha, hb)
         hb.send(pause(0xFFFF))
-        time.sleep(0.1)
+        paused(c)
         for f in frames(40, Dscp.LOSSLESS):  # hA is a plain socket: it ignores the pause
             ha.send(f)
-        time.sleep(0.6)
-        st = H.read_stats(c)
+        st = H.fresh_stats(  # every frame queued or dropped
+            c, lambda st: st["ports"]["wB"]["queue_packets"]
+            + st["ports"]["wB"]["pfc"]["lossless_drops"] >= 40, what="all 40 frames accounted",
+        )  # fmt: skip
         wb = st["ports"]["wB"]
         limit = XOFF + (4 << 10)
         frame_len = len(frames(1, Dscp.LOSSLESS)[0])

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
-import time
+import select
 
 import pytest
 import switch_helpers as H
+import waiting as W
 
 from mrcnic.io.batch import Sender
-
-pytestmark = [
-    pytest.mark.lab,
-    pytest.mark.skipif(H.have_netadmin() is not None, reason=str(H.have_netadmin())),
-]
 
 
 @pytest.fixture
@@ -33,16 +30,23 @@ def tx_packets(c: H.Chain) -> int:
 
 def settle(c: H.Chain, timeout_s: float = 5.0) -> dict:
     """Stats once two consecutive refreshes agree (the switch has drained its input)."""
-    last = None
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        time.sleep(0.45)
-        st = H.read_stats(c)["totals"]
-        key = (st["rx_packets"], st["rx_socket_drops"], st["tx_packets"])
-        if key == last:
-            return H.read_stats(c)
-        last = key
+    keys: list[tuple[int, int, int]] = []
+
+    def agreed() -> dict | None:
+        st = H.fresh_stats(c)
+        t = st["totals"]
+        keys.append((t["rx_packets"], t["rx_socket_drops"], t["tx_packets"]))
+        return st if keys[-2:] == [keys[-1]] * 2 else None
+
+    with contextlib.suppress(AssertionError):  # unsettled: the test judges the last stats
+        return W.wait_for(agreed, timeout_s, 0.25, what="two stats refreshes that agree")
     return H.read_stats(c)
+
+
+def port_up(c: H.Chain, up: bool) -> None:
+    """Until the switch's stats show wB up (or down)."""
+    W.wait_for_json(c.stats_path, lambda st: st["ports"]["wB"]["up"] == up, 5,
+                    what=f"wB up={up} in the stats")  # fmt: skip
 
 
 def random_frames(n: int, rng: random.Random) -> list[bytes]:
@@ -95,8 +99,9 @@ def send_and_count(c: H.Chain, n: int = 50) -> int:
     frame = H.ipv6_frame(H.usid_addr(H.OWN, H.USID_B), payload=b"k" * 32, flow=0x77)
     for _ in range(n):
         s.send(frame)
-    time.sleep(0.2)
-    got = sum(1 for f in H.drain(r) if len(f) > 21 and f[16:18] == b"\x00\x77")
+    got = 0
+    while select.select([r], [], [], 0.2)[0]:  # until nothing came for 0.2 s
+        got += sum(1 for f in H.drain(r) if len(f) > 21 and f[16:18] == b"\x00\x77")
     s.close()
     r.close()
     return got
@@ -107,13 +112,13 @@ def test_link_down_is_counted_and_recovered_without_restart(chain):
     assert send_and_count(c) == 50
     wb = c.ifname("wB")
     H.nsrun(c.ns_w, "ip", "link", "set", wb, "down")
-    time.sleep(0.5)  # the switch probes links every 0.2 s
+    port_up(c, False)  # the switch probes links every 0.2 s
     assert send_and_count(c) == 0
     st = settle(c)["ports"]["wB"]
     assert not st["up"] and st["link_down_events"] == 1
     assert st["drops"]["port_down"] >= 50
     H.nsrun(c.ns_w, "ip", "link", "set", wb, "up")
-    time.sleep(0.6)
+    port_up(c, True)
     assert send_and_count(c) == 50
     assert H.read_stats(c)["ports"]["wB"]["up"]
     assert c.proc.poll() is None

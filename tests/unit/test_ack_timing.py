@@ -6,7 +6,8 @@ ACK; at the delayed-ACK deadline for one that does not) must leave h1's port aft
 frame being serialised, ahead of every queued data frame: in the simulator
 (``mrcnic.sim.fabric.HostPort`` under ``mrcnic.sim.pump.Pump``) and through the shell's
 pacer (``mrcnic.io.aio.AioNic`` on a fake loop and clock, its timer the fine one in virtual
-time) at the same instant.  The shell's timer in real time is tests/unit/test_nic_timer.py.
+time) at the same instant.  The shell's timer in real time is in
+tests/timing/test_nic_timer_wallclock.py.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import functools
-import json
 
+import commands as C
 import pytest
 
 from mrcnic.sim import transfer as sim
@@ -23,13 +23,8 @@ CONTRACT = {
 SMALL = ["--planes", "4", "--paths-per-plane", "2", "--size", "2M", "--msg-size", "256K"]
 
 
-def run_cli(capsys, *args: str) -> tuple[int, dict]:
-    code = sim.main([*SMALL, *args, "--json"])
-    return code, json.loads(capsys.readouterr().out)
-
-
 def test_json_contract_and_lossless_run(capsys):
-    code, r = run_cli(capsys)
+    code, r = C.run_main_json(capsys, sim.main, *SMALL)
     assert code == 0 and set(r) >= CONTRACT
     assert r["verified"] is True and r["qp_errors"] == 0 and r["recovery_s"] is None
     assert 0.5 < r["goodput_fraction"] <= 1.0 and r["completion_s"] > 0
@@ -37,16 +32,18 @@ def test_json_contract_and_lossless_run(capsys):
 
 
 def test_same_seed_same_run(capsys):
-    _, r1 = run_cli(capsys, "--loss", "0.01", "--seed", "3")
-    _, r2 = run_cli(capsys, "--loss", "0.01", "--seed", "3")
-    _, r3 = run_cli(capsys, "--loss", "0.01", "--seed", "4")
+    _, r1 = C.run_main_json(capsys, sim.main, *SMALL, "--loss", "0.01", "--seed", "3")
+    _, r2 = C.run_main_json(capsys, sim.main, *SMALL, "--loss", "0.01", "--seed", "3")
+    _, r3 = C.run_main_json(capsys, sim.main, *SMALL, "--loss", "0.01", "--seed", "4")
     keep = lambda r: {k: v for k, v in r.items() if k not in ("wall_s", "cpu_s", "sim_pps")}  # noqa: E731
     assert keep(r1) == keep(r2) and keep(r1) != keep(r3)
     assert r1["retransmissions"] > 0 and r1["verified"]
 
 
 def test_plane_failure_mid_transfer_recovers_without_error(capsys):
-    code, r = run_cli(capsys, "--fail", "plane:1@5ms", "--heal", "plane:1@60ms")
+    code, r = C.run_main_json(
+        capsys, sim.main, *SMALL, "--fail", "plane:1@5ms", "--heal", "plane:1@60ms"
+    )
     assert code == 0 and r["verified"] and r["qp_errors"] == 0
     assert r["recovery_s"] is not None and r["recovery_s"] < 10 * r["base_rtt_s"]
     # the failure was real: packets were lost and EVs retired (SACKs find it before a timer)
@@ -58,8 +55,8 @@ def test_losing_a_t1_per_plane_then_a_plane_does_not_stall(capsys):
     failure retires its path's EVs together (two losses, no acknowledgment between), so
     goodput follows the surviving capacity. Retired one EV per loss, the window fell to a
     packet and every remaining EV of the dead paths cost a timeout: seconds near zero."""
-    code, r = run_cli(
-        capsys, "--planes", "2", "--paths-per-plane", "2", "--port-rate", "10Mbit",
+    code, r = C.run_main_json(
+        capsys, sim.main, *SMALL, "--planes", "2", "--paths-per-plane", "2", "--port-rate", "10Mbit",
         "--size", "8M", "--msg-size", "64K", "--fail", "path:0@0.5s", "--fail", "path:3@1s",
         "--fail", "path:1@1.5s", "--timeline", "250ms",
     )  # fmt: skip
@@ -71,14 +68,16 @@ def test_losing_a_t1_per_plane_then_a_plane_does_not_stall(capsys):
 
 
 def test_port_failure_and_path_failure(capsys):
-    _, r = run_cli(capsys, "--fail", "port:2@3ms")
+    _, r = C.run_main_json(capsys, sim.main, *SMALL, "--fail", "port:2@3ms")
     assert r["verified"] and r["qp_errors"] == 0
-    _, r = run_cli(capsys, "--fail", "3@3ms", "--timeline", "5ms")
+    _, r = C.run_main_json(capsys, sim.main, *SMALL, "--fail", "3@3ms", "--timeline", "5ms")
     assert r["verified"] and r["timeline"] and r["ev_states"]["ASSUMED_BAD"] > 0
 
 
 def test_congested_fabric_trims_and_marks(capsys):
-    _, r = run_cli(capsys, "--path-rate", "20Mbit", "--queue", "16K", "--ecn", "8K")
+    _, r = C.run_main_json(
+        capsys, sim.main, *SMALL, "--path-rate", "20Mbit", "--queue", "16K", "--ecn", "8K"
+    )
     assert r["verified"] and r["qp_errors"] == 0 and r["trims"] > 0 and r["ecn_marks"] > 0
 
 

@@ -4,8 +4,7 @@ that kills the baseline's path)."""
 
 from __future__ import annotations
 
-import json
-
+import commands as C
 import pytest
 
 from mrcnic.sim import transfer as sim
@@ -13,13 +12,8 @@ from mrcnic.sim import transfer as sim
 SMALL = ["--planes", "4", "--paths-per-plane", "2", "--size", "2M", "--msg-size", "256K"]
 
 
-def run_cli(capsys, *args: str) -> tuple[int, dict]:
-    code = sim.main([*args, "--json"])
-    return code, json.loads(capsys.readouterr().out)
-
-
 def test_rocev2_runs_in_the_same_fabric_one_qp_per_rail(capsys):
-    code, r = run_cli(capsys, *SMALL, "--transport", "rocev2")
+    code, r = C.run_main_json(capsys, sim.main, *SMALL, "--transport", "rocev2")
     assert code == 0 and r["transport"] == "rocev2" and r["verified"] and r["qp_errors"] == 0
     assert r["qps"] == 4 and r["retransmissions"] == 0 and r["timeouts"] == 0
     rv = r["rocev2"]
@@ -32,8 +26,10 @@ def test_rocev2_runs_in_the_same_fabric_one_qp_per_rail(capsys):
 def test_rocev2_pinned_paths_cannot_use_a_slow_fabric_fully(capsys):
     # paths at a quarter of the port rate: MRC sprays over all 2 paths of a plane, a RoCEv2
     # QP is pinned to one of them (ECMP); DCQCN reacts to the marks of its one queue
-    _, m = run_cli(capsys, *SMALL, "--path-rate", "25Mbit")
-    _, r = run_cli(capsys, *SMALL, "--path-rate", "25Mbit", "--transport", "rocev2")
+    _, m = C.run_main_json(capsys, sim.main, *SMALL, "--path-rate", "25Mbit")
+    _, r = C.run_main_json(
+        capsys, sim.main, *SMALL, "--path-rate", "25Mbit", "--transport", "rocev2"
+    )
     assert m["verified"] and r["verified"] and r["qp_errors"] == 0
     assert r["goodput_fraction"] < 0.6 < m["goodput_fraction"]
     assert r["rocev2"]["cnps"] > 0 and r["rocev2"]["rate_cuts"] > 0
@@ -41,8 +37,8 @@ def test_rocev2_pinned_paths_cannot_use_a_slow_fabric_fully(capsys):
 
 def test_mrc_beats_rocev2_under_one_percent_loss(capsys):
     args = ["--planes", "4", "--paths-per-plane", "2", "--size", "8M", "--loss", "0.01"]
-    _, m = run_cli(capsys, *args)
-    _, r = run_cli(capsys, *args, "--transport", "rocev2")
+    _, m = C.run_main_json(capsys, sim.main, *args)
+    _, r = C.run_main_json(capsys, sim.main, *args, "--transport", "rocev2")
     assert m["verified"] and r["verified"] and m["qp_errors"] == r["qp_errors"] == 0
     assert m["goodput_fraction"] > r["goodput_fraction"]
     rv = r["rocev2"]
@@ -52,8 +48,8 @@ def test_mrc_beats_rocev2_under_one_percent_loss(capsys):
 
 def test_mrc_survives_the_plane_failure_that_kills_rocev2(capsys):
     args = [*SMALL, "--fail", "plane:1@5ms"]
-    code_m, m = run_cli(capsys, *args)
-    code_r, r = run_cli(capsys, *args, "--transport", "rocev2")
+    code_m, m = C.run_main_json(capsys, sim.main, *args)
+    code_r, r = C.run_main_json(capsys, sim.main, *args, "--transport", "rocev2")
     assert code_m == 0 and m["verified"] and m["qp_errors"] == 0
     assert code_r == 1 and r["qp_errors"] == 1 and not r["verified"]
     assert r["goodput_fraction"] == 0 and r["completion_s"] is None
@@ -63,23 +59,35 @@ def test_mrc_survives_the_plane_failure_that_kills_rocev2(capsys):
 
 
 def test_rocev2_survives_an_outage_shorter_than_its_retries(capsys):
-    _, r = run_cli(
-        capsys, *SMALL, "--fail", "plane:1@5ms", "--heal", "plane:1@40ms", "--transport", "rocev2"
+    _, r = C.run_main_json(
+        capsys,
+        sim.main,
+        *SMALL,
+        "--fail",
+        "plane:1@5ms",
+        "--heal",
+        "plane:1@40ms",
+        "--transport",
+        "rocev2",
     )
     assert r["verified"] and r["qp_errors"] == 0 and 0 < r["timeouts"] < 7
 
 
 def test_rocev2_options_and_the_retired_gbn(capsys):
-    _, r = run_cli(capsys, *SMALL, "--transport", "rocev2", "--qps", "8", "--rocev2-ports", "hash")
+    _, r = C.run_main_json(
+        capsys, sim.main, *SMALL, "--transport", "rocev2", "--qps", "8", "--rocev2-ports", "hash"
+    )
     assert r["verified"] and r["qps"] == 8 and r["rocev2"]["ports"] == "hash"
-    _, r = run_cli(capsys, *SMALL, "--transport", "rocev2", "--rocev2-timeout", "3")
+    _, r = C.run_main_json(
+        capsys, sim.main, *SMALL, "--transport", "rocev2", "--rocev2-timeout", "3"
+    )
     assert r["rocev2"]["ack_timeout_s"] == pytest.approx(4.096e-6 * 8 * 1000)
     # auto: the smallest IB timeout above the worst-case RTT (every buffer on the path full)
     spec = sim.FabricSpec(planes=4, paths_per_plane=2)
     n = sim.rocev2_auto_timeout(spec, 4096)
     scaled = 4.096e-6 * 1000
     assert scaled * 2**n > sim.worst_rtt_s(spec, 4096) >= scaled * 2 ** (n - 1)
-    _, r = run_cli(capsys, *SMALL, "--transport", "rocev2")
+    _, r = C.run_main_json(capsys, sim.main, *SMALL, "--transport", "rocev2")
     assert r["rocev2"]["local_ack_timeout"] == n
     bad_args = (["--transport", "gbn"], ["--transport", "tcp"], ["--rocev2-timeout", "0"])
     for bad in (*bad_args, ["--rocev2-timeout", "soon"]):

@@ -11,6 +11,7 @@ import os
 import time
 
 import pytest
+import waiting as W
 
 from lab.fabric import nicstats
 from lab.views import top as T
@@ -344,11 +345,9 @@ def test_publisher_writes_atomically_then_removes(tmp_path) -> None:
     async def main() -> dict:
         pub = nicstats.NicPublisher(path, a, None, {"pid": 1, "host": "h0"}, 2, interval_s=0.05)
         pub.start(asyncio.get_running_loop())
-        await asyncio.sleep(0.3)
-        for _ in range(50):  # the writer thread is behind the loop by a moment
-            if path.exists():
-                break
-            await asyncio.sleep(0.01)
+        # a few publishes, and the writer thread (behind the loop by a moment) wrote one
+        await W.wait_for_async(lambda: pub.publishes >= 4 and path.exists(), 10, 0.01,
+                               what="4 publishes and the file")  # fmt: skip
         doc = json.loads(path.read_text())
         n = pub.publishes
         pub.close()
@@ -403,7 +402,7 @@ def test_publisher_stops_when_the_lab_goes(tmp_path) -> None:
     async def main() -> nicstats.NicPublisher:
         pub = nicstats.NicPublisher(d / "h0-1.json", a, None, {"pid": 1}, 2, interval_s=0.02)
         pub.start(asyncio.get_running_loop())
-        await asyncio.sleep(0.1)
+        await W.wait_for_async(lambda: pub.publishes >= 1, 10, 0.01, what="a publish")
         pub.close()  # what mrc-lab down's rmtree leaves: no directory
         (d / "h0-1.json").unlink(missing_ok=True)
         d.rmdir()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import commands as C
 import pytest
 
 from lab import cli
@@ -13,15 +14,10 @@ from lab.fabric.params import LabParams
 from lab.fabric.state import LabState, ProcessRecord
 
 
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_plan_summary_json_has_the_contract_keys(capsys) -> None:
-    code, out, _ = run_cli(
+    code, out, _ = C.run_main(
         capsys,
+        cli.main,
         "plan",
         "--planes",
         "8",
@@ -50,19 +46,19 @@ def test_plan_summary_json_has_the_contract_keys(capsys) -> None:
 
 
 def test_plan_json_is_the_whole_plan(capsys) -> None:
-    code, out, _ = run_cli(capsys, "plan", "--json", "--planes", "2")
+    code, out, _ = C.run_main(capsys, cli.main, "plan", "--json", "--planes", "2")
     assert code == 0
     d = json.loads(out)
     assert {"params", "summary", "hosts", "switches", "links", "templates", "mgmt"} <= set(d)
     assert len(d["switches"]) == 8 and len(d["hosts"]) == 4
-    code, out, _ = run_cli(capsys, "plan", "--planes", "2")
+    code, out, _ = C.run_main(capsys, cli.main, "plan", "--planes", "2")
     assert code == 0 and "p1-t1-1" in out
 
 
 def test_plan_refuses_bad_parameters_with_a_message(capsys) -> None:
-    code, _, err = run_cli(capsys, "plan", "--name", "Lab!", "--summary")
+    code, _, err = C.run_main(capsys, cli.main, "plan", "--name", "Lab!", "--summary")
     assert code == 1 and "lab name" in err
-    code, _, err = run_cli(capsys, "plan", "--mtu", "1500", "--summary")
+    code, _, err = C.run_main(capsys, cli.main, "plan", "--mtu", "1500", "--summary")
     assert code == 1 and "4192" in err
 
 
