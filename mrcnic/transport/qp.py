@@ -34,41 +34,41 @@ from mrcnic import wire
 from mrcnic.transport.cc import CcParams, CongestionControl, make_cc
 from mrcnic.transport.ev import EvInput, EvState, EvTable
 from mrcnic.transport.frames import (
-    _CTRL_MAX_BODY,
-    _DSCPS_TRIMMED,
-    _ENDPOINT,
-    _FRAME_CTRL,
-    _FRAME_DATA,
-    _FRAME_DATA_IMM,
-    _FRAME_SACK,
-    _IMM_OPS,
-    _OFF_BTH,
-    _OFF_DST,
-    _OFF_SRC,
-    _OFF_UCSUM,
-    _OFF_UDP,
-    _OP_ACK,
-    _OP_EP_REQ,
-    _OP_EP_RESP,
-    _OP_FIRST,
-    _OP_NACK,
-    _OP_ONLY_IMM,
-    _OP_RPROBE,
-    _OP_SACK,
-    _PLACE_OK,
-    _RPROBE,
-    _RX_DATA,
-    _RX_HEAD,
-    _SACK_FRAME_END,
-    _TS_BIT,
-    _U16,
-    _U32,
+    CTRL_MAX_BODY,
+    DSCPS_TRIMMED,
+    ENDPOINT,
+    FRAME_CTRL,
+    FRAME_DATA,
+    FRAME_DATA_IMM,
+    FRAME_SACK,
+    IMM_OPS,
     MSN_MASK,
     MSN_WINDOW,
+    OFF_BTH,
+    OFF_DST,
+    OFF_SRC,
+    OFF_UCSUM,
+    OFF_UDP,
+    OP_ACK,
+    OP_EP_REQ,
+    OP_EP_RESP,
+    OP_FIRST,
+    OP_NACK,
+    OP_ONLY_IMM,
+    OP_RPROBE,
+    OP_SACK,
+    PLACE_OK,
     PSN_MASK,
-    _crc32,
-    _from_bytes,
-    _Template,
+    RPROBE,
+    RX_DATA,
+    RX_HEAD,
+    SACK_FRAME_END,
+    TS_BIT,
+    U16,
+    U32,
+    Template,
+    crc32,
+    from_bytes,
 )
 from mrcnic.transport.memory import MemoryTable
 from mrcnic.transport.qp_types import (
@@ -208,29 +208,29 @@ class QueuePair(Requester, Responder, Outbox):
         self.peer: QpAttributes | None = None
         self._dest: usid.DestTemplate | None = None
         self._peer_srcs: frozenset[bytes] = frozenset()  # the peer's address on each plane
-        self._tmpl: dict[int, _Template] = {}  # EV -> frame template (see _make_tmpl)
-        self._slot_tmpl: list[_Template] = []  # the same, per EV slot of self.evs
+        self._tmpl: dict[int, Template] = {}  # EV -> frame template (see _make_tmpl)
+        self._slot_tmpl: list[Template] = []  # the same, per EV slot of self.evs
         self._ip_src = [usid.host_address(net.shape, net.host, p) for p in range(self.planes)]
         # Scratch buffers the headers are packed into; every frame copies them out at once,
         # so one per QP serves every frame.
-        self._scratch = bytearray(_FRAME_DATA_IMM.size)
+        self._scratch = bytearray(FRAME_DATA_IMM.size)
         sv = memoryview(self._scratch)
         # (headers, headers from BTH for the ICRC, headers from UDP for the checksum)
         self._views = (
             (
-                sv[: _FRAME_DATA.size],
-                sv[_OFF_BTH : _FRAME_DATA.size],
-                sv[_OFF_UDP : _FRAME_DATA.size],
+                sv[: FRAME_DATA.size],
+                sv[OFF_BTH : FRAME_DATA.size],
+                sv[OFF_UDP : FRAME_DATA.size],
             ),
-            (sv, sv[_OFF_BTH:], sv[_OFF_UDP:]),
+            (sv, sv[OFF_BTH:], sv[OFF_UDP:]),
         )
-        self._ctrl_scratch = bytearray(_FRAME_CTRL.size + _CTRL_MAX_BODY + 4)
+        self._ctrl_scratch = bytearray(FRAME_CTRL.size + CTRL_MAX_BODY + 4)
         self._ctrl_view = memoryview(self._ctrl_scratch)
         # a SACK frame's (BTH..body for the ICRC, UDP..ICRC for the checksum, whole frame)
         self._sack_views = (
-            self._ctrl_view[_OFF_BTH : _FRAME_SACK.size],
-            self._ctrl_view[_OFF_UDP : _FRAME_SACK.size + 4],
-            self._ctrl_view[: _FRAME_SACK.size + 4],
+            self._ctrl_view[OFF_BTH : FRAME_SACK.size],
+            self._ctrl_view[OFF_UDP : FRAME_SACK.size + 4],
+            self._ctrl_view[: FRAME_SACK.size + 4],
         )
 
     # -- setup --------------------------------------------------------------------------------
@@ -272,14 +272,14 @@ class QueuePair(Requester, Responder, Outbox):
         # contents): one tuple unpack instead of a score of attribute loads per call
         self._tx_ctx = (
             self._sendq, sb, self.cc, evs.pick, evs.plane_of, evs.tx_packets, self._slot_tmpl,
-            sb.records, sb.heap, self.mtu, _TS_BIT << 24 | remote.qpn, self._scratch,
+            sb.records, sb.heap, self.mtu, TS_BIT << 24 | remote.qpn, self._scratch,
             *self._views[0], *self._views[1],
         )  # fmt: skip
 
     def _transition(self, inp: QpInput) -> None:
         self.state = next_state(self.qpn, self.state, inp)
 
-    def _make_tmpl(self, ev: int) -> _Template:
+    def _make_tmpl(self, ev: int) -> Template:
         """The per-EV constants of a frame: (Ethernet destination, source, IPv6 word 0 with
         the flow label, source address, destination address, UDP source port, the UDP
         checksum's pseudo-header sum over the source and the *final* destination address
@@ -326,9 +326,7 @@ class QueuePair(Requester, Responder, Outbox):
             self._port_seq = (self._port_seq + 1) & 0xFFFFFFFF
             mask = sum(1 << p for p in range(self.planes) if not self._local_down[p])
             ts_ns = int(now_s * 1e9)
-            body = _ENDPOINT.pack(
-                int(wire.EndpointKind.PORT_STATUS), self._port_seq, 0, mask, ts_ns
-            )
+            body = ENDPOINT.pack(int(wire.EndpointKind.PORT_STATUS), self._port_seq, 0, mask, ts_ns)
             self._ps_pending = (self._port_seq, body)  # supersedes any update not yet acked
             self._ps_tries = 0
             self._send_port_status(now_s)
@@ -340,7 +338,7 @@ class QueuePair(Requester, Responder, Outbox):
         assert self._ps_pending is not None
         body = self._ps_pending[1]
         for _ in range(2):
-            self._queue_ctrl(_OP_EP_REQ, 0, body)
+            self._queue_ctrl(OP_EP_REQ, 0, body)
         wait = self._rto * (1 << min(self._ps_tries, 16))
         self._ps_deadline = now_s + min(wait, self.config.max_rto_s)
         self.stats.port_status_sent += 1
@@ -487,8 +485,8 @@ class QueuePair(Requester, Responder, Outbox):
         ts_ns = int(now_s * 1e9)
         for slot in self.evs.due_probes(now_s, interval, ts_ns):
             ev = self.evs.ev_values[slot]
-            body = _RPROBE.pack(slot, ev, ts_ns)
-            self._ctrl.append(self._ctrl_frame(_OP_RPROBE, 0, body, ev))
+            body = RPROBE.pack(slot, ev, ts_ns)
+            self._ctrl.append(self._ctrl_frame(OP_RPROBE, 0, body, ev))
             self.stats.probes_sent += 1
         self._drain_ev_events()
 
@@ -500,9 +498,9 @@ class QueuePair(Requester, Responder, Outbox):
         eth_dst, eth_src, w0, src, dst, sport, psum = self._tmpl.get(ev) or self._make_tmpl(ev)
         scr = self._ctrl_scratch
         mv = self._ctrl_view
-        end = _FRAME_CTRL.size + len(body)
-        ulen = end + 4 - _OFF_UDP
-        _FRAME_CTRL.pack_into(
+        end = FRAME_CTRL.size + len(body)
+        ulen = end + 4 - OFF_UDP
+        FRAME_CTRL.pack_into(
             scr,
             0,
             eth_dst,
@@ -524,12 +522,12 @@ class QueuePair(Requester, Responder, Outbox):
             self.peer.qpn if dest_qp < 0 else dest_qp,
             psn,
         )  # fmt: skip  (DSCP CONTROL, ECT0)
-        scr[_FRAME_CTRL.size : end] = body
-        _U32.pack_into(scr, end, _crc32(mv[_OFF_BTH:end]))
-        udp = _from_bytes(mv[_OFF_UDP : end + 4], "big")
+        scr[FRAME_CTRL.size : end] = body
+        U32.pack_into(scr, end, crc32(mv[OFF_BTH:end]))
+        udp = from_bytes(mv[OFF_UDP : end + 4], "big")
         if ulen & 1:  # an odd datagram is summed as if padded with a zero byte
             udp <<= 8
-        _U16.pack_into(scr, _OFF_UCSUM, 0xFFFF - (psum + ulen + udp) % 0xFFFF)
+        U16.pack_into(scr, OFF_UCSUM, 0xFFFF - (psum + ulen + udp) % 0xFFFF)
         return (ev % self.planes, bytes(mv[: end + 4]))
 
     def _queue_ctrl(self, op: int, psn: int, body: bytes, plane: int = -1) -> None:
@@ -554,43 +552,43 @@ class QueuePair(Requester, Responder, Outbox):
             self.stats.rx_closed += 1
             return
         rxe = self._rxe
-        if rxe is not None and len(data) > _OFF_BTH:
-            op = data[_OFF_BTH]
-            if _OP_FIRST <= op <= _OP_ONLY_IMM and rxe.frame(data, now_s):
+        if rxe is not None and len(data) > OFF_BTH:
+            op = data[OFF_BTH]
+            if OP_FIRST <= op <= OP_ONLY_IMM and rxe.frame(data, now_s):
                 return  # a data frame: the C engine placed, refused or counted it
             txe = self._txe
-            if txe is not None and op in (_OP_SACK, _OP_ACK) and txe.frame(data, now_s):
+            if txe is not None and op in (OP_SACK, OP_ACK) and txe.frame(data, now_s):
                 return  # a SACK: the C send engine applied or counted it
         n = len(data)
-        if n < _OFF_BTH + 12:
+        if n < OFF_BTH + 12:
             self.stats.rx_malformed += 1
             return
-        ethertype, w0, plen, nh, _hop = _RX_HEAD.unpack_from(data, 12)
-        end = _OFF_UDP + plen
+        ethertype, w0, plen, nh, _hop = RX_HEAD.unpack_from(data, 12)
+        end = OFF_UDP + plen
         if ethertype != 0x86DD or w0 >> 28 != 6 or nh != 17 or end > n or plen < 20:
             self.stats.rx_malformed += 1
             return
         # The first acceptance rule: only the connected peer's addresses may speak to this QP
         # (a third host that guessed the QP number is dropped and counted, whatever it sends)
-        if bytes(data[_OFF_SRC:_OFF_DST]) not in self._peer_srcs:
+        if bytes(data[OFF_SRC:OFF_DST]) not in self._peer_srcs:
             self.stats.rx_foreign += 1
             return
         evs = self.evs
         evs.now_s = now_s
-        op = data[_OFF_BTH]
-        if _OP_FIRST <= op <= _OP_ONLY_IMM:
+        op = data[OFF_BTH]
+        if OP_FIRST <= op <= OP_ONLY_IMM:
             # The common case inline: a new, untrimmed data packet without an immediate, in
             # the window, accepted by the memory table.  Everything up to the placement only
             # looks; anything else (even a bad ICRC) goes to _rx_data, which starts over.
             mv = memoryview(data)
             if (
-                op not in _IMM_OPS
-                and (w0 >> 22) & 0x3F not in _DSCPS_TRIMMED
-                and end >= _OFF_BTH + 44
-                and _crc32(mv[_OFF_BTH : end - 4]) == _U32.unpack_from(data, end - 4)[0]
+                op not in IMM_OPS
+                and (w0 >> 22) & 0x3F not in DSCPS_TRIMMED
+                and end >= OFF_BTH + 44
+                and crc32(mv[OFF_BTH : end - 4]) == U32.unpack_from(data, end - 4)[0]
             ):
-                w1, w2, msn, _rqmsn, ts_ns, va, rkey, length = _RX_DATA.unpack_from(
-                    data, _OFF_BTH + 4
+                w1, w2, msn, _rqmsn, ts_ns, va, rkey, length = RX_DATA.unpack_from(
+                    data, OFF_BTH + 4
                 )
                 psn = w2 & PSN_MASK
                 rxw = self.rxwin
@@ -602,12 +600,12 @@ class QueuePair(Requester, Responder, Outbox):
                     and d < rxw.size
                     and (msn - self._rx_msn) & MSN_MASK < MSN_WINDOW
                     and not (d and rxw.win.test(psn))
-                    and self.memory.place(rkey, va, mv[_OFF_BTH + 40 : end - 4]) is _PLACE_OK
+                    and self.memory.place(rkey, va, mv[OFF_BTH + 40 : end - 4]) is PLACE_OK
                 ):
                     self._rx_new_data(data, end, w0, w1, w2, psn, msn, ts_ns, length, now_s)
                     return
             self._rx_data(data, end, w0, op, now_s)
-        elif op in (_OP_SACK, _OP_ACK) and end == _SACK_FRAME_END:
+        elif op in (OP_SACK, OP_ACK) and end == SACK_FRAME_END:
             self._rx_sack_frame(data, op, now_s)
         else:
             self._rx_control(data, end, w0, now_s)
@@ -616,7 +614,7 @@ class QueuePair(Requester, Responder, Outbox):
 
     def _rx_control(self, data, end: int, w0: int, now_s: float) -> None:  # noqa: ANN001
         try:
-            pkt = wire.decode_mrc(memoryview(data)[_OFF_BTH:end])
+            pkt = wire.decode_mrc(memoryview(data)[OFF_BTH:end])
         except wire.WireError:
             self.stats.rx_malformed += 1
             return
@@ -624,33 +622,33 @@ class QueuePair(Requester, Responder, Outbox):
             self.stats.rx_malformed += 1
             return
         op = pkt.bth.opcode
-        if op in (_OP_SACK, _OP_ACK):
+        if op in (OP_SACK, OP_ACK):
             sk = pkt.sack
             self._rx_sack(
                 sk.cack_psn, sk.sack_offset, sk.bitmap, sk.ev, int(sk.mark), sk.ece,
-                sk.rcv_cwnd_pen, sk.reflected_ts_ns, op == _OP_ACK, now_s,
+                sk.rcv_cwnd_pen, sk.reflected_ts_ns, op == OP_ACK, now_s,
             )  # fmt: skip
-        elif op == _OP_NACK:
+        elif op == OP_NACK:
             self._rx_nack(pkt.nack, now_s)
-        elif op == _OP_RPROBE:
+        elif op == OP_RPROBE:
             self.stats.rx_probes += 1
             # answer with an ACK (0xD1, the SACK body) echoing the probed EV and timestamp
             ce = (w0 >> 20) & 3 == 3
             probe = pkt.probe
             plane = probe.ev % self.planes
             if self._rxe is not None:
-                self._rxe.ack(_OP_ACK, probe.ev, probe.tx_ts_ns, ce, plane)
+                self._rxe.ack(OP_ACK, probe.ev, probe.tx_ts_ns, ce, plane)
             else:
                 cack = (self.rxwin.expected - 1) & PSN_MASK
-                self._send_sack(cack, probe.ev, probe.tx_ts_ns, ce, plane, _OP_ACK)
-        elif op == _OP_EP_REQ and pkt.endpoint.kind == wire.EndpointKind.PORT_STATUS:
+                self._send_sack(cack, probe.ev, probe.tx_ts_ns, ce, plane, OP_ACK)
+        elif op == OP_EP_REQ and pkt.endpoint.kind == wire.EndpointKind.PORT_STATUS:
             ep = pkt.endpoint
             self.stats.rx_port_status += 1
             # acknowledge every copy (the sender retries until it hears this), apply only
             # what is newer than the last update applied: a stale "down" that arrives after
             # an "up" must not take a plane out for good
-            answer = _ENDPOINT.pack(int(ep.kind), ep.ident, 0, ep.port_mask, ep.ts_ns)
-            self._queue_ctrl(_OP_EP_RESP, 0, answer)
+            answer = ENDPOINT.pack(int(ep.kind), ep.ident, 0, ep.port_mask, ep.ts_ns)
+            self._queue_ctrl(OP_EP_RESP, 0, answer)
             last = self._peer_port_seq
             if last is not None:
                 diff = (ep.ident - last) & 0xFFFFFFFF
@@ -667,7 +665,7 @@ class QueuePair(Requester, Responder, Outbox):
                     self._peer_down[p] = down
                     self._update_plane(p, now_s)
             self._events.append(PeerPortStatus(mask, now_s))
-        elif op == _OP_EP_RESP and pkt.endpoint.kind == wire.EndpointKind.PORT_STATUS:
+        elif op == OP_EP_RESP and pkt.endpoint.kind == wire.EndpointKind.PORT_STATUS:
             self.stats.rx_port_status_acks += 1
             pending = self._ps_pending
             if pending is not None and pkt.endpoint.ident == pending[0]:
@@ -702,8 +700,8 @@ class QueuePair(Requester, Responder, Outbox):
         for ev in evs.reverse:
             if evs.plane_down[ev % self.planes]:
                 continue
-            body = _ENDPOINT.pack(kind, self.qpn, ev, 0, ts_ns)
-            self._ctrl.append(self._ctrl_frame(_OP_EP_REQ, 0, body, ev, wire.EV_PROBE_QPN))
+            body = ENDPOINT.pack(kind, self.qpn, ev, 0, ts_ns)
+            self._ctrl.append(self._ctrl_frame(OP_EP_REQ, 0, body, ev, wire.EV_PROBE_QPN))
             self._rev_pending[ev] = ts_ns
             st.ev_probes_sent += 1
         self._rev_probe_at = now_s + REVERSE_PROBE_RTOS * self._rto

@@ -12,33 +12,33 @@ from mrcnic import wire
 from mrcnic.transport.cc import new_ack_sample
 from mrcnic.transport.ev import EvInput
 from mrcnic.transport.frames import (
-    _ACKREQ,
-    _DSCP_DATA_ECT0,
-    _FRAME_DATA,
-    _FRAME_DATA_IMM,
-    _HALF,
-    _MARK_SKIP_ONCE,
-    _OFF_BTH,
-    _OFF_UCSUM,
-    _OP_ACK,
-    _OP_FIRST,
-    _OP_LAST,
-    _OP_LAST_IMM,
-    _OP_MIDDLE,
-    _OP_ONLY,
-    _OP_ONLY_IMM,
-    _RTX_BIT,
-    _RX_SACK,
-    _SACK_FRAME_END,
-    _TS_BIT,
-    _U16,
-    _U32,
+    ACKREQ,
+    DSCP_DATA_ECT0,
+    FRAME_DATA,
+    FRAME_DATA_IMM,
+    MARK_SKIP_ONCE,
     MSN_WINDOW,
+    OFF_BTH,
+    OFF_UCSUM,
+    OP_ACK,
+    OP_FIRST,
+    OP_LAST,
+    OP_LAST_IMM,
+    OP_MIDDLE,
+    OP_ONLY,
+    OP_ONLY_IMM,
+    PSN_HALF,
     PSN_MASK,
-    _crc32,
-    _csum_partial,
-    _from_bytes,
-    _Template,
+    RTX_BIT,
+    RX_SACK,
+    SACK_FRAME_END,
+    TS_BIT,
+    U16,
+    U32,
+    Template,
+    crc32,
+    csum_partial,
+    from_bytes,
 )
 from mrcnic.transport.qp_types import MAX_OUTSTANDING_WRITES as _MAX_OUT
 from mrcnic.transport.qp_types import (
@@ -170,12 +170,9 @@ class Requester:
         in_order = not fifo or fifo[-1][0] <= deadline  # every packet here has this deadline
         fifo_append = fifo.append
         order_append = sb.order.append
-        pack, pack_imm = _FRAME_DATA.pack_into, _FRAME_DATA_IMM.pack_into
-        crc32 = _crc32
-        from_bytes = _from_bytes
-        csum_partial = _csum_partial
-        u16_into = _U16.pack_into
-        u32 = _U32.pack
+        pack, pack_imm = FRAME_DATA.pack_into, FRAME_DATA_IMM.pack_into
+        u16_into = U16.pack_into
+        u32 = U32.pack
         join = b"".join
         sent = sent_bytes = 0
         cur = None
@@ -205,13 +202,13 @@ class Requester:
             first = off == 0
             last = off + n >= length
             if first and last:
-                op = _OP_ONLY if imm is None else _OP_ONLY_IMM
+                op = OP_ONLY if imm is None else OP_ONLY_IMM
             elif first:
-                op = _OP_FIRST
+                op = OP_FIRST
             elif last:
-                op = _OP_LAST if imm is None else _OP_LAST_IMM
+                op = OP_LAST if imm is None else OP_LAST_IMM
             else:
-                op = _OP_MIDDLE
+                op = OP_MIDDLE
             slot = pick(-1)
             if slot < 0:
                 if first:  # undo the start bookkeeping; retry later
@@ -222,9 +219,9 @@ class Requester:
             # the frame (see _data_frame)
             eth_dst, eth_src, w0, src, dst, sport, psum = tmpls[slot]
             payload = mbuf[off : off + n]
-            w0 |= _DSCP_DATA_ECT0
+            w0 |= DSCP_DATA_ECT0
             if last:
-                w2 = _ACKREQ | nxt
+                w2 = ACKREQ | nxt
                 if imm is not None:
                     ulen = n + 56
                     pack_imm(
@@ -258,7 +255,7 @@ class Requester:
                 hdr = head
             if n:
                 total += csum_partial(payload)
-            u16_into(scratch, _OFF_UCSUM, 0xFFFF - total % 0xFFFF)
+            u16_into(scratch, OFF_UCSUM, 0xFFFF - total % 0xFFFF)
             frame = join((hdr, payload, u32(icrc)))
             # the record and its timer
             rec = TxRecord(nxt, msg, off, n, op)
@@ -325,7 +322,7 @@ class Requester:
 
     def _data_frame(
         self,
-        t: _Template,
+        t: Template,
         op: int,
         psn: int,
         msg: TxMessage,
@@ -338,12 +335,12 @@ class Requester:
         (by the join) from the message's buffer, ICRC and UDP checksum chained over both."""
         eth_dst, eth_src, w0, src, dst, sport, psum = t
         payload = msg.buf[off : off + n]
-        w1 = (_TS_BIT | _RTX_BIT if rtx else _TS_BIT) << 24 | self.peer.qpn
-        w2 = psn if op < _OP_LAST else _ACKREQ | psn  # the last packet asks for an ACK
+        w1 = (TS_BIT | RTX_BIT if rtx else TS_BIT) << 24 | self.peer.qpn
+        w2 = psn if op < OP_LAST else ACKREQ | psn  # the last packet asks for an ACK
         w0 |= (8 if rtx else 4) << 22 | 2 << 20  # TRIMMABLE_RETX / TRIMMABLE, ECT0
-        if op in (_OP_LAST_IMM, _OP_ONLY_IMM):
+        if op in (OP_LAST_IMM, OP_ONLY_IMM):
             ulen = n + 56  # UDP 8 + BTH..RETH 40 + ImmDt 4 + ICRC 4
-            _FRAME_DATA_IMM.pack_into(
+            FRAME_DATA_IMM.pack_into(
                 self._scratch, 0, eth_dst, eth_src, 0x86DD, w0, ulen, 17, 64, src, dst,
                 sport, 4791, ulen, 0, op, 0, 0xFFFF, w1, w2, msg.msn, msg.rqmsn, ts_ns,
                 msg.remote_va + off, msg.rkey, msg.length, msg.imm,
@@ -351,33 +348,33 @@ class Requester:
             head, mrc, udp = self._views[1]
         else:
             ulen = n + 52  # UDP 8 + BTH..RETH 40 + ICRC 4
-            _FRAME_DATA.pack_into(
+            FRAME_DATA.pack_into(
                 self._scratch, 0, eth_dst, eth_src, 0x86DD, w0, ulen, 17, 64, src, dst,
                 sport, 4791, ulen, 0, op, 0, 0xFFFF, w1, w2, msg.msn, msg.rqmsn, ts_ns,
                 msg.remote_va + off, msg.rkey, msg.length,
             )  # fmt: skip
             head, mrc, udp = self._views[0]
-        icrc = _crc32(payload, _crc32(mrc))
+        icrc = crc32(payload, crc32(mrc))
         # One's complement sum of the UDP datagram = its value modulo 0xFFFF (2^16 = 1 mod
         # 0xFFFF): the headers' bytes as one integer, the payload's sum from the C core, the
         # ICRC one byte up when the payload length is odd; plus the pseudo-header (psum, ulen).
-        total = psum + ulen + _from_bytes(udp, "big") + (icrc << 8 if n & 1 else icrc)
+        total = psum + ulen + from_bytes(udp, "big") + (icrc << 8 if n & 1 else icrc)
         if n:
-            total += _csum_partial(payload)
-        _U16.pack_into(self._scratch, _OFF_UCSUM, 0xFFFF - total % 0xFFFF)
-        return b"".join((head, payload, _U32.pack(icrc)))
+            total += csum_partial(payload)
+        U16.pack_into(self._scratch, OFF_UCSUM, 0xFFFF - total % 0xFFFF)
+        return b"".join((head, payload, U32.pack(icrc)))
 
     def _rx_sack_frame(self, data, op: int, now_s: float) -> None:  # noqa: ANN001
         """A SACK or probe answer of the right length: decoded at fixed offsets (what
         wire.decode_mrc would check: the ICRC and a defined mark; then our QP number)."""
         if (
-            _crc32(memoryview(data)[_OFF_BTH : _SACK_FRAME_END - 4])
-            != _U32.unpack_from(data, _SACK_FRAME_END - 4)[0]
+            crc32(memoryview(data)[OFF_BTH : SACK_FRAME_END - 4])
+            != U32.unpack_from(data, SACK_FRAME_END - 4)[0]
         ):
             self.stats.rx_malformed += 1
             return
-        w1, _w2, w0, offset, pen, bitmap, ev, _ooo, ts_ns, _rb = _RX_SACK.unpack_from(
-            data, _OFF_BTH + 4
+        w1, _w2, w0, offset, pen, bitmap, ev, _ooo, ts_ns, _rb = RX_SACK.unpack_from(
+            data, OFF_BTH + 4
         )
         mark = w0 >> 30
         if mark == 3 or w1 & 0xFFFFFF != self.qpn:
@@ -385,7 +382,7 @@ class Requester:
             return
         self._rx_sack(
             w0 & PSN_MASK, offset, bitmap, ev, mark, w0 & 0x20000000 != 0, pen & 0x7F, ts_ns,
-            op == _OP_ACK, now_s,
+            op == OP_ACK, now_s,
         )  # fmt: skip
 
     def _rx_sack(
@@ -455,7 +452,7 @@ class Requester:
             slot = evs.slot_of.get(ev, -1)
             if slot >= 0:
                 evs.ecn_echoes[slot] += 1
-                inp = EvInput.ECN_ECHO if mark == _MARK_SKIP_ONCE else EvInput.ALWAYS_SKIP
+                inp = EvInput.ECN_ECHO if mark == MARK_SKIP_ONCE else EvInput.ALWAYS_SKIP
                 evs.apply(slot, inp, now_s)
         if acked_bytes or ece:
             self.cc.on_ack(new_ack_sample(acked_bytes, rtt, ece, now_s))
@@ -613,7 +610,7 @@ class Requester:
         una = self.sb.snd_una
         while msgs:
             m = msgs[0]
-            if m.last_psn < 0 or not 0 < ((una - m.last_psn) & PSN_MASK) < _HALF:
+            if m.last_psn < 0 or not 0 < ((una - m.last_psn) & PSN_MASK) < PSN_HALF:
                 break  # not fully sent, or its last PSN is not behind snd_una yet
             msgs.popleft()
             m.done = True

@@ -7,33 +7,33 @@ from __future__ import annotations
 
 from mrcnic import wire
 from mrcnic.transport.frames import (
-    _ACKREQ,
-    _DSCP_CTRL_ECT0,
-    _DSCP_TRIMMED,
-    _DSCP_TRIMMED_LH,
-    _FRAME_SACK,
-    _HALF,
-    _IMM,
-    _MARK_ALWAYS_SKIP,
-    _MARK_SKIP_ONCE,
-    _NACK,
-    _OFF_BTH,
-    _OFF_UCSUM,
-    _OFF_UDP,
-    _OP_LAST_IMM,
-    _OP_NACK,
-    _OP_ONLY_IMM,
-    _OP_SACK,
-    _PLACE_OK,
-    _RTX_BIT,
-    _RX_DATA,
-    _U16,
-    _U32,
+    ACKREQ,
+    DSCP_CTRL_ECT0,
+    DSCP_TRIMMED,
+    DSCP_TRIMMED_LH,
+    FRAME_SACK,
+    IMM,
+    MARK_ALWAYS_SKIP,
+    MARK_SKIP_ONCE,
     MSN_MASK,
     MSN_WINDOW,
+    NACK,
+    OFF_BTH,
+    OFF_UCSUM,
+    OFF_UDP,
+    OP_LAST_IMM,
+    OP_NACK,
+    OP_ONLY_IMM,
+    OP_SACK,
+    PLACE_OK,
+    PSN_HALF,
     PSN_MASK,
-    _crc32,
-    _from_bytes,
+    RTX_BIT,
+    RX_DATA,
+    U16,
+    U32,
+    crc32,
+    from_bytes,
 )
 from mrcnic.transport.memory import PlaceStatus
 from mrcnic.transport.qp_types import ImmReceived, WcStatus
@@ -65,14 +65,14 @@ class Responder:
         """The rest of receive_frame's common case, once the payload is placed: exactly what
         _rx_data does for a new packet without an immediate."""
         rxw = self.rxwin
-        ev = (data[_OFF_UDP] << 24) | (data[_OFF_UDP + 1] << 16) | (w0 & 0xFFFF)
+        ev = (data[OFF_UDP] << 24) | (data[OFF_UDP + 1] << 16) | (w0 & 0xFFFF)
         ce = (w0 >> 20) & 3 == 3
         st = self.stats
         st.rx_data_packets += 1
         if ce:
             st.rx_ecn_marked += 1
         rxw.receive(psn)
-        plen = end - 4 - _OFF_BTH - 40
+        plen = end - 4 - OFF_BTH - 40
         st.rx_placed_packets += 1
         st.rx_placed_bytes += plen
         rxw.received_bytes += plen
@@ -81,22 +81,22 @@ class Responder:
     def _rx_data(self, data, end: int, w0: int, op: int, now_s: float) -> None:  # noqa: ANN001
         st = self.stats
         dscp = (w0 >> 22) & 0x3F
-        trimmed = dscp in (_DSCP_TRIMMED, _DSCP_TRIMMED_LH)
-        imm = op in (_OP_LAST_IMM, _OP_ONLY_IMM)
-        hdr_end = _OFF_BTH + 44 if imm else _OFF_BTH + 40
+        trimmed = dscp in (DSCP_TRIMMED, DSCP_TRIMMED_LH)
+        imm = op in (OP_LAST_IMM, OP_ONLY_IMM)
+        hdr_end = OFF_BTH + 44 if imm else OFF_BTH + 40
         if end < hdr_end + (0 if trimmed else 4):
             st.rx_malformed += 1
             return
         mv = memoryview(data)
-        if not trimmed and _crc32(mv[_OFF_BTH : end - 4]) != _U32.unpack_from(data, end - 4)[0]:
+        if not trimmed and crc32(mv[OFF_BTH : end - 4]) != U32.unpack_from(data, end - 4)[0]:
             st.rx_malformed += 1
             return
-        w1, w2, msn, rqmsn, ts_ns, va, rkey, length = _RX_DATA.unpack_from(data, _OFF_BTH + 4)
+        w1, w2, msn, rqmsn, ts_ns, va, rkey, length = RX_DATA.unpack_from(data, OFF_BTH + 4)
         if w1 & 0xFFFFFF != self.qpn:
             st.rx_malformed += 1
             return
         psn = w2 & PSN_MASK
-        ev = (data[_OFF_UDP] << 24) | (data[_OFF_UDP + 1] << 16) | (w0 & 0xFFFF)
+        ev = (data[OFF_UDP] << 24) | (data[OFF_UDP + 1] << 16) | (w0 & 0xFFFF)
         ce = (w0 >> 20) & 3 == 3
         st.rx_data_packets += 1
         if ce:
@@ -104,24 +104,22 @@ class Responder:
         rxw = self.rxwin
         if trimmed:
             st.rx_trimmed += 1
-            if dscp == _DSCP_TRIMMED_LH:
+            if dscp == DSCP_TRIMMED_LH:
                 rxw.lasthop_trims += 1  # the receiver's own port is overloaded: rcv_cwnd_pen
             reason = (
-                wire.NackReason.TRIMMED
-                if dscp == _DSCP_TRIMMED
-                else wire.NackReason.TRIMMED_LASTHOP
+                wire.NackReason.TRIMMED if dscp == DSCP_TRIMMED else wire.NackReason.TRIMMED_LASTHOP
             )
             if not rxw.win.test(psn):
                 self._send_nack(int(reason), psn, ev, ts_ns, ev % self.planes)
             return
         d = (psn - rxw.expected) & PSN_MASK
-        if d < _HALF and d >= rxw.size:
+        if d < PSN_HALF and d >= rxw.size:
             st.rx_psn_out_of_window += 1
             self._send_nack(int(wire.NackReason.PSN_OOR_WINDOW), psn, ev, ts_ns, ev % self.planes)
             return
         # d == 0 is the cumulative ack's next PSN, which is never marked (receive() advances
         # past it at once): no need to ask the window
-        if d >= _HALF or (d and rxw.win.test(psn)):
+        if d >= PSN_HALF or (d and rxw.win.test(psn)):
             st.rx_duplicates += 1
             self._send_sack(psn, ev, ts_ns, ce, ev % self.planes, twice=True)  # rule 2
             return
@@ -130,7 +128,7 @@ class Responder:
             return
         payload = mv[hdr_end : end - 4]
         refused = self.memory.place(rkey, va, payload)
-        if refused is not _PLACE_OK:
+        if refused is not PLACE_OK:
             st.rx_refused += 1
             if refused is PlaceStatus.BAD_RKEY:
                 st.rx_bad_rkey += 1
@@ -149,7 +147,7 @@ class Responder:
         if imm:
             if self._rx_imm_check(rqmsn, psn, ev, ts_ns, now_s):
                 return
-            self._rx_imm[msn] = (rqmsn, _IMM.unpack_from(data, _OFF_BTH + 40)[0])
+            self._rx_imm[msn] = (rqmsn, IMM.unpack_from(data, OFF_BTH + 40)[0])
         self._rx_placed(psn, msn, length, plen, ev, ts_ns, ce, w1, w2, now_s)
 
     def _rx_placed(
@@ -193,9 +191,9 @@ class Responder:
             rxw.ece_pending = True
         elif self._ce_run:
             self._ce_run.pop(ev, None)
-        rtx = w1 & (_RTX_BIT << 24) != 0
+        rtx = w1 & (RTX_BIT << 24) != 0
         # the coalescing rule (ResponderWindow.wants_ack) for a new packet
-        if ce or rtx or w2 & _ACKREQ or rxw.pending >= rxw.ack_every:
+        if ce or rtx or w2 & ACKREQ or rxw.pending >= rxw.ack_every:
             self._send_sack(psn, ev, ts_ns, ce, ev % self.planes, twice=rtx)
         else:
             self._ack_trigger = (psn, ev, ts_ns, ce)
@@ -239,7 +237,7 @@ class Responder:
         ts_ns: int,
         ce: bool,
         plane: int,
-        op: int = _OP_SACK,
+        op: int = OP_SACK,
         twice: bool = False,
     ) -> None:
         """Queue a SACK about ``psn`` on ``plane`` (-1: round robin).  ``twice`` (for
@@ -250,7 +248,7 @@ class Responder:
         ece = ce or rxw.ece_pending
         cack, offset, bitmap, ooo, received, pen = rxw.sack_values(psn)
         if ce:
-            mark = _MARK_ALWAYS_SKIP if self._ce_run.get(ev, 0) >= 8 else _MARK_SKIP_ONCE
+            mark = MARK_ALWAYS_SKIP if self._ce_run.get(ev, 0) >= 8 else MARK_SKIP_ONCE
             w0 = mark << 30 | 0x20000000 | cack
         else:
             w0 = 0x20000000 | cack if ece else cack
@@ -298,19 +296,19 @@ class Responder:
         headers and the body."""
         tmpl = self._tmpl.get(out_ev) or self._make_tmpl(out_ev)
         eth_dst, eth_src, w0_ip, src, dst, sport, psum = tmpl
-        ulen = _FRAME_SACK.size + 4 - _OFF_UDP
-        _FRAME_SACK.pack_into(
-            self._ctrl_scratch, 0, eth_dst, eth_src, 0x86DD, w0_ip | _DSCP_CTRL_ECT0, ulen, 17,
+        ulen = FRAME_SACK.size + 4 - OFF_UDP
+        FRAME_SACK.pack_into(
+            self._ctrl_scratch, 0, eth_dst, eth_src, 0x86DD, w0_ip | DSCP_CTRL_ECT0, ulen, 17,
             64, src, dst, sport, 4791, ulen, 0, op, 0, 0xFFFF, self.peer.qpn, cack, w0, offset,
             pen, bitmap, ev, ooo, ts_ns, received,
         )  # fmt: skip
         mrc, udp, whole = self._sack_views
-        _U32.pack_into(self._ctrl_scratch, _FRAME_SACK.size, _crc32(mrc))
-        csum = 0xFFFF - (psum + ulen + _from_bytes(udp, "big")) % 0xFFFF
-        _U16.pack_into(self._ctrl_scratch, _OFF_UCSUM, csum)
+        U32.pack_into(self._ctrl_scratch, FRAME_SACK.size, crc32(mrc))
+        csum = 0xFFFF - (psum + ulen + from_bytes(udp, "big")) % 0xFFFF
+        U16.pack_into(self._ctrl_scratch, OFF_UCSUM, csum)
         return (out_ev % self.planes, bytes(whole))
 
     def _send_nack(self, reason: int, psn: int, ev: int, ts_ns: int, plane: int) -> None:
-        body = _NACK.pack(reason << 24 | psn, ev, (self.rxwin.expected - 1) & PSN_MASK, ts_ns)
+        body = NACK.pack(reason << 24 | psn, ev, (self.rxwin.expected - 1) & PSN_MASK, ts_ns)
         self.stats.tx_nacks += 1
-        self._queue_ctrl(_OP_NACK, psn, body, plane)
+        self._queue_ctrl(OP_NACK, psn, body, plane)

@@ -22,7 +22,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from mrcnic.transport.frames import _DSCP_CTRL_ECT0, MSN_WINDOW
+from mrcnic.transport.frames import DSCP_CTRL_ECT0, MSN_WINDOW
 from mrcnic.transport.memory import Access, MemoryTable
 from mrcnic.transport.qp_types import ImmReceived, QpState, WcStatus
 from mrcnic.transport.responder import REVERSE_PROBE_RTOS_FIRST
@@ -299,7 +299,7 @@ class CRxEngine:
         for i, ev in enumerate(rev):
             eth_dst, eth_src, w0, src, dst, sport, psum = qp._make_tmpl(ev)
             hdr = _HDR.pack(
-                eth_dst, eth_src, 0x86DD, w0 | _DSCP_CTRL_ECT0, 0, 17, 64, src, dst, sport,
+                eth_dst, eth_src, 0x86DD, w0 | DSCP_CTRL_ECT0, 0, 17, 64, src, dst, sport,
                 4791, 0, 0,
             )  # fmt: skip
             t = self._tmpl[i]
