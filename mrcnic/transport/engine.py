@@ -23,11 +23,98 @@ from mrcnic.transport.requester import PySendEngine
 from mrcnic.transport.responder import PyRecvEngine
 
 if TYPE_CHECKING:
+    from collections import deque
+
+    from mrcnic.transport.cc import CongestionControl
+    from mrcnic.transport.ev import EvTable
+    from mrcnic.transport.frames import Template
+    from mrcnic.transport.memory import MemoryTable
     from mrcnic.transport.qp import QueuePair
-    from mrcnic.transport.qp_types import TxMessage
+    from mrcnic.transport.qp_types import (
+        Event,
+        NetConfig,
+        QpAttributes,
+        QpConfig,
+        QpState,
+        QpStats,
+        TxMessage,
+        WcStatus,
+    )
     from mrcnic.transport.rx_engine import RxEngines
+    from mrcnic.transport.sack import ResponderWindow, Scoreboard
 
 Frames = list[tuple[int, Any]]
+
+
+class SendHost(Protocol):
+    """What a send engine sees of its QP (the QueuePair is one): the policy objects it
+    consults per decision, the settings, the RTT estimator's values the QP's timers read
+    (the engine keeps them current), and the QP's calls for events and errors."""
+
+    qpn: int
+    net: NetConfig
+    planes: int
+    mtu: int
+    config: QpConfig
+    peer: QpAttributes | None  # (a NACK or the C feedback may shrink its window)
+    evs: EvTable
+    cc: CongestionControl
+    stats: QpStats
+    sb: Scoreboard
+    _slot_tmpl: list[Template]
+    _peer_srcs: frozenset[bytes]
+    _events: deque[Event]
+    _rto: float
+    _min_rto: float
+    _srtt: float | None
+    _rttvar: float
+    _rtt_peak: float
+    _min_rtt: float
+    _rtt_measured: bool
+
+    def _accept(self, data: Any) -> int: ...
+
+    def _drain_ev_events(self) -> None: ...
+
+    def _nack_fatal(self, reason: int, psn: int, m: TxMessage, now_s: float) -> None: ...
+
+    def _retry_exceeded(self, psn: int, retries: int, m: TxMessage, now_s: float) -> None: ...
+
+
+class RecvHost(Protocol):
+    """What a receive engine sees of its QP (the QueuePair is one): its receive window,
+    memory, settings and templates, where control frames and events go, and its calls for
+    NACKs and errors."""
+
+    qpn: int
+    planes: int
+    state: QpState
+    config: QpConfig
+    peer: QpAttributes | None
+    evs: EvTable
+    memory: MemoryTable
+    rxwin: ResponderWindow
+    stats: QpStats
+    tx: SendEngine  # (a receive batch hands the send engine its SACKs' feedback)
+    _peer_srcs: frozenset[bytes]
+    _ctrl: list[tuple[int, bytes]]
+    _events: deque[Event]
+    _tmpl: dict[int, Template]
+    _ack_delay: float
+    _rto: float
+    _rev_probe_at: float | None  # (the first SACK of a burst schedules reverse-EV probes)
+
+    def _accept(self, data: Any) -> int: ...
+
+    def _drain_ev_events(self) -> None: ...
+
+    def _make_tmpl(self, ev: int) -> Template: ...
+
+    def _send_nack(self, reason: int, psn: int, ev: int, ts_ns: int, plane: int) -> None: ...
+
+    def _fatal(
+        self, status: WcStatus, reason: str, now_s: float, failed: TxMessage | None = None
+    ) -> None: ...
 
 
 class SendEngine(Protocol):

@@ -64,7 +64,7 @@ from mrcnic.transport.sack import (
 )
 
 if TYPE_CHECKING:
-    from mrcnic.transport.qp import QueuePair
+    from mrcnic.transport.engine import SendHost
 
 #: the RTT peak tracker follows a higher sample at once and decays towards lower ones by this
 #: fraction per sample (about 64 SACKs: a few RTTs), so it remembers the recent tail
@@ -92,7 +92,7 @@ _MESSAGE_BYTES = TxMessage.__basicsize__
 class PySendEngine:
     """One connected MRC QP's send side in Python (see the module docstring).
 
-    ``qp`` is the QueuePair it works for: it reads the QP's policy objects and settings
+    ``qp`` is its QP, seen through :class:`~mrcnic.transport.engine.SendHost`: it reads the QP's policy objects and settings
     (``evs``, ``cc``, ``config``, ``peer``, ``stats``, the frame templates ``_slot_tmpl``),
     keeps the RTT estimator's values the QP's timers use (``_rto``, ``_srtt``, ``_min_rtt``,
     ... : the C engine copies its own there after every call) and calls the QP back for
@@ -100,7 +100,7 @@ class PySendEngine:
     ``_retry_exceeded``). Everything else is its own: the send and retransmission queues,
     the writes in flight, loss detection's state."""
 
-    def __init__(self, qp: QueuePair) -> None:
+    def __init__(self, qp: SendHost) -> None:
         self.qp = qp
         self.sb = qp.sb
         self._rtxq: deque[TxRecord] = deque()
@@ -327,20 +327,17 @@ class PySendEngine:
                 msg.next_off = off + n
 
     def _send_record(self, rec: TxRecord, now_s: float, rtx: bool) -> tuple[int, bytes] | None:
-        evs = self.qp.evs
+        """Send ``rec`` (a new packet, or with ``rtx`` its retransmission) on the EV the
+        table picks: its frame, its record's send state and timer, the counters; None when
+        no EV can carry it."""
+        qp = self.qp
+        evs = qp.evs
         slot = evs.pick(rec.slot if rtx else -1)
         if slot < 0:
             return None
         ts_ns = int(now_s * 1e9) or 1  # 0 means "no timestamp" in a SACK: a clock at 0 is 1 ns
         frame = self._data_frame(
-            self.qp._slot_tmpl[slot],
-            rec.opcode,
-            rec.psn,
-            rec.msg,
-            rec.offset,
-            rec.length,
-            ts_ns,
-            rtx,
+            qp._slot_tmpl[slot], rec.opcode, rec.psn, rec.msg, rec.offset, rec.length, ts_ns, rtx
         )
         if rtx and not rec.ever_rtx and rec.lost_by in LOSS_CAUSES:
             entry = [now_s - rec.first_sent_s, False]
@@ -349,21 +346,21 @@ class PySendEngine:
         rec.slot = slot
         rec.sent_s = now_s
         rec.tx_ts_ns = ts_ns
-        self.sb.order.append((rec, ts_ns))
+        sb = self.sb
+        sb.order.append((rec, ts_ns))
         evs.tx_packets[slot] += 1
-        st = self.qp.stats
+        st = qp.stats
         if rtx:
-            self.sb.resent(rec)
+            sb.resent(rec)
             rec.ever_rtx = True
             st.retransmissions += 1
         else:
             rec.first_sent_s = now_s
             st.tx_data_packets += 1
             st.tx_data_bytes += rec.length
-        rto = self.qp._rto * (1 << min(rec.retries, 30))
-        self.sb.arm(
-            rec, now_s + (rto if rto < self.qp.config.max_rto_s else self.qp.config.max_rto_s)
-        )
+        rto = qp._rto * (1 << min(rec.retries, 30))
+        max_rto = qp.config.max_rto_s
+        sb.arm(rec, now_s + (rto if rto < max_rto else max_rto))
         return (evs.plane_of[slot], frame)
 
     def _data_frame(

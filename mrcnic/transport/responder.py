@@ -48,7 +48,7 @@ from mrcnic.transport.qp_types import ImmReceived, WcStatus
 from mrcnic.transport.sack import MARK_NEW
 
 if TYPE_CHECKING:
-    from mrcnic.transport.qp import QueuePair
+    from mrcnic.transport.engine import RecvHost
 
 #: EVs the responder tracks CE runs for (the ALWAYS_SKIP heuristic); more means a sender
 #: that sprays over more EVs than any QP has, or a forger: the table starts over
@@ -60,13 +60,13 @@ REVERSE_PROBE_RTOS_FIRST = 4
 class PyRecvEngine:
     """One connected MRC QP's receive side in Python (see the module docstring).
 
-    ``qp`` is the QueuePair it works for: it reads the QP's receive window (``rxwin``), memory
+    ``qp`` is its QP, seen through :class:`~mrcnic.transport.engine.RecvHost`: it reads the QP's receive window (``rxwin``), memory
     table, settings and frame templates, queues control frames in ``qp._ctrl``, events in
     ``qp._events``, NACKs through ``qp._send_nack``, and reports a write-with-immediate
     protocol violation with ``qp._fatal``. Message accounting and the acknowledgment
     trigger are its own."""
 
-    def __init__(self, qp: QueuePair) -> None:
+    def __init__(self, qp: RecvHost) -> None:
         self.qp = qp
         self._ack_deadline: float | None = None
         self._ack_trigger = (0, 0, 0, False)  # psn, ev, ts, ce of the last unacked packet

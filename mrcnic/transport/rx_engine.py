@@ -28,7 +28,7 @@ from mrcnic.transport.qp_types import ImmReceived, QpState, WcStatus
 from mrcnic.transport.responder import REVERSE_PROBE_RTOS_FIRST
 
 if TYPE_CHECKING:
-    from mrcnic.transport.qp import QueuePair
+    from mrcnic.transport.engine import RecvHost
 
 ENGINES = ("c", "py")
 _CTRL_SLOT = 128  # bytes per control frame slot (a SACK frame is 118)
@@ -272,7 +272,7 @@ class CRxEngine:
         """Add what the C side counted since the last batch to the QP's stats."""
         self._counters.add(self._ffi, self.q.st, self.qp.stats)
 
-    def __init__(self, qp: QueuePair, dev: RxEngines, txq: Any = None) -> None:
+    def __init__(self, qp: RecvHost, dev: RxEngines, txq: Any = None) -> None:
         m = c_module()
         ffi = self._ffi = m.ffi
         self._lib = m.lib
@@ -380,7 +380,7 @@ class CRxEngine:
         self._run(self._lib.mrc_rxe_ack_timer, self.q, now_s, self.out)
 
     def ack(self, op: int, ev: int, ts_ns: int, ce: bool, plane: int) -> None:
-        """Acknowledge now (an EV probe's answer): Responder._send_sack's twin."""
+        """Acknowledge now (an EV probe's answer): PyRecvEngine.ack's twin."""
         self.sync_reverse()
         self._run(self._lib.mrc_rxe_ack, self.q, op, ev, ts_ns, ce, plane, self.out)
 

@@ -34,11 +34,11 @@ from mrcnic.transport.qp_types import (
 from mrcnic.transport.rx_engine import CounterSink, RxEngines, raw_pointer
 
 if TYPE_CHECKING:
-    from mrcnic.transport.qp import QueuePair
+    from mrcnic.transport.engine import SendHost
 
 REC_CAP = 8192  # PSNs in flight + 1 (a power of two)
 MSG_CAP = MAX_OUTSTANDING_WRITES  # writes posted and not completed (a power of two)
-RECOVERY_LOG = 65536  # Requester._recoveries' length
+RECOVERY_LOG = 65536  # PySendEngine._recoveries' length
 OUT_FRAMES = 64  # data frames per mrc_txe_send call before the shell drains them
 _HDR = struct.Struct(">6s6sHIHBB16s16sHHHH")  # Ethernet, IPv6, UDP: a template's 62 bytes
 
@@ -58,9 +58,11 @@ def _inputs(lib: Any) -> dict[int, EvInput]:
 
 
 class CTxEngine:
-    """The C send path of one connected MRC QP (``qp``: a QueuePair; ``m``: the C module)."""
+    """The C send path of one connected MRC QP (the twin of
+    :class:`mrcnic.transport.requester.PySendEngine`, behind the same interface; ``qp``: its
+    QP as a :class:`~mrcnic.transport.engine.SendHost`; ``dev``: the device's C state)."""
 
-    def __init__(self, qp: QueuePair, dev: RxEngines) -> None:
+    def __init__(self, qp: SendHost, dev: RxEngines) -> None:
         m = dev.module
         ffi = self._ffi = m.ffi
         lib = self._lib = m.lib
@@ -257,7 +259,7 @@ class CTxEngine:
     # -- per batch -----------------------------------------------------------------------------
 
     def send(self, now_s: float, out: list[tuple[int, bytes]]) -> None:
-        """Requester.frames_to_send's data part: frames appended to ``out``."""
+        """PySendEngine.send's twin: frames appended to ``out``."""
         q = self.q
         qp = self.qp
         evs = qp.evs
