@@ -285,8 +285,9 @@ class TxMessage:
 
 
 class Outbox:
-    """What both transports' queue pairs hand the I/O layer besides data: their control
-    frames and their events (a mixin; the QP owns ``_ctrl`` and ``_events``)."""
+    """What a queue pair hands the I/O layer besides data: its control frames and its
+    events (the RoCEv2 QP's base, which owns ``_ctrl`` and ``_events``; the MRC QP has the
+    same two methods of its own, as it composes engines rather than mixins)."""
 
     _ctrl: list[tuple[int, bytes]]
     _events: deque

@@ -163,7 +163,7 @@ class PySendEngine:
                 rtxq.extendleft(reversed(deferred))
         # (the window test here too: a window-limited QP is asked often, and answers cheaply)
         if self._sendq and qp.peer is not None and sb.inflight_bytes < cc.cwnd_bytes:
-            self._send_new(out, now_s, window)
+            self._segment_writes(out, now_s, window)
 
     @property
     def work_waiting(self) -> bool:
@@ -268,7 +268,7 @@ class PySendEngine:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _send_new(self, out: list[tuple[int, bytes]], now_s: float, window: int) -> None:
+    def _segment_writes(self, out: list[tuple[int, bytes]], now_s: float, window: int) -> None:
         """Segment posted writes into new packets while the window allows: each one's
         record, frame and timer through :meth:`_send_record`, as a retransmission's."""
         qp = self.qp
