@@ -17,7 +17,7 @@ events and errors back to it (docs/architecture.md, "Engines").
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from mrcnic.transport.requester import PySendEngine
 from mrcnic.transport.responder import PyRecvEngine
@@ -117,6 +117,7 @@ class RecvHost(Protocol):
     ) -> None: ...
 
 
+@runtime_checkable
 class SendEngine(Protocol):
     """A connected QP's send side: posted writes, data frames, the scoreboard and its
     retransmission timers, and what acknowledgments say about them."""
@@ -184,6 +185,7 @@ class SendEngine(Protocol):
     def snd_una(self) -> int: ...
 
 
+@runtime_checkable
 class RecvEngine(Protocol):
     """A connected QP's receive side: data frames placed, messages completed in order, and
     the SACKs and NACKs they call for."""
