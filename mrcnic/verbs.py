@@ -41,9 +41,11 @@ from mrcnic.profiles import (
 )
 from mrcnic.sim.fabric import Fabric, FabricSpec, host_net
 from mrcnic.sim.pump import Pump
+from mrcnic.transport.engine import PY_ENGINES, CEngines, EngineChoice
 from mrcnic.transport.ev import EvStateChanged, EvStats
 from mrcnic.transport.evprobe import EvProbeDesk
 from mrcnic.transport.memory import Access, MemoryRegion, MemoryTable
+from mrcnic.transport.port_queues import PortQueues
 from mrcnic.transport.qp import QueuePair
 from mrcnic.transport.qp_types import (
     MAX_OUTSTANDING_WRITES,
@@ -63,7 +65,6 @@ from mrcnic.transport.qp_types import (
     seeded,
 )
 from mrcnic.transport.rx_engine import ENGINES, MAX_REGIONS, RxEngines, engine_from_env
-from mrcnic.transport.tx_engine import PortQueues
 from mrcnic.wire import usid
 from mrcnic.wire.layout import EV_PROBE_QPN
 from mrcnic.wire.pfc import is_pfc
@@ -360,6 +361,9 @@ class Device:
         if self.engine_name not in ENGINES:
             raise ValueError(f"engine {self.engine_name!r}: not an engine (c, py)")
         self._rx_engines = RxEngines(self.memory) if self.engine_name == "c" else None
+        self._engine_choice: EngineChoice = (
+            CEngines(self._rx_engines) if self._rx_engines is not None else PY_ENGINES
+        )
         self._rx_batch: tuple[Any, float] = (None, 0.0)  # (ring, now) while dispatching
         self.qps: dict[int, QP] = {}
         # QP 0x2: answers EV probes, hands their answers to the QP they name
@@ -425,10 +429,9 @@ class Device:
             if prof is not None:
                 config = prof.apply(config)
         rate = sum(self.port_rates_bps) if transport == "mrc" else max(self.port_rates_bps)
-        core = cls(qpn, self.net, self.memory, rate, config)
-        if transport == "mrc" and self._rx_engines is not None:
-            core._rx_engines = self._rx_engines  # connect() gives it a C receive engine
-            core._tx_c = self._rx_engines.module  # and a C send engine
+        # an MRC QP's engines: chosen here, once (connect() builds them)
+        kw = {"engines": self._engine_choice} if transport == "mrc" else {}
+        core = cls(qpn, self.net, self.memory, rate, config, **kw)
         qp = QP(self, core)
         qp.transport = transport
         for prof in (ev_profile, cc_profile):
@@ -546,7 +549,7 @@ class Device:
     def attach_port_queues(self, caps: list[int] | None) -> Any:
         """Per-port C queues for the frames the C engines build (data frames of the send
         engine, SACKs and NACKs of the receive engine), which the I/O shell's pacers drain
-        (``mrcnic.transport.tx_engine.PortQueues``; ``caps``: each port's data queue limit,
+        (``mrcnic.transport.port_queues.PortQueues``; ``caps``: each port's data queue limit,
         in frames), or None to detach them (the engines then hand frames back as bytes).
         Returns the PortQueues, or None when this device has no C engine."""
         eng = self._rx_engines

@@ -64,7 +64,7 @@ from mrcnic.io import batch as batch_io
 from mrcnic.io.afpacket import NETDOWN_ERRNOS, open_rx_socket, open_tx_socket
 from mrcnic.io.linkstate import LinkWatcher, link_up
 from mrcnic.io.netns import in_netns
-from mrcnic.io.pacing import PacerConfig, PortPacer
+from mrcnic.io.pacing import OutBatch, PacerConfig, PortPacer
 from mrcnic.io.pfc import PortPause
 from mrcnic.io.timer import FdTimer, LoopTimer
 from mrcnic.verbs import Device
@@ -490,13 +490,8 @@ class AioNic:
             pacer = p.pacer
             if not len(pacer):
                 continue
-            frames = pacer.take(now)
-            if pacer.c_high_take:  # control first (the C queue's are SACKs and NACKs)
-                self._send_c(p, pacer.chq, pacer.c_high_take, now)
-            if frames:
-                self._send(p, frames, now)
-            if pacer.c_take:
-                self._send_c(p, pacer.cq, pacer.c_take, now)
+            for batch in pacer.due(now):  # control first, then data
+                self._send(p, batch, now)
             d = pacer.next_due(now)
             if d is None:
                 continue
@@ -517,38 +512,19 @@ class AioNic:
             else:
                 p.tx_down_drops += 1  # the core learns of the port at once anyway
 
-    def _send(self, p: NicPort, frames: list[bytes], now: float) -> None:
+    def _send(self, p: NicPort, batch: OutBatch, now: float) -> None:
+        """Send what the pacer let go (Python frames, or the first frames of a C queue)."""
         if p.tx_fd < 0:
-            p.tx_down_drops += len(frames)
+            p.tx_down_drops += batch.drop()
             return
-        res = self.sender.send(p.tx_fd, frames)
-        if res.failed:
-            p.last_errno = res.errno
-            if res.errno in _NETDOWN:
-                # which frames went is not reported; the failed ones are the last ones
-                p.tx_down_drops += res.failed
-                self._set_port(p, False, now)
-            else:  # ENOBUFS (tc/nft dropped it), EAGAIN...: a loss the transport repairs
-                p.tx_lost += res.failed
-        p.tx_frames += res.sent
-        if res.sent == len(frames):
-            p.tx_bytes += sum(map(len, frames))
-        else:
-            p.tx_bytes += sum(map(len, frames)) * res.sent // len(frames)
-
-    def _send_c(self, p: NicPort, cq: Any, n: int, now: float) -> None:
-        """The first ``n`` frames of one of the port's C queues (as _send, without a Python
-        object per frame)."""
-        if p.tx_fd < 0:
-            p.tx_down_drops += cq.clear()
-            return
-        sent, failed, err, nbytes = cq.send(p.tx_fd, n)
+        sent, failed, err, nbytes = batch.send(self.sender, p.tx_fd)
         if failed:
             p.last_errno = err
             if err in _NETDOWN:
+                # which frames went is not reported; the failed ones are the last ones
                 p.tx_down_drops += failed
                 self._set_port(p, False, now)
-            else:
+            else:  # ENOBUFS (tc/nft dropped it), EAGAIN...: a loss the transport repairs
                 p.tx_lost += failed
         p.tx_frames += sent
         p.tx_bytes += nbytes

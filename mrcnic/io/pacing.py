@@ -1,12 +1,18 @@
 """Per-port pacing of the NIC, sans-I/O (unit-tested with a fake clock): a token bucket at
-the port's link rate over a small two-class queue (control frames first). The asyncio shell (``mrcnic.io.aio``) owns one per port; the simulator's host port
-(``mrcnic.sim.fabric.HostPort``) follows the same rule."""
+the port's link rate over a small two-class queue (control frames first). The asyncio shell
+(``mrcnic.io.aio``) owns one per port; the simulator's host port
+(``mrcnic.sim.fabric.HostPort``) follows the same rule.
+
+What the bucket lets go leaves as :class:`OutBatch` objects (:meth:`PortPacer.due`), one
+interface over the two places a frame may wait: Python frames (:class:`FrameBatch`, sent
+with ``sendmmsg`` from a list) and the first frames of a port's C queue (:class:`QueueBatch`,
+sent from its slots with no Python object per frame), so the shell has one send path."""
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from mrcnic.wire import layout
 
@@ -30,6 +36,54 @@ def is_control_frame(frame: bytes | bytearray | memoryview) -> bool:
     share that nibble, and a NIC sends no other DSCP of them (trimmed headers, the other
     high-priority class, are made by switches, never sent by a NIC)."""
     return (frame[layout.OFF_TC_HI] & layout.TC_HI_DSCP_MASK) == _CONTROL_NIBBLE
+
+
+class OutBatch(Protocol):
+    """Frames the pacer let go, to be sent on one port."""
+
+    def __len__(self) -> int: ...
+
+    def send(self, sender: Any, fd: int) -> tuple[int, int, int, int]:
+        """Send them on ``fd`` (``sender``: a ``mrcnic.io.batch.Sender``): (sent, failed,
+        errno, bytes sent)."""
+
+    def drop(self) -> int:
+        """The port cannot send: drop them; how many frames went."""
+
+
+class FrameBatch(list):
+    """Python frames (bytes), sent with one ``sendmmsg``."""
+
+    __slots__ = ()
+
+    def send(self, sender: Any, fd: int) -> tuple[int, int, int, int]:
+        res = sender.send(fd, self)
+        nbytes = sum(map(len, self))
+        if res.sent != len(self):  # (which ones went is not reported: pro rata)
+            nbytes = nbytes * res.sent // len(self)
+        return res.sent, res.failed, res.errno, nbytes
+
+    def drop(self) -> int:
+        return len(self)
+
+
+class QueueBatch:
+    """The first ``n`` frames of a port's C queue (``mrcnic.transport.port_queues``)."""
+
+    __slots__ = ("queue", "n")
+
+    def __init__(self, queue: Any, n: int) -> None:
+        self.queue = queue
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def send(self, sender: Any, fd: int) -> tuple[int, int, int, int]:
+        return self.queue.send(fd, self.n)
+
+    def drop(self) -> int:
+        return self.queue.clear()  # (a C ring drops frames only by sending: all of them go)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +150,7 @@ class PortPacer:
         self.high_limit = config.high_queue_frames
         self.high_drops = 0
         self.max_data_frames = 0
-        #: the port's queue of data frames built in C (mrcnic.io.batch.PortQueue), served
+        #: the port's queue of data frames built in C (mrcnic.transport.port_queues.PortQueue), served
         #: after the Python data queue; c_take: how many of them the last take() let go
         self.cq: Any = None
         self.c_take = 0
@@ -186,6 +240,20 @@ class PortPacer:
             if n > self.max_data_frames:
                 self.max_data_frames = n
         self.tokens = tokens
+        return out
+
+    def due(self, now_s: float) -> list[OutBatch]:
+        """What :meth:`take` lets go, as batches in their order on the wire: the C control
+        queue's (SACKs and NACKs), the Python frames (control, then data), the C data
+        queue's."""
+        frames = self.take(now_s)
+        out: list[OutBatch] = []
+        if self.c_high_take:
+            out.append(QueueBatch(self.chq, self.c_high_take))
+        if frames:
+            out.append(FrameBatch(frames))
+        if self.c_take:
+            out.append(QueueBatch(self.cq, self.c_take))
         return out
 
     def next_due(self, now_s: float) -> float | None:

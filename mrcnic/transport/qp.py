@@ -17,65 +17,56 @@ over the payload), so the frame never exists as an intermediate buffer.  Receive
 decoded with ``struct.unpack_from`` at fixed offsets.  ``tests/unit/test_qp_frames.py``
 checks the bytes against ``mrcnic.wire``.  Constants and their reasons: docs/transport.md.
 
-The object is assembled from two halves, each in its own module:
-:class:`~mrcnic.transport.requester.Requester` (sending, retransmission, reading SACKs) and
-:class:`~mrcnic.transport.responder.Responder` (placing data, completions, sending SACKs);
-the types it speaks are in ``mrcnic.transport.qp_types``, the frame layouts in
-``mrcnic.transport.frames``. This module holds set-up, the API, timers, the receive
-dispatch and errors.
+The QP composes two engines, the per-packet work (``mrcnic.transport.engine``): a send
+engine (``self.tx``: segmenting, retransmission, reading SACKs) and a receive engine
+(``self.rx``: placing data, completions, sending SACKs), each C or its Python twin, chosen
+once (an :class:`~mrcnic.transport.engine.EngineChoice`) and built when the QP connects. The
+types it speaks are in ``mrcnic.transport.qp_types``, the frame layouts in
+``mrcnic.transport.frames``. This module holds the policy: set-up, the API, the EV table and
+congestion control the engines consult, timers, the control frames, the receive dispatch,
+completions' and errors' events.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
 
 from mrcnic import wire
 from mrcnic.transport.cc import CcParams, CongestionControl, make_cc
+from mrcnic.transport.engine import DETACHED, PY_ENGINES, EngineChoice, RecvEngine, SendEngine
 from mrcnic.transport.ev import EvInput, EvState, EvTable
 from mrcnic.transport.frames import (
-    _CTRL_MAX_BODY,
-    _DSCPS_TRIMMED,
-    _ENDPOINT,
-    _FRAME_CTRL,
-    _FRAME_DATA,
-    _FRAME_DATA_IMM,
-    _FRAME_SACK,
-    _IMM_OPS,
-    _OFF_BTH,
-    _OFF_DST,
-    _OFF_SRC,
-    _OFF_UCSUM,
-    _OFF_UDP,
-    _OP_ACK,
-    _OP_EP_REQ,
-    _OP_EP_RESP,
-    _OP_FIRST,
-    _OP_NACK,
-    _OP_ONLY_IMM,
-    _OP_RPROBE,
-    _OP_SACK,
-    _PLACE_OK,
-    _RPROBE,
-    _RX_DATA,
-    _RX_HEAD,
-    _SACK_FRAME_END,
-    _TS_BIT,
-    _U16,
-    _U32,
-    MSN_MASK,
-    MSN_WINDOW,
+    CTRL_MAX_BODY,
+    ENDPOINT,
+    FRAME_CTRL,
+    NACK,
+    OFF_BTH,
+    OFF_DST,
+    OFF_SRC,
+    OFF_UCSUM,
+    OFF_UDP,
+    OP_ACK,
+    OP_EP_REQ,
+    OP_EP_RESP,
+    OP_FIRST,
+    OP_NACK,
+    OP_ONLY_IMM,
+    OP_RPROBE,
+    OP_SACK,
     PSN_MASK,
-    _crc32,
-    _from_bytes,
-    _Template,
+    RPROBE,
+    RX_HEAD,
+    U16,
+    U32,
+    Template,
+    crc32,
+    from_bytes,
 )
 from mrcnic.transport.memory import MemoryTable
 from mrcnic.transport.qp_types import (
     Event,
     ImmReceived,
     NetConfig,
-    Outbox,
     PeerPortStatus,
     PortAddr,
     QpAttributes,
@@ -89,21 +80,15 @@ from mrcnic.transport.qp_types import (
     WriteCompleted,
     check_peer,
     check_qp_args,
+    checked_write,
     initial_psn,
     next_state,
     peek_dest_qp,
 )
-from mrcnic.transport.requester import Requester
-from mrcnic.transport.responder import Responder
-from mrcnic.transport.rx_engine import CRxEngine, RxEngines
-from mrcnic.transport.sack import LOST_BY_TIMEOUT, ResponderWindow, Scoreboard, TxRecord
+from mrcnic.transport.rx_engine import CRxEngine
+from mrcnic.transport.sack import ResponderWindow, Scoreboard
 from mrcnic.transport.tx_engine import CTxEngine
 from mrcnic.wire import usid
-
-# what a live record costs on the Python engine: the object (its slots) plus its entries in
-# the scoreboard's dict and heap (about 100 bytes on CPython 3.11)
-_RECORD_BYTES = TxRecord.__basicsize__ + 100
-_MESSAGE_BYTES = TxMessage.__basicsize__
 
 #: a round of EV probes over the reverse EV set every this many RTOs (while acknowledging)
 REVERSE_PROBE_RTOS = 16
@@ -114,8 +99,8 @@ REVERSE_MISSES_BAD = 2
 INITIAL_RTO_RTTS = 8
 
 
-class QueuePair(Requester, Responder, Outbox):
-    """One MRC connection endpoint (requester + responder)."""
+class QueuePair:
+    """One MRC connection endpoint: the policy, over a send and a receive engine."""
 
     def __init__(
         self,
@@ -124,6 +109,7 @@ class QueuePair(Requester, Responder, Outbox):
         memory: MemoryTable,
         line_rate_bps: float,
         config: QpConfig | None = None,
+        engines: EngineChoice = PY_ENGINES,
     ) -> None:
         cfg = config or QpConfig()
         check_qp_args(qpn, net)
@@ -146,38 +132,17 @@ class QueuePair(Requester, Responder, Outbox):
         self.stats = QpStats()
         self._events: deque[Event] = deque()
         self._ctrl: list[tuple[int, bytes]] = []
-        self._rtxq: deque[TxRecord] = deque()
-        self._sendq: deque[TxMessage] = deque()  # not fully segmented yet
-        self._inflight_msgs: deque[TxMessage] = deque()  # segmented (partly), not completed
         self._msn = 0
         self._rqmsn = 0
-        self._wimm_outstanding = 0
         self._min_rto = cfg.min_rto_s if cfg.min_rto_s is not None else 2 * cfg.base_rtt_s
         self._srtt: float | None = None
         self._rttvar = 0.0
         self._rtt_peak = 0.0  # recent RTT tail (fast attack, slow release)
         self._min_rtt = cfg.base_rtt_s  # smallest data RTT measured (configured until then)
         self._rtt_measured = False
-        # loss detection from SACKs (Requester._find_losses)
-        self._rack_sent_s = -1.0  # newest send time among acknowledged packets
-        self._ev_acked_sent_s = [-1.0] * len(self.evs.ev_values)  # the same, per EV slot
-        self._reo_mult = 1  # reordering window, in quarters of the min RTT
-        self._reo_quiet = 0  # losses found since the last spurious one
-        self._ev_order_ok = True  # per-EV order holds on this fabric (until shown otherwise)
-        self._ev_order_spurious = 0
-        self._recoveries: deque[list] = deque(maxlen=65536)  # [delay_s, spurious] each
         self._rto = max(self._min_rto, INITIAL_RTO_RTTS * cfg.base_rtt_s)
         self.evs.path_quiet_s = 0.5 * self._rto  # (kept in step with the RTO by its owners)
         self._ack_delay = cfg.ack_delay_s if cfg.ack_delay_s is not None else cfg.base_rtt_s / 8
-        self._ack_deadline: float | None = None
-        # the C receive engine: Device sets _rx_engines (MRC_NIC_ENGINE=c), connect makes _rxe
-        self._rx_engines: RxEngines | None = None
-        self._rxe: CRxEngine | None = None
-        # the C send engine: Device sets _tx_c (the C module), connect makes _txe
-        self._tx_c: Any = None
-        self._txe: CTxEngine | None = None
-        self._ack_trigger = (0, 0, 0, False)  # psn, ev, ts, ce of the last unacked packet
-        self._ce_run: dict[int, int] = {}  # responder: consecutive CE-marked packets per EV
         self._local_down = [False] * self.planes
         self._peer_down = [False] * self.planes
         self._port_seq = 0  # PORT_STATUS sequence number of our last update (32 bits)
@@ -194,44 +159,19 @@ class QueuePair(Requester, Responder, Outbox):
         self._stall_deadline: float | None = None
         self._stall_tries = 0
         self._stall_since_s = 0.0
-        # responder message state
-        # Messages complete in MSN order: a write-with-immediate's completion means every
-        # earlier write of the QP is placed (the "data, then the flag" pattern). All three
-        # tables are keyed by MSNs within MSN_WINDOW of _rx_msn, so they stay bounded.
-        self._rx_msg_bytes: dict[int, int] = {}  # msn -> bytes placed so far (under way)
-        self._rx_imm: dict[int, tuple[int, int]] = {}  # msn -> (rqmsn, imm) of a write-with-imm
-        self._rx_done: dict[int, tuple[int, int, int] | None] = {}  # msn -> (rqmsn, imm,
-        # length) for a write-with-imm, None for a plain write: placed, earlier ones not yet
-        self._rx_msn = 0  # the next message to complete
-        self._rx_rqmsn = 0  # the next write-with-immediate to deliver
         # peer, filled by connect()
         self.peer: QpAttributes | None = None
         self._dest: usid.DestTemplate | None = None
         self._peer_srcs: frozenset[bytes] = frozenset()  # the peer's address on each plane
-        self._tmpl: dict[int, _Template] = {}  # EV -> frame template (see _make_tmpl)
-        self._slot_tmpl: list[_Template] = []  # the same, per EV slot of self.evs
+        self._tmpl: dict[int, Template] = {}  # EV -> frame template (see _make_tmpl)
+        self._slot_tmpl: list[Template] = []  # the same, per EV slot of self.evs
         self._ip_src = [usid.host_address(net.shape, net.host, p) for p in range(self.planes)]
-        # Scratch buffers the headers are packed into; every frame copies them out at once,
-        # so one per QP serves every frame.
-        self._scratch = bytearray(_FRAME_DATA_IMM.size)
-        sv = memoryview(self._scratch)
-        # (headers, headers from BTH for the ICRC, headers from UDP for the checksum)
-        self._views = (
-            (
-                sv[: _FRAME_DATA.size],
-                sv[_OFF_BTH : _FRAME_DATA.size],
-                sv[_OFF_UDP : _FRAME_DATA.size],
-            ),
-            (sv, sv[_OFF_BTH:], sv[_OFF_UDP:]),
-        )
-        self._ctrl_scratch = bytearray(_FRAME_CTRL.size + _CTRL_MAX_BODY + 4)
+        self._ctrl_scratch = bytearray(FRAME_CTRL.size + CTRL_MAX_BODY + 4)
         self._ctrl_view = memoryview(self._ctrl_scratch)
-        # a SACK frame's (BTH..body for the ICRC, UDP..ICRC for the checksum, whole frame)
-        self._sack_views = (
-            self._ctrl_view[_OFF_BTH : _FRAME_SACK.size],
-            self._ctrl_view[_OFF_UDP : _FRAME_SACK.size + 4],
-            self._ctrl_view[: _FRAME_SACK.size + 4],
-        )
+        # the engines: chosen now, built by connect (until then DETACHED: nothing in them)
+        self.engines = engines
+        self.tx: SendEngine = DETACHED
+        self.rx: RecvEngine = DETACHED
 
     # -- setup --------------------------------------------------------------------------------
 
@@ -261,25 +201,12 @@ class QueuePair(Requester, Responder, Outbox):
         )
         self._dest = usid.DestTemplate(self.net.shape, self.net.host, remote.host)
         self._slot_tmpl = [self._make_tmpl(ev) for ev in self.evs.ev_values]
-        if self._tx_c is not None and self.evs._bag_mode:  # the C send engine (tx_engine)
-            self._txe = CTxEngine(self, self._tx_c)
-        if self._rx_engines is not None:  # the C receive engine (mrcnic.transport.rx_engine)
-            eng = CRxEngine(self, self._rx_engines)
-            if self._rx_engines.add(eng):
-                self._rxe = eng
-        evs, sb = self.evs, self.sb
-        # what _send_new needs that never changes after connect (the objects, not their
-        # contents): one tuple unpack instead of a score of attribute loads per call
-        self._tx_ctx = (
-            self._sendq, sb, self.cc, evs.pick, evs.plane_of, evs.tx_packets, self._slot_tmpl,
-            sb.records, sb.heap, self.mtu, _TS_BIT << 24 | remote.qpn, self._scratch,
-            *self._views[0], *self._views[1],
-        )  # fmt: skip
+        self.tx, self.rx = self.engines.make(self)
 
     def _transition(self, inp: QpInput) -> None:
         self.state = next_state(self.qpn, self.state, inp)
 
-    def _make_tmpl(self, ev: int) -> _Template:
+    def _make_tmpl(self, ev: int) -> Template:
         """The per-EV constants of a frame: (Ethernet destination, source, IPv6 word 0 with
         the flow label, source address, destination address, UDP source port, the UDP
         checksum's pseudo-header sum over the source and the *final* destination address
@@ -307,6 +234,54 @@ class QueuePair(Requester, Responder, Outbox):
 
     # -- the user API ---------------------------------------------------------------------------
 
+    def post_write(
+        self,
+        wr_id: int,
+        local: bytes | bytearray | memoryview,
+        remote_va: int,
+        rkey: int,
+        imm: int | None = None,
+    ) -> None:
+        """Queue an RDMA Write (with immediate if ``imm`` is given) of ``local`` to the peer."""
+        buf = checked_write(self.qpn, self.state, local, remote_va, rkey, imm)
+        msg = TxMessage(wr_id, buf, remote_va, rkey, imm, self._msn, self._rqmsn)
+        self.tx.post(msg)  # (raises at the engine's limit: nothing changed yet)
+        self._msn = (self._msn + 1) & 0xFFFF
+        if imm is not None:
+            self._rqmsn = (self._rqmsn + 1) & 0xFFFF
+
+    def frames_to_send(self, now_s: float) -> list[tuple[int, bytes]]:
+        """Everything that may leave now: control first, then retransmissions, then new data
+        while the window allows.  The port index is the plane of the frame's EV."""
+        out = self._ctrl
+        self._ctrl = []
+        if self.state is not QpState.READY:
+            return out
+        self.evs.now_s = now_s
+        tx = self.tx
+        tx.send(now_s, out)
+        if not self.evs.active and tx.work_waiting:
+            self._note_stall(now_s)  # nothing can carry the work: keep a timer running
+        elif self._stall_deadline is not None and self.evs.active:
+            self._stall_deadline = None
+        return out
+
+    def control_frames_to_send(self) -> list[tuple[int, bytes]]:
+        """Only the control frames waiting (acknowledgments, NACKs, probes, port status): what
+        the I/O shell takes even when every port's data queue is full, so control never waits
+        behind data."""
+        out = self._ctrl
+        self._ctrl = []
+        return out
+
+    def next_event(self) -> Event | None:
+        return self._events.popleft() if self._events else None
+
+    def loss_recovery_s(self) -> list[float]:
+        """For each packet retransmitted because it was lost (not spuriously), the time from
+        its first transmission to its first retransmission (the last 65536 such packets)."""
+        return self.tx.loss_recovery_s()
+
     def port_status(self, port: int, up: bool, now_s: float) -> None:
         """A local port went down or came back: take the plane out at once, tell the peer."""
         if self._local_down[port] == (not up):
@@ -314,21 +289,14 @@ class QueuePair(Requester, Responder, Outbox):
         self._local_down[port] = not up
         self.evs.now_s = now_s
         self._update_plane(port, now_s)
-        if not up and self._txe is not None:
-            self._txe.port_down(port)
-        elif not up:  # everything in flight on that port is gone: repair it now
-            for rec in list(self.sb.records.values()):
-                if not rec.lost and self.evs.plane_of[rec.slot] == port:
-                    self.sb.mark_lost(rec)
-                    self._rtxq.append(rec)
+        if not up:  # everything in flight on that port is gone: repair it now
+            self.tx.port_down(port)
         self._drain_ev_events()
         if self.state is QpState.READY:
             self._port_seq = (self._port_seq + 1) & 0xFFFFFFFF
             mask = sum(1 << p for p in range(self.planes) if not self._local_down[p])
             ts_ns = int(now_s * 1e9)
-            body = _ENDPOINT.pack(
-                int(wire.EndpointKind.PORT_STATUS), self._port_seq, 0, mask, ts_ns
-            )
+            body = ENDPOINT.pack(int(wire.EndpointKind.PORT_STATUS), self._port_seq, 0, mask, ts_ns)
             self._ps_pending = (self._port_seq, body)  # supersedes any update not yet acked
             self._ps_tries = 0
             self._send_port_status(now_s)
@@ -340,7 +308,7 @@ class QueuePair(Requester, Responder, Outbox):
         assert self._ps_pending is not None
         body = self._ps_pending[1]
         for _ in range(2):
-            self._queue_ctrl(_OP_EP_REQ, 0, body)
+            self._queue_ctrl(OP_EP_REQ, 0, body)
         wait = self._rto * (1 << min(self._ps_tries, 16))
         self._ps_deadline = now_s + min(wait, self.config.max_rto_s)
         self.stats.port_status_sent += 1
@@ -366,18 +334,13 @@ class QueuePair(Requester, Responder, Outbox):
         return self.evs.counts()
 
     def release(self) -> None:
-        """Let the C engines go (``Device.destroy_qp``), their counters added to the stats
-        first. The engines and this QP refer to each other: without this their buffers
-        (megabytes per QP) would wait for Python's cyclic collector, which large C buffers
-        do not prompt."""
-        if self._rxe is not None:
-            self._rxe.fold_counters()
-        if self._txe is not None:
-            self._txe._stats()
-            self._txe.pull_stats()  # ev_stats() stays right after the engine is gone
-            self.evs.picker = None
-        self._rxe = self._txe = None
-        self._rx_engines = self._tx_c = None
+        """Let the engines go (``Device.destroy_qp``), their counters added to the stats
+        first. The engines and this QP refer to each other: without this the QP and the C
+        engines' buffers (megabytes per QP) would wait for Python's cyclic collector, which
+        large C buffers do not prompt."""
+        self.rx.release()
+        self.tx.release()
+        self.tx = self.rx = DETACHED
         # destroyed: no timer, no frame, no connect acts on the Python state left behind
         self.state = QpState.ERROR
 
@@ -386,14 +349,7 @@ class QueuePair(Requester, Responder, Outbox):
         send engine's ring of MAX_OUTSTANDING_WRITES messages and per-PSN records dominate),
         the PSN tracking window's bitmap, and on the Python engine its live records (counted
         at their object size). Buffers the user registered or posted are not counted."""
-        n = self.config.window_psns // 8
-        if self._txe is not None:
-            n += self._txe.state_bytes()
-        else:
-            n += len(self.sb.records) * _RECORD_BYTES + len(self._sendq) * _MESSAGE_BYTES
-        if self._rxe is not None:
-            n += self._rxe.state_bytes()
-        return n
+        return self.config.window_psns // 8 + self.tx.state_bytes() + self.rx.state_bytes()
 
     def get_stats(self) -> QpStats:
         s = self.stats
@@ -406,9 +362,7 @@ class QueuePair(Requester, Responder, Outbox):
     @property
     def idle(self) -> bool:
         """Nothing posted is unfinished."""
-        if self._txe is not None:
-            return self._txe.idle
-        return not self._sendq and not self._inflight_msgs
+        return self.tx.idle
 
     # -- timers -------------------------------------------------------------------------------
 
@@ -416,8 +370,8 @@ class QueuePair(Requester, Responder, Outbox):
         """The earliest deadline (retransmission, delayed ACK, probe), or None."""
         if self.state is not QpState.READY:
             return None
-        t = self.sb.next_deadline() if self._txe is None else self._txe.next_deadline()
-        a = self._ack_deadline if self._rxe is None else self._rxe.deadline()
+        t = self.tx.next_deadline()
+        a = self.rx.deadline()
         if a is not None and (t is None or a < t):
             t = a
         if self.evs.probe_due:
@@ -431,13 +385,7 @@ class QueuePair(Requester, Responder, Outbox):
 
     def handle_timer(self, now_s: float) -> None:
         self.evs.now_s = now_s
-        if self._rxe is not None:
-            self._rxe.timer(now_s)
-        elif self._ack_deadline is not None and self._ack_deadline <= now_s:
-            self._ack_deadline = None
-            psn, ev, ts, ce = self._ack_trigger
-            if self.rxwin.pending:
-                self._send_sack(psn, ev, ts, ce, ev % self.planes)
+        self.rx.timer(now_s)
         if self.state is not QpState.READY:
             return
         if self._ps_deadline is not None and self._ps_deadline <= now_s:
@@ -455,40 +403,15 @@ class QueuePair(Requester, Responder, Outbox):
                 return
         if self._rev_probe_at is not None and self._rev_probe_at <= now_s:
             self._reverse_probe_round(now_s)
-        if self._txe is not None:  # the same loop, in C
-            self._txe.expire(now_s)
-            if self.state is not QpState.READY:
-                return
-        max_rto = self.config.max_rto_s
-        for rec in self.sb.expired(now_s) if self._txe is None else ():
-            # the deadline was set with the RTO of its send time: if the RTO has grown since
-            # (the queues grew), the packet gets the current one
-            rto = self._rto * (1 << min(rec.retries, 30))  # (capped: max_rto_s caps the result)
-            deadline = rec.sent_s + (rto if rto < max_rto else max_rto)
-            if deadline > now_s:
-                self.sb.arm(rec, deadline)
-                continue
-            if rec.retries >= self.config.retry_limit:
-                self._retry_exceeded(rec.psn, rec.retries, rec.msg, now_s)
-                return
-            self.stats.timeouts += 1
-            # a path that acknowledged anything in the last half RTO is queued, not dead
-            self.evs.on_timeout(rec.slot, rec.sent_s, now_s, 0.5 * self._rto)
-            rec.to_sent_s = rec.sent_s
-            rec.to_slot = rec.slot
-            rec.to_ts_ns = rec.tx_ts_ns
-            rec.lost_by = LOST_BY_TIMEOUT
-            rec.losses += 1
-            rec.retries += 1
-            self.sb.mark_lost(rec)
-            self._rtxq.append(rec)
-            self.cc.on_timeout(now_s)
+        self.tx.expire(now_s)  # the retransmission timers
+        if self.state is not QpState.READY:
+            return
         interval = self.config.probe_interval_s or self._rto
         ts_ns = int(now_s * 1e9)
         for slot in self.evs.due_probes(now_s, interval, ts_ns):
             ev = self.evs.ev_values[slot]
-            body = _RPROBE.pack(slot, ev, ts_ns)
-            self._ctrl.append(self._ctrl_frame(_OP_RPROBE, 0, body, ev))
+            body = RPROBE.pack(slot, ev, ts_ns)
+            self._ctrl.append(self._ctrl_frame(OP_RPROBE, 0, body, ev))
             self.stats.probes_sent += 1
         self._drain_ev_events()
 
@@ -500,9 +423,9 @@ class QueuePair(Requester, Responder, Outbox):
         eth_dst, eth_src, w0, src, dst, sport, psum = self._tmpl.get(ev) or self._make_tmpl(ev)
         scr = self._ctrl_scratch
         mv = self._ctrl_view
-        end = _FRAME_CTRL.size + len(body)
-        ulen = end + 4 - _OFF_UDP
-        _FRAME_CTRL.pack_into(
+        end = FRAME_CTRL.size + len(body)
+        ulen = end + 4 - OFF_UDP
+        FRAME_CTRL.pack_into(
             scr,
             0,
             eth_dst,
@@ -524,12 +447,12 @@ class QueuePair(Requester, Responder, Outbox):
             self.peer.qpn if dest_qp < 0 else dest_qp,
             psn,
         )  # fmt: skip  (DSCP CONTROL, ECT0)
-        scr[_FRAME_CTRL.size : end] = body
-        _U32.pack_into(scr, end, _crc32(mv[_OFF_BTH:end]))
-        udp = _from_bytes(mv[_OFF_UDP : end + 4], "big")
+        scr[FRAME_CTRL.size : end] = body
+        U32.pack_into(scr, end, crc32(mv[OFF_BTH:end]))
+        udp = from_bytes(mv[OFF_UDP : end + 4], "big")
         if ulen & 1:  # an odd datagram is summed as if padded with a zero byte
             udp <<= 8
-        _U16.pack_into(scr, _OFF_UCSUM, 0xFFFF - (psum + ulen + udp) % 0xFFFF)
+        U16.pack_into(scr, OFF_UCSUM, 0xFFFF - (psum + ulen + udp) % 0xFFFF)
         return (ev % self.planes, bytes(mv[: end + 4]))
 
     def _queue_ctrl(self, op: int, psn: int, body: bytes, plane: int = -1) -> None:
@@ -537,14 +460,13 @@ class QueuePair(Requester, Responder, Outbox):
         on) or, with -1, round robin over the reverse EVs of every live plane."""
         if self.peer is None:
             return
-        evs = self.evs
-        rxe = self._rxe
-        if rxe is not None:  # one round robin over the reverse EVs: the C engine's
-            rxe.pull_reverse()
-        ev = evs.next_reverse_ev() if plane < 0 else evs.reverse_ev_on(plane)
-        if rxe is not None:
-            rxe.push_reverse()
-        self._ctrl.append(self._ctrl_frame(op, psn, body, ev))
+        # (one round robin over the reverse EVs: the receive engine's)
+        self._ctrl.append(self._ctrl_frame(op, psn, body, self.rx.reverse_ev(plane)))
+
+    def _send_nack(self, reason: int, psn: int, ev: int, ts_ns: int, plane: int) -> None:
+        body = NACK.pack(reason << 24 | psn, ev, (self.rxwin.expected - 1) & PSN_MASK, ts_ns)
+        self.stats.tx_nacks += 1
+        self._queue_ctrl(OP_NACK, psn, body, plane)
 
     # -- receiving ------------------------------------------------------------------------------
 
@@ -553,70 +475,44 @@ class QueuePair(Requester, Responder, Outbox):
         if self.peer is None or self.state is QpState.ERROR:
             self.stats.rx_closed += 1
             return
-        rxe = self._rxe
-        if rxe is not None and len(data) > _OFF_BTH:
-            op = data[_OFF_BTH]
-            if _OP_FIRST <= op <= _OP_ONLY_IMM and rxe.frame(data, now_s):
-                return  # a data frame: the C engine placed, refused or counted it
-            txe = self._txe
-            if txe is not None and op in (_OP_SACK, _OP_ACK) and txe.frame(data, now_s):
-                return  # a SACK: the C send engine applied or counted it
-        n = len(data)
-        if n < _OFF_BTH + 12:
-            self.stats.rx_malformed += 1
-            return
-        ethertype, w0, plen, nh, _hop = _RX_HEAD.unpack_from(data, 12)
-        end = _OFF_UDP + plen
-        if ethertype != 0x86DD or w0 >> 28 != 6 or nh != 17 or end > n or plen < 20:
-            self.stats.rx_malformed += 1
-            return
-        # The first acceptance rule: only the connected peer's addresses may speak to this QP
-        # (a third host that guessed the QP number is dropped and counted, whatever it sends)
-        if bytes(data[_OFF_SRC:_OFF_DST]) not in self._peer_srcs:
-            self.stats.rx_foreign += 1
+        if len(data) > OFF_BTH:
+            op = data[OFF_BTH]
+            if OP_FIRST <= op <= OP_ONLY_IMM:
+                if self.rx.frame(data, now_s):
+                    return  # a data frame: the receive engine placed, refused or counted it
+            elif op in (OP_SACK, OP_ACK) and self.tx.frame(data, now_s):
+                return  # a SACK: the send engine applied or counted it
+        end = self._accept(data)
+        if end == 0:
             return
         evs = self.evs
         evs.now_s = now_s
-        op = data[_OFF_BTH]
-        if _OP_FIRST <= op <= _OP_ONLY_IMM:
-            # The common case inline: a new, untrimmed data packet without an immediate, in
-            # the window, accepted by the memory table.  Everything up to the placement only
-            # looks; anything else (even a bad ICRC) goes to _rx_data, which starts over.
-            mv = memoryview(data)
-            if (
-                op not in _IMM_OPS
-                and (w0 >> 22) & 0x3F not in _DSCPS_TRIMMED
-                and end >= _OFF_BTH + 44
-                and _crc32(mv[_OFF_BTH : end - 4]) == _U32.unpack_from(data, end - 4)[0]
-            ):
-                w1, w2, msn, _rqmsn, ts_ns, va, rkey, length = _RX_DATA.unpack_from(
-                    data, _OFF_BTH + 4
-                )
-                psn = w2 & PSN_MASK
-                rxw = self.rxwin
-                d = (psn - rxw.expected) & PSN_MASK
-                # d == 0 is the cumulative ack's next PSN, never marked (receive() advances
-                # past it at once): no need to ask the window
-                if (
-                    w1 & 0xFFFFFF == self.qpn
-                    and d < rxw.size
-                    and (msn - self._rx_msn) & MSN_MASK < MSN_WINDOW
-                    and not (d and rxw.win.test(psn))
-                    and self.memory.place(rkey, va, mv[_OFF_BTH + 40 : end - 4]) is _PLACE_OK
-                ):
-                    self._rx_new_data(data, end, w0, w1, w2, psn, msn, ts_ns, length, now_s)
-                    return
-            self._rx_data(data, end, w0, op, now_s)
-        elif op in (_OP_SACK, _OP_ACK) and end == _SACK_FRAME_END:
-            self._rx_sack_frame(data, op, now_s)
-        else:
-            self._rx_control(data, end, w0, now_s)
+        self._rx_control(data, end, U32.unpack_from(data, 14)[0], now_s)
         if evs.events:
             self._drain_ev_events()
 
+    def _accept(self, data: bytes | bytearray | memoryview) -> int:
+        """The checks every frame passes first (an IPv6/UDP frame, whole; from the peer):
+        the end of its UDP datagram, or 0 when it is dropped (counted)."""
+        n = len(data)
+        if n < OFF_BTH + 12:
+            self.stats.rx_malformed += 1
+            return 0
+        ethertype, w0, plen, nh, _hop = RX_HEAD.unpack_from(data, 12)
+        end = OFF_UDP + plen
+        if ethertype != 0x86DD or w0 >> 28 != 6 or nh != 17 or end > n or plen < 20:
+            self.stats.rx_malformed += 1
+            return 0
+        # The first acceptance rule: only the connected peer's addresses may speak to this QP
+        # (a third host that guessed the QP number is dropped and counted, whatever it sends)
+        if bytes(data[OFF_SRC:OFF_DST]) not in self._peer_srcs:
+            self.stats.rx_foreign += 1
+            return 0
+        return end
+
     def _rx_control(self, data, end: int, w0: int, now_s: float) -> None:
         try:
-            pkt = wire.decode_mrc(memoryview(data)[_OFF_BTH:end])
+            pkt = wire.decode_mrc(memoryview(data)[OFF_BTH:end])
         except wire.WireError:
             self.stats.rx_malformed += 1
             return
@@ -624,33 +520,28 @@ class QueuePair(Requester, Responder, Outbox):
             self.stats.rx_malformed += 1
             return
         op = pkt.bth.opcode
-        if op in (_OP_SACK, _OP_ACK):
+        if op in (OP_SACK, OP_ACK):
             sk = pkt.sack
-            self._rx_sack(
+            self.tx.sack(
                 sk.cack_psn, sk.sack_offset, sk.bitmap, sk.ev, int(sk.mark), sk.ece,
-                sk.rcv_cwnd_pen, sk.reflected_ts_ns, op == _OP_ACK, now_s,
+                sk.rcv_cwnd_pen, sk.reflected_ts_ns, op == OP_ACK, now_s,
             )  # fmt: skip
-        elif op == _OP_NACK:
+        elif op == OP_NACK:
             self._rx_nack(pkt.nack, now_s)
-        elif op == _OP_RPROBE:
+        elif op == OP_RPROBE:
             self.stats.rx_probes += 1
             # answer with an ACK (0xD1, the SACK body) echoing the probed EV and timestamp
             ce = (w0 >> 20) & 3 == 3
             probe = pkt.probe
-            plane = probe.ev % self.planes
-            if self._rxe is not None:
-                self._rxe.ack(_OP_ACK, probe.ev, probe.tx_ts_ns, ce, plane)
-            else:
-                cack = (self.rxwin.expected - 1) & PSN_MASK
-                self._send_sack(cack, probe.ev, probe.tx_ts_ns, ce, plane, _OP_ACK)
-        elif op == _OP_EP_REQ and pkt.endpoint.kind == wire.EndpointKind.PORT_STATUS:
+            self.rx.ack(OP_ACK, probe.ev, probe.tx_ts_ns, ce, probe.ev % self.planes)
+        elif op == OP_EP_REQ and pkt.endpoint.kind == wire.EndpointKind.PORT_STATUS:
             ep = pkt.endpoint
             self.stats.rx_port_status += 1
             # acknowledge every copy (the sender retries until it hears this), apply only
             # what is newer than the last update applied: a stale "down" that arrives after
             # an "up" must not take a plane out for good
-            answer = _ENDPOINT.pack(int(ep.kind), ep.ident, 0, ep.port_mask, ep.ts_ns)
-            self._queue_ctrl(_OP_EP_RESP, 0, answer)
+            answer = ENDPOINT.pack(int(ep.kind), ep.ident, 0, ep.port_mask, ep.ts_ns)
+            self._queue_ctrl(OP_EP_RESP, 0, answer)
             last = self._peer_port_seq
             if last is not None:
                 diff = (ep.ident - last) & 0xFFFFFFFF
@@ -667,7 +558,7 @@ class QueuePair(Requester, Responder, Outbox):
                     self._peer_down[p] = down
                     self._update_plane(p, now_s)
             self._events.append(PeerPortStatus(mask, now_s))
-        elif op == _OP_EP_RESP and pkt.endpoint.kind == wire.EndpointKind.PORT_STATUS:
+        elif op == OP_EP_RESP and pkt.endpoint.kind == wire.EndpointKind.PORT_STATUS:
             self.stats.rx_port_status_acks += 1
             pending = self._ps_pending
             if pending is not None and pkt.endpoint.ident == pending[0]:
@@ -702,8 +593,8 @@ class QueuePair(Requester, Responder, Outbox):
         for ev in evs.reverse:
             if evs.plane_down[ev % self.planes]:
                 continue
-            body = _ENDPOINT.pack(kind, self.qpn, ev, 0, ts_ns)
-            self._ctrl.append(self._ctrl_frame(_OP_EP_REQ, 0, body, ev, wire.EV_PROBE_QPN))
+            body = ENDPOINT.pack(kind, self.qpn, ev, 0, ts_ns)
+            self._ctrl.append(self._ctrl_frame(OP_EP_REQ, 0, body, ev, wire.EV_PROBE_QPN))
             self._rev_pending[ev] = ts_ns
             st.ev_probes_sent += 1
         self._rev_probe_at = now_s + REVERSE_PROBE_RTOS * self._rto
@@ -732,12 +623,8 @@ class QueuePair(Requester, Responder, Outbox):
             self._stall_deadline = now_s + self._rto
 
     def _check_stall(self, now_s: float) -> None:
-        txe = self._txe
-        if txe is not None:
-            work = txe.work_waiting or txe.outstanding > 0
-        else:
-            work = bool(self._rtxq or self._sendq or self.sb.records)
-        if self.evs.active or not work:
+        tx = self.tx
+        if self.evs.active or not (tx.work_waiting or tx.outstanding > 0):
             self._stall_deadline = None
             return
         if self._stall_tries >= self.config.retry_limit:
@@ -751,11 +638,7 @@ class QueuePair(Requester, Responder, Outbox):
                 f"local ports down {local}, peer ports down {peer}, "
                 f"EVs {counts['ASSUMED_BAD']} ASSUMED_BAD and {counts['DENIED']} DENIED",
                 now_s,
-                failed=txe.first_message()
-                if txe is not None
-                else self._inflight_msgs[0]
-                if self._inflight_msgs
-                else (self._sendq[0] if self._sendq else None),
+                failed=tx.first_message(),
             )
             return
         self._stall_tries += 1
@@ -773,27 +656,70 @@ class QueuePair(Requester, Responder, Outbox):
         self._transition(QpInput.FATAL)
         self._events.append(QpErrorEvent(self.qpn, status, reason, now_s))
         seen = set()
-        txe = self._txe
-        msgs = txe.messages() if txe is not None else list(self._inflight_msgs) + list(self._sendq)
-        if txe is not None:
-            txe.reset()
+        msgs = self.tx.messages()
+        self.tx.reset()
         for m in msgs:
             if id(m) in seen:
                 continue
             seen.add(id(m))
             s = status if m is failed else WcStatus.FLUSHED
             self._events.append(WriteCompleted(m.wr_id, s, m.length, now_s))
-        self._inflight_msgs.clear()
-        self._sendq.clear()
-        self._rtxq.clear()
-        self.sb.order.clear()
-        self.sb.records.clear()
-        self.sb.inflight_bytes = 0
+
+    def _nack_fatal(self, reason: int, psn: int, m: TxMessage, now_s: float) -> None:
+        """A NACK that ends the QP: UNEXP_EVENT or REMOTE_ACCESS_ERROR about PSN ``psn`` of
+        write ``m``."""
+        if reason == wire.NackReason.UNEXP_EVENT:
+            self._fatal(
+                WcStatus.REMOTE_OP_ERROR,
+                f"peer reported an unexpected event (UNEXP_EVENT) at PSN {psn}",
+                now_s,
+            )
+            return
+        self._fatal(
+            WcStatus.REMOTE_ACCESS_ERROR,
+            f"peer refused write wr_id={m.wr_id} (R_Key {m.rkey:#x}, VA {m.remote_va:#x}, "
+            f"{m.length} bytes): remote access error",
+            now_s,
+            failed=m,
+        )
+
+    def _retry_exceeded(self, psn: int, retries: int, m: TxMessage, now_s: float) -> None:
+        self._fatal(
+            WcStatus.RETRY_EXCEEDED,
+            f"PSN {psn} unacknowledged after {retries} retransmissions "
+            f"(retry_limit {self.config.retry_limit})",
+            now_s,
+            failed=m,
+        )
 
     def _drain_ev_events(self) -> None:
         evq = self.evs.events
         while evq:
             self._events.append(evq.popleft())
+
+    # -- for tests and tools that look inside ---------------------------------------------------
+
+    def _rx_sack(self, *fields: int | bool | float) -> None:
+        """A decoded SACK's fields (SendEngine.sack's), as if it had arrived."""
+        self.tx.sack(*fields)  # type: ignore[arg-type]
+
+    def _rx_nack(self, n: wire.NACK, now_s: float) -> None:
+        self.tx.nack(int(n.reason), n.psn, n.cack_psn, n.reflected_ts_ns, now_s)
+
+    def _reo_window_s(self) -> float:
+        return self.tx.reo_window_s()
+
+    @property
+    def _txe(self) -> CTxEngine | None:
+        """The C send engine, or None when the QP sends with the Python twin."""
+        tx = self.tx
+        return tx if isinstance(tx, CTxEngine) else None
+
+    @property
+    def _rxe(self) -> CRxEngine | None:
+        """The C receive engine, or None when the QP receives with the Python twin."""
+        rx = self.rx
+        return rx if isinstance(rx, CRxEngine) else None
 
     def __repr__(self) -> str:
         return f"<QueuePair qpn={self.qpn} host={self.net.host} {self.state.name}>"

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from mrcnic.errors import MrcError
 from mrcnic.transport.ev import EvConfig, EvStateChanged
-from mrcnic.transport.frames import _OFF_BTH, PSN_MASK
+from mrcnic.transport.frames import OFF_BTH, PSN_MASK
 from mrcnic.wire import layout, usid
 
 _C = TypeVar("_C")
@@ -285,8 +285,9 @@ class TxMessage:
 
 
 class Outbox:
-    """What both transports' queue pairs hand the I/O layer besides data: their control
-    frames and their events (a mixin; the QP owns ``_ctrl`` and ``_events``)."""
+    """What a queue pair hands the I/O layer besides data: its control frames and its
+    events (the RoCEv2 QP's base, which owns ``_ctrl`` and ``_events``; the MRC QP has the
+    same two methods of its own, as it composes engines rather than mixins)."""
 
     _ctrl: list[tuple[int, bytes]]
     _events: deque
@@ -368,8 +369,8 @@ def checked_write(
 
 def peek_dest_qp(frame: bytes | memoryview) -> int | None:
     """Destination QP number of an MRC frame (for demultiplexing), or None if not MRC."""
-    if len(frame) < _OFF_BTH + 12 or frame[12] != 0x86 or frame[13] != 0xDD:
+    if len(frame) < OFF_BTH + 12 or frame[12] != 0x86 or frame[13] != 0xDD:
         return None
     if frame[20] != 17 or frame[56] != 0x12 or frame[57] != 0xB7:  # UDP to port 4791
         return None
-    return int.from_bytes(frame[_OFF_BTH + 5 : _OFF_BTH + 8], "big")
+    return int.from_bytes(frame[OFF_BTH + 5 : OFF_BTH + 8], "big")

@@ -1,62 +1,70 @@
-"""The requester half of the queue pair: segmenting posted writes into data frames on
-sprayed EVs, retransmission, and everything a SACK or NACK tells the sender (RTT, RTO,
-spurious timeouts, completions). A mixin of :class:`mrcnic.transport.qp.QueuePair`, which
-owns the state it reads."""
+"""The Python send engine: an MRC requester's per-packet work, the twin of the C one
+(``mrcnic.transport.tx_engine.CTxEngine``, ``csrc/mrc_txe.c``) behind the same interface
+(:class:`mrcnic.transport.engine.SendEngine`): segmenting posted writes into data frames on
+sprayed EVs, the scoreboard and retransmission timers, and everything a SACK or NACK tells
+the sender (loss detection, RTT samples and the RTO, spurious timeouts, completions).
+
+It makes the same decisions and the same frames as the C engine, and the same calls into the
+QP's policy (the EV table, congestion control, errors); tests/unit/test_tx_engine.py holds
+both to that. It is also the protocol's reference, and what the simulator runs."""
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import asdict
-from heapq import heappush
+from typing import TYPE_CHECKING
 
 from mrcnic import wire
 from mrcnic.transport.cc import new_ack_sample
 from mrcnic.transport.ev import EvInput
 from mrcnic.transport.frames import (
-    _ACKREQ,
-    _DSCP_DATA_ECT0,
-    _FRAME_DATA,
-    _FRAME_DATA_IMM,
-    _HALF,
-    _MARK_SKIP_ONCE,
-    _OFF_BTH,
-    _OFF_UCSUM,
-    _OP_ACK,
-    _OP_FIRST,
-    _OP_LAST,
-    _OP_LAST_IMM,
-    _OP_MIDDLE,
-    _OP_ONLY,
-    _OP_ONLY_IMM,
-    _RTX_BIT,
-    _RX_SACK,
-    _SACK_FRAME_END,
-    _TS_BIT,
-    _U16,
-    _U32,
+    ACKREQ,
+    FRAME_DATA,
+    FRAME_DATA_IMM,
+    MARK_SKIP_ONCE,
     MSN_WINDOW,
+    OFF_BTH,
+    OFF_UCSUM,
+    OFF_UDP,
+    OP_ACK,
+    OP_FIRST,
+    OP_LAST,
+    OP_LAST_IMM,
+    OP_MIDDLE,
+    OP_ONLY,
+    OP_ONLY_IMM,
+    PSN_HALF,
     PSN_MASK,
-    _crc32,
-    _csum_partial,
-    _from_bytes,
-    _Template,
+    RTX_BIT,
+    RX_SACK,
+    SACK_FRAME_END,
+    TS_BIT,
+    U16,
+    U32,
+    Template,
+    crc32,
+    csum_partial,
+    from_bytes,
 )
 from mrcnic.transport.qp_types import MAX_OUTSTANDING_WRITES as _MAX_OUT
 from mrcnic.transport.qp_types import (
     QpAttributes,
-    QpState,
     ResourceLimitError,
     TxMessage,
     WcStatus,
     WriteCompleted,
-    checked_write,
 )
 from mrcnic.transport.sack import (
     LOSS_CAUSES,
     LOST_BY_EV_ORDER,
     LOST_BY_SACK,
+    LOST_BY_TIMEOUT,
     LOST_BY_TRIM,
     TxRecord,
 )
+
+if TYPE_CHECKING:
+    from mrcnic.transport.engine import SendHost
 
 #: the RTT peak tracker follows a higher sample at once and decays towards lower ones by this
 #: fraction per sample (about 64 SACKs: a few RTTs), so it remembers the recent tail
@@ -73,52 +81,69 @@ REO_QUIET_RESET = 16
 #: spurious retransmissions from the per-EV rule after which a QP stops using it: packets of
 #: one EV overtake each other on this fabric (MRC's paths never reorder; a test wire may)
 EV_ORDER_SPURIOUS_MAX = 4
+#: how many recoveries loss_recovery_s remembers (the C engine's RECOVERY_LOG)
+RECOVERY_LOG = 65536
+# what a live record costs: the object (its slots) plus its entries in the scoreboard's dict
+# and heap (about 100 bytes on CPython 3.11)
+_RECORD_BYTES = TxRecord.__basicsize__ + 100
+_MESSAGE_BYTES = TxMessage.__basicsize__
 
 
-class Requester:
-    """Sending, retransmitting, and reading acknowledgments (see the module docstring)."""
+class PySendEngine:
+    """One connected MRC QP's send side in Python (see the module docstring).
 
-    def post_write(
-        self,
-        wr_id: int,
-        local: bytes | bytearray | memoryview,
-        remote_va: int,
-        rkey: int,
-        imm: int | None = None,
-    ) -> None:
-        """Queue an RDMA Write (with immediate if ``imm`` is given) of ``local`` to the peer."""
-        buf = checked_write(self.qpn, self.state, local, remote_va, rkey, imm)
+    ``qp`` is its QP, seen through :class:`~mrcnic.transport.engine.SendHost`: it reads the QP's policy objects and settings
+    (``evs``, ``cc``, ``config``, ``peer``, ``stats``, the frame templates ``_slot_tmpl``),
+    keeps the RTT estimator's values the QP's timers use (``_rto``, ``_srtt``, ``_min_rtt``,
+    ... : the C engine copies its own there after every call) and calls the QP back for
+    events and errors (``_events``, ``_drain_ev_events``, ``_nack_fatal``,
+    ``_retry_exceeded``). Everything else is its own: the send and retransmission queues,
+    the writes in flight, loss detection's state."""
+
+    def __init__(self, qp: SendHost) -> None:
+        self.qp = qp
+        self.sb = qp.sb
+        self._rtxq: deque[TxRecord] = deque()
+        self._sendq: deque[TxMessage] = deque()  # not fully segmented yet
+        self._inflight_msgs: deque[TxMessage] = deque()  # segmented (partly), not completed
+        self._wimm_outstanding = 0
+        # loss detection from SACKs (_find_losses)
+        self._rack_sent_s = -1.0  # newest send time among acknowledged packets
+        self._ev_acked_sent_s = [-1.0] * len(qp.evs.ev_values)  # the same, per EV slot
+        self._reo_mult = 1  # reordering window, in quarters of the min RTT
+        self._reo_quiet = 0  # losses found since the last spurious one
+        self._ev_order_ok = True  # per-EV order holds on this fabric (until shown otherwise)
+        self._ev_order_spurious = 0
+        self._recoveries: deque[list] = deque(maxlen=RECOVERY_LOG)  # [delay_s, spurious] each
+        # Scratch buffers the headers are packed into; every frame copies them out at once,
+        # so one per QP serves every frame.
+        self._scratch = bytearray(FRAME_DATA_IMM.size)
+        sv = memoryview(self._scratch)
+        # (headers, headers from BTH for the ICRC, headers from UDP for the checksum)
+        self._views = (
+            (sv[: FRAME_DATA.size], sv[OFF_BTH : FRAME_DATA.size], sv[OFF_UDP : FRAME_DATA.size]),
+            (sv, sv[OFF_BTH:], sv[OFF_UDP:]),
+        )
+
+    # -- the interface (mrcnic.transport.engine.SendEngine) ------------------------------------
+
+    def post(self, msg: TxMessage) -> None:
         sendq = self._sendq  # (its head, once partly sent, is in _inflight_msgs too)
         both = 1 if sendq and sendq[0].next_off else 0
-        if self._txe is None and len(sendq) + len(self._inflight_msgs) - both >= _MAX_OUT:
+        if len(sendq) + len(self._inflight_msgs) - both >= _MAX_OUT:
             raise ResourceLimitError(
-                f"QP {self.qpn}: {_MAX_OUT} writes posted and not completed (the limit per "
+                f"QP {self.qp.qpn}: {_MAX_OUT} writes posted and not completed (the limit per "
                 "QP); poll completions before posting more"
             )
-        msg = TxMessage(wr_id, buf, remote_va, rkey, imm, self._msn, self._rqmsn)
-        if self._txe is not None:
-            self._txe.post(msg)  # (raises at the C engine's limit: nothing changed yet)
-        else:
-            self._sendq.append(msg)
-        self._msn = (self._msn + 1) & 0xFFFF
-        if imm is not None:
-            self._rqmsn = (self._rqmsn + 1) & 0xFFFF
+        sendq.append(msg)
 
-    def frames_to_send(self, now_s: float) -> list[tuple[int, bytes]]:
-        """Everything that may leave now: control first, then retransmissions, then new data
-        while the window allows.  The port index is the plane of the frame's EV."""
-        out = self._ctrl
-        self._ctrl = []
-        if self.state is not QpState.READY:
-            return out
-        self.evs.now_s = now_s
-        if self._txe is not None:  # the C engine: the same rules, per batch
-            self._txe.send(now_s, out)
-            self._after_send(now_s, self._txe.work_waiting)
-            return out
+    def send(self, now_s: float, out: list[tuple[int, bytes]]) -> None:
+        """Retransmissions, then new data while the window allows: frames appended to
+        ``out``."""
+        qp = self.qp
         sb = self.sb
-        cc = self.cc
-        window = self.peer.window_psns if self.peer else 0
+        cc = qp.cc
+        window = qp.peer.window_psns if qp.peer else 0
         rtxq = self._rtxq
         if rtxq:
             deferred: list[TxRecord] = []
@@ -137,169 +162,182 @@ class Requester:
             if deferred:
                 rtxq.extendleft(reversed(deferred))
         # (the window test here too: a window-limited QP is asked often, and answers cheaply)
-        if self._sendq and self.peer is not None and sb.inflight_bytes < cc.cwnd_bytes:
-            self._send_new(out, now_s, window)
-        self._after_send(now_s, bool(rtxq or self._sendq))
-        return out
+        if self._sendq and qp.peer is not None and sb.inflight_bytes < cc.cwnd_bytes:
+            self._segment_writes(out, now_s, window)
 
-    def _after_send(self, now_s: float, work_waiting: bool) -> None:
-        if not self.evs.active and work_waiting:
-            self._note_stall(now_s)  # nothing can carry the work: keep a timer running
-        elif self._stall_deadline is not None and self.evs.active:
-            self._stall_deadline = None
+    @property
+    def work_waiting(self) -> bool:
+        return bool(self._rtxq or self._sendq)
 
-    def _send_new(self, out: list[tuple[int, bytes]], now_s: float, window: int) -> None:
-        """Segment posted writes into new packets while the window allows.  The hot path:
-        what _send_record, _data_frame, Scoreboard.add and Scoreboard.arm do, inline, with
-        the per-message and per-call values hoisted out of the per-packet loop."""
-        (
-            sendq, sb, cc, pick, plane_of, tx_packets, tmpls, records, heap, mtu, w1, scratch,
-            head, mrc, udp, head_imm, mrc_imm, udp_imm,
-        ) = self._tx_ctx  # fmt: skip
-        seq = sb.seq
-        nxt = sb.snd_nxt
-        una = sb.snd_una
-        inflight = sb.inflight_bytes
+    @property
+    def outstanding(self) -> int:
+        return len(self.sb.records)
+
+    @property
+    def idle(self) -> bool:
+        return not self._sendq and not self._inflight_msgs
+
+    @property
+    def snd_una(self) -> int:
+        return self.sb.snd_una
+
+    def messages(self) -> list[TxMessage]:
+        return list(self._inflight_msgs) + list(self._sendq)
+
+    def first_message(self) -> TxMessage | None:
+        if self._inflight_msgs:
+            return self._inflight_msgs[0]
+        return self._sendq[0] if self._sendq else None
+
+    def reset(self) -> None:
+        self._inflight_msgs.clear()
+        self._sendq.clear()
+        self._rtxq.clear()
+        sb = self.sb
+        sb.order.clear()
+        sb.records.clear()
+        sb.inflight_bytes = 0
+
+    def port_down(self, plane: int) -> None:
+        """Everything in flight on that port is gone: repair it now."""
+        plane_of = self.qp.evs.plane_of
+        for rec in list(self.sb.records.values()):
+            if not rec.lost and plane_of[rec.slot] == plane:
+                self.sb.mark_lost(rec)
+                self._rtxq.append(rec)
+
+    def next_deadline(self) -> float | None:
+        return self.sb.next_deadline()
+
+    def expire(self, now_s: float) -> None:
+        """The retransmission timers due by ``now_s``."""
+        qp = self.qp
+        sb = self.sb
+        max_rto = qp.config.max_rto_s
+        for rec in sb.expired(now_s):
+            # the deadline was set with the RTO of its send time: if the RTO has grown since
+            # (the queues grew), the packet gets the current one
+            rto = qp._rto * (1 << min(rec.retries, 30))  # (capped: max_rto_s caps the result)
+            deadline = rec.sent_s + (rto if rto < max_rto else max_rto)
+            if deadline > now_s:
+                sb.arm(rec, deadline)
+                continue
+            if rec.retries >= qp.config.retry_limit:
+                qp._retry_exceeded(rec.psn, rec.retries, rec.msg, now_s)
+                return
+            qp.stats.timeouts += 1
+            # a path that acknowledged anything in the last half RTO is queued, not dead
+            qp.evs.on_timeout(rec.slot, rec.sent_s, now_s, 0.5 * qp._rto)
+            rec.to_sent_s = rec.sent_s
+            rec.to_slot = rec.slot
+            rec.to_ts_ns = rec.tx_ts_ns
+            rec.lost_by = LOST_BY_TIMEOUT
+            rec.losses += 1
+            rec.retries += 1
+            sb.mark_lost(rec)
+            self._rtxq.append(rec)
+            qp.cc.on_timeout(now_s)
+
+    def frame(self, data: bytes | bytearray | memoryview, now_s: float) -> bool:
+        """A SACK or ACK frame: True when taken (applied, or dropped and counted), False when
+        it is not of a SACK's length (the QP's control path decodes it)."""
+        qp = self.qp
+        end = qp._accept(data)
+        if end == 0:
+            return True
+        if end != SACK_FRAME_END:
+            return False
+        qp.evs.now_s = now_s
+        self._sack_frame(data, data[OFF_BTH], now_s)
+        if qp.evs.events:
+            qp._drain_ev_events()
+        return True
+
+    def after_batch(self, now_s: float) -> None:
+        """(A receive batch hands this engine nothing: the QP's receive_frame did.)"""
+
+    def loss_recovery_s(self) -> list[float]:
+        return [d for d, spurious in self._recoveries if not spurious]
+
+    def state_bytes(self) -> int:
+        """Its live records (counted at their object size) and queued writes."""
+        return len(self.sb.records) * _RECORD_BYTES + len(self._sendq) * _MESSAGE_BYTES
+
+    def release(self) -> None:
+        """(Nothing outside Python to let go.)"""
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _segment_writes(self, out: list[tuple[int, bytes]], now_s: float, window: int) -> None:
+        """Segment posted writes into new packets while the window allows: each one's
+        record, frame and timer through :meth:`_send_record`, as a retransmission's."""
+        qp = self.qp
+        sb = self.sb
+        cc = qp.cc
+        sendq = self._sendq
+        msgs = self._inflight_msgs
+        mtu = qp.mtu
         limit = window - 1
-        wimm_max = self.peer.max_wimm_inflight
-        ts_ns = int(now_s * 1e9) or 1  # 0 means "no timestamp" in a SACK: a clock at 0 is 1 ns
-        rto = self._rto  # a new packet has no retries yet
-        max_rto = self.config.max_rto_s
-        deadline = now_s + (rto if rto < max_rto else max_rto)
-        fifo = sb.fifo
-        in_order = not fifo or fifo[-1][0] <= deadline  # every packet here has this deadline
-        fifo_append = fifo.append
-        order_append = sb.order.append
-        pack, pack_imm = _FRAME_DATA.pack_into, _FRAME_DATA_IMM.pack_into
-        crc32 = _crc32
-        from_bytes = _from_bytes
-        csum_partial = _csum_partial
-        u16_into = _U16.pack_into
-        u32 = _U32.pack
-        join = b"".join
-        sent = sent_bytes = 0
-        cur = None
-        while sendq and inflight < cc.cwnd_bytes and ((nxt - una) & PSN_MASK) < limit:
+        wimm_max = qp.peer.max_wimm_inflight
+        while (
+            sendq
+            and sb.inflight_bytes < cc.cwnd_bytes
+            and ((sb.snd_nxt - sb.snd_una) & PSN_MASK) < limit
+        ):
             msg = sendq[0]
             off = msg.next_off
-            if off == 0:
-                if len(self._inflight_msgs) >= MSN_WINDOW - 1:
+            first = off == 0
+            imm = msg.imm
+            if first:
+                if len(msgs) >= MSN_WINDOW - 1:
                     break  # the responder tracks no more messages than this
-                if msg.imm is not None:
+                if imm is not None:
                     if self._wimm_outstanding >= wimm_max:
                         break
                     self._wimm_outstanding += 1
-                self._inflight_msgs.append(msg)
-            if msg is not cur:
-                cur = msg
-                length = msg.length
-                imm = msg.imm
-                mbuf = msg.buf
-                msn = msg.msn
-                rqmsn = msg.rqmsn
-                rkey = msg.rkey
-                va = msg.remote_va
+                msgs.append(msg)
+            length = msg.length
             n = length - off
             if n > mtu:
                 n = mtu
-            first = off == 0
             last = off + n >= length
             if first and last:
-                op = _OP_ONLY if imm is None else _OP_ONLY_IMM
+                op = OP_ONLY if imm is None else OP_ONLY_IMM
             elif first:
-                op = _OP_FIRST
+                op = OP_FIRST
             elif last:
-                op = _OP_LAST if imm is None else _OP_LAST_IMM
+                op = OP_LAST if imm is None else OP_LAST_IMM
             else:
-                op = _OP_MIDDLE
-            slot = pick(-1)
-            if slot < 0:
+                op = OP_MIDDLE
+            rec = TxRecord(sb.snd_nxt, msg, off, n, op)
+            frame = self._send_record(rec, now_s, rtx=False)
+            if frame is None:  # no EV can carry it
                 if first:  # undo the start bookkeeping; retry later
-                    self._inflight_msgs.pop()
+                    msgs.pop()
                     if imm is not None:
                         self._wimm_outstanding -= 1
                 break
-            # the frame (see _data_frame)
-            eth_dst, eth_src, w0, src, dst, sport, psum = tmpls[slot]
-            payload = mbuf[off : off + n]
-            w0 |= _DSCP_DATA_ECT0
-            if last:
-                w2 = _ACKREQ | nxt
-                if imm is not None:
-                    ulen = n + 56
-                    pack_imm(
-                        scratch, 0, eth_dst, eth_src, 0x86DD, w0, ulen, 17, 64, src, dst, sport,
-                        4791, ulen, 0, op, 0, 0xFFFF, w1, w2, msn, rqmsn, ts_ns, va + off, rkey,
-                        length, imm,
-                    )  # fmt: skip
-                    icrc = crc32(payload, crc32(mrc_imm))
-                    total = psum + ulen + from_bytes(udp_imm, "big")
-                    hdr = head_imm
-                else:
-                    ulen = n + 52
-                    pack(
-                        scratch, 0, eth_dst, eth_src, 0x86DD, w0, ulen, 17, 64, src, dst, sport,
-                        4791, ulen, 0, op, 0, 0xFFFF, w1, w2, msn, rqmsn, ts_ns, va + off, rkey,
-                        length,
-                    )  # fmt: skip
-                    icrc = crc32(payload, crc32(mrc))
-                    total = psum + ulen + from_bytes(udp, "big")
-                    hdr = head
-                total += icrc << 8 if n & 1 else icrc
-            else:  # a full MTU: never empty
-                ulen = n + 52
-                pack(
-                    scratch, 0, eth_dst, eth_src, 0x86DD, w0, ulen, 17, 64, src, dst, sport,
-                    4791, ulen, 0, op, 0, 0xFFFF, w1, nxt, msn, rqmsn, ts_ns, va + off, rkey,
-                    length,
-                )  # fmt: skip
-                icrc = crc32(payload, crc32(mrc))
-                total = psum + ulen + from_bytes(udp, "big") + (icrc << 8 if n & 1 else icrc)
-                hdr = head
-            if n:
-                total += csum_partial(payload)
-            u16_into(scratch, _OFF_UCSUM, 0xFFFF - total % 0xFFFF)
-            frame = join((hdr, payload, u32(icrc)))
-            # the record and its timer
-            rec = TxRecord(nxt, msg, off, n, op)
-            rec.slot = slot
-            rec.sent_s = rec.first_sent_s = now_s
-            rec.tx_ts_ns = ts_ns
-            order_append((rec, ts_ns))
-            seq += 1
-            rec.timer_seq = seq
-            if in_order:  # Scoreboard.arm
-                fifo_append((deadline, seq, nxt))
-            else:
-                heappush(heap, (deadline, seq, nxt))
-            records[nxt] = rec
-            tx_packets[slot] += 1
-            sent += 1
-            sent_bytes += n
-            inflight += n
-            out.append((plane_of[slot], frame))
+            sb.add(rec)
+            out.append(frame)
             if last:
                 msg.next_off = length
-                msg.last_psn = nxt
+                msg.last_psn = rec.psn
                 sendq.popleft()
             else:
                 msg.next_off = off + n
-            nxt = (nxt + 1) & PSN_MASK
-        sb.seq = seq
-        sb.snd_nxt = nxt
-        sb.inflight_bytes = inflight
-        st = self.stats
-        st.tx_data_packets += sent
-        st.tx_data_bytes += sent_bytes
 
     def _send_record(self, rec: TxRecord, now_s: float, rtx: bool) -> tuple[int, bytes] | None:
-        evs = self.evs
+        """Send ``rec`` (a new packet, or with ``rtx`` its retransmission) on the EV the
+        table picks: its frame, its record's send state and timer, the counters; None when
+        no EV can carry it."""
+        qp = self.qp
+        evs = qp.evs
         slot = evs.pick(rec.slot if rtx else -1)
         if slot < 0:
             return None
         ts_ns = int(now_s * 1e9) or 1  # 0 means "no timestamp" in a SACK: a clock at 0 is 1 ns
         frame = self._data_frame(
-            self._slot_tmpl[slot], rec.opcode, rec.psn, rec.msg, rec.offset, rec.length, ts_ns, rtx
+            qp._slot_tmpl[slot], rec.opcode, rec.psn, rec.msg, rec.offset, rec.length, ts_ns, rtx
         )
         if rtx and not rec.ever_rtx and rec.lost_by in LOSS_CAUSES:
             entry = [now_s - rec.first_sent_s, False]
@@ -308,24 +346,26 @@ class Requester:
         rec.slot = slot
         rec.sent_s = now_s
         rec.tx_ts_ns = ts_ns
-        self.sb.order.append((rec, ts_ns))
+        sb = self.sb
+        sb.order.append((rec, ts_ns))
         evs.tx_packets[slot] += 1
-        st = self.stats
+        st = qp.stats
         if rtx:
-            self.sb.resent(rec)
+            sb.resent(rec)
             rec.ever_rtx = True
             st.retransmissions += 1
         else:
             rec.first_sent_s = now_s
             st.tx_data_packets += 1
             st.tx_data_bytes += rec.length
-        rto = self._rto * (1 << min(rec.retries, 30))
-        self.sb.arm(rec, now_s + (rto if rto < self.config.max_rto_s else self.config.max_rto_s))
+        rto = qp._rto * (1 << min(rec.retries, 30))
+        max_rto = qp.config.max_rto_s
+        sb.arm(rec, now_s + (rto if rto < max_rto else max_rto))
         return (evs.plane_of[slot], frame)
 
     def _data_frame(
         self,
-        t: _Template,
+        t: Template,
         op: int,
         psn: int,
         msg: TxMessage,
@@ -338,12 +378,12 @@ class Requester:
         (by the join) from the message's buffer, ICRC and UDP checksum chained over both."""
         eth_dst, eth_src, w0, src, dst, sport, psum = t
         payload = msg.buf[off : off + n]
-        w1 = (_TS_BIT | _RTX_BIT if rtx else _TS_BIT) << 24 | self.peer.qpn
-        w2 = psn if op < _OP_LAST else _ACKREQ | psn  # the last packet asks for an ACK
+        w1 = (TS_BIT | RTX_BIT if rtx else TS_BIT) << 24 | self.qp.peer.qpn
+        w2 = psn if op < OP_LAST else ACKREQ | psn  # the last packet asks for an ACK
         w0 |= (8 if rtx else 4) << 22 | 2 << 20  # TRIMMABLE_RETX / TRIMMABLE, ECT0
-        if op in (_OP_LAST_IMM, _OP_ONLY_IMM):
+        if op in (OP_LAST_IMM, OP_ONLY_IMM):
             ulen = n + 56  # UDP 8 + BTH..RETH 40 + ImmDt 4 + ICRC 4
-            _FRAME_DATA_IMM.pack_into(
+            FRAME_DATA_IMM.pack_into(
                 self._scratch, 0, eth_dst, eth_src, 0x86DD, w0, ulen, 17, 64, src, dst,
                 sport, 4791, ulen, 0, op, 0, 0xFFFF, w1, w2, msg.msn, msg.rqmsn, ts_ns,
                 msg.remote_va + off, msg.rkey, msg.length, msg.imm,
@@ -351,44 +391,44 @@ class Requester:
             head, mrc, udp = self._views[1]
         else:
             ulen = n + 52  # UDP 8 + BTH..RETH 40 + ICRC 4
-            _FRAME_DATA.pack_into(
+            FRAME_DATA.pack_into(
                 self._scratch, 0, eth_dst, eth_src, 0x86DD, w0, ulen, 17, 64, src, dst,
                 sport, 4791, ulen, 0, op, 0, 0xFFFF, w1, w2, msg.msn, msg.rqmsn, ts_ns,
                 msg.remote_va + off, msg.rkey, msg.length,
             )  # fmt: skip
             head, mrc, udp = self._views[0]
-        icrc = _crc32(payload, _crc32(mrc))
+        icrc = crc32(payload, crc32(mrc))
         # One's complement sum of the UDP datagram = its value modulo 0xFFFF (2^16 = 1 mod
         # 0xFFFF): the headers' bytes as one integer, the payload's sum from the C core, the
         # ICRC one byte up when the payload length is odd; plus the pseudo-header (psum, ulen).
-        total = psum + ulen + _from_bytes(udp, "big") + (icrc << 8 if n & 1 else icrc)
+        total = psum + ulen + from_bytes(udp, "big") + (icrc << 8 if n & 1 else icrc)
         if n:
-            total += _csum_partial(payload)
-        _U16.pack_into(self._scratch, _OFF_UCSUM, 0xFFFF - total % 0xFFFF)
-        return b"".join((head, payload, _U32.pack(icrc)))
+            total += csum_partial(payload)
+        U16.pack_into(self._scratch, OFF_UCSUM, 0xFFFF - total % 0xFFFF)
+        return b"".join((head, payload, U32.pack(icrc)))
 
-    def _rx_sack_frame(self, data, op: int, now_s: float) -> None:
+    def _sack_frame(self, data, op: int, now_s: float) -> None:
         """A SACK or probe answer of the right length: decoded at fixed offsets (what
         wire.decode_mrc would check: the ICRC and a defined mark; then our QP number)."""
         if (
-            _crc32(memoryview(data)[_OFF_BTH : _SACK_FRAME_END - 4])
-            != _U32.unpack_from(data, _SACK_FRAME_END - 4)[0]
+            crc32(memoryview(data)[OFF_BTH : SACK_FRAME_END - 4])
+            != U32.unpack_from(data, SACK_FRAME_END - 4)[0]
         ):
-            self.stats.rx_malformed += 1
+            self.qp.stats.rx_malformed += 1
             return
-        w1, _w2, w0, offset, pen, bitmap, ev, _ooo, ts_ns, _rb = _RX_SACK.unpack_from(
-            data, _OFF_BTH + 4
+        w1, _w2, w0, offset, pen, bitmap, ev, _ooo, ts_ns, _rb = RX_SACK.unpack_from(
+            data, OFF_BTH + 4
         )
         mark = w0 >> 30
-        if mark == 3 or w1 & 0xFFFFFF != self.qpn:
-            self.stats.rx_malformed += 1
+        if mark == 3 or w1 & 0xFFFFFF != self.qp.qpn:
+            self.qp.stats.rx_malformed += 1
             return
-        self._rx_sack(
+        self.sack(
             w0 & PSN_MASK, offset, bitmap, ev, mark, w0 & 0x20000000 != 0, pen & 0x7F, ts_ns,
-            op == _OP_ACK, now_s,
+            op == OP_ACK, now_s,
         )  # fmt: skip
 
-    def _rx_sack(
+    def sack(
         self,
         cack_psn: int,
         offset: int,
@@ -402,14 +442,8 @@ class Requester:
         now_s: float,
     ) -> None:
         """Apply one SACK (or probe answer; ``mark`` is the wire value of wire.SackMark)."""
-        if self._txe is not None:
-            self._txe.sack(
-                cack_psn, offset, bitmap, ev, mark, ece, rcv_cwnd_pen, reflected_ts_ns,
-                is_probe_answer, now_s,
-            )  # fmt: skip
-            return
-        self.stats.rx_sacks += 1
-        evs = self.evs
+        self.qp.stats.rx_sacks += 1
+        evs = self.qp.evs
         acked = self.sb.on_sack(cack_psn, offset, bitmap)
         acked_bytes = 0
         if acked:
@@ -455,37 +489,37 @@ class Requester:
             slot = evs.slot_of.get(ev, -1)
             if slot >= 0:
                 evs.ecn_echoes[slot] += 1
-                inp = EvInput.ECN_ECHO if mark == _MARK_SKIP_ONCE else EvInput.ALWAYS_SKIP
+                inp = EvInput.ECN_ECHO if mark == MARK_SKIP_ONCE else EvInput.ALWAYS_SKIP
                 evs.apply(slot, inp, now_s)
         if acked_bytes or ece:
-            self.cc.on_ack(new_ack_sample(acked_bytes, rtt, ece, now_s))
+            self.qp.cc.on_ack(new_ack_sample(acked_bytes, rtt, ece, now_s))
         if rcv_cwnd_pen:
-            self.cc.on_rcv_penalty(rcv_cwnd_pen, now_s)
+            self.qp.cc.on_rcv_penalty(rcv_cwnd_pen, now_s)
         if acked:
             self._complete_messages(now_s)
 
     def _rtt_sample(self, r: float) -> None:
         # RFC 6298 estimator; the reflected timestamp names one transmission, so no Karn issue.
-        if self._srtt is None:
-            self._srtt = r
-            self._rttvar = r / 2
+        if self.qp._srtt is None:
+            self.qp._srtt = r
+            self.qp._rttvar = r / 2
         else:
-            self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self._srtt - r)
-            self._srtt = 0.875 * self._srtt + 0.125 * r
-        if r < self._min_rtt or not self._rtt_measured:
-            self._min_rtt = r
-            self._rtt_measured = True
-        peak = self._rtt_peak
-        self._rtt_peak = r if r > peak else peak + (r - peak) * RTT_PEAK_RELEASE
+            self.qp._rttvar = 0.75 * self.qp._rttvar + 0.25 * abs(self.qp._srtt - r)
+            self.qp._srtt = 0.875 * self.qp._srtt + 0.125 * r
+        if r < self.qp._min_rtt or not self.qp._rtt_measured:
+            self.qp._min_rtt = r
+            self.qp._rtt_measured = True
+        peak = self.qp._rtt_peak
+        self.qp._rtt_peak = r if r > peak else peak + (r - peak) * RTT_PEAK_RELEASE
         self._update_rto()
 
     def _update_rto(self) -> None:
         # Spraying makes RTTs heavy-tailed (each packet sees its own path's queue): srtt +
         # 4 rttvar alone is overtaken by the tail; the recent peak keeps the RTO above it.
-        srtt = self._srtt if self._srtt is not None else 0.0
-        rto = max(srtt + 4 * self._rttvar, RTO_PEAK_GAIN * self._rtt_peak)
-        self._rto = min(max(rto, self._min_rto), self.config.max_rto_s)
-        self.evs.path_quiet_s = 0.5 * self._rto
+        srtt = self.qp._srtt if self.qp._srtt is not None else 0.0
+        rto = max(srtt + 4 * self.qp._rttvar, RTO_PEAK_GAIN * self.qp._rtt_peak)
+        self.qp._rto = min(max(rto, self.qp._min_rto), self.qp.config.max_rto_s)
+        self.qp.evs.path_quiet_s = 0.5 * self.qp._rto
 
     def _spurious(self, rec: TxRecord, ev: int, reflected_ts_ns: int, now_s: float) -> bool:
         """A PSN that timed out is acknowledged: if the SACK was triggered by the very
@@ -493,11 +527,11 @@ class Requester:
         caused it (not sent yet, or sent less than half a min RTT ago), the original made it
         and the timeout was spurious.  Its delay is an RTT the estimator missed: feed it to
         the peak so the RTO covers it next time (the Eifel idea, RFC 3522)."""
-        by_original = reflected_ts_ns == rec.to_ts_ns and ev == self.evs.ev_values[rec.to_slot]
+        by_original = reflected_ts_ns == rec.to_ts_ns and ev == self.qp.evs.ev_values[rec.to_slot]
         if (
             not by_original
             and not rec.lost
-            and now_s - rec.sent_s >= SPURIOUS_RTT_FRACTION * self._min_rtt
+            and now_s - rec.sent_s >= SPURIOUS_RTT_FRACTION * self.qp._min_rtt
         ):
             return False
         rec.spurious = True
@@ -506,22 +540,22 @@ class Requester:
         if rec.lost_by == LOST_BY_EV_ORDER:
             # packets of one EV overtook each other: this fabric does not keep a path in
             # order, so the per-EV rule is not safe here (the time rule still is)
-            self.stats.spurious_retransmissions += 1
+            self.qp.stats.spurious_retransmissions += 1
             self._ev_order_spurious += 1
             if self._ev_order_spurious >= EV_ORDER_SPURIOUS_MAX:
                 self._ev_order_ok = False
             return True
         if rec.lost_by == LOST_BY_SACK:
             # reordering beyond the window, not loss: widen the window (RFC 8985's DSACK rule)
-            self.stats.spurious_retransmissions += 1
+            self.qp.stats.spurious_retransmissions += 1
             if self._reo_mult < REO_MULT_MAX:
                 self._reo_mult += 1
             self._reo_quiet = 0
             return True
-        self.stats.spurious_timeouts += 1
+        self.qp.stats.spurious_timeouts += 1
         delay = now_s - rec.to_sent_s
-        if delay > self._rtt_peak:
-            self._rtt_peak = delay
+        if delay > self.qp._rtt_peak:
+            self.qp._rtt_peak = delay
             self._update_rto()
         return True
 
@@ -541,7 +575,7 @@ class Requester:
         A lost packet is queued for retransmission at once (on another EV) and its EV is
         retired (ASSUMED_BAD) as MRC does; the RTO stays the last resort."""
         newest = self._rack_sent_s
-        min_rtt = self._min_rtt
+        min_rtt = self.qp._min_rtt
         ev_acked = self._ev_acked_sent_s
         for rec in acked:
             t = rec.sent_s
@@ -555,7 +589,7 @@ class Requester:
                 ev_acked[rec.slot] = t
         self._rack_sent_s = newest
         sb = self.sb
-        lost = sb.lost_by_time(newest - self._reo_window_s()) if newest > 0 else []
+        lost = sb.lost_by_time(newest - self.reo_window_s()) if newest > 0 else []
         n_time = len(lost)
         if bitmap & (bitmap + 1) and self._ev_order_ok:  # (a run from bit 0 has no hole)
             holes = ~bitmap & ((1 << (bitmap.bit_length() - 1)) - 1)
@@ -570,8 +604,8 @@ class Requester:
                     holes ^= low
         if not lost:
             return
-        evs = self.evs
-        st = self.stats
+        evs = self.qp.evs
+        st = self.qp.stats
         for i, rec in enumerate(lost):
             if rec.lost:
                 continue  # found by both rules
@@ -590,107 +624,71 @@ class Requester:
                 self._reo_mult -= 1
                 self._reo_quiet = 0
 
-    def _reo_window_s(self) -> float:
+    def reo_window_s(self) -> float:
         """How much later than another packet a packet may arrive without being lost: the
         spread of one-way delays between the paths (sprayed packets differ by at most the
         recent queueing delay, the RTT peak above the min RTT) plus RACK's quarter min RTT,
         widened by spurious retransmissions; never more than the RTO (beyond it the timer fires first)."""
-        min_rtt = self._min_rtt
-        spread = self._rtt_peak - min_rtt
+        min_rtt = self.qp._min_rtt
+        spread = self.qp._rtt_peak - min_rtt
         w = self._reo_mult * min_rtt * 0.25 + (spread if spread > 0 else 0.0)
-        cap = self._rto
+        cap = self.qp._rto
         return w if w < cap else cap
-
-    def loss_recovery_s(self) -> list[float]:
-        """For each packet retransmitted because it was lost (not spuriously), the time from
-        its first transmission to its first retransmission (the last 65536 such packets)."""
-        if self._txe is not None:
-            return self._txe.loss_recovery_s()
-        return [d for d, spurious in self._recoveries if not spurious]
 
     def _complete_messages(self, now_s: float) -> None:
         msgs = self._inflight_msgs
         una = self.sb.snd_una
         while msgs:
             m = msgs[0]
-            if m.last_psn < 0 or not 0 < ((una - m.last_psn) & PSN_MASK) < _HALF:
+            if m.last_psn < 0 or not 0 < ((una - m.last_psn) & PSN_MASK) < PSN_HALF:
                 break  # not fully sent, or its last PSN is not behind snd_una yet
             msgs.popleft()
             m.done = True
             if m.imm is not None:
                 self._wimm_outstanding -= 1
-            self.stats.completions += 1
-            self._events.append(WriteCompleted(m.wr_id, WcStatus.SUCCESS, m.length, now_s))
+            self.qp.stats.completions += 1
+            self.qp._events.append(WriteCompleted(m.wr_id, WcStatus.SUCCESS, m.length, now_s))
 
-    def _rx_nack(self, n: wire.NACK, now_s: float) -> None:
-        if self._txe is not None:
-            self._txe.nack(int(n.reason), n.psn, n.cack_psn, n.reflected_ts_ns, now_s)
-            return
-        st = self.stats
+    def nack(self, reason: int, psn: int, cack_psn: int, ts_ns: int, now_s: float) -> None:
+        """Apply one NACK (its fields; ``reason`` is the wire value of wire.NackReason)."""
+        st = self.qp.stats
         st.rx_nacks += 1
-        reason = n.reason
         R = wire.NackReason
-        rec = self.sb.records.get(n.psn)
+        rec = self.sb.records.get(psn)
         if rec is None:
             # about no packet we have outstanding: stale, or forged (a NACK is fatal only
             # when it names a packet this QP is waiting on)
             st.rx_stale_nacks += 1
             return
         if reason in (R.UNEXP_EVENT, R.REMOTE_ACCESS_ERROR):
-            ts = n.reflected_ts_ns
+            ts = ts_ns
             if ts != rec.tx_ts_ns and not (rec.to_ts_ns and ts == rec.to_ts_ns):
                 # a fatal NACK must echo the transmission it names: one that does not was
                 # made by someone who never saw the packet (a forged data frame under a
                 # spoofed address, refused by the responder): ignored, counted
                 st.rx_unmatched_nacks += 1
                 return
-            self._nack_fatal(reason, n.psn, rec.msg, now_s)
+            self.qp._nack_fatal(reason, psn, rec.msg, now_s)
             return
-        if rec.lost or rec.tx_ts_ns != n.reflected_ts_ns:
+        if rec.lost or rec.tx_ts_ns != ts_ns:
             return  # about an older transmission of this PSN: already being repaired
-        evs = self.evs
+        evs = self.qp.evs
         if reason == R.TRIMMED or reason == R.TRIMMED_LASTHOP:
             evs.trims[rec.slot] += 1
             evs.note_delivered(rec.slot, rec.sent_s)  # a trimmed header proves the path alive
             evs.acked_packets[rec.slot] -= 1
             if reason == R.TRIMMED:
                 evs.apply(rec.slot, EvInput.TRIMMED, now_s)
-            self.cc.on_trim(reason == R.TRIMMED_LASTHOP, now_s)
+            self.qp.cc.on_trim(reason == R.TRIMMED_LASTHOP, now_s)
             rec.lost_by = LOST_BY_TRIM  # certain: no spurious test, not a loss to report
             rec.to_sent_s = -1.0
             self.sb.mark_lost(rec)
             self._rtxq.appendleft(rec)  # repair at once, on another EV
         else:  # PSN_OOR_WINDOW, NO_BITMAP, NO_PKT_BUFFER: resend once the window allows
-            if reason == R.PSN_OOR_WINDOW and self.peer is not None:
-                span = (n.psn - n.cack_psn) & PSN_MASK
-                if 64 <= span < self.peer.window_psns:
-                    self.peer = QpAttributes(**{**asdict(self.peer), "window_psns": span})
+            if reason == R.PSN_OOR_WINDOW and self.qp.peer is not None:
+                span = (psn - cack_psn) & PSN_MASK
+                if 64 <= span < self.qp.peer.window_psns:
+                    qp = self.qp
+                    qp.peer = QpAttributes(**{**asdict(qp.peer), "window_psns": span})
             self.sb.mark_lost(rec)
             self._rtxq.append(rec)
-
-    def _nack_fatal(self, reason: int, psn: int, m: TxMessage, now_s: float) -> None:
-        """A NACK that ends the QP: UNEXP_EVENT or REMOTE_ACCESS_ERROR about PSN ``psn`` of
-        write ``m``."""
-        if reason == wire.NackReason.UNEXP_EVENT:
-            self._fatal(
-                WcStatus.REMOTE_OP_ERROR,
-                f"peer reported an unexpected event (UNEXP_EVENT) at PSN {psn}",
-                now_s,
-            )
-            return
-        self._fatal(
-            WcStatus.REMOTE_ACCESS_ERROR,
-            f"peer refused write wr_id={m.wr_id} (R_Key {m.rkey:#x}, VA {m.remote_va:#x}, "
-            f"{m.length} bytes): remote access error",
-            now_s,
-            failed=m,
-        )
-
-    def _retry_exceeded(self, psn: int, retries: int, m: TxMessage, now_s: float) -> None:
-        self._fatal(
-            WcStatus.RETRY_EXCEEDED,
-            f"PSN {psn} unacknowledged after {retries} retransmissions "
-            f"(retry_limit {self.config.retry_limit})",
-            now_s,
-            failed=m,
-        )

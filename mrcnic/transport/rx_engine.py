@@ -20,12 +20,15 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mrcnic.transport.frames import _DSCP_CTRL_ECT0, MSN_WINDOW
+from mrcnic.transport.frames import DSCP_CTRL_ECT0, MSN_WINDOW
 from mrcnic.transport.memory import Access, MemoryTable
 from mrcnic.transport.qp_types import ImmReceived, QpState, WcStatus
 from mrcnic.transport.responder import REVERSE_PROBE_RTOS_FIRST
+
+if TYPE_CHECKING:
+    from mrcnic.transport.engine import RecvHost
 
 ENGINES = ("c", "py")
 _CTRL_SLOT = 128  # bytes per control frame slot (a SACK frame is 118)
@@ -33,7 +36,7 @@ _OUT_CAP = 256
 _HDR = struct.Struct(">6s6sHIHBB16s16sHHHH")  # Ethernet, IPv6, UDP: a template's 62 bytes
 
 
-def _c_module() -> Any:
+def c_module() -> Any:
     from mrcnic import fast
 
     if fast.BACKEND != "c":
@@ -95,7 +98,7 @@ def engine_from_env() -> str:
         raise ValueError(f"MRC_NIC_ENGINE={want!r}: not an engine (c, py)")
     if want == "py":
         return "py"
-    if _c_module() is None:
+    if c_module() is None:
         if want == "c":
             raise ValueError(
                 "MRC_NIC_ENGINE=c but the C module mrcnic._mrcfast is not built (or "
@@ -114,7 +117,7 @@ class RxEngines:
     MAX_QPS = 64  # csrc/mrc_rxe.h struct mrc_rxe_dev
 
     def __init__(self, memory: MemoryTable, cap: int = MAX_REGIONS) -> None:
-        m = self.module = _c_module()
+        m = self.module = c_module()
         ffi = self._ffi = m.ffi
         self._lib = m.lib
         self.memory = memory
@@ -157,8 +160,7 @@ class RxEngines:
         for i, (qpn, eng) in enumerate(self.engines.items()):
             d.qpn[i] = qpn
             d.qp[i] = eng.q
-            txe = eng.qp._txe
-            d.txq[i] = txe.q if txe is not None else self._ffi.NULL
+            d.txq[i] = eng.txq
         d.n = len(self.engines)
 
     def drain_out(self) -> None:
@@ -212,9 +214,7 @@ class RxEngines:
             rest += dev.n_rest
             self.flush()
             for eng in self.engines.values():  # what the send engines read (SACKs)
-                txe = eng.qp._txe
-                if txe is not None:
-                    txe.flush(now_s, batch=True)
+                eng.qp.tx.after_batch(now_s)
             start += k
             if dev.stopped:  # a control frame of an engine's QP: its turn is now
                 dev.stopped = 0
@@ -260,7 +260,8 @@ class RxEngines:
 
 
 class CRxEngine:
-    """The C data path of one connected MRC QP (``qp``: a QueuePair)."""
+    """The C data path of one connected MRC QP (the twin of
+    :class:`mrcnic.transport.responder.PyRecvEngine`, behind the same interface)."""
 
     def state_bytes(self) -> int:
         """Bytes of the C state this engine allocated for its QP."""
@@ -271,12 +272,15 @@ class CRxEngine:
         """Add what the C side counted since the last batch to the QP's stats."""
         self._counters.add(self._ffi, self.q.st, self.qp.stats)
 
-    def __init__(self, qp: Any, dev: RxEngines) -> None:
-        m = _c_module()
+    def __init__(self, qp: RecvHost, dev: RxEngines, txq: Any = None) -> None:
+        m = c_module()
         ffi = self._ffi = m.ffi
         self._lib = m.lib
         self.qp = qp
         self.dev = dev
+        #: the QP's C send engine's struct, which the receive batch hands SACKs to (NULL:
+        #: the QP sends with the Python twin, which takes its SACKs through receive_frame)
+        self.txq = txq or ffi.NULL
         # the C counters, by the QpStats field each one adds to (the same names)
         self._counters = CounterSink(ffi, "struct mrc_rxe_stats")
         evs = qp.evs
@@ -299,7 +303,7 @@ class CRxEngine:
         for i, ev in enumerate(rev):
             eth_dst, eth_src, w0, src, dst, sport, psum = qp._make_tmpl(ev)
             hdr = _HDR.pack(
-                eth_dst, eth_src, 0x86DD, w0 | _DSCP_CTRL_ECT0, 0, 17, 64, src, dst, sport,
+                eth_dst, eth_src, 0x86DD, w0 | DSCP_CTRL_ECT0, 0, 17, 64, src, dst, sport,
                 4791, 0, 0,
             )  # fmt: skip
             t = self._tmpl[i]
@@ -309,10 +313,22 @@ class CRxEngine:
         self._rev = rev
         self.push_reverse()
         q.pending_lo = -1
-        q.rx_msn, q.rx_rqmsn = qp._rx_msn, qp._rx_rqmsn
+        q.rx_msn, q.rx_rqmsn = 0, 0  # (a new connection's, as PyRecvEngine's)
         self._rev_sig: tuple = ()
         self.sync_reverse()
         self.out = dev.out_struct
+
+    def reverse_ev(self, plane: int) -> int:
+        """The reverse EV for a control frame Python sends: one round robin, the C side's."""
+        self.pull_reverse()
+        evs = self.qp.evs
+        ev = evs.next_reverse_ev() if plane < 0 else evs.reverse_ev_on(plane)
+        self.push_reverse()
+        return ev
+
+    def release(self) -> None:
+        """Add what C counted to the QP's stats (the device drops the engine itself)."""
+        self.fold_counters()
 
     def pull_reverse(self) -> None:
         """The reverse-EV round robin as C has it, for a control frame Python sends."""
@@ -364,7 +380,7 @@ class CRxEngine:
         self._run(self._lib.mrc_rxe_ack_timer, self.q, now_s, self.out)
 
     def ack(self, op: int, ev: int, ts_ns: int, ce: bool, plane: int) -> None:
-        """Acknowledge now (an EV probe's answer): Responder._send_sack's twin."""
+        """Acknowledge now (an EV probe's answer): PyRecvEngine.ack's twin."""
         self.sync_reverse()
         self._run(self._lib.mrc_rxe_ack, self.q, op, ev, ts_ns, ce, plane, self.out)
 

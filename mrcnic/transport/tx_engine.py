@@ -18,9 +18,8 @@ MSG_CAP writes posted and not completed (a post beyond raises); about 4 MB of st
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mrcnic.transport.cc import new_ack_sample
 from mrcnic.transport.ev import EvInput
@@ -32,11 +31,14 @@ from mrcnic.transport.qp_types import (
     WcStatus,
     WriteCompleted,
 )
-from mrcnic.transport.rx_engine import CounterSink, _c_module, raw_pointer
+from mrcnic.transport.rx_engine import CounterSink, RxEngines, raw_pointer
+
+if TYPE_CHECKING:
+    from mrcnic.transport.engine import SendHost
 
 REC_CAP = 8192  # PSNs in flight + 1 (a power of two)
 MSG_CAP = MAX_OUTSTANDING_WRITES  # writes posted and not completed (a power of two)
-RECOVERY_LOG = 65536  # Requester._recoveries' length
+RECOVERY_LOG = 65536  # PySendEngine._recoveries' length
 OUT_FRAMES = 64  # data frames per mrc_txe_send call before the shell drains them
 _HDR = struct.Struct(">6s6sHIHBB16s16sHHHH")  # Ethernet, IPv6, UDP: a template's 62 bytes
 
@@ -56,13 +58,16 @@ def _inputs(lib: Any) -> dict[int, EvInput]:
 
 
 class CTxEngine:
-    """The C send path of one connected MRC QP (``qp``: a QueuePair; ``m``: the C module)."""
+    """The C send path of one connected MRC QP (the twin of
+    :class:`mrcnic.transport.requester.PySendEngine`, behind the same interface; ``qp``: its
+    QP as a :class:`~mrcnic.transport.engine.SendHost`; ``dev``: the device's C state)."""
 
-    def __init__(self, qp: Any, m: Any) -> None:
+    def __init__(self, qp: SendHost, dev: RxEngines) -> None:
+        m = dev.module
         ffi = self._ffi = m.ffi
         lib = self._lib = m.lib
         self.qp = qp
-        self._engines = qp._rx_engines  # the device's C state (its port queues)
+        self._engines = dev  # the device's C state (its port queues)
         self._counters = CounterSink(ffi, "struct mrc_txe_stats")
         self._inputs = _inputs(lib)
         evs = qp.evs
@@ -106,7 +111,7 @@ class CTxEngine:
             setattr(q, name, a)
         for name, src_list in (
             ("evidence_s", evs.evidence_s),
-            ("ev_acked_sent_s", qp._ev_acked_sent_s),
+            ("ev_acked_sent_s", [-1.0] * n),  # (loss detection's: newest acked send, per EV)
             ("path_evidence_s", evs.path_evidence_s),
             ("path_ack_s", evs.path_ack_s),
         ):
@@ -140,7 +145,7 @@ class CTxEngine:
         q.rttvar, q.rtt_measured = qp._rttvar, qp._rtt_measured
         q.has_srtt = qp._srtt is not None
         q.srtt = qp._srtt or 0.0
-        q.ev_order_ok, q.reo_mult, q.rack_sent_s = 1, qp._reo_mult, qp._rack_sent_s
+        q.ev_order_ok, q.reo_mult, q.rack_sent_s = 1, 1, -1.0  # (PySendEngine's first values)
         # data frames out
         self._slot_len = (qp.mtu + 112 + 63) & ~63
         self._out_buf = arr("uint8_t[]", OUT_FRAMES * self._slot_len)
@@ -193,8 +198,9 @@ class CTxEngine:
         """The per-EV and per-path arrays as C has them (for EvTable.stats)."""
         evs = self.qp.evs
         for name, a in self._slot_arrays.items():
-            target = self.qp._ev_acked_sent_s if name == "ev_acked_sent_s" else getattr(evs, name)
-            target[:] = list(a[0 : len(target)])
+            if name != "ev_acked_sent_s":  # (the engine's own)
+                target = getattr(evs, name)
+                target[:] = list(a[0 : len(target)])
 
     # -- messages ------------------------------------------------------------------------------
 
@@ -253,7 +259,7 @@ class CTxEngine:
     # -- per batch -----------------------------------------------------------------------------
 
     def send(self, now_s: float, out: list[tuple[int, bytes]]) -> None:
-        """Requester.frames_to_send's data part: frames appended to ``out``."""
+        """PySendEngine.send's twin: frames appended to ``out``."""
         q = self.q
         qp = self.qp
         evs = qp.evs
@@ -264,7 +270,7 @@ class CTxEngine:
         q.rel_head = rel[0][0] if rel else -1
         cc = qp.cc
         o = self.out
-        pq = self._engines.port_queues if self._engines is not None else None
+        pq = self._engines.port_queues
         if pq is not None and pq.slot_len >= self._slot_len and pq.n == qp.planes:
             o.ports, o.n_ports = pq.array, pq.n  # straight into the ports' queues
         else:
@@ -330,6 +336,28 @@ class CTxEngine:
     def reset(self) -> None:
         self._lib.mrc_txe_reset(self.q)
         self._objs = [None] * MSG_CAP
+
+    def after_batch(self, now_s: float) -> None:
+        """After a receive batch: the SACKs it handed this engine leave their feedback."""
+        self.flush(now_s, batch=True)
+
+    def release(self) -> None:
+        """Fold the counters and the per-EV arrays into the QP (its ev_stats() stays right
+        after the engine is gone) and stop picking its EVs."""
+        self._stats()
+        self.pull_stats()
+        self.qp.evs.picker = None
+
+    @property
+    def snd_una(self) -> int:
+        return self.q.snd_una
+
+    def reo_window_s(self) -> float:
+        """PySendEngine.reo_window_s, from the C state."""
+        q = self.q
+        spread = q.rtt_peak - q.min_rtt
+        w = q.reo_mult * q.min_rtt * 0.25 + (spread if spread > 0 else 0.0)
+        return w if w < q.rto else q.rto
 
     def loss_recovery_s(self) -> list[float]:
         q = self.q
@@ -408,77 +436,3 @@ class CTxEngine:
         qp._min_rtt = q.min_rtt
         qp._rtt_peak = q.rtt_peak
         qp._rtt_measured = bool(q.rtt_measured)
-        qp._wimm_outstanding = q.wimm_outstanding
-
-
-class PortQueues:
-    """The ports' C queues, filled in C and drained by the I/O shell's pacers with sendmmsg
-    (``csrc/mrc_txq.c``): per port, one for the data frames the C send engine builds (the
-    engine writes into ``array[plane]``) and one for the control frames the C receive engine
-    builds (``high``: SACKs, NACKs). ``queue(i)`` / ``high_queue(i)`` are port i's
-    :class:`PortQueue` objects."""
-
-    HIGH_SLOT = 128  # bytes per control frame slot (a SACK frame is 118)
-
-    def __init__(self, caps: Sequence[int], high_cap: int = 512, slot_len: int = 9344) -> None:
-        m = _c_module()
-        if m is None:
-            raise RuntimeError("the C module mrcnic._mrcfast is not available")
-        self._ffi = m.ffi
-        self._lib = m.lib
-        self.slot_len = slot_len
-        self.n = len(caps)
-        self._keep: list[Any] = []
-        self.array = self._make([max(1, c) for c in caps], slot_len)
-        self.high = self._make([high_cap] * self.n, self.HIGH_SLOT)
-        self.queues = [PortQueue(self, self.array, i) for i in range(self.n)]
-        self.high_queues = [PortQueue(self, self.high, i) for i in range(self.n)]
-
-    def _make(self, caps: list[int], slot_len: int) -> Any:
-        ffi = self._ffi
-        arr = ffi.new("struct mrc_txq[]", len(caps))
-        for i, cap in enumerate(caps):
-            q = arr[i]
-            buf = ffi.new("uint8_t[]", cap * slot_len)
-            lens = ffi.new("uint32_t[]", cap)
-            self._keep += [buf, lens]
-            q.buf, q.len, q.slot_len, q.cap = buf, lens, slot_len, cap
-        return arr
-
-    def push_high(self, buf: Any, slot_len: int, lens: Any, planes: Any, n: int) -> None:
-        """Control frames from an output array (the receive engine's) to their ports."""
-        self._lib.mrc_txq_push_many(self.high, self.n, buf, slot_len, lens, planes, n)
-
-
-class PortQueue:
-    """One port's C-built data frames (see :class:`PortQueues`)."""
-
-    __slots__ = ("_owner", "q", "_tokens", "_res", "_lib")
-
-    def __init__(self, owner: PortQueues, array: Any, i: int) -> None:
-        ffi = owner._ffi
-        self._owner = owner  # keeps the array alive
-        self.q = array + i
-        self._tokens = ffi.new("double *")
-        self._res = ffi.new("struct mrc_txq_sent *")
-        self._lib = owner._lib
-
-    def __len__(self) -> int:
-        return self.q.n
-
-    def take(self, tokens: float) -> tuple[int, float]:
-        """How many of the first frames ``tokens`` lets go, and the tokens left after them."""
-        t = self._tokens
-        t[0] = tokens
-        k = self._lib.mrc_txq_take(self.q, t)
-        return k, t[0]
-
-    def send(self, fd: int, n: int) -> tuple[int, int, int, int]:
-        """Send (and drop) the first ``n`` frames: (sent, failed, errno, bytes sent)."""
-        r = self._res
-        if self._lib.mrc_txq_send(self.q, fd, n, r) < 0:
-            raise ValueError(f"mrc_txq_send: {n} frames asked, {self.q.n} queued")
-        return r.sent, r.failed, r.err, r.bytes
-
-    def clear(self) -> int:
-        return self._lib.mrc_txq_clear(self.q)

@@ -12,7 +12,7 @@ import pytest
 from lab.workloads.fuzz import nic as fuzz_nic
 from lab.workloads.fuzz.run import RSS_BOUND_BYTES
 from mrcnic.transport.qp_types import QpStateError
-from mrcnic.transport.rx_engine import _c_module
+from mrcnic.transport.rx_engine import c_module as _c_module
 from mrcnic.verbs import RemoteBuffer, SimNetwork
 
 ENGINES = [

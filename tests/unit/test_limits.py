@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from mrcnic.transport.qp_types import MAX_OUTSTANDING_WRITES
-from mrcnic.transport.rx_engine import _c_module
+from mrcnic.transport.rx_engine import c_module as _c_module
 from mrcnic.verbs import DeviceLimits, RemoteBuffer, ResourceLimitError, SimNetwork
 
 ENGINES = [

@@ -7,8 +7,8 @@ import socket
 import pytest
 
 from mrcnic.io.pacing import PacerConfig, PortPacer
-from mrcnic.transport.rx_engine import _c_module
-from mrcnic.transport.tx_engine import PortQueues
+from mrcnic.transport.port_queues import PortQueues
+from mrcnic.transport.rx_engine import c_module as _c_module
 
 needs_c = pytest.mark.skipif(_c_module() is None, reason="the C module is not built")
 

@@ -11,7 +11,8 @@ import pytest
 from mrcnic import wire
 from mrcnic.sim.fabric import host_net
 from mrcnic.transport.qp_types import QpAttributes, QpConfig
-from mrcnic.transport.rx_engine import _c_module, engine_from_env
+from mrcnic.transport.rx_engine import c_module as _c_module
+from mrcnic.transport.rx_engine import engine_from_env
 from mrcnic.verbs import Device, RemoteBuffer
 from mrcnic.wire import layout, usid
 

@@ -16,7 +16,7 @@ from mrcnic.io.batch import RecvRing
 from mrcnic.sim.fabric import host_net
 from mrcnic.transport.ev import EvConfig
 from mrcnic.transport.qp_types import QpAttributes, QpConfig, QpState
-from mrcnic.transport.rx_engine import _c_module
+from mrcnic.transport.rx_engine import c_module as _c_module
 from mrcnic.verbs import Device, RemoteBuffer
 from mrcnic.wire import layout, usid
 

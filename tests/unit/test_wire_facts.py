@@ -131,12 +131,12 @@ def test_layout_offsets_add_up():
 
 def test_the_hot_paths_take_their_facts_from_layout():
     """The module-level aliases are the layout's own objects, not copies typed again."""
-    assert mrc_qp._IMM_OPS is layout.MRC_IMM_OPS
-    assert mrc_qp._DSCPS_TRIMMED is layout.TRIMMED_DSCPS
-    assert (mrc_qp._OFF_UDP, mrc_qp._OFF_UCSUM, mrc_qp._OFF_BTH) == (
+    assert mrc_qp.IMM_OPS is layout.MRC_IMM_OPS
+    assert mrc_qp.DSCPS_TRIMMED is layout.TRIMMED_DSCPS
+    assert (mrc_qp.OFF_UDP, mrc_qp.OFF_UCSUM, mrc_qp.OFF_BTH) == (
         layout.OFF_UDP, layout.OFF_UDP_CHECKSUM, layout.OFF_BTH,
     )  # fmt: skip
-    assert (mrc_qp._TS_BIT, mrc_qp._RTX_BIT, mrc_qp._ACKREQ) == (
+    assert (mrc_qp.TS_BIT, mrc_qp.RTX_BIT, mrc_qp.ACKREQ) == (
         layout.BTH_FLAG_TS, layout.BTH_FLAG_RTX, layout.BTH_ACKREQ,
     )  # fmt: skip
     assert roce_qp._IMM_OPS is layout.RC_IMM_OPS and roce_qp._RETH_OPS is layout.RC_RETH_OPS

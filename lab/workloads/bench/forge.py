@@ -318,7 +318,7 @@ def _round(xa, xb, qa, qb, mr, mr_other, tmpl, n, rng):
         trimmed = _trimmed(_data(f, in_win, mr.rkey, mr.base_va))
         out.setdefault("at_target/trimmed_header", []).append((pl, bytes(trimmed)))
     # aimed at the writer: NACKs (fatal and not) about PSNs it has in flight, PORT_STATUS
-    una = qa.core.sb.snd_una if qa.core._txe is None else qa.core._txe.q.snd_una
+    una = qa.core.tx.snd_una
     for _ in range(n):
         reason = rng.choice(list(layout.NackReason))
         xa.core._send_nack(int(reason), (una + rng.randrange(64)) & layout.PSN_MASK, 0,
