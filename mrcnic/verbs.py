@@ -41,7 +41,8 @@ from mrcnic.profiles import (
 )
 from mrcnic.sim.fabric import Fabric, FabricSpec, host_net
 from mrcnic.sim.pump import Pump
-from mrcnic.transport.engine import PY_ENGINES, CEngines, EngineChoice
+from mrcnic.transport.engine import EngineChoice
+from mrcnic.transport.engine_choice import PY_ENGINES, CEngines
 from mrcnic.transport.ev import EvStateChanged, EvStats
 from mrcnic.transport.evprobe import EvProbeDesk
 from mrcnic.transport.memory import Access, MemoryRegion, MemoryTable

@@ -8,9 +8,10 @@ twin (``requester.PySendEngine``, ``responder.PyRecvEngine``: the protocol's ref
 what the simulator runs) that makes the same decisions and the same frames; the parity
 tests (tests/unit/test_tx_engine.py, test_rx_engine.py) hold them to that.
 
-The choice is made once: a :class:`EngineChoice` given to the QP when it is made
-(``verbs.Device`` passes :class:`CEngines` under ``MRC_NIC_ENGINE=c``; the default is
-:data:`PY_ENGINES`) builds both engines when the QP connects. Policy stays in the QP: the
+The choice is made once: an :class:`EngineChoice` given to the QP when it is made
+(:mod:`mrcnic.transport.engine_choice`: ``verbs.Device`` passes ``CEngines`` under
+``MRC_NIC_ENGINE=c``; the default is ``PY_ENGINES``) builds both engines when the QP connects.
+This module holds only the interfaces, so every engine can name them without a circle. Policy stays in the QP: the
 engines call its EV table and congestion control per decision and report completions,
 events and errors back to it (docs/architecture.md, "Engines").
 """
@@ -19,9 +20,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from mrcnic.transport.requester import PySendEngine
-from mrcnic.transport.responder import PyRecvEngine
-
 if TYPE_CHECKING:
     from collections import deque
 
@@ -29,7 +27,6 @@ if TYPE_CHECKING:
     from mrcnic.transport.ev import EvTable
     from mrcnic.transport.frames import Template
     from mrcnic.transport.memory import MemoryTable
-    from mrcnic.transport.qp import QueuePair
     from mrcnic.transport.qp_types import (
         Event,
         NetConfig,
@@ -40,7 +37,6 @@ if TYPE_CHECKING:
         TxMessage,
         WcStatus,
     )
-    from mrcnic.transport.rx_engine import RxEngines
     from mrcnic.transport.sack import ResponderWindow, Scoreboard
 
 Frames = list[tuple[int, Any]]
@@ -283,43 +279,13 @@ class Detached:
 DETACHED = Detached()
 
 
+class EngineHost(SendHost, RecvHost, Protocol):
+    """A QP as both of its engines see it (the QueuePair is one)."""
+
+
 class EngineChoice(Protocol):
     """Builds a QP's two engines when it connects."""
 
     name: str
 
-    def make(self, qp: QueuePair) -> tuple[SendEngine, RecvEngine]: ...
-
-
-class PyEngines:
-    """The Python twins (``MRC_NIC_ENGINE=py``, the simulator, a bare QueuePair)."""
-
-    name = "py"
-
-    def make(self, qp: QueuePair) -> tuple[SendEngine, RecvEngine]:
-        return PySendEngine(qp), PyRecvEngine(qp)
-
-
-PY_ENGINES = PyEngines()
-
-
-class CEngines:
-    """The C engines of one device (``rx``: its :class:`~mrcnic.transport.rx_engine.RxEngines`).
-    A QP the C engines cannot serve gets a Python twin for that side: the C send engine
-    sprays from bags only (``EvConfig.spray="bag"``), and a device's C receive dispatch
-    serves at most ``RxEngines.MAX_QPS`` QPs."""
-
-    name = "c"
-
-    def __init__(self, rx: RxEngines) -> None:
-        self.rx = rx
-
-    def make(self, qp: QueuePair) -> tuple[SendEngine, RecvEngine]:
-        from mrcnic.transport.rx_engine import CRxEngine
-        from mrcnic.transport.tx_engine import CTxEngine
-
-        tx: SendEngine = CTxEngine(qp, self.rx) if qp.evs._bag_mode else PySendEngine(qp)
-        # the receive batch hands SACKs straight to a C send engine
-        crx = CRxEngine(qp, self.rx, tx.q if isinstance(tx, CTxEngine) else None)
-        rx: RecvEngine = crx if self.rx.add(crx) else PyRecvEngine(qp)
-        return tx, rx
+    def make(self, qp: EngineHost) -> tuple[SendEngine, RecvEngine]: ...

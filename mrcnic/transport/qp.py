@@ -33,7 +33,8 @@ from collections import deque
 
 from mrcnic import wire
 from mrcnic.transport.cc import CcParams, CongestionControl, make_cc
-from mrcnic.transport.engine import DETACHED, PY_ENGINES, EngineChoice, RecvEngine, SendEngine
+from mrcnic.transport.engine import DETACHED, EngineChoice, RecvEngine, SendEngine
+from mrcnic.transport.engine_choice import PY_ENGINES
 from mrcnic.transport.ev import EvInput, EvState, EvTable
 from mrcnic.transport.frames import (
     CTRL_MAX_BODY,

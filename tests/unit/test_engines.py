@@ -10,7 +10,8 @@ import pathlib
 import pytest
 
 from mrcnic.sim.fabric import host_net
-from mrcnic.transport.engine import DETACHED, PY_ENGINES, CEngines, RecvEngine, SendEngine
+from mrcnic.transport.engine import DETACHED, RecvEngine, SendEngine
+from mrcnic.transport.engine_choice import PY_ENGINES, CEngines
 from mrcnic.transport.qp_types import QpAttributes, QpConfig
 from mrcnic.transport.requester import PySendEngine
 from mrcnic.transport.responder import PyRecvEngine
