@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from mrcnic.wire import fast_constructor
 
@@ -238,11 +238,16 @@ class NsccParams:
                 f"than max_cwnd / 2**qa_gate was delivered), got {self.qa_gate!r}"
             )
         _check_positive("min_cwnd", self.min_cwnd)
-        if self.max_cwnd < self.min_cwnd:
+        min_cwnd, max_cwnd, init_cwnd = (
+            _set(self.min_cwnd),
+            _set(self.max_cwnd),
+            _set(self.init_cwnd),
+        )
+        if max_cwnd < min_cwnd:
             raise ValueError(
                 f"uet-1.0-nscc: max_cwnd ({self.max_cwnd!r}) is below min_cwnd ({self.min_cwnd!r})"
             )
-        if not self.min_cwnd <= self.init_cwnd <= self.max_cwnd:
+        if not min_cwnd <= init_cwnd <= max_cwnd:
             raise ValueError(
                 f"uet-1.0-nscc: init_cwnd ({self.init_cwnd!r}) must lie in [min_cwnd, max_cwnd] "
                 f"= [{self.min_cwnd!r}, {self.max_cwnd!r}]"
@@ -251,6 +256,12 @@ class NsccParams:
 
 _FLAGS = frozenset({"disable_qa", "delay_md"})
 _NSCC_FIELDS = tuple(f.name for f in fields(NsccParams))
+
+
+def _set(v: float | None) -> float:
+    """A field :meth:`NsccParams.resolve` has filled in."""
+    assert v is not None
+    return v
 
 
 def _check_positive(name: str, v: object) -> None:
@@ -265,7 +276,7 @@ class UetNscc:
 
     name = "uet-1.0-nscc"
 
-    def __init__(self, p: CcParams, nscc_params: NsccParams | None = None, **options: object):
+    def __init__(self, p: CcParams, nscc_params: NsccParams | None = None, **options: Any):
         unknown = sorted(set(options) - set(_NSCC_FIELDS))
         if unknown:
             raise ValueError(
@@ -279,28 +290,28 @@ class UetNscc:
         self._max_cwnd_fixed = bool(nscc_params and nscc_params.max_cwnd is not None) or (
             "max_cwnd" in options
         )
-        self.configured_base_rtt_s: float = q.base_rtt_s
-        self.base_rtt_s: float = q.base_rtt_s
-        self.target_delay_s: float = q.target_delay_s
-        self.max_cwnd: float = q.max_cwnd
-        self.min_cwnd: float = q.min_cwnd
-        self.cwnd_bytes: float = q.init_cwnd
+        self.configured_base_rtt_s: float = _set(q.base_rtt_s)
+        self.base_rtt_s: float = _set(q.base_rtt_s)
+        self.target_delay_s: float = _set(q.target_delay_s)
+        self.max_cwnd: float = _set(q.max_cwnd)
+        self.min_cwnd: float = _set(q.min_cwnd)
+        self.cwnd_bytes: float = _set(q.init_cwnd)
         # hot copies of the parameters
-        self._alpha = q.alpha
-        self._fi = q.fi
-        self._fi_scale = q.fi_scale
-        self._eta = q.eta
+        self._alpha = _set(q.alpha)
+        self._fi = _set(q.fi)
+        self._fi_scale = _set(q.fi_scale)
+        self._eta = _set(q.eta)
         self._gamma = q.gamma
         self._keep_min = 1.0 - q.max_md_jump
         self._qa = not q.disable_qa
         self._qa_gate_div = float(1 << int(q.qa_gate))
-        self._qa_threshold = q.qa_threshold_s
-        self._adj_bytes = q.adjust_bytes_threshold
-        self._adj_period = q.adjust_period_threshold_s
+        self._qa_threshold = _set(q.qa_threshold_s)
+        self._adj_bytes = _set(q.adjust_bytes_threshold)
+        self._adj_period = _set(q.adjust_period_threshold_s)
         self._delay_alpha = q.delay_alpha
-        self._fast_delay = q.fast_increase_delay_s
+        self._fast_delay = _set(q.fast_increase_delay_s)
         self._delay_md = q.delay_md
-        self._half_window = q.base_rtt_window_s / 2
+        self._half_window = _set(q.base_rtt_window_s) / 2
         # state
         self.avg_delay_s = 0.0  # filtered queueing delay (the ECN decrease's magnitude)
         self.delay_s = 0.0  # last per-ACK queueing delay
@@ -320,7 +331,7 @@ class UetNscc:
         self.standing_queue = False  # the last window's every delay sample was above target
         # windowed minimum RTT: two half-window buckets, the older seeded with the configured
         self._rtt_min_cur = math.inf
-        self._rtt_min_prev = q.base_rtt_s
+        self._rtt_min_prev = _set(q.base_rtt_s)
         self._rtt_epoch_end_s: float | None = None
         # counters (benchmarks, tests)
         self.fast_increases = 0

@@ -104,7 +104,7 @@ class EvProbeDesk:
             return
         ep = read_ev_probe_answer(frame)
         qp = self.lookup(ep.ident) if ep is not None else None
-        if qp is not None and hasattr(qp, "on_ev_probe_answer"):
+        if ep is not None and qp is not None and hasattr(qp, "on_ev_probe_answer"):
             qp.on_ev_probe_answer(ep.ev, ep.ts_ns, now_s)
             self.routed += 1
             return

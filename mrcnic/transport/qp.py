@@ -99,6 +99,8 @@ REVERSE_MISSES_BAD = 2
 #: sent at once, and an incast multiplies the queue it meets)
 INITIAL_RTO_RTTS = 8
 
+PORT_STATUS = wire.EndpointKind.PORT_STATUS
+
 
 class QueuePair:
     """One MRC connection endpoint: the policy, over a send and a receive engine."""
@@ -445,7 +447,7 @@ class QueuePair:
             op,
             0,
             0xFFFF,
-            self.peer.qpn if dest_qp < 0 else dest_qp,
+            self.peer.qpn if dest_qp < 0 else dest_qp,  # type: ignore[union-attr]  # connected
             psn,
         )  # fmt: skip  (DSCP CONTROL, ECT0)
         scr[FRAME_CTRL.size : end] = body
@@ -521,21 +523,25 @@ class QueuePair:
             self.stats.rx_malformed += 1
             return
         op = pkt.bth.opcode
+        # decode_mrc refuses a frame whose opcode's body is missing: the body is there
         if op in (OP_SACK, OP_ACK):
             sk = pkt.sack
+            assert sk is not None
             self.tx.sack(
                 sk.cack_psn, sk.sack_offset, sk.bitmap, sk.ev, int(sk.mark), sk.ece,
                 sk.rcv_cwnd_pen, sk.reflected_ts_ns, op == OP_ACK, now_s,
             )  # fmt: skip
         elif op == OP_NACK:
+            assert pkt.nack is not None
             self._rx_nack(pkt.nack, now_s)
         elif op == OP_RPROBE:
             self.stats.rx_probes += 1
             # answer with an ACK (0xD1, the SACK body) echoing the probed EV and timestamp
             ce = (w0 >> 20) & 3 == 3
             probe = pkt.probe
+            assert probe is not None
             self.rx.ack(OP_ACK, probe.ev, probe.tx_ts_ns, ce, probe.ev % self.planes)
-        elif op == OP_EP_REQ and pkt.endpoint.kind == wire.EndpointKind.PORT_STATUS:
+        elif op == OP_EP_REQ and pkt.endpoint is not None and pkt.endpoint.kind == PORT_STATUS:
             ep = pkt.endpoint
             self.stats.rx_port_status += 1
             # acknowledge every copy (the sender retries until it hears this), apply only
@@ -559,7 +565,7 @@ class QueuePair:
                     self._peer_down[p] = down
                     self._update_plane(p, now_s)
             self._events.append(PeerPortStatus(mask, now_s))
-        elif op == OP_EP_RESP and pkt.endpoint.kind == wire.EndpointKind.PORT_STATUS:
+        elif op == OP_EP_RESP and pkt.endpoint is not None and pkt.endpoint.kind == PORT_STATUS:
             self.stats.rx_port_status_acks += 1
             pending = self._ps_pending
             if pending is not None and pkt.endpoint.ident == pending[0]:

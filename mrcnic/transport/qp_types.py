@@ -334,7 +334,7 @@ def seeded(config: _C, qpn: int) -> _C:
     it names one: what simulators use so a seed reproduces a run."""
     if config.start_psn is not None:  # type: ignore[attr-defined]
         return config
-    return replace(config, start_psn=seeded_psn(config.seed, qpn))  # type: ignore[attr-defined]
+    return replace(config, start_psn=seeded_psn(config.seed, qpn))  # type: ignore[attr-defined, type-var]  # any config dataclass with seed and start_psn
 
 
 def next_state(qpn: int, state: QpState, inp: QpInput) -> QpState:

@@ -278,7 +278,9 @@ class PySendEngine:
         msgs = self._inflight_msgs
         mtu = qp.mtu
         limit = window - 1
-        wimm_max = qp.peer.max_wimm_inflight
+        peer = qp.peer
+        assert peer is not None  # an engine exists only while its QP is connected
+        wimm_max = peer.max_wimm_inflight
         while (
             sendq
             and sb.inflight_bytes < cc.cwnd_bytes
@@ -378,7 +380,7 @@ class PySendEngine:
         (by the join) from the message's buffer, ICRC and UDP checksum chained over both."""
         eth_dst, eth_src, w0, src, dst, sport, psum = t
         payload = msg.buf[off : off + n]
-        w1 = (TS_BIT | RTX_BIT if rtx else TS_BIT) << 24 | self.qp.peer.qpn
+        w1 = (TS_BIT | RTX_BIT if rtx else TS_BIT) << 24 | self.qp.peer.qpn  # type: ignore[union-attr]  # connected
         w2 = psn if op < OP_LAST else ACKREQ | psn  # the last packet asks for an ACK
         w0 |= (8 if rtx else 4) << 22 | 2 << 20  # TRIMMABLE_RETX / TRIMMABLE, ECT0
         if op in (OP_LAST_IMM, OP_ONLY_IMM):
@@ -598,9 +600,9 @@ class PySendEngine:
                 records = sb.records
                 while holes:
                     low = holes & -holes
-                    rec = records.get((base + low.bit_length() - 1) & PSN_MASK)
-                    if rec is not None and not rec.lost and ev_acked[rec.slot] > rec.sent_s:
-                        lost.append(rec)
+                    hole = records.get((base + low.bit_length() - 1) & PSN_MASK)
+                    if hole is not None and not hole.lost and ev_acked[hole.slot] > hole.sent_s:
+                        lost.append(hole)
                     holes ^= low
         if not lost:
             return
@@ -685,10 +687,10 @@ class PySendEngine:
             self.sb.mark_lost(rec)
             self._rtxq.appendleft(rec)  # repair at once, on another EV
         else:  # PSN_OOR_WINDOW, NO_BITMAP, NO_PKT_BUFFER: resend once the window allows
-            if reason == R.PSN_OOR_WINDOW and self.qp.peer is not None:
+            peer = self.qp.peer
+            if reason == R.PSN_OOR_WINDOW and peer is not None:
                 span = (psn - cack_psn) & PSN_MASK
-                if 64 <= span < self.qp.peer.window_psns:
-                    qp = self.qp
-                    qp.peer = QpAttributes(**{**asdict(qp.peer), "window_psns": span})
+                if 64 <= span < peer.window_psns:
+                    self.qp.peer = QpAttributes(**{**asdict(peer), "window_psns": span})
             self.sb.mark_lost(rec)
             self._rtxq.append(rec)

@@ -415,7 +415,7 @@ class PyRecvEngine:
         ulen = FRAME_SACK.size + 4 - OFF_UDP
         FRAME_SACK.pack_into(
             self._scratch, 0, eth_dst, eth_src, 0x86DD, w0_ip | DSCP_CTRL_ECT0, ulen, 17,
-            64, src, dst, sport, 4791, ulen, 0, op, 0, 0xFFFF, self.qp.peer.qpn, cack, w0, offset,
+            64, src, dst, sport, 4791, ulen, 0, op, 0, 0xFFFF, self.qp.peer.qpn, cack, w0, offset,  # type: ignore[union-attr]  # connected
             pen, bitmap, ev, ooo, ts_ns, received,
         )  # fmt: skip
         mrc, udp, whole = self._sack_views

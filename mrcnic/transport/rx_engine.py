@@ -285,7 +285,9 @@ class CRxEngine:
         self._counters = CounterSink(ffi, "struct mrc_rxe_stats")
         evs = qp.evs
         q = self.q = ffi.new("struct mrc_rxe_qp *")
-        q.qpn, q.peer_qpn, q.planes = qp.qpn, qp.peer.qpn, qp.planes
+        peer = qp.peer
+        assert peer is not None  # engines are built when the QP connects
+        q.qpn, q.peer_qpn, q.planes = qp.qpn, peer.qpn, qp.planes
         q.reverse_per_plane = evs.config.reverse_per_plane
         q.ack_every = qp.config.ack_every
         q.max_wimm_inflight = qp.config.max_wimm_inflight
@@ -294,7 +296,7 @@ class CRxEngine:
         q.n_srcs = len(srcs)
         for i, s in enumerate(srcs):
             ffi.memmove(q.srcs[i], s, 16)
-        q.win = qp.rxwin.win._w  # the same window object the Python responder would use
+        q.win = qp.rxwin.win._w  # type: ignore[attr-defined]  # the C build's window; the same window object the Python responder would use
         self._msgs = ffi.new("struct mrc_rxe_msg[]", MSN_WINDOW)
         self._ce = ffi.new("struct mrc_rxe_ce[]", 4096)
         q.msgs, q.ce = self._msgs, self._ce

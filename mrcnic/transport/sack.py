@@ -23,6 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from mrcnic import fast
+from mrcnic.transport.qp_types import TxMessage
 
 PSN_MASK = 0xFFFFFF
 PSN_MODULUS = 1 << 24
@@ -208,7 +209,7 @@ class TxRecord:
         "recovery",
     )
 
-    def __init__(self, psn: int, msg: object, offset: int, length: int, opcode: int) -> None:
+    def __init__(self, psn: int, msg: TxMessage, offset: int, length: int, opcode: int) -> None:
         self.psn = psn
         self.msg = msg
         self.offset = offset

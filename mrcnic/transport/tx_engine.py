@@ -73,7 +73,7 @@ class CTxEngine:
         evs = qp.evs
         n = len(evs.ev_values)
         npaths = qp.planes * qp.net.shape.t1
-        keep = self._keep = []  # every array the C struct points into
+        keep: list[Any] = []  # every array the C struct points into
 
         def arr(ctype: str, init: Any) -> Any:
             a = ffi.new(ctype, init)
@@ -84,12 +84,14 @@ class CTxEngine:
 
         q = self.q = ffi.new("struct mrc_txe_qp *")
         cfg = qp.config
+        peer = qp.peer
+        assert peer is not None  # engines are built when the QP connects
         q.qpn, q.peer_qpn, q.planes, q.mtu, q.nslots = (
-            qp.qpn, qp.peer.qpn, qp.planes, qp.mtu, n
+            qp.qpn, peer.qpn, qp.planes, qp.mtu, n
         )  # fmt: skip
         q.retry_limit = cfg.retry_limit
-        q.max_wimm_inflight = qp.peer.max_wimm_inflight
-        q.window_psns = qp.peer.window_psns
+        q.max_wimm_inflight = peer.max_wimm_inflight
+        q.window_psns = peer.window_psns
         q.max_rto_s, q.min_rto_s = cfg.max_rto_s, qp._min_rto
         srcs = sorted(qp._peer_srcs)
         q.n_srcs = len(srcs)
@@ -417,7 +419,7 @@ class CTxEngine:
             elif k == lib.MRC_TXE_FB_TIMEOUT:
                 cc.on_timeout(now_s)
             elif k == lib.MRC_TXE_FB_WINDOW:
-                qp.peer = QpAttributes(**{**asdict(qp.peer), "window_psns": f.a})
+                qp.peer = QpAttributes(**{**asdict(qp.peer), "window_psns": f.a})  # type: ignore[arg-type]  # connected
             elif k == lib.MRC_TXE_FB_NACK_FATAL:
                 self._stats()
                 qp._nack_fatal(f.a, f.b, self._objs[f.ts & (MSG_CAP - 1)], now_s)
