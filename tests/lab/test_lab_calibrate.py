@@ -12,11 +12,14 @@ import secrets
 import subprocess
 import sys
 
+import pytest
+
 from lab.fabric.params import LabParams
 from lab.fabric.state import exists
 from lab.workloads import calibrate as cal
 
 
+@pytest.mark.slow  # ~60 s
 def test_calibrate_measures_the_stack_and_caches_a_sane_rate(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("MRC_CALIBRATION_DIR", str(tmp_path))
     name = "mrcc" + secrets.token_hex(2)

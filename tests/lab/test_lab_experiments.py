@@ -16,6 +16,7 @@ import pytest
 from lab.workloads.experiments.base import RESULT_KEYS, VERDICTS
 
 
+@pytest.mark.slow  # 40-90 s each
 @pytest.mark.parametrize("name", ["p2p", "t1_reboot"])
 def test_quick_experiment_writes_its_result(tmp_path, name):
     lab = "mrcx" + secrets.token_hex(2)

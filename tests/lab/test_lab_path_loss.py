@@ -17,6 +17,7 @@ import time
 
 import commands as C
 import lab_helpers as H
+import pytest
 
 from lab.fabric.faults import Faults
 
@@ -27,6 +28,7 @@ FAULTS_S = (3.0, 4.5, 6.0)  # after the write starts
 LINKS = (("p0-t0-0", "p0-t1-0"), ("p1-t0-1", "p1-t1-1"), ("p0-t0-0", "p0-t1-1"))
 
 
+@pytest.mark.slow  # ~20 s
 def test_mrc_follows_the_surviving_paths_without_a_stall() -> None:
     with H.running_lab(rate_mbit=RATE_MBIT) as st:
         faults = Faults(st, echo=None)

@@ -26,6 +26,7 @@ def test_kernel_mode_refuses_pfc():
         LabParams(switch="kernel", pfc=True)
 
 
+@pytest.mark.slow  # ~30 s
 def test_rocev2_incast_is_lossless_with_pauses(plab):
     res = C.bench_json("incast", "--lab", plab.name, "--senders", "h1,h2,h3", "--dst", "h0",
                 "--qps", "8", "--duration", "4", "--size", "64K", "--transport", "rocev2")  # fmt: skip
@@ -49,6 +50,7 @@ def test_mrc_on_a_pfc_lab_is_trimmed_never_paused(plab):
     assert sum(row["trims"] or 0 for row in res["switches"].values()) > 0
 
 
+@pytest.mark.slow  # ~30 s
 def test_pause_storm_trips_the_watchdog(plab):
     res = C.bench_json("pause-storm", "--lab", plab.name, "--stuck", "h3", "--seconds", "3",
                 "--transport", "rocev2")  # fmt: skip

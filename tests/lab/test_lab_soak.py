@@ -44,6 +44,7 @@ def soak_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict]:
     return p.returncode, text, json.loads(out.read_text())
 
 
+@pytest.mark.slow  # the soak it shares: ~90 s
 def test_soak_exits_zero_and_says_so(soak_run: tuple[int, str, dict]) -> None:
     rc, text, doc = soak_run
     assert rc == 0, text[-3000:]
@@ -53,6 +54,7 @@ def test_soak_exits_zero_and_says_so(soak_run: tuple[int, str, dict]) -> None:
     assert Path(doc["outputs"]["plot"]).stat().st_size > 10_000
 
 
+@pytest.mark.slow  # the soak it shares: ~90 s
 def test_both_transports_verified_steps(soak_run: tuple[int, str, dict]) -> None:
     _rc, _text, doc = soak_run
     assert list(doc["transports"]) == ["mrc", "rocev2"]
@@ -69,6 +71,7 @@ def test_both_transports_verified_steps(soak_run: tuple[int, str, dict]) -> None
     assert mrc["steps"] > doc["transports"]["rocev2"]["steps"]  # 8 planes against one each
 
 
+@pytest.mark.slow  # the soak it shares: ~90 s
 def test_faults_applied_undone_and_marked(soak_run: tuple[int, str, dict]) -> None:
     _rc, _text, doc = soak_run
     planned = len(doc["schedule"])
@@ -89,6 +92,7 @@ def test_faults_applied_undone_and_marked(soak_run: tuple[int, str, dict]) -> No
         assert r["step_time_s"]["fault"]["count"] + r["step_time_s"]["clean"]["count"] == r["steps"]
 
 
+@pytest.mark.slow  # the soak it shares: ~90 s
 def test_nothing_left_behind(soak_run: tuple[int, str, dict]) -> None:
     assert not exists(NAME)
     assert not [ns for ns in list_netns() if ns.startswith(NAME + "-")]

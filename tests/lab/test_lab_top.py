@@ -95,6 +95,7 @@ def top_argv(lab: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "lab.cli", "top", "--name", lab, *extra]
 
 
+@pytest.mark.slow  # ~30 s
 def test_top_shows_trims_growing_and_a_link_down() -> None:
     name = H.lab_name()
     session = f"{name}top"
