@@ -448,12 +448,12 @@ def bench_failures(a: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {
         "benchmark": "e2e-failures",
         "what": f"one write h0 -> h{dst} of {d:g} s per fault, fault at {at:g} s, undone at "
-        f"{undo:g} s (a reboot: {a.reboot_down_ms:g} ms down); dips per lab/proc/analysis.py",
+        f"{undo:g} s (a reboot: {a.reboot_down_ms:g} ms down); dips per lab/proc/analysis/",
         "lab": base.to_dict(),
         "rate_choice": choice,
         "switch_modes": modes,
         "definitions": {
-            "capacity": "what the surviving fabric carries for h0 -> h3 (lab/proc/analysis.py)",
+            "capacity": "what the surviving fabric carries for h0 -> h3 (lab/proc/analysis/)",
             "lowest_fraction": "depth: lowest goodput/capacity bin from the fault to recovery",
             "duration_s": "time from the fault until goodput is back to >= threshold x "
             "capacity for 2 bins in a row (0: never below)",

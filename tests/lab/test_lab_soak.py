@@ -1,4 +1,4 @@
-"""The soak with random faults (lab/workloads/soak.py) for real, short: its own lab (mrcsoakt), a ring
+"""The soak with random faults (lab/workloads/soak/) for real, short: its own lab (mrcsoakt), a ring
 all-reduce of 4 hosts for 36 s per transport, MRC then the RoCEv2 baseline, while the seeded
 schedule plays 10 faults a minute; then everything it left behind is checked to be gone.
 

@@ -1,4 +1,4 @@
-"""The soak's pure parts (lab/workloads/soak.py): the seeded schedule, the step-time statistics, which
+"""The soak's pure parts (lab/workloads/soak/): the seeded schedule, the step-time statistics, which
 steps a fault overlaps, the verdict and the screen. The soak itself: tests/lab/test_lab_soak.py."""
 
 from __future__ import annotations

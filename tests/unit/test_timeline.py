@@ -1,4 +1,4 @@
-"""lab/proc/analysis.py on synthetic timelines: capacity after faults, dips, rendering, plot.
+"""lab/proc/analysis/ on synthetic timelines: capacity after faults, dips, rendering, plot.
 
 These check the arithmetic only; the proof that the NIC keeps going is the lab run
 (``make demo``, bench/bench_e2e.py)."""
