@@ -386,7 +386,8 @@ def _main(args: argparse.Namespace) -> int:
 
 def _forge(st: Any, args: argparse.Namespace) -> int:
     # here, not at the top: scapy (forge), numpy (the collectives) and the incast's counters
-    # cost 0.1-0.3 s to import, and every side of every test is an mrc-bench process
+    # cost 0.09-0.13 s each to import (python -X importtime, 2026-11-27), and every side of
+    # every test is an mrc-bench process
     from lab.workloads.bench.forge import ForgeParams, format_forge, run_forge
 
     if args.transport != "mrc":

@@ -524,7 +524,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_top(args: argparse.Namespace) -> int:
-    from lab.views import top  # ~0.15 s to import: only mrc-lab top pays it
+    from lab.views import top  # 0.09 s to import (python -X importtime, 2026-11-27)
 
     if args.interval <= 0 or args.faults_s <= 0:
         raise LabError("--interval and --faults-s must be > 0")
@@ -635,8 +635,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    # here, not at the top: the experiments cost ~0.15 s to import, every mrc-lab command
-    # would pay it
+    # here, not at the top: the experiments cost 0.28 s to import (python -X importtime,
+    # 2026-11-27), and every mrc-lab command would pay it
     from lab.workloads.experiments import registry, report
     from lab.workloads.experiments.base import Context
 
