@@ -68,6 +68,7 @@ from mrcnic.transport.qp_types import (
     Event,
     ImmReceived,
     NetConfig,
+    Outbox,
     PeerPortStatus,
     PortAddr,
     QpAttributes,
@@ -102,7 +103,7 @@ INITIAL_RTO_RTTS = 8
 PORT_STATUS = wire.EndpointKind.PORT_STATUS
 
 
-class QueuePair:
+class QueuePair(Outbox):
     """One MRC connection endpoint: the policy, over a send and a receive engine."""
 
     def __init__(
@@ -268,17 +269,6 @@ class QueuePair:
         elif self._stall_deadline is not None and self.evs.active:
             self._stall_deadline = None
         return out
-
-    def control_frames_to_send(self) -> list[tuple[int, bytes]]:
-        """Only the control frames waiting (acknowledgments, NACKs, probes, port status): what
-        the I/O shell takes even when every port's data queue is full, so control never waits
-        behind data."""
-        out = self._ctrl
-        self._ctrl = []
-        return out
-
-    def next_event(self) -> Event | None:
-        return self._events.popleft() if self._events else None
 
     def loss_recovery_s(self) -> list[float]:
         """For each packet retransmitted because it was lost (not spuriously), the time from

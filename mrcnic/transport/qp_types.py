@@ -286,8 +286,7 @@ class TxMessage:
 
 class Outbox:
     """What a queue pair hands the I/O layer besides data: its control frames and its
-    events (the RoCEv2 QP's base, which owns ``_ctrl`` and ``_events``; the MRC QP has the
-    same two methods of its own, as it composes engines rather than mixins)."""
+    events: the base of both queue pairs, which own ``_ctrl`` and ``_events``."""
 
     _ctrl: list[tuple[int, bytes]]
     _events: deque
