@@ -103,6 +103,8 @@ class PySendEngine:
     def __init__(self, qp: SendHost) -> None:
         self.qp = qp
         self.sb = qp.sb
+        assert qp.peer is not None  # built when the QP connects
+        self._peer_qpn = qp.peer.qpn  # in every data frame; a peer keeps its QP number
         self._rtxq: deque[TxRecord] = deque()
         self._sendq: deque[TxMessage] = deque()  # not fully segmented yet
         self._inflight_msgs: deque[TxMessage] = deque()  # segmented (partly), not completed
@@ -380,7 +382,7 @@ class PySendEngine:
         (by the join) from the message's buffer, ICRC and UDP checksum chained over both."""
         eth_dst, eth_src, w0, src, dst, sport, psum = t
         payload = msg.buf[off : off + n]
-        w1 = (TS_BIT | RTX_BIT if rtx else TS_BIT) << 24 | self.qp.peer.qpn  # type: ignore[union-attr]  # connected
+        w1 = (TS_BIT | RTX_BIT if rtx else TS_BIT) << 24 | self._peer_qpn
         w2 = psn if op < OP_LAST else ACKREQ | psn  # the last packet asks for an ACK
         w0 |= (8 if rtx else 4) << 22 | 2 << 20  # TRIMMABLE_RETX / TRIMMABLE, ECT0
         if op in (OP_LAST_IMM, OP_ONLY_IMM):

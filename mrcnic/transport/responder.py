@@ -68,6 +68,8 @@ class PyRecvEngine:
 
     def __init__(self, qp: RecvHost) -> None:
         self.qp = qp
+        assert qp.peer is not None  # built when the QP connects
+        self._peer_qpn = qp.peer.qpn  # in every SACK; a peer keeps its QP number
         self._ack_deadline: float | None = None
         self._ack_trigger = (0, 0, 0, False)  # psn, ev, ts, ce of the last unacked packet
         self._ce_run: dict[int, int] = {}  # consecutive CE-marked packets per EV
@@ -415,7 +417,7 @@ class PyRecvEngine:
         ulen = FRAME_SACK.size + 4 - OFF_UDP
         FRAME_SACK.pack_into(
             self._scratch, 0, eth_dst, eth_src, 0x86DD, w0_ip | DSCP_CTRL_ECT0, ulen, 17,
-            64, src, dst, sport, 4791, ulen, 0, op, 0, 0xFFFF, self.qp.peer.qpn, cack, w0, offset,  # type: ignore[union-attr]  # connected
+            64, src, dst, sport, 4791, ulen, 0, op, 0, 0xFFFF, self._peer_qpn, cack, w0, offset,
             pen, bitmap, ev, ooo, ts_ns, received,
         )  # fmt: skip
         mrc, udp, whole = self._sack_views
