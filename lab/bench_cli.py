@@ -34,6 +34,7 @@ from lab.workloads.bench import write as bench_write
 from lab.workloads.bench.orchestrate import PORT_SLOT, Side, listen_port, orchestrate
 from lab.workloads.bench.screen import format_allreduce, format_alltoall, format_pair
 from lab.workloads.bench.write import WriteParams
+from mrcnic import plugins
 from mrcnic.errors import MrcError
 from mrcnic.io import aio
 from mrcnic.units import size_arg, time_arg, time_in
@@ -65,6 +66,7 @@ def _add_lab_json_transport(sp: argparse.ArgumentParser) -> None:
         choices=("mrc", "rocev2"),
         help="mrc (default) or the rocev2 baseline",
     )
+    plugins.add_arguments(sp)
 
 
 def _add_common(sp: argparse.ArgumentParser) -> None:
@@ -367,6 +369,10 @@ def _check_transport(name: str) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
+    try:  # before the lab is looked at: a bad name is a usage error wherever it runs
+        plugins.choice_from_args(args).export()  # (the NIC processes read it: LabHost)
+    except plugins.PluginError as e:
+        raise UsageError(str(e)) from None
     st = _load_lab(args.lab)
     if st.phase != "up":
         raise UsageError(f"lab {args.lab} is not up (phase {st.phase!r})")

@@ -19,6 +19,7 @@ from lab.fabric.state import list_labs, load
 from lab.fabric.status import format_stats, format_status, status, switch_stats
 from lab.fabric.topology import Plan
 from lab.workloads import calibrate
+from mrcnic import plugins
 from mrcnic.units import size_in, time_in
 
 MAIN_EPILOG = """\
@@ -385,6 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="link rate of every lab; auto: calibrated per lab shape [auto]",
     )
     p.add_argument("--reps", type=int, default=None, help="repetitions [the experiment's]")
+    plugins.add_arguments(p)
     p.add_argument("--lab", default="mrcexp", help="name of the labs it brings up [mrcexp]")
     return ap
 
@@ -640,6 +642,11 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     from lab.workloads.experiments import registry, report
     from lab.workloads.experiments.base import Context
 
+    try:  # the runs' QPs (their mrc-bench processes read it from the environment)
+        plugins.choice_from_args(args).export()
+    except plugins.PluginError as e:
+        print(f"mrc-lab: {e}", file=sys.stderr)
+        return 2
     which = args.experiment
     if which == "list":
         for s in registry.specs():

@@ -13,6 +13,7 @@ from typing import Any
 
 from lab.fabric import state as lab_state
 from lab.fabric.nicstats import PublishingNic
+from mrcnic import plugins
 from mrcnic.io.aio import AioNic
 from mrcnic.transport.qp_types import NetConfig, PortAddr, QpConfig
 from mrcnic.verbs import Device
@@ -63,12 +64,16 @@ class LabHost:
             base_rtt_s=lab_base_rtt_s(plan.params, software_s=software),
         )
 
-    def qp_config(self, seed: int | None = None, **overrides: Any) -> QpConfig:
+    def qp_config(self, seed: int | None = None, *, mrc: bool = True, **overrides: Any) -> QpConfig:
+        """A QP config for this host; an MRC QP's takes the path policy, plane share and CC
+        the command chose (``--path-policy``, ``--plane-share``, ``--cc``, ``--plugin``,
+        exported to the environment by mrc-bench and mrc-lab: mrcnic.plugins)."""
         kw: dict[str, Any] = {"base_rtt_s": self.base_rtt_s}
         if seed is not None:
             kw["seed"] = seed
         kw.update(overrides)
-        return QpConfig(**kw)
+        cfg = QpConfig(**kw)
+        return plugins.choice_from_env().apply(cfg) if mrc else cfg
 
     def transport_qp_config(self, transport: str, index: int, seed: int | None = None) -> QpConfig:
         """The config of this host's ``index``-th QP of ``transport``.  RoCEv2 QPs are bound
@@ -78,7 +83,7 @@ class LabHost:
             opts: tuple[tuple[str, object], ...] = (("port", index % len(self.ifnames)),)
             if getattr(self.lab.params, "pfc", False):  # the lab has a lossless class
                 opts += (("lossless", True),)
-            return self.qp_config(seed=seed, cc_options=opts)
+            return self.qp_config(seed=seed, mrc=False, cc_options=opts)
         return self.qp_config(seed=seed)
 
     def nic(self, in_namespace: bool | None = None, **kw: Any) -> AioNic:

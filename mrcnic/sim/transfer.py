@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
+from mrcnic import plugins
 from mrcnic.rocev2.dcqcn import REFERENCE_PORT_BPS
 from mrcnic.rocev2.qp import IB_TIMEOUT_UNIT_S, RoceConfig, RoceQueuePair
 from mrcnic.sim.fabric import Fabric, FabricSpec, host_net
@@ -80,6 +81,8 @@ class SimConfig:
     mtu: int = 4096
     cc: str = "nscc"
     evs: int = 128
+    path_policy: str = "mrc"  # mrcnic.transport.path_policy: mrc, oblivious, reps, ...
+    plane_share: str = "equal"  # equal | capacity
     faults: tuple[Fault, ...] = ()
     max_time_s: float = 60.0
     timeline_s: float | None = None  # bin width of the goodput timeline in the result
@@ -148,7 +151,11 @@ class Simulation:
             if cfg.transport == "mrc":
                 qcfg = QpConfig(
                     mtu_bytes=cfg.mtu,
-                    ev=EvConfig(ev_count=max(cfg.evs, spec.planes)),
+                    ev=EvConfig(
+                        ev_count=max(cfg.evs, spec.planes),
+                        path_policy=cfg.path_policy,
+                        plane_share=cfg.plane_share,
+                    ),
                     cc=cfg.cc,
                     base_rtt_s=self.base_rtt_s,
                     seed=cfg.seed + i,
@@ -358,6 +365,10 @@ class Simulation:
             "drops": sum(link.drops for link in links),
             "random_losses": sum(link.losses for link in links),
             "ev_transitions": self.ev_transitions,
+            "path_policy": cfg.path_policy if cfg.transport == "mrc" else None,
+            "plane_share": cfg.plane_share if cfg.transport == "mrc" else None,
+            # data-direction packets each fabric path carried (plane * paths_per_plane + t1)
+            "path_packets": [link.tx_packets for plane in self.fabric.path[0] for link in plane],
             "paths_retired": sum(
                 getattr(getattr(a, "evs", None), "paths_retired", 0) for a, _ in self.pairs
             ),
@@ -564,7 +575,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="rocev2: IB local ACK timeout 4.096us x 2^N of hardware time, scaled to the lab; "
         "auto (default): the smallest N above the fabric's worst-case RTT (deployments: 14-20)",
     )
-    p.add_argument("--cc", default="nscc", help="congestion control by name (nscc, fixed)")
+    plugins.add_arguments(p)
     p.add_argument(
         "--evs", type=int, default=128, help="EVs per QP, split across planes (default 128)"
     )
@@ -632,6 +643,7 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
         raise ValueError("--qps must be >= 1")
     if a.size < 1 or a.msg_size < 1 or a.mtu < 1 or a.planes < 1 or a.paths_per_plane < 1:
         raise ValueError("size, msg-size, mtu, planes and paths-per-plane must be >= 1")
+    choice = plugins.choice_from_args(a)
     faults = [Fault.parse(s, up=False) for s in a.fail] + [Fault.parse(s, up=True) for s in a.heal]
     for f in faults:
         limit = {"path": a.planes * a.paths_per_plane, "plane": a.planes, "port": a.planes}[f.kind]
@@ -646,8 +658,10 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
         rocev2_ports=a.rocev2_ports,
         rocev2_timeout=timeout,
         mtu=a.mtu,
-        cc=a.cc,
+        cc=choice.cc or "nscc",
         evs=a.evs,
+        path_policy=choice.path_policy or "mrc",
+        plane_share=choice.plane_share or "equal",
         faults=tuple(sorted(faults, key=lambda f: f.time_s)),
         max_time_s=a.max_time,
         timeline_s=a.timeline,

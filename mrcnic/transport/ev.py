@@ -1,26 +1,50 @@
-"""Entropy values (EVs): the per-QP path set and the EV state machine.
+"""Entropy values (EVs): the per-QP path set and what drives it.
 
 Each EV names one end-to-end path (docs/architecture.md: ``plane = ev % planes``,
-``t1 = (ev // planes) % t1``).  A QP owns a pool of EVs per plane: the first
-``active_per_plane`` usable ones are sprayed over, the rest are the plane's backup set, so a
-retired EV is replaced from the *same* plane and every plane stays equally loaded.
-
-The state machine is the table :data:`TRANSITIONS` (h11 style): every (state, input) pair is
-listed, either moving to a new state or explicitly ignored; a pair that is not listed is a bug
-and raises :class:`EvTransitionError`.  Every real transition produces an
-:class:`EvStateChanged` event.  ``python -m mrcnic.transport.ev`` prints the table as a Mermaid diagram.
+``t1 = (ev // planes) % t1``).  A QP owns a pool of EVs per plane; its path policy
+(:mod:`mrcnic.transport.path_policy`, MRC's by default) says which are sprayed over and how
+often, and the rest are the plane's backups.  The EV state machine (states, inputs, the
+transition table) is :mod:`mrcnic.transport.ev_machine`; its names are re-exported here.
+``python -m mrcnic.transport.ev`` prints the table as a Mermaid diagram.
 """
 
 from __future__ import annotations
 
-import enum
 import math
 import random
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from mrcnic.errors import MrcError
+from mrcnic.transport.ev_machine import (
+    _LOSS_INPUTS,
+    TRANSITIONS,
+    EvInput,
+    EvState,
+    EvStateChanged,
+    EvTransitionError,
+    mermaid,
+    next_state,
+)
+from mrcnic.transport.path_policy import (
+    PLANE_SHARES,
+    PathPolicy,
+    make_path_policy,
+    path_policies,
+)
+
+__all__ = [
+    "TRANSITIONS",
+    "EvConfig",
+    "EvInput",
+    "EvState",
+    "EvStateChanged",
+    "EvStats",
+    "EvTable",
+    "EvTransitionError",
+    "mermaid",
+    "next_state",
+]
 
 #: unanswered probes double the probe interval, up to 2**PROBE_BACKOFF_MAX times
 PROBE_BACKOFF_MAX = 3
@@ -31,112 +55,8 @@ FLAP_DOUBLINGS_MAX = 5
 #: loss on every link) is no path's fault, and holding every EV out leaves nothing to send on
 FLAP_PATH_SHARE_MAX = 0.25
 SPRAY_MODES = ("bag", "random")
-
-
-class EvState(enum.Enum):
-    GOOD = "GOOD"  # sprayed on
-    SKIP = "SKIP"  # not sent on for one rotation (ECN echo or trim: congestion, path alive)
-    ASSUMED_BAD = "ASSUMED_BAD"  # not sent on; probed; restored only when probes are answered
-    DENIED = "DENIED"  # not sent on until the controller (API) allows it
-
-
-class EvInput(enum.Enum):
-    ECN_ECHO = "ECN_ECHO"  # SACK with mark SKIP_ONCE (CE seen mid-fabric on this EV)
-    TRIMMED = "TRIMMED"  # NACK TRIMMED (not TRIMMED_LASTHOP: that is the receiver's port)
-    ROTATION = "ROTATION"  # one rotation since entering SKIP
-    TIMEOUT = "TIMEOUT"  # RTO fired with neither a SACK nor a trim seen on this EV since
-    LOST = "LOST"  # a packet on this EV was lost, not trimmed (found from SACKs): MRC retires
-    # the EV at once; background probes bring it back
-    ALWAYS_SKIP = "ALWAYS_SKIP"  # SACK with mark ALWAYS_SKIP
-    PROBE_OK = "PROBE_OK"  # enough probes answered with mark NONE
-    PROBE_OK_ECN = "PROBE_OK_ECN"  # a probe answered with mark SKIP_ONCE
-    PORT_DOWN = "PORT_DOWN"  # the local port of this EV's plane went down, or the peer's did
-    DENY = "DENY"  # API / controller
-    ALLOW = "ALLOW"  # API / controller: force GOOD
-
-
-#: the inputs that condemn an EV for losing packets (flap damping counts these)
-_LOSS_INPUTS = frozenset({EvInput.LOST, EvInput.TIMEOUT, EvInput.ALWAYS_SKIP})
-
-G, S, B, D = EvState.GOOD, EvState.SKIP, EvState.ASSUMED_BAD, EvState.DENIED
-I = EvInput  # noqa: E741 - short alias keeps the table readable
-
-#: (state, input) -> next state.  Entries mapping a state to itself are "ignored" inputs (late
-#: feedback about an EV already out of use); SKIP -> SKIP on new congestion restarts the rotation.
-TRANSITIONS: dict[tuple[EvState, EvInput], EvState] = {
-    # GOOD: downgrades are automatic
-    (G, I.ECN_ECHO): S,
-    (G, I.TRIMMED): S,
-    (G, I.ROTATION): G,
-    (G, I.TIMEOUT): B,
-    (G, I.LOST): B,
-    (G, I.ALWAYS_SKIP): B,
-    (G, I.PROBE_OK): G,
-    (G, I.PROBE_OK_ECN): G,
-    (G, I.PORT_DOWN): B,
-    (G, I.DENY): D,
-    (G, I.ALLOW): G,
-    # SKIP: back after one rotation
-    (S, I.ECN_ECHO): S,
-    (S, I.TRIMMED): S,
-    (S, I.ROTATION): G,
-    (S, I.TIMEOUT): B,
-    (S, I.LOST): B,
-    (S, I.ALWAYS_SKIP): B,
-    (S, I.PROBE_OK): S,
-    (S, I.PROBE_OK_ECN): S,
-    (S, I.PORT_DOWN): B,
-    (S, I.DENY): D,
-    (S, I.ALLOW): G,
-    # ASSUMED_BAD: upgrades need a probe
-    (B, I.ECN_ECHO): B,
-    (B, I.TRIMMED): B,
-    (B, I.ROTATION): B,
-    (B, I.TIMEOUT): B,
-    (B, I.LOST): B,
-    (B, I.ALWAYS_SKIP): B,
-    (B, I.PROBE_OK): G,
-    (B, I.PROBE_OK_ECN): S,
-    (B, I.PORT_DOWN): B,
-    (B, I.DENY): D,
-    (B, I.ALLOW): G,
-    # DENIED: only the controller moves it
-    (D, I.ECN_ECHO): D,
-    (D, I.TRIMMED): D,
-    (D, I.ROTATION): D,
-    (D, I.TIMEOUT): D,
-    (D, I.LOST): D,
-    (D, I.ALWAYS_SKIP): D,
-    (D, I.PROBE_OK): D,
-    (D, I.PROBE_OK_ECN): D,
-    (D, I.PORT_DOWN): D,
-    (D, I.DENY): D,
-    (D, I.ALLOW): G,
-}
-del G, S, B, D, I
-
-
-class EvTransitionError(MrcError, RuntimeError):
-    """A (state, input) pair missing from :data:`TRANSITIONS` (a bug, never peer input)."""
-
-
-def next_state(state: EvState, inp: EvInput) -> EvState:
-    try:
-        return TRANSITIONS[(state, inp)]
-    except KeyError:
-        raise EvTransitionError(f"no transition from {state.name} on {inp.name}") from None
-
-
-@dataclass(frozen=True, slots=True)
-class EvStateChanged:
-    """An EV changed state (emitted for every real transition)."""
-
-    ev: int
-    plane: int
-    old: EvState
-    new: EvState
-    cause: EvInput
-    time_s: float
+#: sprayed groups at most (the C send engine's room: one per plane, 16 planes)
+MAX_GROUPS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +81,12 @@ class EvConfig:
     # an explicit EV array (mrcnic.profiles.EvProfile): when given, these values are the pool
     # instead of generated ones (EvTable._use_values), and ev_count is not used to size it
     values: tuple[int, ...] = ()
+    # which EVs are sprayed and how often (mrcnic.transport.path_policy): "mrc" (the EV state
+    # machine, path-aware), "oblivious", "reps", or a registered one
+    path_policy: str = "mrc"
+    # "equal": every plane (NIC port) carries the same share, MRC's published rule; "capacity":
+    # shares follow each plane's surviving paths
+    plane_share: str = "equal"
 
 
 @dataclass(slots=True)
@@ -183,7 +109,14 @@ class EvTable:
     Slots index the pool (``0 .. pool_size-1``); the hot path (:meth:`pick`) works on slots.
     """
 
-    def __init__(self, planes: int, t1_count: int, config: EvConfig, seed: int) -> None:
+    def __init__(
+        self,
+        planes: int,
+        t1_count: int,
+        config: EvConfig,
+        seed: int,
+        policy: PathPolicy | None = None,
+    ) -> None:
         if planes < 1 or t1_count < 1:
             raise ValueError("planes and t1_count must be >= 1")
         if config.ev_count < planes:
@@ -199,6 +132,15 @@ class EvTable:
             raise ValueError(f"flap_memory_s must be >= 0, not {config.flap_memory_s}")
         if config.spray not in SPRAY_MODES:
             raise ValueError(f"spray must be one of {', '.join(SPRAY_MODES)}, not {config.spray!r}")
+        if config.plane_share not in PLANE_SHARES:
+            raise ValueError(
+                f"plane_share must be one of {', '.join(PLANE_SHARES)}, not {config.plane_share!r}"
+            )
+        if policy is None and config.path_policy not in path_policies():
+            raise ValueError(
+                f"no path policy named {config.path_policy!r}; known: "
+                f"{', '.join(path_policies())} (load more with --plugin FILE.py)"
+            )
         self.planes = planes
         self.t1_count = t1_count
         self.config = config
@@ -244,6 +186,16 @@ class EvTable:
         self.path_slots: list[list[int]] = [[] for _ in range(npaths)]
         for s, path in enumerate(self.path_of):
             self.path_slots[path].append(s)
+        # per plane, its paths' slots in pool order (what path policies spread over), and
+        # this QP's order among equally loaded paths (its own, so QPs do not all pick the
+        # same path for the share a congested or failed one sheds)
+        self.plane_paths: list[dict[int, list[int]]] = [{} for _ in range(planes)]
+        for plane in range(planes):
+            for s in self.pool[plane]:
+                self.plane_paths[plane].setdefault(self.path_of[s], []).append(s)
+        self.tiebreak = list(range(npaths))
+        random.Random(seed ^ 0x7AB1E).shuffle(self.tiebreak)
+        self.policy: PathPolicy = policy or make_path_policy(config.path_policy, seed)
         self.path_strike_s = [-1.0] * npaths
         # a path acknowledged within this long is queued, not dead (half the RTO: the QP
         # keeps it current, as on_timeout's quiet_s)
@@ -382,10 +334,11 @@ class EvTable:
     def apply(self, slot: int, inp: EvInput, now_s: float) -> bool:
         """Feed one input to one EV; returns True when the state changed. A loss (LOST,
         TIMEOUT) also strikes the EV's fabric path: see :meth:`_path_strike`."""
+        asks = self.policy.on_input(self, slot, inp)
         changed = self._transition(slot, inp, now_s)
         if inp is EvInput.LOST or inp is EvInput.TIMEOUT:
             changed = self._path_strike(slot, inp, now_s) or changed
-        if changed:
+        if changed or asks:
             self._rebuild()
         return changed
 
@@ -471,56 +424,37 @@ class EvTable:
                 self.apply(slot, EvInput.ROTATION, self.now_s)
 
     def _rebuild(self) -> None:
-        """Recompute the sprayed set: per live plane, the first GOOD EVs of its pool, or, when
-        a plane has none GOOD, its SKIP EVs: a plane keeps its share while it has a path that
-        is congested but alive (uneven planes look like incast to the receivers; MRC keeps
-        them equal on purpose). A plane whose EVs are all ASSUMED_BAD or DENIED is out, as a
-        failed port is. Then the floor: with fewer than ``ev_min_active`` EVs, SKIP and then
-        ASSUMED_BAD EVs of live planes are added, so the QP keeps trying (and its retry
-        limit can end a truly dead connection) rather than stalling silently."""
+        """Ask the path policy for the sprayed groups (MRC's by default: per live plane, its
+        entries spread over the plane's live paths; see path_policy.spread), keep each
+        group's current round minus the EVs that left, and hand them to the C engine when
+        one deals. A group holds at most one entry per pool slot (the C engine's room)."""
         picker = self.picker
         if picker is not None:
             picker.pull_bags()
-        want = self.active_per_plane
-        state = self.state
-        good, skip = EvState.GOOD, EvState.SKIP
-        active: list[int] = []
-        for plane in range(self.planes):
-            if self.plane_down[plane]:
-                continue
-            for wanted in (good, skip):
-                n = 0
-                for slot in self.pool[plane]:
-                    if state[slot] is wanted:
-                        active.append(slot)
-                        n += 1
-                        if n == want:
-                            break
-                if n:
-                    break
-        floor = self.config.ev_min_active
-        if len(active) < floor:
-            have = set(active)
-            for fallback in (EvState.SKIP, EvState.ASSUMED_BAD):
-                for s, st in enumerate(state):
-                    if st is fallback and s not in have and not self.plane_down[self.plane_of[s]]:
-                        active.append(s)
-                        have.add(s)
-                if len(active) >= floor:
-                    break
-        self.active = active
-        groups: dict[int, list[int]] = {}
-        for slot in active:
-            groups.setdefault(self.plane_of[slot], []).append(slot)
-        old_bags = {self.plane_of[g[0]]: b for g, b in zip(self._groups, self._bags, strict=True)}
-        self._groups = [groups[p] for p in sorted(groups)]
-        # keep each plane's current round, minus the EVs that left the active set
+        n = len(self.ev_values)
+        groups = [g[:n] for g in self.policy.groups(self) if g][:MAX_GROUPS]
+        self.active = list(dict.fromkeys(s for g in groups for s in g))
+        old_bags = {self._group_key(g): b for g, b in zip(self._groups, self._bags, strict=True)}
+        self._groups = groups
+        # keep each group's current round, minus the EVs that left it
         self._bags = []
-        for g in self._groups:
-            keep = set(g)
-            self._bags.append([x for x in old_bags.get(self.plane_of[g[0]], ()) if x in keep])
+        for g in groups:
+            left = {}
+            for x in g:
+                left[x] = left.get(x, 0) + 1
+            bag = []
+            for x in old_bags.get(self._group_key(g), ()):
+                if left.get(x, 0) > 0:
+                    left[x] -= 1
+                    bag.append(x)
+            self._bags.append(bag)
         if picker is not None:
             picker.push_groups()
+
+    def _group_key(self, group: list[int]) -> int:
+        """Which group a new one continues: a plane's (or, for one group of all planes, -1)."""
+        planes = {self.plane_of[group[0]], self.plane_of[group[-1]]}
+        return planes.pop() if len(planes) == 1 else -1
 
     # -- feedback helpers used by the QP ------------------------------------------------------
 
@@ -687,15 +621,6 @@ class EvTable:
             )
             for s in range(len(self.ev_values))
         ]
-
-
-def mermaid() -> str:
-    """The transition table as a Mermaid state diagram (self-loops omitted)."""
-    lines = ["stateDiagram-v2", "    [*] --> GOOD"]
-    for (src, inp), dst in TRANSITIONS.items():
-        if src is not dst:
-            lines.append(f"    {src.name} --> {dst.name}: {inp.name}")
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -24,6 +24,7 @@ MRCNIC_LAYERS = (
     ("wire",),
     ("transport",),
     ("rocev2",),
+    ("plugins",),
     ("sim",),
     ("profiles", "verbs"),
     ("io",),

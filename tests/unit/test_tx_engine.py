@@ -7,7 +7,7 @@ from __future__ import annotations
 import heapq
 import random
 import zlib
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import pytest
 
@@ -83,11 +83,19 @@ def _forge(qp: object, rng: random.Random, t: float) -> None:
     core._drain_ev_events()
 
 
-def _run(engine: str, seed: int, steps: int = 160, hostile: bool = False) -> dict:
+def _run(
+    engine: str,
+    seed: int,
+    steps: int = 160,
+    hostile: bool = False,
+    ev_overrides: dict | None = None,
+) -> dict:
     rng = random.Random(seed)
     a = Device(host_net(SHAPE, 0), 100e6, seed=seed, engine=engine)
     b = Device(host_net(SHAPE, 2), 100e6, seed=seed, engine="py")
     cfg = _config(rng, seed)
+    if ev_overrides:  # (after _config: the same draws as without)
+        cfg = replace(cfg, ev=replace(cfg.ev, **ev_overrides))
     qa, qb = a.create_qp(cfg), b.create_qp(cfg)
     qa.connect(QpAttributes.from_json(qb.export()))
     qb.connect(QpAttributes.from_json(qa.export()))
