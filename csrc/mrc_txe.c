@@ -111,17 +111,24 @@ static int32_t pick(struct mrc_txe_qp *q, int32_t avoid) {
     }
     q->pick_resume = 0;
     uint32_t n = q->n_groups;
-    if (n == 0) {
+    uint32_t ns = q->n_sched;
+    if (n == 0 || ns == 0 || ns > sizeof q->sched) {
         return -1;
     }
-    uint32_t i = q->rr;
+    uint32_t at = q->rr;
+    if (at >= ns) {
+        at = 0;
+    }
+    uint32_t i = q->sched[at];
+    if (i < n && avoid >= 0 && n > 1 &&
+        q->plane_of[q->grp[(size_t)i * q->nslots]] == q->plane_of[avoid]) {
+        at = at + 1 < ns ? at + 1 : 0;
+        i = q->sched[at];
+    }
+    q->rr = at + 1;
     if (i >= n) {
-        i = 0;
+        return -1; /* (Python never schedules a group it has not made) */
     }
-    if (avoid >= 0 && n > 1 && q->plane_of[q->grp[(size_t)i * q->nslots]] == q->plane_of[avoid]) {
-        i = i + 1 < n ? i + 1 : 0;
-    }
-    q->rr = i + 1;
     int32_t *bag = q->bag + (size_t)i * q->nslots;
     if (q->bag_n[i] == 0) {
         refill(q, i);

@@ -155,6 +155,10 @@ struct mrc_txe_qp {
     uint32_t n_groups;
     uint32_t grp_n[16];
     uint32_t bag_n[16];
+    /* the groups' turns: rr walks sched[0 .. n_sched), each a group index (EvTable._sched:
+     * round robin, or weighted by each plane's entries when shares follow capacity) */
+    uint32_t n_sched;
+    uint8_t sched[256];
     int32_t *grp; /* group g's slots at grp[g * nslots ...] */
     int32_t *bag;
     uint32_t rr;

@@ -31,6 +31,7 @@ from mrcnic.transport.path_policy import (
     PathPolicy,
     make_path_policy,
     path_policies,
+    turns,
 )
 
 __all__ = [
@@ -233,6 +234,7 @@ class EvTable:
         #: the bags, the round robin and tx_count while set
         self.picker: Any = None
         self._groups: list[list[int]] = []
+        self._sched: list[int] = []  # the groups' turns (path_policy.turns); _rr walks it
         self._bags: list[list[int]] = []  # per group: slots still to deal this round
         self._rr = 0
         self._rebuild()
@@ -287,14 +289,18 @@ class EvTable:
             self._release_skips()
         groups = self._groups
         n = len(groups)
-        if n == 0:
+        sched = self._sched
+        ns = len(sched)
+        if n == 0 or ns == 0:
             return -1
-        i = self._rr
-        if i >= n:
-            i = 0
+        at = self._rr
+        if at >= ns:
+            at = 0
+        i = sched[at]
         if avoid >= 0 and n > 1 and self.plane_of[groups[i][0]] == self.plane_of[avoid]:
-            i = i + 1 if i + 1 < n else 0  # a retransmission leaves the plane that lost it
-        self._rr = i + 1
+            at = at + 1 if at + 1 < ns else 0  # a retransmission leaves the plane that lost it
+            i = sched[at]
+        self._rr = at + 1
         group = groups[i]
         if self._bag_mode:
             bag = self._bags[i]
@@ -434,8 +440,9 @@ class EvTable:
         n = len(self.ev_values)
         groups = [g[:n] for g in self.policy.groups(self) if g][:MAX_GROUPS]
         self.active = list(dict.fromkeys(s for g in groups for s in g))
-        old_bags = {self._group_key(g): b for g, b in zip(self._groups, self._bags, strict=True)}
+        old_bags = {self.plane_of[g[0]]: b for g, b in zip(self._groups, self._bags, strict=True)}
         self._groups = groups
+        self._sched = turns(groups, self.config.plane_share == "capacity")
         # keep each group's current round, minus the EVs that left it
         self._bags = []
         for g in groups:
@@ -443,18 +450,13 @@ class EvTable:
             for x in g:
                 left[x] = left.get(x, 0) + 1
             bag = []
-            for x in old_bags.get(self._group_key(g), ()):
+            for x in old_bags.get(self.plane_of[g[0]], ()):
                 if left.get(x, 0) > 0:
                     left[x] -= 1
                     bag.append(x)
             self._bags.append(bag)
         if picker is not None:
             picker.push_groups()
-
-    def _group_key(self, group: list[int]) -> int:
-        """Which group a new one continues: a plane's (or, for one group of all planes, -1)."""
-        planes = {self.plane_of[group[0]], self.plane_of[group[-1]]}
-        return planes.pop() if len(planes) == 1 else -1
 
     # -- feedback helpers used by the QP ------------------------------------------------------
 

@@ -1,10 +1,10 @@
 """Path policies: which of a QP's EVs are sprayed over, and how often each.
 
 A policy sees the QP's EV table (:class:`EvView`: the pool, each slot's state, plane and fabric
-path) and returns the *groups* to deal from: one list of slots per plane that takes turns
-(``plane_share="equal"``: every NIC port carries the same share), or one list for the whole
-QP (``"capacity"``: shares follow each plane's surviving paths). A slot listed twice is dealt
-twice per round: repeats are weights. Both engines draw from these groups (the Python twin in
+path) and returns the *groups* to deal from, one list of slots per plane; the planes take
+turns (:func:`turns`), equally (``plane_share="equal"``: every NIC port carries the same
+share) or as often as each has entries (``"capacity"``: shares follow each plane's surviving
+paths). A slot listed twice is dealt twice per round: repeats are weights. Both engines draw from these groups (the Python twin in
 ``EvTable.pick``, the C send engine from the copy ``tx_engine.push_groups`` hands it), so a
 policy written here in Python steers the C data path too. The table asks again after every
 EV state change and whenever :meth:`PathPolicy.on_input` says so.
@@ -87,12 +87,41 @@ def make_path_policy(name: str, seed: int = 0) -> PathPolicy:
 
 
 def arrange(t: EvView, per_plane: Sequence[list[int]]) -> list[list[int]]:
-    """Per-plane entries as groups: one per plane that has entries (``equal``), or all in one
-    group (``capacity``: a plane's share is its number of entries)."""
-    if t.config.plane_share == "capacity":
-        merged = [s for entries in per_plane for s in entries]
-        return [merged] if merged else []
+    """Per-plane entries as the groups to deal from: one per plane that has entries. How
+    often each takes its turn is :func:`turns`' business (``plane_share``)."""
     return [entries for entries in per_plane if entries]
+
+
+#: the longest rotation of group turns (the C send engine's room)
+MAX_TURNS = 256
+
+
+def turns(groups: Sequence[Sequence[int]], capacity: bool) -> list[int]:
+    """The order the groups (planes) take turns in, one packet per turn. ``equal``: round
+    robin. ``capacity``: each plane as often as it has entries (a plane's live paths), spread
+    smoothly (the smooth weighted round robin of nginx: no plane gets a run of turns, so no
+    NIC port gets a burst), at most MAX_TURNS long (weights scaled down when longer)."""
+    n = len(groups)
+    if not capacity or n < 2:
+        return list(range(n))
+    weights = [len(g) for g in groups]
+    total = sum(weights)
+    if total > MAX_TURNS:
+        weights = [max(1, w * MAX_TURNS // total) for w in weights]
+    g = 0
+    for w in weights:
+        g = math.gcd(g, w)
+    weights = [w // g for w in weights]
+    total = sum(weights)
+    current = [0] * n
+    out: list[int] = []
+    for _ in range(total):
+        for k in range(n):
+            current[k] += weights[k]
+        best = max(range(n), key=current.__getitem__)
+        current[best] -= total
+        out.append(best)
+    return out
 
 
 def spread(t: EvView, plane: int, capacity: bool) -> list[int]:

@@ -179,6 +179,11 @@ class CTxEngine:
             for k, s in enumerate(b):
                 bag[base + k] = s
         q.n_groups = len(evs._groups)
+        sched = evs._sched
+        assert len(sched) <= len(q.sched)  # (path_policy.MAX_TURNS)
+        for k, g in enumerate(sched):
+            q.sched[k] = g
+        q.n_sched = len(sched)
         self._groups_ref = evs._groups
 
     def pull_bags(self) -> None:

@@ -15,11 +15,13 @@ import pytest
 from mrcnic import plugins
 from mrcnic.transport.ev import EvConfig, EvInput, EvState, EvTable
 from mrcnic.transport.path_policy import (
+    MAX_TURNS,
     EvView,
     arrange,
     make_path_policy,
     path_policies,
     register_path_policy,
+    turns,
 )
 from tests.unit.test_tx_engine import _run, needs_c
 
@@ -78,11 +80,21 @@ def test_a_skipped_ev_sheds_load_to_a_different_path() -> None:
 
 def test_capacity_share_follows_the_surviving_paths() -> None:
     t = _table(plane_share="capacity")
-    assert len(t._groups) == 1  # one group for all planes: a plane's share is its entries
+    assert sorted(t._sched) == list(range(8))  # all paths alive: planes take equal turns
     _fail_path(t, 0)
-    per_plane = Counter(t.plane_of[s] for s in t._groups[0])
-    assert per_plane[0] * 8 == per_plane[1] * 7  # 7 of 8 paths: 7/8 of a full plane's share
-    assert all(per_plane[p] == per_plane[1] for p in range(1, 8))
+    entries = [len(g) for g in t._groups]
+    assert entries[0] * 8 == entries[1] * 7  # 7 of 8 paths: 7/8 of a full plane's entries
+    turns = Counter(t._sched)
+    assert turns[0] * 8 == turns[1] * 7 and all(turns[p] == turns[1] for p in range(1, 8))
+    # spread: no plane takes two turns in a row (its NIC port would get a burst)
+    assert all(a != b for a, b in zip(t._sched, t._sched[1:] + t._sched[:1], strict=True))
+
+
+def test_turns_are_smooth_and_bounded() -> None:
+    assert turns([[1], [2], [3]], capacity=False) == [0, 1, 2]
+    assert Counter(turns([[1] * 2, [2] * 4], capacity=True)) == {0: 1, 1: 2}
+    long = turns([[0] * 100, [1] * 99, [2] * 98], capacity=True)
+    assert len(long) <= MAX_TURNS and set(long) == {0, 1, 2}
 
 
 def test_oblivious_sprays_every_ev_whatever_its_state() -> None:
