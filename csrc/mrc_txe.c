@@ -803,7 +803,8 @@ static void find_losses(struct mrc_txe_qp *q, const uint32_t *acked, uint32_t na
         r->spurious = 0;
         mark_lost(q, r);
         rtxq_append(q, r->psn);
-        fb(q, MRC_TXE_FB_EV, r->slot, MRC_TXE_IN_LOST, 0, 0, 0.0);
+        fb(q, MRC_TXE_FB_EV, r->slot, MRC_TXE_IN_LOST, r->length, (uint64_t)q->inflight_bytes,
+           0.0);
         q->reo_quiet++;
         if (q->reo_quiet >= REO_QUIET_RESET && q->reo_mult > 1) {
             q->reo_mult--;
@@ -812,7 +813,18 @@ static void find_losses(struct mrc_txe_qp *q, const uint32_t *acked, uint32_t na
     }
 }
 
+/* EvTable.slot_of: the slot of EV value ev, or -1. Called per SACK, so first the slot the
+ * EV table's own numbering puts it in (EV = (base + k) * planes + plane, slot = plane *
+ * per_plane + k; checked), then a scan (explicit EV values) */
 static int32_t slot_of(const struct mrc_txe_qp *q, uint32_t ev) {
+    uint32_t planes = q->planes;
+    if (planes && q->nslots && q->nslots % planes == 0) {
+        uint32_t k = ev / planes - q->ev_values[0] / planes;
+        uint32_t guess = (ev % planes) * (q->nslots / planes) + k;
+        if (k < q->nslots / planes && guess < q->nslots && q->ev_values[guess] == ev) {
+            return (int32_t)guess;
+        }
+    }
     for (uint32_t s = 0; s < q->nslots; s++) {
         if (q->ev_values[s] == ev) {
             return (int32_t)s;
@@ -891,13 +903,12 @@ int mrc_txe_sack(struct mrc_txe_qp *q, uint32_t cack, uint32_t offset, uint64_t 
             rtt = r;
         }
     }
+    int32_t slot = slot_of(q, ev); /* the EV of the packet that triggered this SACK */
     if (probe_answer) {
-        int32_t slot = slot_of(q, ev);
         if (slot >= 0) {
             fb(q, MRC_TXE_FB_PROBE, slot, 0, mark != 0, ts_ns, 0.0);
         }
     } else if (mark) {
-        int32_t slot = slot_of(q, ev);
         if (slot >= 0) {
             q->ecn_echoes[slot]++;
             fb(q, MRC_TXE_FB_EV, slot,
@@ -906,7 +917,8 @@ int mrc_txe_sack(struct mrc_txe_qp *q, uint32_t cack, uint32_t offset, uint64_t 
         }
     }
     if (acked_bytes || ece) {
-        fb(q, MRC_TXE_FB_ACK, -1, (uint32_t)acked_bytes, ece != 0, 0, rtt);
+        fb(q, MRC_TXE_FB_ACK, slot, (uint32_t)acked_bytes, ece != 0, (uint64_t)q->inflight_bytes,
+           rtt);
     }
     if (pen) {
         fb(q, MRC_TXE_FB_PENALTY, -1, pen, 0, 0, 0.0);
@@ -965,11 +977,12 @@ int mrc_txe_nack(struct mrc_txe_qp *q, uint32_t reason, uint32_t psn, uint32_t c
         if (reason == MRC_WIRE_NACK_TRIMMED) {
             fb(q, MRC_TXE_FB_EV, slot, MRC_TXE_IN_TRIMMED, 0, 0, 0.0);
         }
-        fb(q, MRC_TXE_FB_TRIM, -1, 0, reason == MRC_WIRE_NACK_TRIMMED_LASTHOP, 0, 0.0);
         r->lost_by = LOST_BY_TRIM;
         r->to_sent_s = -1.0;
         mark_lost(q, r);
         rtxq_prepend(q, psn); /* repair at once, on another EV */
+        fb(q, MRC_TXE_FB_TRIM, slot, r->length, reason == MRC_WIRE_NACK_TRIMMED_LASTHOP,
+           (uint64_t)q->inflight_bytes, 0.0);
     } else {
         if (reason == MRC_WIRE_NACK_PSN_OOR_WINDOW) {
             uint32_t span = (psn - cack) & MASK;
@@ -1125,7 +1138,7 @@ int mrc_txe_expire(struct mrc_txe_qp *q, double now_s) {
         r->retries++;
         mark_lost(q, r);
         rtxq_append(q, r->psn);
-        fb(q, MRC_TXE_FB_TIMEOUT, -1, 0, 0, 0, 0.0);
+        fb(q, MRC_TXE_FB_TIMEOUT, slot, r->length, 0, (uint64_t)q->inflight_bytes, 0.0);
     }
     return 0;
 }

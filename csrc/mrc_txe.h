@@ -21,15 +21,19 @@
 
 enum {
     /* feedback kinds (struct mrc_txe_fb) */
-    MRC_TXE_FB_EV = 1,        /* slot, a = input: EvTable.apply(slot, input) */
-    MRC_TXE_FB_ACK = 2,       /* a = acked bytes, b = ece, x = RTT sample or -1: cc.on_ack */
+    /* (ts = bytes in flight where a record says "inflight": the congestion control's view) */
+    MRC_TXE_FB_EV = 1,        /* slot, a = input: EvTable.apply(slot, input); for
+                                 MRC_TXE_IN_LOST also b = lost bytes, ts = inflight: cc.on_loss */
+    MRC_TXE_FB_ACK = 2,       /* slot = the SACK's EV or -1, a = acked bytes, b = ece,
+                                 ts = inflight, x = RTT sample or -1: cc.on_ack */
     MRC_TXE_FB_PENALTY = 3,   /* a = penalty: cc.on_rcv_penalty */
     MRC_TXE_FB_COMPLETE = 4,  /* ts = message index: a write completed */
     MRC_TXE_FB_PROBE = 5,     /* slot, ts, b = ecn: EvTable.on_probe_answer */
-    MRC_TXE_FB_TRIM = 6,      /* b = last hop: cc.on_trim */
+    MRC_TXE_FB_TRIM = 6,      /* slot, a = bytes, b = last hop, ts = inflight: cc.on_trim,
+                                 cc.on_loss */
     MRC_TXE_FB_WINDOW = 7,    /* a = span: the peer's window is smaller than we thought */
     MRC_TXE_FB_NACK_FATAL = 8,/* a = reason, b = psn, ts = message index */
-    MRC_TXE_FB_TIMEOUT = 9,   /* cc.on_timeout */
+    MRC_TXE_FB_TIMEOUT = 9,   /* slot, a = bytes, ts = inflight: cc.on_timeout, cc.on_loss */
     MRC_TXE_FB_RETRY = 10,    /* a = psn, b = retries, ts = message index: RETRY_EXCEEDED */
     MRC_TXE_FB_DRAIN = 11,    /* the end of one frame's processing: drain EV events */
     /* EvInput codes of MRC_TXE_FB_EV */

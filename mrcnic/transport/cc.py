@@ -2,8 +2,11 @@
 previous NSCC, a fixed window, and a registry so a user can plug an algorithm in by name.
 
 An algorithm owns ``cwnd_bytes``; the QP sends while ``inflight < cwnd_bytes`` and feeds the
-algorithm one :class:`AckSample` per acknowledgment, plus trims (NACK TRIMMED /
-TRIMMED_LASTHOP), timeouts and the receiver's window penalty.
+algorithm one :class:`AckSample` per acknowledgment (with the EV it is about and the bytes in
+flight), plus trims (NACK TRIMMED / TRIMMED_LASTHOP), timeouts and the receiver's window
+penalty; and, if the algorithm defines ``on_loss``, one :class:`LossSample` per packet declared
+lost, whatever found it (SACKs, trims, timeouts).  docs/transport.md, "Writing a congestion
+control", has the rules; examples/ecn_loss_aimd.py is a user algorithm in one file.
 
 Registered names: ``"uet-1.0-nscc"`` (:class:`UetNscc`; ``"nscc"``, the default of
 ``QpConfig.cc``, is the same algorithm), ``"nscc-2026.11"`` (:class:`LegacyNscc`, the
@@ -29,8 +32,9 @@ Increases are collected in ``inc`` and applied as ``cwnd += inc / cwnd`` when mo
 also ``cwnd += eta``.  Quick adapt: once per window of ``base_rtt + target``, after a trim or
 with a delay above ``qa_threshold``, a QP that delivered less than ``max_cwnd / 2**qa_gate`` in
 the window sets its window to what it delivered.  A trim takes one MTU off, as does a timeout
-(UET's model takes a timed-out packet's bytes off).  Our additions for MRC, whose last-hop
-ports do not mark ECN: a delay-based decrease when *every* delay sample of a window was above
+(UET's model takes a timed-out packet's bytes off); a loss found from SACKs changes nothing
+(UET's model retransmits it and leaves the window alone), so NSCC has no ``on_loss``.  Our
+additions for MRC, whose last-hop ports do not mark ECN: a delay-based decrease when *every* delay sample of a window was above
 target (a standing queue, common to all paths), which also holds the fair increase back; a
 base RTT that is a windowed minimum and can rise again; the receiver's ``rcv_cwnd_pen``
 capping the window at ``(1 - pen/128)`` of ``max_cwnd``.
@@ -66,18 +70,72 @@ class CcParams:
 
 @dataclass(frozen=True, slots=True)
 class AckSample:
+    """One acknowledgment (a SACK or ACK that acknowledged new data or echoes ECN).
+
+    ``ev``, ``plane`` and ``path`` name the EV of the packet that triggered it (the one whose
+    timestamp ``rtt_s`` measures and whose CE mark ``ecn`` echoes): its wire value, its plane
+    and its path index in the EV table (``plane * t1_count + t1``); -1 when the SACK names no
+    EV of this QP.  ``inflight_bytes``: the sender's bytes in flight once this SACK and the
+    losses it revealed are accounted.  (The last four have defaults, -1 meaning "not given",
+    so an algorithm's own tests can still build a sample from the first four; the engines
+    always give them.)"""
+
     acked_bytes: int  # newly acknowledged payload bytes
     rtt_s: float | None  # RTT of the packet that triggered the ACK (None if unknown)
     ecn: bool  # the ACK echoes a CE mark
     now_s: float
+    ev: int = -1
+    plane: int = -1
+    path: int = -1
+    inflight_bytes: int = -1
 
 
-#: ``new_ack_sample(acked_bytes, rtt_s, ecn, now_s)``: an AckSample, built fast (the QP calls
-#: this once per SACK)
+#: ``new_ack_sample(acked_bytes, rtt_s, ecn, now_s, ev, plane, path, inflight_bytes)``: an
+#: AckSample, built fast (the engines call this once per SACK; every field, in order)
 new_ack_sample = fast_constructor(AckSample)
+
+#: LossSample.cause: found from SACKs (the scoreboard's reordering-window or per-EV order rule)
+LOSS_SACK = "sack"
+#: LossSample.cause: trimmed by a fabric switch (NACK TRIMMED)
+LOSS_TRIM = "trim"
+#: LossSample.cause: trimmed at the last hop, the receiver's port (NACK TRIMMED_LASTHOP)
+LOSS_TRIM_LAST_HOP = "trim_last_hop"
+#: LossSample.cause: its retransmission timer fired
+LOSS_TIMEOUT = "timeout"
+
+
+@dataclass(frozen=True, slots=True)
+class LossSample:
+    """One packet the sender has just declared lost and queued for retransmission.
+
+    ``cause`` is one of LOSS_SACK, LOSS_TRIM, LOSS_TRIM_LAST_HOP, LOSS_TIMEOUT; ``lost_bytes``
+    its payload; ``ev``, ``plane``, ``path`` where it was sent (as in :class:`AckSample`);
+    ``inflight_bytes`` the bytes in flight once it left the count."""
+
+    cause: str
+    lost_bytes: int
+    ev: int
+    plane: int
+    path: int
+    inflight_bytes: int
+    now_s: float
+
+
+#: ``new_loss_sample(cause, lost_bytes, ev, plane, path, inflight_bytes, now_s)``
+new_loss_sample = fast_constructor(LossSample)
 
 
 class CongestionControl(Protocol):
+    """What the engines call (docs/transport.md, "Writing a congestion control"): ``on_ack``
+    per acknowledgment, ``on_trim`` per trimmed packet, ``on_timeout`` per timed-out packet,
+    ``on_rcv_penalty`` per receiver penalty.
+
+    Optional: an algorithm that defines ``on_loss(s: LossSample)`` is also told of every
+    packet declared lost, whatever found it (SACKs, trims, timeouts), with its EV and the
+    bytes in flight; for a trim or a timeout right after ``on_trim`` / ``on_timeout``, for a
+    loss a SACK revealed before that SACK's ``on_ack``.  One that does not define it is never
+    asked (algorithms written before it keep working unchanged)."""
+
     name: str
     cwnd_bytes: float
 
@@ -85,6 +143,28 @@ class CongestionControl(Protocol):
     def on_trim(self, last_hop: bool, now_s: float) -> None: ...
     def on_timeout(self, now_s: float) -> None: ...
     def on_rcv_penalty(self, penalty: int, now_s: float) -> None: ...
+
+
+class CcBase:
+    """A convenient base for a user's algorithm: every required input ignored.  Override what
+    the algorithm reacts to, set ``name`` and ``cwnd_bytes``, and add ``on_loss`` to hear of
+    losses (it is deliberately not defined here: the engines ask only algorithms that have
+    it)."""
+
+    name = "base"
+    cwnd_bytes: float
+
+    def on_ack(self, s: AckSample) -> None:
+        pass
+
+    def on_trim(self, last_hop: bool, now_s: float) -> None:
+        pass
+
+    def on_timeout(self, now_s: float) -> None:
+        pass
+
+    def on_rcv_penalty(self, penalty: int, now_s: float) -> None:
+        pass
 
 
 class FixedWindow:

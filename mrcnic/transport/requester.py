@@ -15,7 +15,15 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from mrcnic import wire
-from mrcnic.transport.cc import new_ack_sample
+from mrcnic.transport.cc import (
+    LOSS_SACK,
+    LOSS_TIMEOUT,
+    LOSS_TRIM,
+    LOSS_TRIM_LAST_HOP,
+    LossSample,
+    new_ack_sample,
+    new_loss_sample,
+)
 from mrcnic.transport.ev import EvInput
 from mrcnic.transport.frames import (
     ACKREQ,
@@ -238,7 +246,11 @@ class PySendEngine:
             rec.retries += 1
             sb.mark_lost(rec)
             self._rtxq.append(rec)
-            qp.cc.on_timeout(now_s)
+            cc = qp.cc
+            cc.on_timeout(now_s)
+            on_loss = getattr(cc, "on_loss", None)
+            if on_loss is not None:
+                on_loss(self._loss_sample(LOSS_TIMEOUT, rec, now_s))
 
     def frame(self, data: bytes | bytearray | memoryview, now_s: float) -> bool:
         """A SACK or ACK frame: True when taken (applied, or dropped and counted), False when
@@ -485,18 +497,22 @@ class PySendEngine:
                 self._rtt_sample(rtt)
             else:
                 rtt = None
+        slot = evs.slot_of.get(ev, -1)  # the EV of the packet that triggered this SACK
         if is_probe_answer:
-            slot = evs.slot_of.get(ev, -1)
             if slot >= 0:
                 evs.on_probe_answer(slot, reflected_ts_ns, mark != 0, now_s)
-        elif mark:
-            slot = evs.slot_of.get(ev, -1)
-            if slot >= 0:
-                evs.ecn_echoes[slot] += 1
-                inp = EvInput.ECN_ECHO if mark == MARK_SKIP_ONCE else EvInput.ALWAYS_SKIP
-                evs.apply(slot, inp, now_s)
+        elif mark and slot >= 0:
+            evs.ecn_echoes[slot] += 1
+            inp = EvInput.ECN_ECHO if mark == MARK_SKIP_ONCE else EvInput.ALWAYS_SKIP
+            evs.apply(slot, inp, now_s)
         if acked_bytes or ece:
-            self.qp.cc.on_ack(new_ack_sample(acked_bytes, rtt, ece, now_s))
+            if slot >= 0:
+                ev, plane, path = evs.ev_values[slot], evs.plane_of[slot], evs.path_of[slot]
+            else:
+                ev = plane = path = -1
+            inflight = self.sb.inflight_bytes
+            sample = new_ack_sample(acked_bytes, rtt, ece, now_s, ev, plane, path, inflight)
+            self.qp.cc.on_ack(sample)
         if rcv_cwnd_pen:
             self.qp.cc.on_rcv_penalty(rcv_cwnd_pen, now_s)
         if acked:
@@ -610,6 +626,7 @@ class PySendEngine:
             return
         evs = self.qp.evs
         st = self.qp.stats
+        on_loss = getattr(self.qp.cc, "on_loss", None)
         for i, rec in enumerate(lost):
             if rec.lost:
                 continue  # found by both rules
@@ -623,10 +640,22 @@ class PySendEngine:
             sb.mark_lost(rec)
             self._rtxq.append(rec)
             evs.apply(rec.slot, EvInput.LOST, now_s)
+            if on_loss is not None:
+                on_loss(self._loss_sample(LOSS_SACK, rec, now_s))
             self._reo_quiet += 1
             if self._reo_quiet >= REO_QUIET_RESET and self._reo_mult > 1:
                 self._reo_mult -= 1
                 self._reo_quiet = 0
+
+    def _loss_sample(self, cause: str, rec: TxRecord, now_s: float) -> LossSample:
+        """What ``cc.on_loss`` is told of ``rec``, just declared lost (and out of the count of
+        bytes in flight)."""
+        evs = self.qp.evs
+        s = rec.slot
+        return new_loss_sample(
+            cause, rec.length, evs.ev_values[s], evs.plane_of[s], evs.path_of[s],
+            self.sb.inflight_bytes, now_s,
+        )  # fmt: skip
 
     def reo_window_s(self) -> float:
         """How much later than another packet a packet may arrive without being lost: the
@@ -683,11 +712,17 @@ class PySendEngine:
             evs.acked_packets[rec.slot] -= 1
             if reason == R.TRIMMED:
                 evs.apply(rec.slot, EvInput.TRIMMED, now_s)
-            self.qp.cc.on_trim(reason == R.TRIMMED_LASTHOP, now_s)
             rec.lost_by = LOST_BY_TRIM  # certain: no spurious test, not a loss to report
             rec.to_sent_s = -1.0
             self.sb.mark_lost(rec)
             self._rtxq.appendleft(rec)  # repair at once, on another EV
+            cc = self.qp.cc
+            last_hop = reason == R.TRIMMED_LASTHOP
+            cc.on_trim(last_hop, now_s)
+            on_loss = getattr(cc, "on_loss", None)
+            if on_loss is not None:
+                cause = LOSS_TRIM_LAST_HOP if last_hop else LOSS_TRIM
+                on_loss(self._loss_sample(cause, rec, now_s))
         else:  # PSN_OOR_WINDOW, NO_BITMAP, NO_PKT_BUFFER: resend once the window allows
             peer = self.qp.peer
             if reason == R.PSN_OOR_WINDOW and peer is not None:

@@ -21,7 +21,14 @@ import struct
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from mrcnic.transport.cc import new_ack_sample
+from mrcnic.transport.cc import (
+    LOSS_SACK,
+    LOSS_TIMEOUT,
+    LOSS_TRIM,
+    LOSS_TRIM_LAST_HOP,
+    new_ack_sample,
+    new_loss_sample,
+)
 from mrcnic.transport.ev import EvInput
 from mrcnic.transport.qp_types import (
     MAX_OUTSTANDING_WRITES,
@@ -394,6 +401,7 @@ class CTxEngine:
         cc = qp.cc
         lib = self._lib
         inputs = self._inputs
+        in_lost = lib.MRC_TXE_IN_LOST
         evs.now_s = now_s
         evs.tx_count = q.tx_count
         fbs = q.fb
@@ -401,10 +409,19 @@ class CTxEngine:
             f = fbs[i]
             k = f.kind
             if k == lib.MRC_TXE_FB_EV:
-                evs.apply(f.slot, inputs[f.a], now_s)
+                a = f.a
+                evs.apply(f.slot, inputs[a], now_s)
+                if a == in_lost:
+                    self._loss(cc, LOSS_SACK, f, now_s)
             elif k == lib.MRC_TXE_FB_ACK:
                 x = f.x
-                cc.on_ack(new_ack_sample(f.a, x if x >= 0 else None, bool(f.b), now_s))
+                s = f.slot  # the EV of the SACK, or -1
+                if s >= 0:
+                    ev, plane, path = evs.ev_values[s], evs.plane_of[s], evs.path_of[s]
+                else:
+                    ev = plane = path = -1
+                rtt = x if x >= 0 else None
+                cc.on_ack(new_ack_sample(f.a, rtt, bool(f.b), now_s, ev, plane, path, f.ts))
             elif k == lib.MRC_TXE_FB_COMPLETE:
                 j = f.ts & (MSG_CAP - 1)
                 m = self._objs[j]
@@ -421,8 +438,10 @@ class CTxEngine:
                 evs.on_probe_answer(f.slot, f.ts, bool(f.b), now_s)
             elif k == lib.MRC_TXE_FB_TRIM:
                 cc.on_trim(bool(f.b), now_s)
+                self._loss(cc, LOSS_TRIM_LAST_HOP if f.b else LOSS_TRIM, f, now_s)
             elif k == lib.MRC_TXE_FB_TIMEOUT:
                 cc.on_timeout(now_s)
+                self._loss(cc, LOSS_TIMEOUT, f, now_s)
             elif k == lib.MRC_TXE_FB_WINDOW:
                 qp.peer = QpAttributes(**{**asdict(qp.peer), "window_psns": f.a})  # type: ignore[arg-type]  # connected
             elif k == lib.MRC_TXE_FB_NACK_FATAL:
@@ -431,6 +450,22 @@ class CTxEngine:
             elif k == lib.MRC_TXE_FB_RETRY:
                 self._stats()
                 qp._retry_exceeded(f.a, f.b, self._objs[f.ts & (MSG_CAP - 1)], now_s)
+
+    def _loss(self, cc: Any, cause: str, f: Any, now_s: float) -> None:
+        """``cc.on_loss`` for the lost packet of feedback record ``f`` (its slot; ``b`` the
+        bytes of a LOST input, ``a`` those of a trim or timeout; ``ts`` the bytes in flight),
+        when the algorithm has that method."""
+        on_loss = getattr(cc, "on_loss", None)
+        if on_loss is None:
+            return
+        evs = self.qp.evs
+        s = f.slot
+        nbytes = f.b if cause == LOSS_SACK else f.a
+        on_loss(
+            new_loss_sample(
+                cause, nbytes, evs.ev_values[s], evs.plane_of[s], evs.path_of[s], f.ts, now_s
+            )
+        )
 
     def _stats(self) -> None:
         q = self.q

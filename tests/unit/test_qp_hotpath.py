@@ -30,8 +30,10 @@ def test_ev_shuffle_is_random_shuffle(n, seed):
 
 
 def test_fast_ack_sample_is_a_genuine_frozen_ack_sample():
-    s = new_ack_sample(4096, 1e-3, True, 2.5)
-    assert type(s) is AckSample and s == AckSample(4096, 1e-3, True, 2.5)
-    assert hash(s) == hash(AckSample(4096, 1e-3, True, 2.5))
+    s = new_ack_sample(4096, 1e-3, True, 2.5, 17, 1, 3, 65536)
+    assert type(s) is AckSample and s == AckSample(4096, 1e-3, True, 2.5, 17, 1, 3, 65536)
+    assert hash(s) == hash(AckSample(4096, 1e-3, True, 2.5, 17, 1, 3, 65536))
+    # (the first four alone: the engines' samples before the EV and bytes in flight)
+    assert new_ack_sample(4096, 1e-3, True, 2.5, -1, -1, -1, -1) == AckSample(4096, 1e-3, True, 2.5)
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.acked_bytes = 1  # type: ignore[misc]

@@ -14,6 +14,17 @@ import pytest
 from mrcnic import wire
 from mrcnic.io.batch import RecvRing
 from mrcnic.sim.fabric import host_net
+from mrcnic.transport.cc import (
+    LOSS_SACK,
+    LOSS_TIMEOUT,
+    LOSS_TRIM,
+    LOSS_TRIM_LAST_HOP,
+    AckSample,
+    CcParams,
+    LossSample,
+    UetNscc,
+    register_cc,
+)
 from mrcnic.transport.ev import EvConfig
 from mrcnic.transport.qp_types import QpAttributes, QpConfig, QpState
 from mrcnic.transport.rx_engine import c_module as _c_module
@@ -25,9 +36,50 @@ SHAPE = usid.ClosShape(planes=2, t0=2, t1=2, hosts_per_t0=2)
 REGION = 1 << 20
 
 
-def _config(rng: random.Random, seed: int) -> QpConfig:
+class _RecordingNscc(UetNscc):
+    """UET's NSCC (so the window moves as with the default), writing down every call an engine
+    makes into it, samples whole: an algorithm written before ``on_loss``."""
+
+    name = "test-recording-nscc"
+
+    def __init__(self, p: CcParams, **options: object) -> None:
+        super().__init__(p, **options)
+        self.calls: list = []
+
+    def on_ack(self, s: AckSample) -> None:
+        self.calls.append(("ack", s))
+        super().on_ack(s)
+
+    def on_trim(self, last_hop: bool, now_s: float) -> None:
+        self.calls.append(("trim", last_hop, now_s))
+        super().on_trim(last_hop, now_s)
+
+    def on_timeout(self, now_s: float) -> None:
+        self.calls.append(("timeout", now_s))
+        super().on_timeout(now_s)
+
+    def on_rcv_penalty(self, penalty: int, now_s: float) -> None:
+        self.calls.append(("penalty", penalty, now_s))
+        super().on_rcv_penalty(penalty, now_s)
+
+
+class _RecordingNsccWithLoss(_RecordingNscc):
+    """The same, with the optional ``on_loss``."""
+
+    name = "test-recording-nscc-loss"
+
+    def on_loss(self, s: LossSample) -> None:
+        self.calls.append(("loss", s))
+
+
+register_cc(_RecordingNscc.name, _RecordingNscc)
+register_cc(_RecordingNsccWithLoss.name, _RecordingNsccWithLoss)
+
+
+def _config(rng: random.Random, seed: int, cc: str = "nscc") -> QpConfig:
     start = rng.choice([0, 0xFFFFFF - 40, rng.randrange(1 << 24)])
     return QpConfig(
+        cc=cc,
         base_rtt_s=1e-3,
         seed=seed,
         start_psn=start,
@@ -88,12 +140,13 @@ def _run(
     seed: int,
     steps: int = 160,
     hostile: bool = False,
+    cc: str = "nscc",
     ev_overrides: dict | None = None,
 ) -> dict:
     rng = random.Random(seed)
     a = Device(host_net(SHAPE, 0), 100e6, seed=seed, engine=engine)
     b = Device(host_net(SHAPE, 2), 100e6, seed=seed, engine="py")
-    cfg = _config(rng, seed)
+    cfg = _config(rng, seed, cc)
     if ev_overrides:  # (after _config: the same draws as without)
         cfg = replace(cfg, ev=replace(cfg.ev, **ev_overrides))
     qa, qb = a.create_qp(cfg), b.create_qp(cfg)
@@ -165,6 +218,10 @@ def _run(
         st = asdict(qa.core.get_stats())
         st.pop("state_bytes")  # what each engine allocates: differs by design
         trace.append(("stats", step, st))
+        calls = getattr(qa.core.cc, "calls", None)
+        if calls is not None:  # a recording algorithm: what it was told this step
+            trace.append(("cc", step, list(calls)))
+            calls.clear()
     return {
         "trace": trace,
         "ev": [asdict(s) for s in qa.ev_stats()],
@@ -204,6 +261,47 @@ def test_hostile_acknowledgments_leave_both_engines_in_the_same_state(seed: int)
     c, py = _run("c", seed, hostile=True), _run("py", seed, hostile=True)
     assert c["trace"] == py["trace"], _first_difference(c["trace"], py["trace"])
     assert c["ev"] == py["ev"]
+
+
+@needs_c
+@pytest.mark.parametrize("cc", [_RecordingNscc.name, _RecordingNsccWithLoss.name])
+@pytest.mark.parametrize("seed", range(24))
+def test_congestion_control_is_told_the_same_by_both_engines(seed: int, cc: str) -> None:
+    """Every call into the congestion control (acknowledgments with their EV and bytes in
+    flight, trims, timeouts, penalties, and for an algorithm that has it every lost packet),
+    the same in both engines, in the same order, at the same step."""
+    hostile = seed % 3 == 2
+    c, py = _run("c", seed, hostile=hostile, cc=cc), _run("py", seed, hostile=hostile, cc=cc)
+    assert c["trace"] == py["trace"], _first_difference(c["trace"], py["trace"])
+
+
+@needs_c
+def test_congestion_control_hears_of_every_kind_of_loss_with_its_ev() -> None:
+    """The runs above tell an algorithm with ``on_loss`` of losses found from SACKs, trims (in
+    the fabric and at the last hop) and timeouts, each with the EV it was sent on; and give
+    every acknowledgment its EV and the bytes in flight."""
+    causes: dict[str, int] = {}
+    acks_with_ev = ecn_acks_with_ev = 0
+    planes = SHAPE.planes
+    for seed in range(12):
+        for entry in _run("c", seed, cc=_RecordingNsccWithLoss.name)["trace"]:
+            if entry[0] != "cc":
+                continue
+            for call in entry[2]:
+                s = call[1]
+                if call[0] == "loss":
+                    causes[s.cause] = causes.get(s.cause, 0) + 1
+                    assert s.ev >= 0 and s.plane == s.ev % planes and s.lost_bytes >= 0
+                    assert s.path // SHAPE.t1 == s.plane and s.inflight_bytes >= 0
+                elif call[0] == "ack":
+                    assert s.inflight_bytes >= 0
+                    if s.ev >= 0:
+                        assert s.plane == s.ev % planes and s.path // SHAPE.t1 == s.plane
+                        acks_with_ev += 1
+                        ecn_acks_with_ev += s.ecn
+    for cause in (LOSS_SACK, LOSS_TRIM, LOSS_TRIM_LAST_HOP, LOSS_TIMEOUT):
+        assert causes.get(cause, 0) > 0, (cause, causes)
+    assert acks_with_ev > 0 and ecn_acks_with_ev > 0
 
 
 @needs_c
