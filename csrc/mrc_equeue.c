@@ -1,4 +1,5 @@
-/* One egress port's paced two-class queue (mrcswitch/queue.py EgressQueue is the twin).
+/* One egress port's paced two-class queue (mrcswitch/queue.py EgressQueue is the twin; its
+ * trimming is mrcnic/wire/trim.py's rule, held here by tests/unit/test_trim_parity.py).
  *
  * Storage: each class is a byte ring inside the caller's block, the high ring first, then
  * the data ring, then the lossless ring (if any). A record is an 8-byte header (uint32 frame
@@ -192,7 +193,7 @@ static void note_depth(struct mrc_equeue *q) {
     }
 }
 
-/* queue.mrc_header_end: offset past the MRC data headers, or 0 (not trimmable). */
+/* trim.header_end (mrcnic/wire/trim.py): offset past the MRC data headers, or 0 (not trimmable). */
 static size_t mrc_header_end(const uint8_t *f, size_t len) {
     if (len < OFF_BTH + MRC_WIRE_BTH_SIZE || f[MRC_WIRE_OFF_NEXT_HEADER] != MRC_WIRE_IPPROTO_UDP) {
         return 0;
@@ -215,7 +216,7 @@ static size_t mrc_header_end(const uint8_t *f, size_t len) {
     return end <= len ? end : 0;
 }
 
-/* queue.final_destination: shift the carrier after the block left by one uSID until the
+/* usid.final_destination: shift the carrier after the block left by one uSID until the
  * bits after its first uSID are all zero. */
 static void final_destination(const uint8_t *dst, int lblen, uint8_t *out) {
     memcpy(out, dst, ADDR_SIZE);
@@ -256,7 +257,7 @@ static int enqueue_high(struct mrc_equeue *q, const uint8_t *frame, size_t len) 
     return 1;
 }
 
-/* queue.trim_frame straight into the high ring. */
+/* trim.TrimRule.overflow (the cut of wire.trim_frame) straight into the high ring. */
 static int enqueue_trimmed(struct mrc_equeue *q, const uint8_t *frame, size_t len) {
     size_t end = mrc_header_end(frame, len);
     if (end == 0) {

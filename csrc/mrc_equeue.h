@@ -13,11 +13,11 @@
  * Bounds count frame lengths exactly as the twin does (the storage is sized so that the
  * bound, never the storage, decides admission).
  * enqueue of a data frame: ECN (ecn_on, data_bytes > ecn_threshold_bytes, ECT(0)/ECT(1):
- * set CE, MARKED); overflow: a trimmable frame (DSCP 4 or 8, trim_on, a complete MRC data
- * packet, see queue.mrc_header_end) is cut to max(trim_bytes, its MRC headers), DSCP set to
- * TRIMMED (TRIMMED_LASTHOP if last_hop), IPv6 payload length, UDP length and UDP checksum
+ * set CE, MARKED); overflow: mrcnic/wire/trim.py's rule (the one trim rule): a trimmable
+ * frame (DSCP 4 or 8, trim_on, a complete MRC data packet) is cut to max(trim_bytes, its MRC
+ * headers), DSCP set to TRIMMED (TRIMMED_LASTHOP if last_hop), IPv6 payload length, UDP length and UDP checksum
  * fixed (over the final destination: the current one shifted until end of carrier, see
- * queue.final_destination with lblen) and queued high (TRIMMED, or DROPPED if high is full);
+ * usid.final_destination with lblen) and queued high (TRIMMED, or DROPPED if high is full);
  * anything else DROPPED. Verdict numbers are queue.Verdict's.
  *
  * Lossless class (priority flow control; lossless_buffer_bytes > 0): frames of DSCP

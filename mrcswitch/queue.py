@@ -11,11 +11,13 @@ On enqueue of a data packet:
 
 - ECN: if the port marks ECN and the data queue already holds more than
   ``ecn_threshold_bytes``, an ECN-capable packet (ECT(0)/ECT(1)) is marked CE.
-- Overflow: a trimmable packet (DSCP TRIMMABLE or TRIMMABLE_RETX, UDP to port 4791, an MRC
-  data opcode, complete MRC headers) is cut to its headers when the port trims, its DSCP
-  set to TRIMMED (TRIMMED_LASTHOP on a last-hop port), IPv6 payload length, UDP length and
-  checksum fixed, and queued at high priority. Anything else that does not fit is dropped
-  (``queue_full``; the caller counts DROPPED verdicts, so every drop is counted in one place).
+- Overflow: the one trim rule, ``mrcnic.wire.trim`` (shared with the simulator's links): a
+  trimmable packet (DSCP TRIMMABLE or TRIMMABLE_RETX, UDP to port 4791, an MRC data opcode,
+  complete MRC headers) is cut to its headers when the port trims, its DSCP set to TRIMMED
+  (TRIMMED_LASTHOP on a last-hop port), IPv6 payload length, UDP length and checksum fixed
+  (over the final destination, with this queue's ``lblen``), and queued at high priority if
+  the high class has room. Anything else that does not fit is dropped (``queue_full``; the
+  caller counts DROPPED verdicts, so every drop is counted in one place).
 
 With priority flow control (a :class:`~mrcswitch.config.LosslessClass`), frames of the
 lossless DSCP wait in a third class, served after high and before data unless the port is
@@ -24,11 +26,6 @@ trimmed, each tagged with the port it came in on: ``in_bytes[in_port]`` (one lis
 the switch's queues) sums what each in-port has queued anywhere, and a frame that would take
 its in-port above ``in_limit_bytes`` (XOFF + headroom) is dropped and counted in
 ``lossless_drops``, which correct headroom keeps at 0 (docs/pfc.md).
-
-The UDP checksum of a trimmed header is recomputed over the packet's *final* destination
-(the sender's convention, RFC 9800 without an SRH): the current destination shifted until
-end of carrier. At the last hop the destination is already final; mid-fabric it still has
-uSIDs to go.
 """
 
 from __future__ import annotations
@@ -37,40 +34,21 @@ from collections import deque
 from collections.abc import MutableSequence
 from enum import IntEnum
 
-from mrcnic import wire
-from mrcnic.wire import layout, usid
+from mrcnic.wire import layout
 from mrcnic.wire.layout import dscp_ecn
+from mrcnic.wire.trim import TrimRule, overflows
 
 from .config import LosslessClass, PortConfig
 
-__all__ = [
-    "EgressQueue",
-    "Verdict",
-    "dscp_ecn",
-    "final_destination",
-    "mrc_header_end",
-    "trim_frame",
-]
+__all__ = ["EgressQueue", "Verdict", "dscp_ecn"]
 
 _HIGH_DSCP = layout.HIGH_PRIORITY_DSCPS
-_TRIMMABLE_DSCP = layout.TRIMMABLE_DSCPS
 _ECN_CAPABLE = layout.ECN_CAPABLE
 _OFF_TC_HI = layout.OFF_TC_HI
 _OFF_TC_LO = layout.OFF_TC_LO
 _DSCP_HI = layout.TC_HI_DSCP_MASK
 _ECN_BITS = layout.TC_LO_ECN_MASK
 NS_PER_S = 1_000_000_000
-
-# what mrc_header_end reads
-_MIN_LEN = layout.OFF_BTH + layout.BTH_SIZE
-_OFF_NH = layout.OFF_NEXT_HEADER
-_OFF_DPORT = layout.OFF_UDP_DST_PORT
-_OFF_BTH = layout.OFF_BTH
-_OFF_FLAGS = layout.OFF_BTH_FLAGS
-_TS_FLAG = layout.BTH_FLAG_TS
-_DATA_OPCODES = layout.MRC_DATA_OPS  # MRC RDMA Write First..Only-with-Imm (never RC's)
-_IMM_OPCODES = layout.MRC_IMM_OPS
-_DATA_END = _OFF_BTH + layout.BTH_SIZE + layout.METH_SIZE + layout.RETH_SIZE  # no TS, no ImmDt
 
 
 class Verdict(IntEnum):
@@ -79,45 +57,6 @@ class Verdict(IntEnum):
     TRIMMED = 2  # cut to its headers, queued at high priority
     DROPPED = 3  # queue_full
     HIGH = 4  # queued at high priority as it came (control / already trimmed)
-
-
-def final_destination(dst: bytes | bytearray, lblen: int) -> bytes:
-    """Shift a uSID carrier until end of carrier: the address the destination host sees
-    (``usid.final_destination``, the one uSID shift)."""
-    return usid.final_destination(dst, lblen)
-
-
-def mrc_header_end(frame: bytes | bytearray) -> int | None:
-    """Offset just past the MRC data headers (BTH METH [TS] RETH [ImmDt]), or None when the
-    frame is not a complete MRC data packet over UDP to port 4791 (then it is not trimmable)."""
-    if len(frame) < _MIN_LEN or frame[_OFF_NH] != layout.IPPROTO_UDP:
-        return None
-    if (frame[_OFF_DPORT] << 8 | frame[_OFF_DPORT + 1]) != layout.MRC_UDP_PORT:
-        return None
-    op = frame[_OFF_BTH]
-    if op not in _DATA_OPCODES:
-        return None
-    end = _DATA_END  # what wire.headers_size(op, ts) says, without its checks
-    if frame[_OFF_FLAGS] & _TS_FLAG:
-        end += layout.TS_SIZE
-    if op in _IMM_OPCODES:
-        end += layout.IMM_SIZE
-    return end if end <= len(frame) else None
-
-
-def trim_frame(
-    frame: bytes | bytearray, *, last_hop: bool, trim_bytes: int, lblen: int
-) -> bytearray | None:
-    """The trimmed copy of a trimmable frame, or None if it is not a complete MRC data packet
-    (:func:`mrc_header_end`). The trim is ``wire.trim_frame`` (the one trim): it keeps
-    max(trim_bytes, the MRC headers) bytes (never more than the frame has), sets the DSCP to
-    TRIMMED / TRIMMED_LASTHOP (ECN kept), fixes IPv6 payload length and UDP length, and
-    recomputes the UDP checksum over the final destination (the current one shifted until end
-    of carrier with an ``lblen``-bit block).
-    """
-    if mrc_header_end(frame) is None:
-        return None
-    return bytearray(wire.trim_frame(frame, lasthop=last_hop, keep=trim_bytes, lblen=lblen))
 
 
 class EgressQueue:
@@ -148,7 +87,7 @@ class EgressQueue:
         "_threshold",
         "_buffer",
         "_high_buffer",
-        "_trim_on",
+        "_trim",
     )
 
     def __init__(
@@ -178,7 +117,7 @@ class EgressQueue:
         self._threshold = cfg.ecn_threshold_bytes
         self._buffer = cfg.buffer_bytes
         self._high_buffer = cfg.high_buffer_bytes
-        self._trim_on = cfg.trimming
+        self._trim = TrimRule(cfg.trimming, cfg.last_hop, cfg.trim_bytes, lblen)
 
     @property
     def depth_bytes(self) -> int:
@@ -234,7 +173,7 @@ class EgressQueue:
         if self._ll is not None and dscp == self._ll.dscp:
             return self._enqueue_lossless(frame, tc, in_port)
         n = len(frame)
-        if self.data_bytes + n <= self._buffer:
+        if not overflows(self.data_bytes, n, self._buffer):
             verdict = Verdict.QUEUED
             if self._ecn_on and self.data_bytes > self._threshold and (tc & 3) in _ECN_CAPABLE:
                 frame[_OFF_TC_LO] |= _ECN_BITS  # ECN = CE
@@ -244,15 +183,10 @@ class EgressQueue:
             self.data_bytes += n
             self._note_depth()
             return verdict
-        if self._trim_on and dscp in _TRIMMABLE_DSCP:
-            t = trim_frame(
-                frame, last_hop=self.cfg.last_hop, trim_bytes=self.cfg.trim_bytes, lblen=self.lblen
-            )
-            if t is not None:
-                if self._enqueue_high(t):
-                    self.trims += 1
-                    return Verdict.TRIMMED
-                return Verdict.DROPPED
+        t = self._trim.overflow(frame)  # the one trim rule (mrcnic.wire.trim)
+        if t is not None and self._enqueue_high(bytearray(t)):
+            self.trims += 1
+            return Verdict.TRIMMED
         return Verdict.DROPPED
 
     def _refill(self, now_ns: int) -> None:

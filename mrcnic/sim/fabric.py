@@ -29,11 +29,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mrcnic import wire
 from mrcnic.transport.qp_types import NetConfig, PortAddr
 from mrcnic.wire import layout, usid
+from mrcnic.wire.trim import TrimRule, overflows
 
-_DSCP_TRIMMABLE = layout.TRIMMABLE_DSCPS
 _DSCP_HIGH = layout.HIGH_PRIORITY_DSCPS  # control and trimmed headers: served first, never cut
 _DST = slice(layout.OFF_DST, layout.OFF_DST + layout.IPV6_ADDR_SIZE)
 _OFF_TC_HI = layout.OFF_TC_HI
@@ -67,6 +66,7 @@ class Link:
         "losses",
         "max_backlog",
         "loss",
+        "_trim",
     )
 
     def __init__(self, name: str, spec: LinkSpec) -> None:
@@ -82,6 +82,7 @@ class Link:
         self.losses = 0  # random loss
         self.max_backlog = 0
         self.loss = spec.loss  # random loss probability (Fabric.set_path_loss sets one link's)
+        self._trim = TrimRule(spec.trim, spec.last_hop)  # the switch's rule (mrcnic.wire.trim)
 
     def transmit(self, t: float, frame: bytes, rng: random.Random) -> tuple[float, bytes] | None:
         """The packet enters at ``t``; returns (arrival time at the far end, frame) or None."""
@@ -93,19 +94,18 @@ class Link:
             self.losses += 1
             return None
         n = len(frame)
-        dscp = (frame[_OFF_TC_HI] & _DSCP_HI) << 2 | frame[_OFF_TC_LO] >> 6
+        high = ((frame[_OFF_TC_HI] & _DSCP_HI) << 2 | frame[_OFF_TC_LO] >> 6) in _DSCP_HIGH
         busy = self.busy_until
         backlog = (busy - t) * self.bytes_per_s if busy > t else 0.0
-        if dscp not in _DSCP_HIGH:
+        if not high:
             cap = spec.queue_bytes
-            if cap is not None and backlog + n > cap:
-                if spec.trim and dscp in _DSCP_TRIMMABLE:
-                    frame = trim_frame(frame, spec.last_hop)
-                    n = len(frame)
-                    self.trims += 1
-                else:
+            if cap is not None and overflows(backlog, n, cap):
+                trimmed = self._trim.overflow(frame)
+                if trimmed is None:
                     self.drops += 1
                     return None
+                frame, n, high = trimmed, len(trimmed), True  # the header goes high priority
+                self.trims += 1
             elif (
                 spec.ecn_bytes is not None
                 and backlog > spec.ecn_bytes
@@ -123,7 +123,7 @@ class Link:
         self.tx_packets += 1
         # high priority: served ahead of queued data (approximation: it waits only for the
         # packet in service, but still consumes link time, pushing the data queue back)
-        if dscp in _DSCP_HIGH and busy > t:
+        if high and busy > t:
             done = t + n / self.bytes_per_s
         return done + spec.prop_s, frame
 
@@ -230,13 +230,6 @@ def host_net(shape: usid.ClosShape, host: int) -> NetConfig:
             for p in range(shape.planes)
         ),
     )
-
-
-def trim_frame(frame: bytes, last_hop: bool) -> bytes:
-    """Cut a data packet to its headers, as a switch does (``wire.trim_frame``, the one trim:
-    DSCP TRIMMED(_LASTHOP), lengths fixed, UDP checksum over the final destination, which the
-    simulator computes from the unshifted path address the frame still carries)."""
-    return wire.trim_frame(frame, lasthop=last_hop)
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,8 @@
 
 ``mrc-sim`` (``mrcnic.sim.transfer``) joins two hosts; an incast needs more.  This module builds a
 small fabric of its own from the public pieces of ``mrcnic.sim.fabric`` (:class:`Link`,
-:class:`LinkSpec`, :func:`trim_frame`) and drives real :class:`mrcnic.transport.qp.QueuePair` objects
-through it, deterministically (one seeded generator, a heap of events).
+:class:`LinkSpec`; links trim by ``mrcnic.wire.trim``) and drives real
+:class:`mrcnic.transport.qp.QueuePair` objects through it, deterministically (one seeded generator, a heap of events).
 
 Topology (``ClosShape(planes, t0=senders + 1, t1=paths_per_plane, hosts_per_t0=1)``): sender
 ``s`` sits under T0 ``s``, the receiver (host ``senders``) under the last T0.  Per plane and

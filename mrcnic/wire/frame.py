@@ -1,7 +1,7 @@
 """Whole frames: Ethernet + IPv6 + UDP + the MRC part. The EV split (UDP source port and flow
 label), the UDP checksum over the final destination, build_frame/parse_frame, and trim_frame:
-the one trim, used by the simulator's links and the switch's Python queue (its C twin is
-csrc/mrc_equeue.c). Layouts: docs/wire.md.
+the cut of a trim (which frames a full queue trims is mrcnic.wire.trim, the one rule).
+Layouts: docs/wire.md.
 """
 
 from __future__ import annotations
@@ -284,8 +284,8 @@ def trim_frame(
     keep: int = 0,
     lblen: int = 32,
 ) -> bytes:
-    """What a trimming switch forwards instead of a data frame it cannot queue: the one trim
-    (the simulator's links and mrcswitch.queue use it; csrc/mrc_equeue.c is its C twin).
+    """What a trimming switch forwards instead of a data frame it cannot queue: the cut
+    (``mrcnic.wire.trim`` decides which frames, and calls this; csrc/mrc_equeue.c is its C twin).
 
     The frame is cut to max(keep, its MRC headers) bytes, never more than it has (keep=0: right
     after its headers, no payload, no ICRC); its DSCP becomes TRIMMED (TRIMMED_LASTHOP if

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mrcnic import wire
-from mrcnic.sim.fabric import host_net, trim_frame
+from mrcnic.sim.fabric import host_net
 from mrcnic.transport.ev import EvConfig, EvState, EvStateChanged
 from mrcnic.transport.memory import MemoryTable
 from mrcnic.transport.qp import QueuePair
@@ -232,7 +232,7 @@ def test_trimmed_header_is_nacked_and_repaired_on_another_ev(qp_pair, last_hop):
     def chaos(t, h, port, f):
         if h == 0 and is_data(f) and len(trimmed) < 3 and _psn(f) % 3 == 0:
             trimmed.append(f)
-            return [(DELAY, trim_frame(f, last_hop))]
+            return [(DELAY, wire.trim_frame(f, lasthop=last_hop))]
         return [(DELAY, f)]
 
     w = qp_pair("mrc", chaos)
@@ -472,7 +472,7 @@ def test_property_bytes_exact_completions_once_in_order_no_error(qp_pair, s):
         d = DELAY + rng.random() * s["jitter"]
         r = rng.random()
         if is_data(f) and r < s["trim"]:
-            f = trim_frame(f, rng.random() < 0.3)
+            f = wire.trim_frame(f, lasthop=rng.random() < 0.3)
         elif r < s["trim"] + s["ce"]:
             b = bytearray(f)
             b[15] |= 0x30
@@ -658,7 +658,7 @@ def test_long_transfer_across_the_psn_wrap_with_loss_reordering_and_duplicates(q
         if rng.random() < 0.02:
             return []
         d = DELAY + rng.random() * 1e-3
-        out = [(d, trim_frame(f, False) if is_data(f) and rng.random() < 0.02 else f)]
+        out = [(d, wire.trim_frame(f) if is_data(f) and rng.random() < 0.02 else f)]
         if rng.random() < 0.05:
             out.append((d + rng.random() * 2e-3, f))
         return out

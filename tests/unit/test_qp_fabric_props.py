@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mrcnic.sim.fabric import Fabric, FabricSpec, Link, LinkSpec, host_net, trim_frame
+from mrcnic import wire
+from mrcnic.sim.fabric import Fabric, FabricSpec, Link, LinkSpec, host_net
 from mrcnic.transport.ev import EvConfig
 from mrcnic.transport.memory import MemoryTable
 from mrcnic.transport.qp import QueuePair
@@ -130,7 +131,7 @@ class Harness:
         s = self.s
         r = self.rng.random()
         if 0xC6 <= frame[62] <= 0xCB and len(frame) > 106 and r < s["trim"]:
-            frame = trim_frame(frame, self.rng.random() < 0.3)
+            frame = wire.trim_frame(frame, lasthop=self.rng.random() < 0.3)
         elif r < s["trim"] + s["ce"] and frame[15] & 0x30:
             b = bytearray(frame)
             b[15] |= 0x30

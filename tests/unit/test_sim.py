@@ -7,8 +7,9 @@ import functools
 import commands as C
 import pytest
 
+from mrcnic import wire
 from mrcnic.sim import transfer as sim
-from mrcnic.sim.fabric import FabricSpec, Link, LinkSpec, trim_frame
+from mrcnic.sim.fabric import FabricSpec, Link, LinkSpec
 from mrcnic.transport.ev import EvConfig
 
 CONTRACT = {
@@ -105,21 +106,29 @@ def test_link_queue_ecn_trim_and_priority():
 
     link = Link("l", LinkSpec(rate_bps=8e6, queue_bytes=3000, ecn_bytes=1000))  # 1 byte per us
     rng = random.Random(1)
-    frame = bytearray(1200)
-    frame[12:14] = b"\x86\xdd"
-    frame[14], frame[15] = 0x61, 0x20  # DSCP 4 (trimmable), ECT0
-    frame[62] = 0xCA  # WRITE_ONLY
-    frame[66] = 0x10  # with a timestamp extension, as the QP sends: 102 bytes of headers
-    t1, f1 = link.transmit(0.0, bytes(frame), rng)
+    pkt = wire.MrcPacket(  # with a timestamp extension, as the QP sends: 102 bytes of headers
+        wire.BTH(wire.Opcode.WRITE_ONLY, dest_qp=7, psn=1, ts_present=True),
+        meth=wire.METH(1, 0), ts=wire.TimestampExt(5), reth=wire.RETH(0, 1, 1200 - 106),
+        payload=bytes(1200 - 106),
+    )  # fmt: skip
+    frame = wire.build_frame(eth_src=bytes(6), eth_dst=bytes(6), ip_src=bytes(16),
+                             ip_dst=bytes(16), final_dst=bytes(16), ev=1, mrc=wire.encode_mrc(pkt),
+                             dscp=wire.Dscp.TRIMMABLE, ecn=wire.Ecn.ECT0)  # fmt: skip
+    assert len(frame) == 1200
+    t1, f1 = link.transmit(0.0, frame, rng)
     assert t1 == pytest.approx(1200e-6) and f1[15] & 0x30 == 0x20
-    _, f2 = link.transmit(0.0, bytes(frame), rng)  # 1200 B backlog > 1000: CE
+    _, f2 = link.transmit(0.0, frame, rng)  # 1200 B backlog > 1000: CE
     assert f2[15] & 0x30 == 0x30
-    _, f3 = link.transmit(0.0, bytes(frame), rng)  # would exceed 3000 B: trimmed
+    t3, f3 = link.transmit(0.0, frame, rng)  # would exceed 3000 B: trimmed
     assert len(f3) == 102 and ((f3[14] & 0xF) << 2 | f3[15] >> 6) == 12
     assert link.trims == 1 and link.marks == 1
-    assert len(trim_frame(bytes(frame), last_hop=True)) == 102
-    t_hp, _ = link.transmit(0.0, f3, rng)  # high priority does not wait behind data
-    assert t_hp < 1e-3
+    # the header goes high priority: it does not wait behind the 2400 B of data queued
+    assert t3 == pytest.approx(102e-6)
+    t_hp, _ = link.transmit(0.0, f3, rng)  # nor does a header trimmed upstream
+    assert t_hp == pytest.approx(102e-6)
+    sack = bytearray(frame)
+    sack[wire.layout.OFF_BTH] = wire.Opcode.SACK  # trimmable DSCP, not a data packet
+    assert link.transmit(0.0, bytes(sack), rng) is None and link.drops == 1
 
 
 def test_fabric_capacity():

@@ -12,10 +12,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mrcnic import wire
-from mrcnic.wire import BTH, METH, RETH, Dscp, Ecn, ImmDt, MrcPacket, Opcode, TimestampExt, usid
+from mrcnic.wire import (
+    BTH,
+    METH,
+    RETH,
+    Dscp,
+    Ecn,
+    ImmDt,
+    MrcPacket,
+    Opcode,
+    TimestampExt,
+    trim,
+    usid,
+)
 from mrcswitch import cqueue
 from mrcswitch.config import PortConfig
-from mrcswitch.queue import EgressQueue, Verdict, trim_frame
+from mrcswitch.queue import EgressQueue, Verdict
 
 pytestmark = pytest.mark.skipif(cqueue.BACKEND != "c", reason="C module mrc_equeue not built")
 
@@ -170,7 +182,7 @@ def test_c_queue_matches_the_twin_step_by_step(cfg, lblen, max_frame, ops):
 @given(st.sampled_from([16, 32, 48, 64, 80, 96, 112]), st.binary(min_size=16, max_size=16),
        st.sampled_from(DATA_OPS), st.booleans(), st.integers(0, 600),
        st.sampled_from([0, 94, 100, 101, 5000]), st.booleans(), ECNS)  # fmt: skip
-def test_every_overflowing_frame_is_trimmed_like_trim_frame(
+def test_every_overflowing_frame_is_trimmed_by_the_one_rule(
     lblen, dst, op, ts, payload_len, trim_bytes, last_hop, ecn
 ):
     """Data class too small for anything: every trimmable frame takes the trim path, over
@@ -180,7 +192,7 @@ def test_every_overflowing_frame_is_trimmed_like_trim_frame(
     py, c = make_pair(cfg, lblen, 4096)
     f = mrc_frame(op, ts, payload_len, Dscp.TRIMMABLE, ecn, (0x2001,))
     f[38:54] = dst
-    want = trim_frame(f, last_hop=last_hop, trim_bytes=trim_bytes, lblen=lblen)
+    want = trim.TrimRule(True, last_hop, trim_bytes, lblen).overflow(f)
     assert want is not None
     assert c.enqueue(bytes(f), 0) is py.enqueue(f, 0) is Verdict.TRIMMED
     assert c.dequeue(10**12, 1) == py.dequeue(10**12, 1) == [want]

@@ -8,8 +8,9 @@ from hypothesis import strategies as st
 
 from mrcnic import wire
 from mrcnic.wire import BTH, METH, RETH, Dscp, Ecn, ImmDt, MrcPacket, Opcode, TimestampExt, usid
+from mrcnic.wire.trim import trim
 from mrcswitch.config import config_from_dict
-from mrcswitch.queue import EgressQueue, Verdict, dscp_ecn, final_destination, trim_frame
+from mrcswitch.queue import EgressQueue, Verdict, dscp_ecn
 
 SRC = bytes.fromhex("fcbbbb00100130000000000000000001")
 MAC = bytes(6)
@@ -179,18 +180,11 @@ def test_flush_empties_everything():
     assert q.next_send_ns(0) is None
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(1, 0xFFFF), min_size=1, max_size=6))
-def test_final_destination_matches_the_codec(usids):
-    a = usid.encode(usids)
-    assert final_destination(a, 32) == usid.final_of(a)
-
-
 @settings(max_examples=300, deadline=None)
 @given(st.binary(min_size=54, max_size=300))
 def test_trim_never_raises(data):
     f = bytearray(data)
-    t = trim_frame(f, last_hop=False, trim_bytes=0, lblen=32)
+    t = trim(f)
     assert t is None or len(t) <= len(f)
 
 

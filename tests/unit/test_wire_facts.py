@@ -16,7 +16,7 @@ from mrcnic import wire
 from mrcnic.rocev2 import qp as roce_qp
 from mrcnic.sim import fabric
 from mrcnic.transport import frames as mrc_qp
-from mrcnic.wire import BTH, METH, RETH, ImmDt, MrcPacket, Opcode, TimestampExt, layout, usid
+from mrcnic.wire import BTH, METH, RETH, ImmDt, MrcPacket, Opcode, TimestampExt, layout, trim, usid
 from mrcnic.wire.layout import Dscp, Ecn
 from mrcswitch import config as sw_config
 from mrcswitch import pipeline, queue
@@ -142,8 +142,8 @@ def test_the_hot_paths_take_their_facts_from_layout():
     assert roce_qp._IMM_OPS is layout.RC_IMM_OPS and roce_qp._RETH_OPS is layout.RC_RETH_OPS
     assert roce_qp._LAST_OPS is layout.RC_LAST_OPS
     assert fabric._DSCP_HIGH is queue._HIGH_DSCP is layout.HIGH_PRIORITY_DSCPS
-    assert fabric._DSCP_TRIMMABLE is queue._TRIMMABLE_DSCP is layout.TRIMMABLE_DSCPS
-    assert queue._DATA_OPCODES is layout.MRC_DATA_OPS
+    assert trim._TRIMMABLE_DSCPS is layout.TRIMMABLE_DSCPS
+    assert trim._DATA_OPCODES is layout.MRC_DATA_OPS and trim._IMM_OPCODES is layout.MRC_IMM_OPS
     assert (pipeline.OFF_HOP, pipeline.OFF_DST, pipeline.OFF_L4) == (
         layout.OFF_HOP_LIMIT, layout.OFF_DST, layout.OFF_UDP,
     )  # fmt: skip
@@ -160,6 +160,7 @@ _FACT_MODULES = (
     "mrcnic/sim/fabric.py",
     "mrcswitch/queue.py",
     "mrcswitch/pipeline.py",
+    "mrcnic/wire/trim.py",
 )
 
 
@@ -217,13 +218,12 @@ def data_frame(op: int, usids: list[int], payload: bytes, ecn: int) -> bytes:
     st.sampled_from(list(Ecn)),
     st.booleans(),
 )
-def test_sim_switch_and_codec_trim_the_same_bytes(op, usids, payload, ecn, last_hop):
+def test_the_trim_rule_and_the_codec_trim_the_same_bytes(op, usids, payload, ecn, last_hop):
     f = data_frame(op, usids, payload, ecn)
-    sim = fabric.trim_frame(f, last_hop)
-    switch = queue.trim_frame(bytearray(f), last_hop=last_hop, trim_bytes=0, lblen=32)
+    rule = trim.TrimRule(last_hop=last_hop).overflow(bytearray(f))
     final = usid.final_of(usid.encode(usids))
     codec = wire.trim_frame(f, final_dst=final, lasthop=last_hop)
-    assert sim == switch == codec
+    assert rule == codec
     t = wire.parse_frame(codec)
     assert t.trimmed and t.ip6.ecn == ecn and wire.verify_udp_checksum(t, final)
     assert t.ip6.dscp == (Dscp.TRIMMED_LASTHOP if last_hop else Dscp.TRIMMED)
@@ -233,9 +233,7 @@ def test_trim_keeps_what_the_switch_asks_for():
     f = data_frame(Opcode.WRITE_MIDDLE, [0x2001, 0x1002, 3], bytes(500), Ecn.ECT0)
     for keep, want in ((0, 102), (101, 102), (200, 200), (10_000, len(f))):
         t = wire.trim_frame(f, keep=keep)
-        assert len(t) == want and t == queue.trim_frame(
-            f, last_hop=False, trim_bytes=keep, lblen=32
-        )
+        assert len(t) == want and t == trim.trim(f, keep_bytes=keep)
         assert (t[18] << 8 | t[19]) == want - layout.OFF_UDP
 
 
@@ -248,7 +246,7 @@ def test_every_shift_is_the_one_shift():
     one = usid.shifter(32, 16)
     assert one.shift(v).to_bytes(16, "big") == usid.shift(a) == usid.encode([0x3001, 0x3002, 4, 5])
     assert one.final(v).to_bytes(16, "big") == usid.final_of(a) == usid.encode([5])
-    assert queue.final_destination(a, 32) == usid.final_destination(a) == usid.encode([5])
+    assert usid.final_destination(a, 32) == usid.encode([5])
     cfg = sw_config.config_from_dict(
         {
             "name": "t",
