@@ -144,10 +144,11 @@ def spread(t: EvView, plane: int, capacity: bool) -> list[int]:
     live: list[int] = []
     for path, slots in paths.items():
         g = [s for s in slots if state[s] is GOOD]
-        if g or any(state[s] is SKIP for s in slots):
+        skipped = sum(1 for s in slots if state[s] is SKIP)
+        if g or skipped:
             live.append(path)
             good[path] = g
-            penalty[path] = len(slots) - len(g)
+            penalty[path] = skipped
     if not any(good.values()):
         return _skip_fallback(t, plane, want)
     per_path = math.ceil(want / (len(paths) if capacity else len(live)))
