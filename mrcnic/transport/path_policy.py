@@ -127,10 +127,12 @@ def turns(groups: Sequence[Sequence[int]], capacity: bool) -> list[int]:
 def spread(t: EvView, plane: int, capacity: bool) -> list[int]:
     """MRC's active set for one plane, path-aware: the plane's entries are spread equally over
     its live paths (a path is live while it has a GOOD or SKIP EV), each path taking its GOOD
-    EVs in pool order and dealing them more than once when it has fewer than its share. Each
-    SKIP, ASSUMED_BAD or DENIED EV of a live path takes one entry from it, and that entry goes
-    to the least loaded path with no such EV (this QP's tie order): a congested path sheds
-    load at its first ECN or trim, and a retired EV's share lands on a different path.
+    EVs in pool order and dealing them more than once when it has fewer than its share (a
+    retired EV's share stays on its path while the path lives: the path-strike rule retires
+    a dead path's EVs together, and moving the share of one EV lost to random loss overloads
+    paths that are already full). Each SKIP EV of a live path (an ECN echo or a trim: its
+    queue is long) takes one entry from it, and that entry goes to the least loaded path with
+    no SKIP (this QP's tie order): a congested path sheds load at its first mark.
 
     ``equal``: the plane's entries are ``active_per_plane`` rounded up to a multiple of its
     live paths. ``capacity``: every live path of the QP carries the same entries, so a plane's
@@ -163,8 +165,6 @@ def spread(t: EvView, plane: int, capacity: bool) -> list[int]:
         entries = {p: max(0, per_path - penalty[p]) if good[p] else 0 for p in live}
         freed = per_path * len(live) - sum(entries.values())
     takers = [p for p in order if good[p] and not penalty[p]]
-    if not takers:
-        takers = [p for p in order if good[p] and not any(state[s] is SKIP for s in paths[p])]
     while freed > 0 and takers:
         best = min(takers, key=entries.__getitem__)  # min keeps the first: tie order
         entries[best] += 1

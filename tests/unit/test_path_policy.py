@@ -78,6 +78,19 @@ def test_a_skipped_ev_sheds_load_to_a_different_path() -> None:
     assert len(gained) == 1 and gained[0] != path
 
 
+def test_a_retired_evs_share_stays_on_its_live_path() -> None:
+    """One EV lost (random loss, or a false alarm) says nothing about its path: the path
+    keeps its share on its other EVs until the path-strike rule retires the path."""
+    t = _table()
+    before = _entries_per_path(t, 0)
+    slot = t._groups[0][0]
+    t._transition(slot, EvInput.LOST, 0.0)
+    t._rebuild()
+    assert t.state[slot] is EvState.ASSUMED_BAD
+    assert slot not in t._groups[0]
+    assert _entries_per_path(t, 0) == before
+
+
 def test_capacity_share_follows_the_surviving_paths() -> None:
     t = _table(plane_share="capacity")
     assert sorted(t._sched) == list(range(8))  # all paths alive: planes take equal turns
