@@ -749,6 +749,11 @@ def _orchestrate(
 
 
 def _emit(res: dict[str, Any], as_json: bool) -> None:
+    if res.get("transport", "mrc") == "mrc":  # how the MRC QPs were made (mrcnic.plugins)
+        choice = plugins.choice_from_env()
+        res.setdefault("path_policy", choice.path_policy or "mrc")
+        res.setdefault("plane_share", choice.plane_share or "equal")
+        res.setdefault("cc", choice.cc or "nscc")
     if as_json:
         print(json.dumps(res, separators=(",", ":")), flush=True)
     elif res["test"] == "allreduce":

@@ -33,6 +33,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from mrcnic import plugins
 from mrcnic.sim.fabric import HeapEntry, Link, LinkSpec, host_net
 from mrcnic.sim.pump import Pump
 from mrcnic.transport.ev import EvConfig
@@ -74,6 +75,8 @@ class IncastConfig:
     mtu: int = 4096
     cc: str = "nscc"
     evs: int = 128
+    path_policy: str = "mrc"  # mrcnic.transport.path_policy
+    plane_share: str = "equal"  # equal | capacity
     stagger_s: float = 0.0  # sender s starts at s * stagger_s
     max_time_s: float = 60.0
     seed: int = 1
@@ -214,7 +217,11 @@ class Incast:
 
         base = qp_config or QpConfig(
             mtu_bytes=cfg.mtu,
-            ev=EvConfig(ev_count=max(cfg.evs, cfg.planes)),
+            ev=EvConfig(
+                ev_count=max(cfg.evs, cfg.planes),
+                path_policy=cfg.path_policy,
+                plane_share=cfg.plane_share,
+            ),
             cc=cfg.cc,
             base_rtt_s=cfg.base_rtt_s,
         )
@@ -386,14 +393,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--stagger", type=time_arg, default=0.0, metavar="TIME", help="sender s starts at s*TIME"
     )
-    p.add_argument("--cc", default=d.cc, help="congestion control (default nscc)")
+    plugins.add_arguments(p)
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--json", action="store_true", help="one JSON object")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    a = build_parser().parse_args(argv)
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    try:
+        choice = plugins.choice_from_args(a)
+    except plugins.PluginError as e:
+        parser.error(str(e))
     cfg = IncastConfig(
         senders=a.senders,
         planes=a.planes,
@@ -406,7 +418,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         size=a.size,
         msg_size=a.msg_size,
         stagger_s=a.stagger,
-        cc=a.cc,
+        cc=choice.cc or "nscc",
+        path_policy=choice.path_policy or "mrc",
+        plane_share=choice.plane_share or "equal",
         seed=a.seed,
     )
     r = run(cfg)

@@ -366,6 +366,7 @@ class Simulation:
             "random_losses": sum(link.losses for link in links),
             "ev_transitions": self.ev_transitions,
             "path_policy": cfg.path_policy if cfg.transport == "mrc" else None,
+            "cc": cfg.cc if cfg.transport == "mrc" else None,
             "plane_share": cfg.plane_share if cfg.transport == "mrc" else None,
             # data-direction packets each fabric path carried (plane * paths_per_plane + t1)
             "path_packets": [link.tx_packets for plane in self.fabric.path[0] for link in plane],

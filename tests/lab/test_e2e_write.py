@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 
 import commands as C
 import lab_helpers as H
@@ -334,3 +335,31 @@ def test_every_frame_names_its_path_and_planes_are_even(elab) -> None:
     assert sum(c["mismatch"] for c in counts.values()) == 0, counts
     data = [c["data"] for c in counts.values()]
     assert min(data) > 0 and max(data) / (sum(data) / len(data)) <= 1.05, data
+
+
+def test_mrc_bench_runs_a_users_path_policy_and_cc_from_their_files(elab):
+    """Both examples of docs/extending.md, loaded by flag into mrc-bench's NIC processes on
+    real sockets: the QP sprays on one path per plane only (the C send engine, the lab's
+    default, deals from what the Python policy decided) and runs the user's CC."""
+    root = Path(__file__).resolve().parents[2]
+    d = C.bench_json(
+        "write", "--lab", elab.name, "--src", "h0", "--dst", "h1", "--size", "64K",
+        "--iters", "64", "--ev-log", "100",
+        "--plugin", str(root / "examples" / "one_path_per_plane.py"), "--path-policy", "one-path",
+        "--plugin", str(root / "examples" / "ecn_loss_aimd.py"), "--cc", "ecn-loss-aimd",
+    )  # fmt: skip
+    assert d["verified"] and d["path_policy"] == "one-path" and d["cc"] == "ecn-loss-aimd"
+    cols = d["ev_log"]["pool_columns"]
+    used = {
+        (row[cols.index("plane")], row[cols.index("t1")])
+        for row in d["ev_log"]["pool"]
+        if row[cols.index("tx_packets")] > 0
+    }
+    planes = {p for p, _ in used}
+    assert planes == {0, 1}, used  # every plane carried data ...
+    assert len(used) == len(planes), used  # ... on one of its paths only
+
+
+def test_mrc_bench_refuses_an_unknown_path_policy_before_the_lab(elab):
+    p = C.bench("write", "--lab", elab.name, "--path-policy", "nope")
+    assert p.returncode == 2 and "known: mrc, oblivious, reps" in p.stderr

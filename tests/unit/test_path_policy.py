@@ -204,3 +204,21 @@ def test_mrc_sim_refuses_an_unknown_policy_or_cc_clearly() -> None:
             capture_output=True, text=True, cwd=ROOT,
         )  # fmt: skip
         assert r.returncode == 2 and "known:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_mrc_sim_and_its_incast_run_the_users_cc_from_its_file() -> None:
+    cc_file = str(ROOT / "examples" / "ecn_loss_aimd.py")
+    out = subprocess.run(
+        [sys.executable, "-m", "mrcnic.sim.transfer", "--planes", "2", "--paths-per-plane",
+         "2", "--size", "256K", "--plugin", cc_file, "--cc", "ecn-loss-aimd", "--json"],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    )  # fmt: skip
+    d = json.loads(out.stdout)
+    assert d["verified"] and d["cc"] == "ecn-loss-aimd" and d["path_policy"] == "mrc"
+    out = subprocess.run(
+        [sys.executable, "-m", "mrcnic.sim.incast", "--senders", "2", "--size", "256K",
+         "--plugin", cc_file, "--cc", "ecn-loss-aimd", "--plugin", str(EXAMPLE),
+         "--path-policy", "one-path", "--json"],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    )  # fmt: skip
+    assert json.loads(out.stdout)["verified"]
