@@ -162,8 +162,12 @@ class _FirstEv:
 
 
 @needs_c
-@pytest.mark.parametrize("policy", ["first-ev", "one-path", "oblivious", "reps"])
-def test_the_c_engine_sends_only_where_the_policy_says(policy: str) -> None:
+@pytest.mark.parametrize(
+    ("policy", "share"),
+    [("first-ev", "equal"), ("one-path", "equal"), ("oblivious", "equal"), ("reps", "equal"),
+     ("mrc", "capacity"), ("reps", "capacity")],
+)  # fmt: skip
+def test_the_c_engine_sends_only_where_the_policy_says(policy: str, share: str) -> None:
     """The C send engine deals from the groups Python's policy made (a subclass of EvTable
     used to be bypassed by it): each policy's seeded run gives the same frames, events and
     per-EV counters on both engines, and first-ev's QP sent data on each plane's first EV
@@ -171,8 +175,9 @@ def test_the_c_engine_sends_only_where_the_policy_says(policy: str) -> None:
     register_path_policy("first-ev", _FirstEv)
     plugins.load_plugin(str(EXAMPLE))
     for seed in range(4):
-        c = _run("c", seed, ev_overrides={"path_policy": policy})
-        py = _run("py", seed, ev_overrides={"path_policy": policy})
+        over = {"path_policy": policy, "plane_share": share}
+        c = _run("c", seed, ev_overrides=over)
+        py = _run("py", seed, ev_overrides=over)
         assert c["trace"] == py["trace"]
         assert c["ev"] == py["ev"]
         if policy == "first-ev":
