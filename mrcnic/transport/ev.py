@@ -446,7 +446,7 @@ class EvTable:
         # keep each group's current round, minus the EVs that left it
         self._bags = []
         for g in groups:
-            left = {}
+            left: dict[int, int] = {}
             for x in g:
                 left[x] = left.get(x, 0) + 1
             bag = []
