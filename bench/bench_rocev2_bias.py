@@ -3,8 +3,9 @@
 
 Three behaviours of the baseline were suspected of favouring or hurting it against RoCEv2 as
 deployed on ConnectX-class NICs; each can be turned back on with a ``RoceConfig`` field, so
-this script runs mrc-sim's RoCEv2 baseline with each one alone restored to its old value,
-all of them old ("before"), and none ("after", today's defaults):
+this script runs mrc-sim's RoCEv2 baseline with all of them old ("before"), each new one
+alone on top of that, none old ("after", today's defaults), and each old one alone on top of
+"after":
 
 (a) ``nak_retries``: NAK sequence errors use up ``retry_cnt`` (before: they never did);
 (b) ``bdp_window``: the cap of max(16, 2 x BDP + 4) unacknowledged PSNs (now: none);
@@ -64,7 +65,7 @@ def cnp_4us(args: list[str]) -> str:
 
 
 def variants(args: list[str]) -> dict[str, tuple[str, ...]]:
-    """name -> --rocev2-option values; a value None in the tuple marks a script-only one."""
+    """name -> the --rocev2-option values of each variant."""
     return {
         "before": BEFORE,
         "a_nak_retries_only": ("bdp_window=true", "dcqcn_profile=paper"),
@@ -72,6 +73,10 @@ def variants(args: list[str]) -> dict[str, tuple[str, ...]]:
         "c_connectx_dcqcn_only": ("bdp_window=true", "nak_retries=false"),
         "c_paper_with_4us_cnps": (*BEFORE, cnp_4us(args)),
         "after": (),
+        # and each one old again on top of today's defaults
+        "after_but_a_old": ("nak_retries=false",),
+        "after_but_b_old": ("bdp_window=true",),
+        "after_but_c_old": ("dcqcn_profile=paper",),
     }
 
 
