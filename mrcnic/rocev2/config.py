@@ -26,15 +26,20 @@ class RoceConfig:
     ecmp_seed: int = 0  # the switches' hash seed
     ack_every: int = 4  # coalesce: one ACK per this many in-order packets
     ack_delay_s: float | None = None  # default base_rtt_s / 8
-    max_outstanding_psns: int | None = None  # default: 2 x port BDP + ack_every, >= 16
+    # unacknowledged PSNs: None = the PSN space (2^23 - 1), as a NIC has no write window;
+    # bdp_window=True restores the old cap, max(16, 2 x port BDP + ack_every)
+    max_outstanding_psns: int | None = None
+    bdp_window: bool = False
     local_ack_timeout: int = 1  # IB encoding n: 4.096 us x 2^n of hardware time (1..31)
     ack_timeout_s: float | None = None  # override: the timeout in lab seconds
     max_ack_timeout_s: float = 1.0  # cap of the exponential backoff
-    retry_cnt: int = 7  # IB retry_cnt (3 bits): timeouts retried before RETRY_EXCEEDED
+    retry_cnt: int = 7  # IB retry_cnt (3 bits): retries (timeouts, NAKs) before RETRY_EXCEEDED
+    nak_retries: bool = True  # a NAK (PSN sequence error) uses a retry; False: only timeouts
     lab_scale: float | None = None  # default REFERENCE_PORT_BPS / port rate (1000 at 100 Mb/s)
     dcqcn: bool = True  # CNPs on CE (NP) and rate control on CNPs (RP)
     lossless: bool = False  # data on DSCP LOSSLESS (the PFC class) instead of NO_TRIM
-    cnp_interval_s: float | None = None  # default 50 us x lab_scale
+    dcqcn_profile: str = "connectx"  # DCQCN constants: connectx (shipped defaults) or paper
+    cnp_interval_s: float | None = None  # default: the profile's (4 us; paper 50 us) x lab_scale
     dcqcn_options: tuple[tuple[str, object], ...] = ()  # DcqcnParams overrides (lab time)
     max_wimm_inflight: int = 64  # advertised only (RC has receive WQEs, not this limit)
     seed: int = 1
@@ -72,6 +77,7 @@ class RoceStats(QpStats):
     rx_acks: int = 0
     rx_out_of_order: int = 0  # dropped at the responder: PSN past the expected one
     rx_stale: int = 0  # ACK/NAK about PSNs already acknowledged, or duplicate NAKs
+    nak_retries: int = 0  # NAK rewinds that used one of retry_cnt's retries
     gbn_rewinds: int = 0  # go-back-N on a NAK
     gbn_rewind_psns: int = 0  # PSNs those rewinds committed to resend (snd_max - NAKed PSN)
     timeout_rewind_psns: int = 0  # the same for timeouts (snd_max - snd_una)

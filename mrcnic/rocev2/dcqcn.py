@@ -19,10 +19,15 @@ Rc snaps to the line rate and the algorithm goes idle (a real RP's timers keep t
 no effect).  Everything is computed lazily from the time passed in, so the QP needs no timer
 of its own for DCQCN: the pacing deadline is enough.
 
-The constants are the paper's, in hardware time; :meth:`DcqcnParams.scaled` multiplies every
-time by the lab's slowdown (a 100 Mb/s lab port standing for a 100 Gb/s port runs 1000x
-slower: 50 us becomes 50 ms) and keeps bytes as they are (rate x time is invariant).
-docs/rocev2.md has the table and the mapping.
+Two sets of constants, in hardware time (``PROFILES``): ``connectx``, the defaults ConnectX
+NICs ship (the default: the baseline is RoCEv2 as deployed), and ``paper``, the DCQCN paper's.
+Besides the numbers they differ in one rule: on a cut the paper always sets ``Rt = Rc``;
+ConnectX (``clamp_tgt_rate`` 0, ``clamp_tgt_rate_after_time_inc`` 1) does so only if the rate
+was increased (by the timer or the byte counter) since the previous cut, so back-to-back cuts
+keep the target (``clamp_target_always``).
+:meth:`DcqcnParams.scaled` multiplies every time by the lab's slowdown (a 100 Mb/s lab port
+standing for a 100 Gb/s port runs 1000x slower: 50 us becomes 50 ms) and keeps bytes as they
+are (rate x time is invariant).  docs/rocev2.md has the table and the mapping.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-# Hardware values (DCQCN paper; R_AI/R_HAI as fractions of the line rate, see docs/rocev2.md)
+# Hardware values of the DCQCN paper (R_AI/R_HAI as fractions of the line rate, docs/rocev2.md)
 CNP_INTERVAL_S = 50e-6  # NP: at most one CNP per flow per 50 us
 INCREASE_TIMER_S = 55e-6  # RP: rate-increase timer
 ALPHA_TIMER_S = 55e-6  # RP: alpha decay period without CNP
@@ -40,8 +45,73 @@ FAST_RECOVERY_STEPS = 5  # F
 G = 1 / 256  # alpha gain
 AI_FRACTION = 1e-3  # R_AI = 40 Mb/s on the paper's 40 Gb/s links
 HAI_FRACTION = 1e-2  # R_HAI = 10 x R_AI (ConnectX defaults 5 / 50 Mb/s keep the same ratio)
-MIN_RATE_FRACTION = 1e-3  # floor of Rc
+MIN_RATE_FRACTION = 1e-3  # floor of Rc (both profiles: keeps a throttled QP's ACK clock alive)
 REFERENCE_PORT_BPS = 100e9  # what one lab port stands for (a 100 Gb/s plane port)
+
+# ConnectX defaults (mlx5 sysfs ecn params, firmware defaults), at the 100 Gb/s reference port
+CX_CNP_INTERVAL_S = 4e-6  # NP min_time_between_cnps
+CX_INCREASE_TIMER_S = 300e-6  # rpg_time_reset
+CX_ALPHA_TIMER_S = 1e-6  # dce_tcp_rtt: alpha is updated every 1 us
+CX_BYTE_COUNTER_BYTES = 32767  # rpg_byte_reset, "given in bytes" (mlxconfig's description)
+CX_FAST_RECOVERY_STEPS = 1  # rpg_threshold
+CX_G = 5 / 1024  # dce_tcp_g 1019: alpha <- alpha * 1019/1024 (+ 5/1024 with a CNP)
+CX_AI_FRACTION = 5e6 / REFERENCE_PORT_BPS  # rpg_ai_rate 5 Mb/s
+CX_HAI_FRACTION = 50e6 / REFERENCE_PORT_BPS  # rpg_hai_rate 50 Mb/s
+
+
+@dataclass(frozen=True, slots=True)
+class DcqcnProfile:
+    """One named set of DCQCN constants in hardware time (see ``PROFILES``)."""
+
+    cnp_interval_s: float  # NP: at most one CNP per QP per this
+    increase_timer_s: float
+    alpha_timer_s: float
+    rate_reduce_period_s: float
+    byte_counter_bytes: int
+    fast_recovery_steps: int
+    g: float
+    ai_fraction: float
+    hai_fraction: float
+    clamp_target_always: bool  # Rt = Rc on every cut (paper), or only after an increase
+
+
+PROFILES: dict[str, DcqcnProfile] = {
+    "connectx": DcqcnProfile(
+        cnp_interval_s=CX_CNP_INTERVAL_S,
+        increase_timer_s=CX_INCREASE_TIMER_S,
+        alpha_timer_s=CX_ALPHA_TIMER_S,
+        rate_reduce_period_s=RATE_REDUCE_PERIOD_S,
+        byte_counter_bytes=CX_BYTE_COUNTER_BYTES,
+        fast_recovery_steps=CX_FAST_RECOVERY_STEPS,
+        g=CX_G,
+        ai_fraction=CX_AI_FRACTION,
+        hai_fraction=CX_HAI_FRACTION,
+        clamp_target_always=False,
+    ),
+    "paper": DcqcnProfile(
+        cnp_interval_s=CNP_INTERVAL_S,
+        increase_timer_s=INCREASE_TIMER_S,
+        alpha_timer_s=ALPHA_TIMER_S,
+        rate_reduce_period_s=RATE_REDUCE_PERIOD_S,
+        byte_counter_bytes=BYTE_COUNTER_BYTES,
+        fast_recovery_steps=FAST_RECOVERY_STEPS,
+        g=G,
+        ai_fraction=AI_FRACTION,
+        hai_fraction=HAI_FRACTION,
+        clamp_target_always=True,
+    ),
+}
+DEFAULT_PROFILE = "connectx"
+
+
+def profile(name: str) -> DcqcnProfile:
+    """The named constants; ValueError names the known ones."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown DCQCN profile {name!r} (one of {', '.join(sorted(PROFILES))})"
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,15 +128,29 @@ class DcqcnParams:
     ai_rate_bps: float = 0.0  # 0: AI_FRACTION of the line rate
     hai_rate_bps: float = 0.0  # 0: HAI_FRACTION of the line rate
     min_rate_bps: float = 0.0  # 0: MIN_RATE_FRACTION of the line rate
+    clamp_target_always: bool = True  # False: Rt = Rc on a cut only after an increase
 
     @classmethod
-    def scaled(cls, line_rate_bps: float, lab_scale: float, **overrides: Any) -> DcqcnParams:
-        """The paper's constants with every time multiplied by ``lab_scale``."""
+    def scaled(
+        cls,
+        line_rate_bps: float,
+        lab_scale: float,
+        profile_name: str = DEFAULT_PROFILE,
+        **overrides: Any,
+    ) -> DcqcnParams:
+        """The named profile's constants with every time multiplied by ``lab_scale``."""
+        pr = profile(profile_name)
         p = cls(
             line_rate_bps=line_rate_bps,
-            increase_timer_s=INCREASE_TIMER_S * lab_scale,
-            alpha_timer_s=ALPHA_TIMER_S * lab_scale,
-            rate_reduce_period_s=RATE_REDUCE_PERIOD_S * lab_scale,
+            increase_timer_s=pr.increase_timer_s * lab_scale,
+            alpha_timer_s=pr.alpha_timer_s * lab_scale,
+            rate_reduce_period_s=pr.rate_reduce_period_s * lab_scale,
+            byte_counter_bytes=pr.byte_counter_bytes,
+            fast_recovery_steps=pr.fast_recovery_steps,
+            g=pr.g,
+            ai_rate_bps=pr.ai_fraction * line_rate_bps,
+            hai_rate_bps=pr.hai_fraction * line_rate_bps,
+            clamp_target_always=pr.clamp_target_always,
         )
         return replace(p, **overrides) if overrides else p
 
@@ -98,6 +182,7 @@ class Dcqcn:
         "_next_inc_s",
         "_alpha_ts",
         "_last_cut_s",
+        "_raised",
         "cuts",
         "ignored_cnps",
         "increases",
@@ -116,6 +201,7 @@ class Dcqcn:
         self._next_inc_s = 0.0
         self._alpha_ts: float | None = None  # alpha is exact as of this CNP (None: initial)
         self._last_cut_s = float("-inf")
+        self._raised = False  # an increase event since the last cut
         self.cuts = 0
         self.ignored_cnps = 0
         self.increases = 0
@@ -129,7 +215,9 @@ class Dcqcn:
             self.ignored_cnps += 1
             return False
         self.alpha = self.alpha_at(now_s)
-        self.target_bps = self.rate_bps
+        if p.clamp_target_always or self._raised:
+            self.target_bps = self.rate_bps
+        self._raised = False
         self.rate_bps = max(p.r_min, self.rate_bps * (1 - self.alpha / 2))
         self.alpha = (1 - p.g) * self.alpha + p.g
         self._alpha_ts = now_s
@@ -172,6 +260,7 @@ class Dcqcn:
 
     def _increase(self) -> None:
         p = self.p
+        self._raised = True
         line = p.line_rate_bps
         t, bc, f = self.t_count, self.bc_count, p.fast_recovery_steps
         if max(t, bc) < f:
@@ -194,13 +283,17 @@ __all__ = [
     "AI_FRACTION",
     "BYTE_COUNTER_BYTES",
     "CNP_INTERVAL_S",
+    "DEFAULT_PROFILE",
     "Dcqcn",
     "DcqcnParams",
+    "DcqcnProfile",
     "FAST_RECOVERY_STEPS",
     "G",
     "HAI_FRACTION",
     "INCREASE_TIMER_S",
     "MIN_RATE_FRACTION",
+    "PROFILES",
     "RATE_REDUCE_PERIOD_S",
     "REFERENCE_PORT_BPS",
+    "profile",
 ]

@@ -17,12 +17,13 @@ As deployed:
 - **Coalesced ACKs**: AETH ACK every ``ack_every`` packets, on AckReq (last packet of a
   message, or the packet that fills the window), or after ``ack_delay_s``.
 - **Local ACK timeout** (IB encoding ``4.096 us x 2^n``, scaled to the lab), doubling per
-  consecutive retry, ``retry_cnt`` (7) retries, then the QP errors (RETRY_EXCEEDED).
+  consecutive timeout.  Timeouts and NAKs (sequence errors) both use up ``retry_cnt`` (7)
+  retries, which only a positive ACK restores; one more and the QP errors (RETRY_EXCEEDED).
 - **No reaction to trimming**: data is DSCP NO_TRIM with ECT(0): switches drop, not trim.
-- **DCQCN**: the responder returns a CNP (opcode 0x81) on CE, at most once per 50 us
-  (scaled); the requester cuts its rate with alpha and recovers in stages
-  (``mrcnic.rocev2.dcqcn``); the QP paces itself at that rate; plus a window on outstanding
-  PSNs.
+- **DCQCN**: the responder returns a CNP (opcode 0x81) on CE, at most once per 4 us
+  (scaled; ConnectX's ``min_time_between_cnps``); the requester cuts its rate with alpha and recovers in stages
+  (``mrcnic.rocev2.dcqcn``, ConnectX's default constants); the QP paces itself at that
+  rate.  No window beyond the PSN space: a NIC keeps none for writes.
 - **No failover**: a port going down changes nothing; the QP retries until retry_cnt is
   exhausted (that is the real behaviour).
 """
@@ -36,7 +37,7 @@ from collections import deque
 
 from mrcnic import fast, wire
 from mrcnic.rocev2.config import RoceConfig, RoceStats, RoceUnsupportedError
-from mrcnic.rocev2.dcqcn import CNP_INTERVAL_S, REFERENCE_PORT_BPS, Dcqcn, DcqcnParams
+from mrcnic.rocev2.dcqcn import REFERENCE_PORT_BPS, Dcqcn, DcqcnParams, profile
 from mrcnic.transport.memory import MemoryTable, PlaceStatus
 from mrcnic.transport.qp_types import (
     Event,
@@ -188,17 +189,26 @@ class RoceQueuePair(Outbox):
         self.lab_scale = cfg.lab_scale or REFERENCE_PORT_BPS / self.port_rate_bps
         hw_timeout = IB_TIMEOUT_UNIT_S * (1 << cfg.local_ack_timeout) * self.lab_scale
         self.ack_timeout_s = cfg.ack_timeout_s or max(hw_timeout, 4 * cfg.base_rtt_s)
-        bdp_pkts = math.ceil(self.port_rate_bps / 8 * cfg.base_rtt_s / self.mtu)
-        self.window_psns = cfg.max_outstanding_psns or max(16, 2 * bdp_pkts + cfg.ack_every)
+        if cfg.max_outstanding_psns:
+            self.window_psns = cfg.max_outstanding_psns
+        elif cfg.bdp_window:  # the cap this baseline had before issue 25 (docs/rocev2.md)
+            bdp_pkts = math.ceil(self.port_rate_bps / 8 * cfg.base_rtt_s / self.mtu)
+            self.window_psns = max(16, 2 * bdp_pkts + cfg.ack_every)
+        else:  # IBTA's only bound on a requester: half the PSN space
+            self.window_psns = _HALF - 1
         if not 1 <= self.window_psns < _HALF:
             raise ValueError("max_outstanding_psns must be in 1..2^23-1")
+        dc_profile = profile(cfg.dcqcn_profile)
         self.dcqcn: Dcqcn | None = None
         if cfg.dcqcn:
             params = DcqcnParams.scaled(
-                self.port_rate_bps, self.lab_scale, **dict(cfg.dcqcn_options)
+                self.port_rate_bps,
+                self.lab_scale,
+                cfg.dcqcn_profile,
+                **dict(cfg.dcqcn_options),
             )
             self.dcqcn = Dcqcn(params)
-        self.cnp_interval_s = cfg.cnp_interval_s or CNP_INTERVAL_S * self.lab_scale
+        self.cnp_interval_s = cfg.cnp_interval_s or dc_profile.cnp_interval_s * self.lab_scale
         self._ack_delay = cfg.ack_delay_s if cfg.ack_delay_s is not None else cfg.base_rtt_s / 8
         self.start_psn = initial_psn(cfg.start_psn)
         self.stats = RoceStats()
@@ -210,7 +220,8 @@ class RoceQueuePair(Outbox):
         self._msgs: deque[_Msg] = deque()  # segmented (partly), not completed
         self._pkts: deque[tuple[int, _Msg, int, int, int]] = deque()  # psn msg off n op
         self.snd_una = self.snd_nxt = self.snd_max = self.start_psn
-        self._retries = 0
+        self._retries = 0  # of retry_cnt, used since the last positive ACK
+        self._backoff = 0  # consecutive timeouts: the exponent of the timeout's doubling
         self._deadline: float | None = None
         self._nak_rewound: int | None = None  # PSN of the last NAK rewind, until progress
         self._next_tx_s = 0.0
@@ -349,7 +360,7 @@ class RoceQueuePair(Outbox):
     # -- timers ---------------------------------------------------------------------------------
 
     def _current_timeout(self) -> float:
-        t = self.ack_timeout_s * (1 << self._retries)
+        t = self.ack_timeout_s * (1 << self._backoff)
         return t if t < self.config.max_ack_timeout_s else self.config.max_ack_timeout_s
 
     def get_timer(self) -> float | None:
@@ -388,6 +399,7 @@ class RoceQueuePair(Outbox):
             )
             return
         self._retries += 1
+        self._backoff += 1
         st = self.stats
         st.timeouts += 1
         st.timeout_rewind_psns += (self.snd_max - self.snd_una) & PSN_MASK
@@ -716,8 +728,10 @@ class RoceQueuePair(Outbox):
         else:
             st.rx_malformed += 1  # RNR NAK and reserved codes: never sent by this responder
 
-    def _ack_to(self, psn: int, now_s: float) -> bool:
-        """Cumulative ACK of every PSN up to ``psn``; False if it acknowledges nothing new."""
+    def _ack_to(self, psn: int, now_s: float, positive: bool = True) -> bool:
+        """Cumulative ACK of every PSN up to ``psn``; False if it acknowledges nothing new.
+        ``positive`` False: the implicit acknowledgement of a NAK, which restores the retry
+        count only if it completes a write (as Soft-RoCE's completer does)."""
         una = self.snd_una
         n = ((psn - una) & PSN_MASK) + 1
         if n > ((self.snd_max - una) & PSN_MASK):
@@ -728,7 +742,9 @@ class RoceQueuePair(Outbox):
         una = self.snd_una = (psn + 1) & PSN_MASK
         if ((self.snd_nxt - una) & PSN_MASK) >= _HALF:
             self.snd_nxt = una  # acknowledged beyond a rewind point
-        self._retries = 0
+        self._backoff = 0
+        if positive or not self.config.nak_retries:
+            self._retries = 0
         self._nak_rewound = None
         self._deadline = now_s + self.ack_timeout_s if una != self.snd_max else None
         msgs = self._msgs
@@ -737,6 +753,7 @@ class RoceQueuePair(Outbox):
             if m.last_psn is None or not 0 < ((una - m.last_psn) & PSN_MASK) < _HALF:
                 break
             msgs.popleft()
+            self._retries = 0  # a completed write is progress
             self.stats.completions += 1
             self._events.append(WriteCompleted(m.wr_id, WcStatus.SUCCESS, m.length, now_s))
         return True
@@ -749,10 +766,22 @@ class RoceQueuePair(Outbox):
             st.rx_stale += 1  # about PSNs already acknowledged (or never sent)
             return
         if d:
-            self._ack_to((psn - 1) & PSN_MASK, now_s)
+            self._ack_to((psn - 1) & PSN_MASK, now_s, positive=False)
         elif self._nak_rewound == psn:
             st.rx_stale += 1  # the same NAK again (duplicated in the fabric): already rewound
             return
+        if self.config.nak_retries:  # a retry like a timeout's, as Soft-RoCE's rxe_comp.c
+            if self._retries >= self.config.retry_cnt:
+                self._fatal(
+                    WcStatus.RETRY_EXCEEDED,
+                    f"PSN {psn} NAKed (sequence error) after {self._retries} retries "
+                    f"(retry_cnt {self.config.retry_cnt})",
+                    now_s,
+                    failed=self._pkts[0][1] if self._pkts else None,
+                )
+                return
+            self._retries += 1
+            st.nak_retries += 1
         st.gbn_rewinds += 1
         st.gbn_rewind_psns += (self.snd_max - psn) & PSN_MASK
         self.snd_nxt = psn

@@ -20,7 +20,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import cast
 
 from mrcnic import plugins
@@ -78,6 +78,7 @@ class SimConfig:
     qps: int | None = None  # default: 1 for mrc, one per plane for rocev2
     rocev2_ports: str = "rail"  # rocev2: QP i on port i % planes (rail) or hashed (hash)
     rocev2_timeout: int | None = None  # rocev2: IB local ACK timeout exponent; None: auto
+    rocev2_options: tuple[tuple[str, object], ...] = ()  # rocev2: RoceConfig fields by name
     mtu: int = 4096
     cc: str = "nscc"
     evs: int = 128
@@ -106,6 +107,36 @@ def rocev2_auto_timeout(spec: FabricSpec, mtu: int) -> int:
     while n < 31 and IB_TIMEOUT_UNIT_S * (1 << n) * scale <= worst:
         n += 1
     return n
+
+
+def rocev2_config(base: RoceConfig, options: Sequence[tuple[str, object]]) -> RoceConfig:
+    """``base`` with RoceConfig fields set by name (``--rocev2-option``); an unknown name is
+    a ValueError."""
+    names = {f.name for f in fields(RoceConfig)}
+    for k, _ in options:
+        if k not in names:
+            raise ValueError(f"unknown RoCEv2 option {k!r} (a RoceConfig field, docs/rocev2.md)")
+    return replace(base, **dict(options))  # type: ignore[arg-type]
+
+
+def parse_rocev2_option(text: str) -> tuple[str, object]:
+    """``NAME=VALUE`` -> (name, value): true/false, an int, a float, or else the string."""
+    name, sep, raw = text.partition("=")
+    if not sep or not name.strip():
+        raise ValueError(f"bad --rocev2-option {text!r}: NAME=VALUE (example: bdp_window=true)")
+    v = raw.strip()
+    value: object
+    if v.lower() in ("true", "false"):
+        value = v.lower() == "true"
+    else:
+        try:
+            value = int(v)
+        except ValueError:
+            try:
+                value = float(v)
+            except ValueError:
+                value = v
+    return name.strip(), value
 
 
 def base_rtt_s(spec: FabricSpec, mtu: int) -> float:
@@ -171,6 +202,8 @@ class Simulation:
                     local_ack_timeout=self.rocev2_timeout,
                     seed=cfg.seed + i,
                 )
+                if cfg.rocev2_options:
+                    rcfg = rocev2_config(rcfg, cfg.rocev2_options)
                 port = spec.port_rate_bps  # a one-path QP's line rate: its port's
                 a = RoceQueuePair(qa, nets[0], self.memories[0], port, seeded(rcfg, qa))
                 b = RoceQueuePair(qb, nets[1], self.memories[1], port, seeded(rcfg, qb))
@@ -414,6 +447,9 @@ class Simulation:
             "local_ack_timeout": self.rocev2_timeout,
             "ack_timeout_s": pairs[0][0].ack_timeout_s,
             "window_psns": pairs[0][0].window_psns,
+            "nak_retries": sum(s.nak_retries for s in req),
+            "dcqcn_profile": pairs[0][0].config.dcqcn_profile,
+            "options": {k: v for k, v in self.cfg.rocev2_options},
         }
 
 
@@ -576,6 +612,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="rocev2: IB local ACK timeout 4.096us x 2^N of hardware time, scaled to the lab; "
         "auto (default): the smallest N above the fabric's worst-case RTT (deployments: 14-20)",
     )
+    p.add_argument(
+        "--rocev2-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="rocev2: set a RoceConfig field (docs/rocev2.md), e.g. dcqcn_profile=paper, "
+        "bdp_window=true, nak_retries=false; repeatable",
+    )
     plugins.add_arguments(p)
     p.add_argument(
         "--evs", type=int, default=128, help="EVs per QP, split across planes (default 128)"
@@ -642,6 +686,9 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
             raise ValueError("--rocev2-timeout is auto or the IB exponent 1..31")
     if a.qps is not None and a.qps < 1:
         raise ValueError("--qps must be >= 1")
+    rocev2_options = tuple(parse_rocev2_option(t) for t in a.rocev2_option)
+    if rocev2_options:
+        rocev2_config(RoceConfig(), rocev2_options)  # names checked before the run
     if a.size < 1 or a.msg_size < 1 or a.mtu < 1 or a.planes < 1 or a.paths_per_plane < 1:
         raise ValueError("size, msg-size, mtu, planes and paths-per-plane must be >= 1")
     choice = plugins.choice_from_args(a)
@@ -658,6 +705,7 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
         qps=a.qps,
         rocev2_ports=a.rocev2_ports,
         rocev2_timeout=timeout,
+        rocev2_options=rocev2_options,
         mtu=a.mtu,
         cc=choice.cc or "nscc",
         evs=a.evs,

@@ -286,6 +286,68 @@ def test_the_window_limits_outstanding_psns(qp_pair):
     assert len(w.of(0, WriteCompleted)) == 1
 
 
+def test_no_window_but_the_psn_space_unless_the_old_bdp_cap_is_asked_for():
+    # a NIC keeps no window on RDMA writes: unacknowledged PSNs grow as pacing lets them
+    shape = usid.ClosShape(planes=2, t0=2, t1=2, hosts_per_t0=1)
+
+    def outstanding(cfg: RoceConfig) -> int:
+        a = RoceQueuePair(0x51, host_net(shape, 0), MemoryTable(1), RATE, cfg)
+        b = RoceQueuePair(0x52, host_net(shape, 1), MemoryTable(2), RATE, cfg)
+        a.connect(b.local_attributes())
+        mr = b.memory.register(bytearray(256 * 100))
+        a.post_write(1, payload(256 * 100), mr.base_va, mr.rkey)
+        for k in range(200):  # 20 ms, no ACK ever: only the window stops it
+            a.frames_to_send(k * 1e-4)
+        return (a.snd_nxt - a.snd_una) & MASK
+
+    assert outstanding(BASE) == 100
+    old = replace(BASE, bdp_window=True)  # 2 x 10 packets of BDP + ack_every 4
+    assert outstanding(old) == 24
+
+
+def _nak_storm(qp_pair, cfg: RoceConfig, drop_acks: bool):
+    """Every 7th PSN is lost on its first transmission, so each go-back-N round meets a new
+    gap: one NAK each.  With ``drop_acks`` no positive ACK ever reaches the requester."""
+    first_sent: set[int] = set()
+
+    def chaos(t, h, port, f):
+        if h == 0 and is_data(f):
+            k = (psn(f) - w.qa.start_psn) & MASK
+            if k % 7 == 3 and k not in first_sent:
+                first_sent.add(k)
+                return []
+        if drop_acks and h == 1 and op(f) == 0x11 and syndrome(f) == 0:
+            return []
+        return [(DELAY, f)]
+
+    w = qp_pair("rocev2", chaos, cfg_a=cfg)
+    _, mr = w.region(256 * 100)
+    w.qa.post_write(1, payload(256 * 100, 8), mr.base_va, mr.rkey)
+    w.run(10.0)
+    return w
+
+
+def test_naks_use_up_the_retry_count_that_only_a_positive_ack_restores(qp_pair):
+    w = _nak_storm(qp_pair, BASE, drop_acks=True)
+    errs = w.of(0, QpErrorEvent)
+    assert [e.status for e in errs] == [WcStatus.RETRY_EXCEEDED] and "NAKed" in errs[0].reason
+    sa = w.qa.get_stats()
+    assert sa.timeouts == 0 and sa.nak_retries == 7 and sa.gbn_rewinds == 7
+    assert [e.status for e in w.of(0, WriteCompleted)] == [WcStatus.RETRY_EXCEEDED]
+    # with the ACKs through, each one restores the count: more NAKs than retry_cnt, no error
+    ok = _nak_storm(qp_pair, BASE, drop_acks=False)
+    assert [e.status for e in ok.of(0, WriteCompleted)] == [WcStatus.SUCCESS]
+    assert ok.qa.get_stats().nak_retries > 7 and not ok.of(0, QpErrorEvent)
+
+
+def test_nak_retries_off_is_the_old_behaviour(qp_pair):
+    w = _nak_storm(qp_pair, replace(BASE, nak_retries=False), drop_acks=True)
+    errs = w.of(0, QpErrorEvent)  # every NAK rewound for free; the silent tail timed out
+    assert [e.status for e in errs] == [WcStatus.RETRY_EXCEEDED] and "NAKed" not in errs[0].reason
+    sa = w.qa.get_stats()
+    assert sa.nak_retries == 0 and sa.gbn_rewinds > 7 and sa.timeouts == 7
+
+
 # -- timeouts and errors ------------------------------------------------------------------------
 
 
@@ -293,7 +355,8 @@ def test_retry_exhaustion_ends_in_a_qp_error_with_backoff(qp_pair):
     def chaos(t, h, port, f):
         return [] if h == 0 and t > 0.001 else [(DELAY, f)]  # the path dies at 1 ms
 
-    w = qp_pair("rocev2", chaos)
+    # a window short enough that each retry round is paced out before the next timeout
+    w = qp_pair("rocev2", chaos, cfg_a=replace(BASE, max_outstanding_psns=16))
     _, mr = w.region(256 * 200)
     w.qa.post_write(1, payload(256 * 100), mr.base_va, mr.rkey)
     w.qa.post_write(2, payload(256 * 100), mr.base_va + 256 * 100, mr.rkey)
@@ -448,7 +511,8 @@ def test_ce_marks_bring_cnps_a_rate_cut_and_then_recovery(qp_pair):
 
 
 def test_pacing_follows_the_dcqcn_rate(qp_pair):
-    w = qp_pair("rocev2")
+    # the paper's constants: its 10 MB byte counter leaves the rate alone during the run
+    w = qp_pair("rocev2", cfg_a=replace(BASE, dcqcn_profile="paper"))
     _, mr = w.region(256 * 400)
     w.qa.post_write(1, payload(256 * 400), mr.base_va, mr.rkey)
     for _ in range(3):
@@ -528,7 +592,11 @@ def test_hardware_timeout_encoding_scaled_to_the_lab():
         0x41, host_net(shape, 0), MemoryTable(1), RATE, RoceConfig(local_ack_timeout=14)
     )
     assert q14.ack_timeout_s == pytest.approx(4.096e-6 * 2**14 * 1000)
-    assert q.cnp_interval_s == pytest.approx(0.05)
+    assert q.cnp_interval_s == pytest.approx(0.004)  # ConnectX's 4 us, x 1000
+    paper = RoceQueuePair(
+        0x42, host_net(shape, 0), MemoryTable(1), RATE, RoceConfig(dcqcn_profile="paper")
+    )
+    assert paper.cnp_interval_s == pytest.approx(0.05)  # the paper's 50 us
 
 
 @settings(

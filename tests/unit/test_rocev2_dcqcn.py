@@ -1,4 +1,6 @@
-"""DCQCN's reaction point: the cut on a CNP, alpha, and the three increase stages."""
+"""DCQCN's reaction point: the cut on a CNP, alpha, and the three increase stages (with the
+paper's constants, whose stages are long enough to see one by one), and what the ConnectX
+profile changes."""
 
 from __future__ import annotations
 
@@ -13,23 +15,25 @@ from mrcnic.rocev2.dcqcn import (
     FAST_RECOVERY_STEPS,
     HAI_FRACTION,
     INCREASE_TIMER_S,
+    PROFILES,
     Dcqcn,
     DcqcnParams,
+    profile,
 )
 
 LINE = 100e6
 SCALE = 1000.0
 
 
-def rp(**overrides) -> Dcqcn:
-    return Dcqcn(DcqcnParams.scaled(LINE, SCALE, **overrides))
+def rp(profile_name: str = "paper", **overrides) -> Dcqcn:
+    return Dcqcn(DcqcnParams.scaled(LINE, SCALE, profile_name, **overrides))
 
 
 def test_times_scale_with_the_lab_and_bytes_do_not():
-    p = DcqcnParams.scaled(LINE, SCALE)
+    p = DcqcnParams.scaled(LINE, SCALE, "paper")
     assert p.increase_timer_s == pytest.approx(INCREASE_TIMER_S * SCALE)
     assert p.alpha_timer_s == pytest.approx(ALPHA_TIMER_S * SCALE)
-    assert p.byte_counter_bytes == DcqcnParams.scaled(LINE, 1.0).byte_counter_bytes
+    assert p.byte_counter_bytes == DcqcnParams.scaled(LINE, 1.0, "paper").byte_counter_bytes
     assert p.r_ai == pytest.approx(AI_FRACTION * LINE) and p.r_hai == pytest.approx(
         HAI_FRACTION * LINE
     )
@@ -110,12 +114,50 @@ def test_recovers_to_line_rate_and_goes_idle():
     assert d.increases == n  # idle: nothing more happens
 
 
+def test_connectx_profile_is_the_default_with_its_shipped_constants():
+    p = DcqcnParams.scaled(LINE, SCALE)  # the default profile
+    cx = profile("connectx")
+    assert p == DcqcnParams.scaled(LINE, SCALE, "connectx")
+    assert p.increase_timer_s == pytest.approx(300e-6 * SCALE)  # rpg_time_reset
+    assert p.alpha_timer_s == pytest.approx(1e-6 * SCALE)  # dce_tcp_rtt
+    assert p.byte_counter_bytes == 32767 and p.fast_recovery_steps == 1
+    assert p.g == pytest.approx(5 / 1024)  # dce_tcp_g 1019
+    assert p.r_ai == pytest.approx(5e-5 * LINE) and p.r_hai == pytest.approx(5e-4 * LINE)
+    assert cx.cnp_interval_s == pytest.approx(4e-6)  # min_time_between_cnps
+    assert PROFILES["paper"].cnp_interval_s / cx.cnp_interval_s == pytest.approx(12.5)
+    with pytest.raises(ValueError, match="unknown DCQCN profile"):
+        profile("cx7")
+
+
+def test_connectx_keeps_the_target_on_a_cut_unless_the_rate_was_raised_since():
+    d = rp("connectx")
+    period = d.p.rate_reduce_period_s
+    d.on_cnp(0.0)
+    d.on_cnp(period)  # a second cut before any increase: Rt stays at line rate
+    assert d.target_bps == LINE and d.rate_bps < LINE / 2
+    d.on_sent(d.p.byte_counter_bytes, period)  # a byte-counter increase ...
+    rc = d.rate_bps
+    d.on_cnp(2 * period)  # ... so this cut clamps Rt to Rc
+    assert d.target_bps == pytest.approx(rc)
+    d.advance(2 * period + d.p.increase_timer_s)  # a timer increase does too
+    rc = d.rate_bps
+    d.on_cnp(2 * period + d.p.increase_timer_s)
+    assert d.target_bps == pytest.approx(rc)
+    paper = rp("paper")
+    paper.on_cnp(0.0)
+    paper.on_cnp(paper.p.rate_reduce_period_s)
+    assert paper.target_bps == pytest.approx(LINE / 2)  # the paper clamps on every cut
+
+
 @settings(max_examples=60, deadline=None)
 @given(
-    st.lists(st.tuples(st.sampled_from(["cnp", "sent", "advance"]), st.floats(0, 0.2)), max_size=40)
+    st.sampled_from(sorted(PROFILES)),
+    st.lists(
+        st.tuples(st.sampled_from(["cnp", "sent", "advance"]), st.floats(0, 0.2)), max_size=40
+    ),
 )
-def test_rate_stays_within_bounds(ops):
-    d = rp()
+def test_rate_stays_within_bounds(name, ops):
+    d = rp(name)
     now = 0.0
     for kind, x in ops:
         now += x

@@ -96,6 +96,31 @@ def test_rocev2_options_and_the_retired_gbn(capsys):
     assert "retired" in capsys.readouterr().err
 
 
+def test_rocev2_option_sets_roceconfig_fields_by_name(capsys):
+    _, r = C.run_main_json(capsys, sim.main, *SMALL, "--transport", "rocev2")
+    assert r["rocev2"]["window_psns"] == 2**23 - 1 and r["rocev2"]["dcqcn_profile"] == "connectx"
+    old = ("bdp_window=true", "nak_retries=false", "dcqcn_profile=paper")
+    args = [x for o in old for x in ("--rocev2-option", o)]
+    _, r = C.run_main_json(capsys, sim.main, *SMALL, "--transport", "rocev2", *args)
+    assert r["rocev2"]["window_psns"] == 16 and r["rocev2"]["dcqcn_profile"] == "paper"
+    assert r["rocev2"]["options"] == {
+        "bdp_window": True,
+        "nak_retries": False,
+        "dcqcn_profile": "paper",
+    }
+    assert sim.parse_rocev2_option("cnp_interval_s=0.004") == ("cnp_interval_s", 0.004)
+    assert sim.parse_rocev2_option("retry_cnt=3") == ("retry_cnt", 3)
+    for bad in ("no_such_field=1", "novalue"):
+        with pytest.raises(SystemExit):
+            sim.main([*SMALL, "--transport", "rocev2", "--rocev2-option", bad])
+    err = capsys.readouterr().err
+    assert "unknown RoCEv2 option" in err and "NAME=VALUE" in err
+    with pytest.raises(ValueError, match="unknown DCQCN profile"):
+        sim.run(
+            sim.SimConfig(transport="rocev2", size=4096, rocev2_options=(("dcqcn_profile", "x"),))
+        )
+
+
 def test_rocev2_summary_line(capsys):
     assert sim.main([*SMALL, "--transport", "rocev2"]) == 0
     out = capsys.readouterr().out
