@@ -45,6 +45,26 @@ class PlaceStatus(enum.IntEnum):
 
 _OK = PlaceStatus.OK
 
+#: what a data packet says of its whole message: (``hi``, ``steps``, ``step``, ``length``):
+#: the message of ``length`` bytes starts at ``hi - j * step`` for one ``j`` in
+#: ``[0, steps]`` (the responder derives it from the opcode, the VA and the MTU:
+#: ``responder.message_span``)
+MessageSpan = tuple[int, int, int, int]
+#: no message can hold the packet (its sizes do not fit its opcode): refused as out of bounds
+NO_MESSAGE: MessageSpan = (-1, 0, 1, 0)
+
+
+def message_fits(base: int, end: int, span: MessageSpan) -> bool:
+    """Does some start the span allows put the whole message inside ``[base, end)``? The
+    highest start at or below ``end - length`` is the one to try (C: ``message_fits`` in
+    ``csrc/mrc_rxe.c``)."""
+    hi, steps, step, length = span
+    top = end - length  # the last start that fits
+    if hi < base or top < base:
+        return False
+    j = 0 if hi <= top else -(-(hi - top) // step)
+    return j <= steps and hi - j * step >= base
+
 
 class MemoryRegionError(MrcError, ValueError):
     """Invalid registration request (empty or read-only buffer, bad address)."""
@@ -145,25 +165,36 @@ class MemoryTable:
             return PlaceStatus.OUT_OF_BOUNDS
         return PlaceStatus.OK
 
-    def place(self, rkey: int, va: int, payload: bytes | memoryview) -> PlaceStatus:
-        """Write a remote payload after checking key, permission and bounds; all or nothing."""
+    def place(
+        self,
+        rkey: int,
+        va: int,
+        payload: bytes | memoryview,
+        span: MessageSpan | None = None,
+    ) -> PlaceStatus:
+        """Write a remote payload after checking key, permission and bounds; all or nothing.
+        With ``span`` (the packet's whole message, :data:`MessageSpan`) the whole message
+        must fit the region too, so a write too long for its region changes no byte
+        whichever of its packets comes first."""
         ent = self._placeable.get(rkey)
         if ent is not None:
             mr, access, buf, base, end = ent
             if mr.access is access and mr.buffer is buf and mr.base_va == base:
                 n = len(payload)
-                if base <= va and va + n <= end:
+                if base <= va and va + n <= end and (span is None or message_fits(base, end, span)):
                     off = va - base
                     try:
                         buf[off : off + n] = payload
                     except (TypeError, ValueError):  # not a flat byte buffer: the C path copes
-                        return self._place_checked(rkey, va, payload)
+                        return self._place_checked(rkey, va, payload, span)
                     mr.bytes_placed += n
                     return _OK
         # first packet of a region, a refusal, or a changed region: every check, in C
-        return self._place_checked(rkey, va, payload)
+        return self._place_checked(rkey, va, payload, span)
 
-    def _place_checked(self, rkey: int, va: int, payload: bytes | memoryview) -> PlaceStatus:
+    def _place_checked(
+        self, rkey: int, va: int, payload: bytes | memoryview, span: MessageSpan | None
+    ) -> PlaceStatus:
         """The full checks and the C placement; caches the region for the fast path."""
         mr = self._by_rkey.get(rkey)
         if mr is None:
@@ -171,6 +202,8 @@ class MemoryTable:
         access = mr.access
         if not access & Access.REMOTE_WRITE:
             return PlaceStatus.NO_PERMISSION
+        if span is not None and not message_fits(mr.base_va, mr.end_va, span):
+            return PlaceStatus.OUT_OF_BOUNDS
         if fast.place(mr.buffer, mr.base_va, va, payload) != fast.PLACE_OK:
             return PlaceStatus.OUT_OF_BOUNDS
         mr.bytes_placed += len(payload)

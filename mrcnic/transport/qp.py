@@ -652,15 +652,19 @@ class QueuePair(Outbox):
             return
         self._transition(QpInput.FATAL)
         self._events.append(QpErrorEvent(self.qpn, status, reason, now_s))
-        seen = set()
         msgs = self.tx.messages()
         self.tx.reset()
+        # The write that failed completes first, with the real status: a verbs user takes
+        # the first error completion of a QP for the cause (an earlier write still being
+        # repaired is flushed after it, not before)
+        if failed is not None:
+            self._events.append(WriteCompleted(failed.wr_id, status, failed.length, now_s))
+        seen = {id(failed)}
         for m in msgs:
             if id(m) in seen:
                 continue
             seen.add(id(m))
-            s = status if m is failed else WcStatus.FLUSHED
-            self._events.append(WriteCompleted(m.wr_id, s, m.length, now_s))
+            self._events.append(WriteCompleted(m.wr_id, WcStatus.FLUSHED, m.length, now_s))
 
     def _nack_fatal(self, reason: int, psn: int, m: TxMessage, now_s: float) -> None:
         """A NACK that ends the QP: UNEXP_EVENT or REMOTE_ACCESS_ERROR about PSN ``psn`` of

@@ -486,3 +486,35 @@ def test_an_unacknowledged_port_status_is_given_up_after_the_retry_limit(qp_pair
     st = w.qa.stats
     assert st.port_status_unacked == 1 and w.qa._ps_pending is None
     assert st.port_status_sent == w.qa.config.retry_limit + 1
+
+
+# -- issue 25: completion semantics ---------------------------------------------------------
+
+
+def test_the_first_error_completion_carries_the_real_status(qp_pair):
+    """Issue 25: a later write is refused while an earlier one is still being repaired (its
+    first packet is lost). The first error completion is the refused write's
+    REMOTE_ACCESS_ERROR (the earlier write was reported FLUSHED before it), and the responder
+    places nothing after its refusal (it stayed READY and took the repair)."""
+    held: list[bytes] = []
+
+    def chaos(t, h, port, f):
+        if h == 0 and _is_data(f) and (not held or _psn(f) == _psn(held[0])):
+            held.append(f)  # write 1's first packet, and every retransmission of it
+            return []
+        return [(DELAY, f)]
+
+    w = qp_pair(chaos=chaos)
+    outer, mr = w.region(70_000)
+    w.qa.post_write(1, bytes([1]) * 65_536, mr.base_va, mr.rkey)
+    w.qa.post_write(2, bytes([2]) * 100, mr.base_va, mr.rkey ^ 1)
+    w.run(1.0)
+    comps = [(e.wr_id, e.status) for e in w.of(0, WriteCompleted)]
+    assert comps == [(2, WcStatus.REMOTE_ACCESS_ERROR), (1, WcStatus.FLUSHED)]
+    assert [e.status for e in w.of(0, QpErrorEvent)] == [WcStatus.REMOTE_ACCESS_ERROR]
+    assert [e.status for e in w.of(1, QpErrorEvent)] == [WcStatus.REMOTE_ACCESS_ERROR]
+    assert w.qb.state.name == "ERROR"
+    before = bytes(outer)
+    closed = w.qb.stats.rx_closed
+    w.qb.receive_frame(held[0], w.now)  # the repair arrives after all: not placed
+    assert bytes(outer) == before and w.qb.stats.rx_closed == closed + 1
