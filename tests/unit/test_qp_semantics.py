@@ -13,6 +13,7 @@ from conftest import DELAY, MRC_BASE
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mrcnic import wire
 from mrcnic.transport.ev import EvInput, EvState, EvStateChanged
 from mrcnic.transport.qp_types import (
     ImmReceived,
@@ -518,3 +519,40 @@ def test_the_first_error_completion_carries_the_real_status(qp_pair):
     closed = w.qb.stats.rx_closed
     w.qb.receive_frame(held[0], w.now)  # the repair arrives after all: not placed
     assert bytes(outer) == before and w.qb.stats.rx_closed == closed + 1
+
+
+def test_a_qp_that_makes_no_progress_fails_whatever_frames_keep_arriving(qp_pair):
+    """Issue 25: every transmission of one packet is lost, and each is answered by a trim
+    NACK that echoes its timestamp (what a host that sniffs the writer and spoofs the
+    responder's address can send on a fabric without a source guard). Trims prove a path
+    alive, so no retransmission ever times out and the retry limit never counts: the QP
+    retransmitted forever with no progress and no error. Now it fails with RETRY_EXCEEDED
+    once nothing was acknowledged for its retry budget."""
+    from mrcnic.transport.frames import NACK, OP_NACK
+
+    stuck: dict[str, int] = {}
+
+    def chaos(t, h, port, f):
+        if h == 0 and _is_data(f):
+            psn = _psn(f)
+            if stuck.setdefault("psn", psn) == psn:
+                ts = int.from_bytes(f[layout.OFF_BTH + 16 : layout.OFF_BTH + 24], "big")
+                ev = wire.udp_flow_to_ev(
+                    int.from_bytes(f[54:56], "big"), int.from_bytes(f[15:18], "big") & 0xFFFF
+                )
+                body = NACK.pack(int(wire.NackReason.TRIMMED) << 24 | psn, ev, 0, ts)
+                _plane, nack = w.qb._ctrl_frame(OP_NACK, psn, body, w.qb.evs.reverse[0])
+                w.net.at(t + 2 * DELAY, lambda: w._deliver(0, nack, w.net.now))
+                return []
+        return [(DELAY, f)]
+
+    cfg = replace(MRC_BASE, max_rto_s=0.02)  # a budget of (7 + 2) x 20 ms
+    w = qp_pair(chaos=chaos, cfg_a=cfg)
+    outer, mr = w.region(4096)
+    w.qa.post_write(1, bytes(2048), mr.base_va, mr.rkey)
+    w.run(0.5)
+    assert w.qa.stats.retransmissions > 100 and w.qa.stats.timeouts == 0  # all repairs
+    (err,) = w.of(0, QpErrorEvent)
+    assert err.status is WcStatus.RETRY_EXCEEDED and "no progress" in err.reason
+    assert err.time_s == pytest.approx(9 * 0.02, rel=0.05)
+    assert [(e.wr_id, e.status) for e in w.of(0, WriteCompleted)] == [(1, WcStatus.RETRY_EXCEEDED)]
