@@ -274,8 +274,8 @@ class QueuePair(Outbox):
         self.evs.now_s = now_s
         tx = self.tx
         tx.send(now_s, out)
-        if self._progress_mark is None and tx.outstanding:
-            self._note_progress(now_s)  # packets in flight: the no-progress rule watches
+        if self._progress_mark is None and (tx.outstanding or tx.work_waiting):
+            self._note_progress(now_s)  # work under way: the no-progress rule watches
         if not self.evs.active and tx.work_waiting:
             self._note_stall(now_s)  # nothing can carry the work: keep a timer running
         elif self._stall_deadline is not None and self.evs.active:
@@ -669,29 +669,37 @@ class QueuePair(Outbox):
         self._progress_rtx = self.stats.retransmissions
 
     def _check_progress(self, now_s: float) -> None:
-        """The no-progress rule, when its deadline is due: a QP with packets outstanding of
-        which nothing was acknowledged (``snd_una`` and the completions unchanged) for the
-        retry budget fails with RETRY_EXCEEDED, whatever frames keep arriving. The retry
-        limit alone counts timeouts of one packet; repairs that other frames trigger before
-        the timer fires (trim NACKs, SACK-found losses) never time out, and a QP fed such
-        frames (forged under the peer's address, on a fabric without a source guard) kept
-        retransmitting with no progress and no error."""
+        """The no-progress rule, when its deadline is due: a QP with work under way (packets
+        outstanding, or writes waiting to be sent) of which nothing was acknowledged
+        (``snd_una`` and the completions unchanged) for its retry budget fails with
+        RETRY_EXCEEDED, whatever frames keep arriving. The retry limit counts timeouts of
+        one packet, and the no-path rule (_check_stall) a stall without a break; repairs
+        that other frames set off before a timer fires (trim NACKs, SACK-found losses, a
+        port going down), and port status updates that take the planes out and back in
+        turn, start both over, so frames forged under the peer's address (on a fabric
+        without a source guard) kept a QP retransmitting with no progress and no error."""
         tx = self.tx
-        if not tx.outstanding:
+        if not (tx.outstanding or tx.work_waiting):
             self._progress_mark = None  # idle: watched again from its next send
             return
-        if (tx.snd_una, self.stats.completions) != self._progress_mark or self._stall_deadline:
-            self._note_progress(now_s)  # progress; or no usable path: _check_stall says why
+        if (tx.snd_una, self.stats.completions) != self._progress_mark:
+            self._note_progress(now_s)
             return
         st = self.stats
+        why = (
+            "the peer acknowledges nothing we send, or frames we did not cause keep the "
+            "repairs going (forged under the peer's address?)"
+        )
+        if not self.evs.active:
+            local = [p for p in range(self.planes) if self._local_down[p]]
+            peer = [p for p in range(self.planes) if self._peer_down[p]]
+            why = f"no usable path now (local ports down {local}, peer ports down {peer})"
         self._fatal(
             WcStatus.RETRY_EXCEEDED,
             f"no progress for {now_s - self._progress_s:.3f} s: PSN {tx.snd_una} and "
             f"{tx.outstanding} packets unacknowledged, {st.retransmissions - self._progress_rtx}"
             f" retransmissions meanwhile (budget (retry_limit {self.config.retry_limit} + "
-            f"{1 + NO_PROGRESS_EXTRA_RTOS}) x max_rto_s = {self._progress_budget_s:.3f} s): "
-            "the peer acknowledges nothing we send, or frames we did not cause keep the "
-            "repairs going (forged under the peer's address?)",
+            f"{1 + NO_PROGRESS_EXTRA_RTOS}) x max_rto_s = {self._progress_budget_s:.3f} s): " + why,
             now_s,
             failed=tx.first_message(),
         )

@@ -556,3 +556,30 @@ def test_a_qp_that_makes_no_progress_fails_whatever_frames_keep_arriving(qp_pair
     assert err.status is WcStatus.RETRY_EXCEEDED and "no progress" in err.reason
     assert err.time_s == pytest.approx(9 * 0.02, rel=0.05)
     assert [(e.wr_id, e.status) for e in w.of(0, WriteCompleted)] == [(1, WcStatus.RETRY_EXCEEDED)]
+
+
+def test_port_status_flapping_does_not_keep_a_dead_qp_alive(qp_pair):
+    """Issue 25: the peer acknowledges nothing any more, and updates under its address say
+    "every port down", then "all up", every 4 ms (the forge bench sends such updates each
+    round). Each "down" repairs what is in flight at once and each "up" ends the no-path
+    stall, so neither the retry limit nor the stall rule ever completed its count: the QP
+    retransmitted with no progress and no error. The no-progress rule ends it."""
+    from mrcnic.transport.frames import ENDPOINT, OP_EP_REQ
+
+    def chaos(t, h, port, f):
+        return [] if h == 0 and _is_data(f) else [(DELAY, f)]
+
+    w = qp_pair(chaos=chaos, cfg_a=replace(MRC_BASE, max_rto_s=0.02))
+    outer, mr = w.region(1 << 16)
+    w.qa.post_write(1, bytes(60_000), mr.base_va, mr.rkey)
+    t, seq = 0.0, 100
+    while t < 1.0 and w.qa.state.name == "READY":
+        t += 0.004
+        w.run(t)
+        seq += 1
+        body = ENDPOINT.pack(int(wire.EndpointKind.PORT_STATUS), seq, 0, 0b11 * (seq % 2), 1)
+        w._deliver(0, w.qb._ctrl_frame(OP_EP_REQ, 0, body, w.qb.evs.reverse[0])[1], t)
+    (err,) = w.of(0, QpErrorEvent)
+    assert err.status is WcStatus.RETRY_EXCEEDED and "no progress" in err.reason
+    assert err.time_s <= 9 * 0.02 + 0.004
+    assert [(e.wr_id, e.status) for e in w.of(0, WriteCompleted)] == [(1, WcStatus.RETRY_EXCEEDED)]
