@@ -258,7 +258,7 @@ static struct mrc_rxe_region *find_region(struct mrc_rxe_regions *mem, uint32_t 
 }
 
 /* Where the message of a data packet may start: at hi - j * step for one j in [0, steps]
- * (responder.message_span). Returns 0 when the sizes do not fit the opcode (no message can
+ * (memory.message_fits). Returns 0 when the sizes do not fit the opcode (no message can
  * hold the packet), else 1. Every start is checked against the region by message_fits, so
  * none of this can underflow into a start that fits: a start below 0 is refused here. */
 static int message_span(uint32_t op, uint64_t va, uint32_t plen, uint32_t length, uint32_t mtu,

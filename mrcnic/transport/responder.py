@@ -30,10 +30,7 @@ from mrcnic.transport.frames import (
     OFF_BTH,
     OFF_UCSUM,
     OFF_UDP,
-    OP_FIRST,
-    OP_LAST,
     OP_LAST_IMM,
-    OP_MIDDLE,
     OP_ONLY_IMM,
     OP_SACK,
     PLACE_OK,
@@ -49,7 +46,7 @@ from mrcnic.transport.frames import (
     crc32,
     from_bytes,
 )
-from mrcnic.transport.memory import NO_MESSAGE, MessageSpan, PlaceStatus
+from mrcnic.transport.memory import PlaceStatus
 from mrcnic.transport.qp_types import ImmReceived, WcStatus
 from mrcnic.transport.sack import MARK_NEW
 
@@ -67,30 +64,6 @@ REFUSAL_WORDS = {
     int(PlaceStatus.NO_PERMISSION): "the region does not allow remote writes",
     int(PlaceStatus.OUT_OF_BOUNDS): "the write does not fit the region",
 }
-
-
-def message_span(op: int, va: int, plen: int, length: int, mtu: int) -> MessageSpan:
-    """Where the message of a data packet may start (:data:`memory.MessageSpan`), from what
-    every packet carries (its opcode, its own VA and payload length, the message's length)
-    and the MTU both ends agreed on: every packet but the last carries exactly ``mtu``
-    bytes, and the VA advances by ``mtu`` per packet. A first, only or last packet gives the
-    start exactly; a middle one, ``k`` packets in (``1 <= k <= n - 2``, ``k`` unknown),
-    every ``mtu``-th VA from ``va - (n - 2) mtu`` to ``va - mtu``. Sizes that do not fit the
-    opcode give :data:`memory.NO_MESSAGE` (our requester never sends them). C:
-    ``message_span`` in ``csrc/mrc_rxe.c``."""
-    if plen > mtu:
-        return NO_MESSAGE
-    if op == OP_FIRST:
-        return (va, 0, mtu, length) if plen == mtu and length > mtu else NO_MESSAGE
-    if op == OP_MIDDLE:
-        n = -(-length // mtu)
-        return (va - mtu, n - 3, mtu, length) if plen == mtu and n >= 3 else NO_MESSAGE
-    if op in (OP_LAST, OP_LAST_IMM):
-        rest = length - plen
-        if length > mtu and plen and rest % mtu == 0:
-            return (va - rest, 0, mtu, length)
-        return NO_MESSAGE
-    return (va, 0, mtu, length) if plen == length else NO_MESSAGE  # ONLY, ONLY_IMM
 
 
 def refusal_reason(psn: int, rkey: int, cause: int) -> str:
@@ -170,12 +143,7 @@ class PyRecvEngine:
                 and d < rxw.size
                 and (msn - self._rx_msn) & MSN_MASK < MSN_WINDOW
                 and not (d and rxw.win.test(psn))
-                and qp.memory.place(
-                    rkey,
-                    va,
-                    mv[OFF_BTH + 40 : end - 4],
-                    message_span(op, va, end - OFF_BTH - 44, length, qp.mtu),
-                )
+                and qp.memory.place(rkey, va, mv[OFF_BTH + 40 : end - 4], op, length, qp.mtu)
                 is PLACE_OK
             ):
                 self._rx_new_data(data, end, w0, w1, w2, psn, msn, ts_ns, length, now_s)
@@ -302,8 +270,8 @@ class PyRecvEngine:
             st.rx_msn_out_of_range += 1  # no requester has that many messages under way
             return
         payload = mv[hdr_end : end - 4]
-        span = message_span(op, va, len(payload), length, self.qp.mtu)
-        refused = self.qp.memory.place(rkey, va, payload, span)
+        # (the whole message must fit: memory.message_fits)
+        refused = self.qp.memory.place(rkey, va, payload, op, length, self.qp.mtu)
         if refused is not PLACE_OK:
             st.rx_refused += 1
             if refused is PlaceStatus.BAD_RKEY:

@@ -154,7 +154,6 @@ def test_a_packet_refuses_its_message_only_when_the_message_does_not_fit(
     and only packet, and by every packet when it is longer than the region."""
     from mrcnic.transport.frames import OP_FIRST, OP_LAST, OP_MIDDLE, OP_ONLY
     from mrcnic.transport.memory import message_fits
-    from mrcnic.transport.responder import message_span
 
     base = 10_000
     end = base + region
@@ -164,7 +163,7 @@ def test_a_packet_refuses_its_message_only_when_the_message_does_not_fit(
     for k in range(n):
         plen = min(mtu, length - k * mtu)
         op = OP_ONLY if n == 1 else OP_FIRST if k == 0 else OP_LAST if k == n - 1 else OP_MIDDLE
-        said = message_fits(base, end, message_span(op, s + k * mtu, plen, length, mtu))
+        said = message_fits(op, s + k * mtu, plen, length, mtu, base, end)
         if fits:
             assert said, (op, k)
         elif op != OP_MIDDLE or length > region:
