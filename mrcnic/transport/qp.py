@@ -99,7 +99,7 @@ REVERSE_MISSES_BAD = 2
 #: RTO before the first RTT sample, in configured base RTTs (the first window is a whole BDP
 #: sent at once, and an incast multiplies the queue it meets)
 INITIAL_RTO_RTTS = 8
-#: a QP with packets outstanding fails when nothing of it is acknowledged for this many
+#: a QP with work under way fails when nothing of it is acknowledged for this many
 #: max_rto_s past its retry limit: longer than the retry rule itself can take (every retry
 #: waits at most max_rto_s), so the rule only catches what the retry rule cannot, e.g.
 #: repairs that never time out because other frames keep answering them
@@ -164,7 +164,7 @@ class QueuePair(Outbox):
         self._rev_pending: dict[int, int] = {}  # reverse EV -> timestamp of its probe
         self._rev_misses: dict[int, int] = {}  # reverse EV -> rounds unanswered in a row
         self._rev_sacks_seen = 0  # tx_sacks at the last round (no SACKs since: stop probing)
-        # liveness: packets outstanding and nothing acknowledged (_check_progress)
+        # liveness: work under way and nothing acknowledged (_check_progress)
         self._progress_mark: tuple[int, int] | None = None  # (snd_una, completions) seen
         self._progress_s = 0.0  # when the mark last changed
         self._progress_rtx = 0  # retransmissions then
