@@ -257,10 +257,61 @@ static struct mrc_rxe_region *find_region(struct mrc_rxe_regions *mem, uint32_t 
     return NULL;
 }
 
+/* Where the message of a data packet may start: at hi - j * step for one j in [0, steps]
+ * (memory.message_fits). Returns 0 when the sizes do not fit the opcode (no message can
+ * hold the packet), else 1. Every start is checked against the region by message_fits, so
+ * none of this can underflow into a start that fits: a start below 0 is refused here. */
+static int message_span(uint32_t op, uint64_t va, uint32_t plen, uint32_t length, uint32_t mtu,
+                        uint64_t *hi, uint64_t *steps) {
+    *steps = 0;
+    if (plen > mtu || mtu == 0) {
+        return 0;
+    }
+    if (op == MRC_WIRE_OP_WRITE_FIRST) {
+        *hi = va;
+        return plen == mtu && length > mtu;
+    }
+    if (op == MRC_WIRE_OP_WRITE_MIDDLE) {
+        uint64_t n = ((uint64_t)length + mtu - 1) / mtu;
+        if (plen != mtu || n < 3 || va < mtu) {
+            return 0;
+        }
+        *hi = va - mtu;
+        *steps = n - 3;
+        return 1;
+    }
+    if (op == MRC_WIRE_OP_WRITE_LAST || op == MRC_WIRE_OP_WRITE_LAST_IMM) {
+        uint32_t rest = length - plen;
+        if (length <= mtu || plen == 0 || rest % mtu != 0 || va < rest) {
+            return 0;
+        }
+        *hi = va - rest;
+        return 1;
+    }
+    *hi = va; /* ONLY, ONLY_IMM */
+    return plen == length;
+}
+
+/* memory.message_fits: does a start the span allows put the whole message of `length`
+ * bytes inside region r? The highest start at or below the last one that fits is tried. */
+static int message_fits(const struct mrc_rxe_region *r, uint64_t hi, uint64_t steps,
+                        uint32_t step, uint32_t length) {
+    if (length > r->length || hi < r->base_va) {
+        return 0;
+    }
+    uint64_t top = r->base_va + (r->length - length); /* the last start that fits */
+    uint64_t j = hi <= top ? 0 : (hi - top + step - 1) / step;
+    if (j > steps) {
+        return 0;
+    }
+    /* j <= steps keeps j * step within hi - lo: no overflow */
+    return hi - r->base_va >= j * step;
+}
+
 /* 0: placed; else the PlaceStatus of mrcnic.transport.memory (1 bad R_Key, 2 no permission,
- * 3 out of bounds) */
+ * 3 out of bounds: a byte of the packet, or of its whole message, outside the region) */
 static int place(struct mrc_rxe_regions *mem, uint32_t rkey, uint64_t va, const uint8_t *src,
-                 uint32_t n) {
+                 uint32_t n, uint32_t op, uint32_t length, uint32_t mtu) {
     struct mrc_rxe_region *r = find_region(mem, rkey);
     if (r == NULL) {
         return 1;
@@ -270,6 +321,11 @@ static int place(struct mrc_rxe_regions *mem, uint32_t rkey, uint64_t va, const 
     }
     uint64_t off = va - r->base_va;
     if (va < r->base_va || off > r->length || n > r->length - off) {
+        return 3;
+    }
+    uint64_t hi, steps;
+    if (!message_span(op, va, n, length, mtu, &hi, &steps) ||
+        !message_fits(r, hi, steps, mtu, length)) {
         return 3;
     }
     memcpy(r->ptr + off, src, n);
@@ -361,7 +417,9 @@ int mrc_rxe_frame(struct mrc_rxe_qp *q, struct mrc_rxe_regions *mem, const uint8
     uint32_t dscp = (ip_w0 >> 22) & 0x3F;
     int trimmed = dscp == MRC_WIRE_DSCP_TRIMMED || dscp == MRC_WIRE_DSCP_TRIMMED_LASTHOP;
     int imm = op == MRC_WIRE_OP_WRITE_LAST_IMM || op == MRC_WIRE_OP_WRITE_ONLY_IMM;
-    uint32_t hdr_end = OFF_BTH + (imm ? 44 : 40);
+    /* the timestamp extension is optional (the BTH T flag) */
+    int has_ts = (f[OFF_BTH + 4] & MRC_WIRE_BTH_FLAG_TS) != 0;
+    uint32_t hdr_end = OFF_BTH + (imm ? 44 : 40) - (has_ts ? 0 : 8);
     if (end < hdr_end + (trimmed ? 0 : 4)) {
         q->st.rx_malformed++;
         return 1;
@@ -373,8 +431,9 @@ int mrc_rxe_frame(struct mrc_rxe_qp *q, struct mrc_rxe_regions *mem, const uint8
     const uint8_t *h = f + OFF_BTH + 4;
     uint32_t w1 = be32(h), w2 = be32(h + 4);
     uint32_t msn = be16(h + 8), rqmsn = be16(h + 10);
-    uint64_t ts = be64(h + 12), va = be64(h + 20);
-    uint32_t rkey = be32(h + 28), length = be32(h + 32);
+    const uint8_t *reth = h + (has_ts ? 20 : 12);
+    uint64_t ts = has_ts ? be64(h + 12) : 0, va = be64(reth);
+    uint32_t rkey = be32(reth + 8), length = be32(reth + 12);
     if ((w1 & MASK) != q->qpn) {
         q->st.rx_malformed++;
         return 1;
@@ -416,7 +475,7 @@ int mrc_rxe_frame(struct mrc_rxe_qp *q, struct mrc_rxe_regions *mem, const uint8
         return 1;
     }
     uint32_t plen = end - 4 - hdr_end;
-    int refused = place(mem, rkey, va, f + hdr_end, plen);
+    int refused = place(mem, rkey, va, f + hdr_end, plen, op, length, q->mtu);
     if (refused != 0) {
         q->st.rx_refused++;
         if (refused == 1) {
@@ -427,6 +486,9 @@ int mrc_rxe_frame(struct mrc_rxe_qp *q, struct mrc_rxe_regions *mem, const uint8
             q->st.rx_out_of_bounds++;
         }
         send_nack(q, MRC_WIRE_NACK_REMOTE_ACCESS_ERROR, psn, ev, ts, -1, out);
+        /* as an RC responder: a refused write ends the QP (nothing more lands) */
+        event(q, MRC_RXE_EV_REFUSED, psn, rkey, (uint32_t)refused, now_s);
+        q->dead = 1;
         return 1;
     }
     /* ResponderWindow.receive (the window was asked: the mark is new) */
@@ -453,7 +515,7 @@ int mrc_rxe_frame(struct mrc_rxe_qp *q, struct mrc_rxe_regions *mem, const uint8
         }
         m->has_imm = 1;
         m->rqmsn = (uint16_t)rqmsn;
-        m->imm = be32(f + OFF_BTH + 40);
+        m->imm = be32(f + hdr_end - 4);
     }
     /* Responder._rx_placed: message accounting, completion in MSN order */
     uint64_t got = (uint64_t)m->bytes + plen;

@@ -55,6 +55,7 @@ struct mrc_rxe_out {
 enum {
     MRC_RXE_EV_IMM = 1,        /* a = imm, b = length, c = rqmsn: ImmReceived */
     MRC_RXE_EV_WIMM_FATAL = 2, /* a = write-with-imm messages in flight: REMOTE_OP_ERROR */
+    MRC_RXE_EV_REFUSED = 3,    /* a = PSN, b = R_Key, c = PlaceStatus: REMOTE_ACCESS_ERROR */
     MRC_RXE_MAX_EVENTS = 256,
     MRC_RXE_MAX_SRCS = 16,
     MRC_RXE_MAX_REVERSE = 128,
@@ -98,6 +99,7 @@ struct mrc_rxe_qp {
     /* set by the shell at connect */
     uint32_t qpn, peer_qpn, planes, reverse_per_plane;
     uint32_t ack_every, max_wimm_inflight;
+    uint32_t mtu;                  /* payload bytes per packet, the same at both ends */
     double ack_delay_s;
     uint32_t n_srcs;
     uint8_t srcs[16][16];          /* the peer's source address per plane */

@@ -69,6 +69,8 @@ enum {
 
     /* opcodes (layout.Opcode): the MRC data opcodes are WRITE_FIRST..WRITE_ONLY_IMM */
     MRC_WIRE_OP_WRITE_FIRST = 0xC6,
+    MRC_WIRE_OP_WRITE_MIDDLE = 0xC7,
+    MRC_WIRE_OP_WRITE_LAST = 0xC8,
     MRC_WIRE_OP_WRITE_LAST_IMM = 0xC9,
     MRC_WIRE_OP_WRITE_ONLY_IMM = 0xCB,
     MRC_WIRE_OP_ACK = 0xD1,

@@ -84,6 +84,7 @@ class RecvHost(Protocol):
 
     qpn: int
     planes: int
+    mtu: int  # (the peer's too: both ends of a QP agree on it)
     state: QpState
     config: QpConfig
     peer: QpAttributes | None

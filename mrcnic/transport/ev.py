@@ -567,9 +567,8 @@ class EvTable:
         self.probe_misses[slot] = 0
         if not self.flaps[slot]:  # next one right away; a damped EV keeps the interval
             self.probe_due[slot] = min(self.probe_due.get(slot, now_s), now_s)
-        if ecn and not self.flaps[slot]:
-            self.apply(slot, EvInput.PROBE_OK_ECN, now_s)  # congested but alive: SKIP at once
-            return
+        # A CE mark counts as an answer like any other: one answer could be a flapping
+        # link's last gasp whatever its mark; once enough have come, the mark decides SKIP
         self.probe_ok[slot] += 1
         if self.probe_ok[slot] >= self.probe_successes_needed(slot, now_s):
             self.apply(slot, EvInput.PROBE_OK_ECN if ecn else EvInput.PROBE_OK, now_s)

@@ -39,6 +39,8 @@ RPROBE = struct.Struct(">IIQ")
 ENDPOINT = struct.Struct(">B3xIIIQ")
 RX_HEAD = struct.Struct(">HIHBB")  # at 12: ethertype, ip w0, payload length, next header, hop
 RX_DATA = struct.Struct(">IIHHQQII")  # at 66: BTH words 1-2, METH, TS, RETH
+RX_DATA_NO_TS = struct.Struct(">IIHHQII")  # the same without TS (BTH T flag clear)
+TS_SIZE = layout.TS_SIZE
 RX_SACK = struct.Struct(">IIIHBxQIH2xQQ")  # at 66: BTH words 1-2, the SACK body
 SACK_FRAME_END = OFF_BTH + layout.BTH_SIZE + layout.SACK_SIZE + layout.ICRC_SIZE
 

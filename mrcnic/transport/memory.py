@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from mrcnic import fast
 from mrcnic.errors import MrcError
+from mrcnic.wire.layout import Opcode
 
 
 class Access(enum.IntFlag):
@@ -44,6 +45,50 @@ class PlaceStatus(enum.IntEnum):
 
 
 _OK = PlaceStatus.OK
+
+_OP_FIRST, _OP_MIDDLE, _OP_LAST, _OP_LAST_IMM = (
+    int(Opcode.WRITE_FIRST), int(Opcode.WRITE_MIDDLE), int(Opcode.WRITE_LAST),
+    int(Opcode.WRITE_LAST_IMM),
+)  # fmt: skip
+
+
+def message_fits(op: int, va: int, plen: int, length: int, mtu: int, base: int, end: int) -> bool:
+    """Does the whole message of a data packet lie inside ``[base, end)``? From what every
+    packet carries (its opcode, its own VA and payload length, the message's length) and
+    the MTU both ends agreed on: every packet but the last carries exactly ``mtu`` bytes and
+    the VA advances by ``mtu`` per packet. A first, only or last packet gives the message's
+    start exactly; a middle one ``k`` packets in (``1 <= k <= n - 2``, ``k`` unknown) one of
+    the starts ``va - k mtu``, and it fits when one of them puts the whole message inside.
+    Sizes that do not fit the opcode fit no message (our requester never sends them).
+    C: ``message_span`` and ``message_fits`` in ``csrc/mrc_rxe.c``."""
+    if plen > mtu:
+        return False
+    steps = 0  # the message starts at hi - j * mtu for one j in [0, steps]
+    if op == _OP_FIRST:
+        if plen != mtu or length <= mtu:
+            return False
+        hi = va
+    elif op == _OP_MIDDLE:
+        steps = -(-length // mtu) - 3
+        if plen != mtu or steps < 0:
+            return False
+        hi = va - mtu
+    elif op in (_OP_LAST, _OP_LAST_IMM):
+        rest = length - plen
+        if length <= mtu or not plen or rest % mtu:
+            return False
+        hi = va - rest
+    else:  # ONLY, ONLY_IMM
+        if plen != length:
+            return False
+        hi = va
+    top = end - length  # the last start that fits
+    if hi < base or top < base:
+        return False
+    if hi <= top:
+        return True
+    j = -(-(hi - top) // mtu)  # the highest start at or below top
+    return j <= steps and hi - j * mtu >= base
 
 
 class MemoryRegionError(MrcError, ValueError):
@@ -145,25 +190,42 @@ class MemoryTable:
             return PlaceStatus.OUT_OF_BOUNDS
         return PlaceStatus.OK
 
-    def place(self, rkey: int, va: int, payload: bytes | memoryview) -> PlaceStatus:
-        """Write a remote payload after checking key, permission and bounds; all or nothing."""
+    def place(
+        self,
+        rkey: int,
+        va: int,
+        payload: bytes | memoryview,
+        op: int = 0,
+        length: int = 0,
+        mtu: int = 0,
+    ) -> PlaceStatus:
+        """Write a remote payload after checking key, permission and bounds; all or nothing.
+        With the packet's opcode, its message's ``length`` and the QP's ``mtu`` (a data
+        packet's) the whole message must fit the region too (:func:`message_fits`), so a
+        write that does not fit changes no byte whichever of its packets comes first."""
         ent = self._placeable.get(rkey)
         if ent is not None:
             mr, access, buf, base, end = ent
             if mr.access is access and mr.buffer is buf and mr.base_va == base:
                 n = len(payload)
-                if base <= va and va + n <= end:
+                if (
+                    base <= va
+                    and va + n <= end
+                    and (not mtu or message_fits(op, va, n, length, mtu, base, end))
+                ):
                     off = va - base
                     try:
                         buf[off : off + n] = payload
                     except (TypeError, ValueError):  # not a flat byte buffer: the C path copes
-                        return self._place_checked(rkey, va, payload)
+                        return self._place_checked(rkey, va, payload, op, length, mtu)
                     mr.bytes_placed += n
                     return _OK
         # first packet of a region, a refusal, or a changed region: every check, in C
-        return self._place_checked(rkey, va, payload)
+        return self._place_checked(rkey, va, payload, op, length, mtu)
 
-    def _place_checked(self, rkey: int, va: int, payload: bytes | memoryview) -> PlaceStatus:
+    def _place_checked(
+        self, rkey: int, va: int, payload: bytes | memoryview, op: int, length: int, mtu: int
+    ) -> PlaceStatus:
         """The full checks and the C placement; caches the region for the fast path."""
         mr = self._by_rkey.get(rkey)
         if mr is None:
@@ -171,6 +233,8 @@ class MemoryTable:
         access = mr.access
         if not access & Access.REMOTE_WRITE:
             return PlaceStatus.NO_PERMISSION
+        if mtu and not message_fits(op, va, len(payload), length, mtu, mr.base_va, mr.end_va):
+            return PlaceStatus.OUT_OF_BOUNDS
         if fast.place(mr.buffer, mr.base_va, va, payload) != fast.PLACE_OK:
             return PlaceStatus.OUT_OF_BOUNDS
         mr.bytes_placed += len(payload)

@@ -99,6 +99,11 @@ REVERSE_MISSES_BAD = 2
 #: RTO before the first RTT sample, in configured base RTTs (the first window is a whole BDP
 #: sent at once, and an incast multiplies the queue it meets)
 INITIAL_RTO_RTTS = 8
+#: a QP with work under way fails when nothing of it is acknowledged for this many
+#: max_rto_s past its retry limit: longer than the retry rule itself can take (every retry
+#: waits at most max_rto_s), so the rule only catches what the retry rule cannot, e.g.
+#: repairs that never time out because other frames keep answering them
+NO_PROGRESS_EXTRA_RTOS = 1
 
 PORT_STATUS = wire.EndpointKind.PORT_STATUS
 
@@ -159,6 +164,11 @@ class QueuePair(Outbox):
         self._rev_pending: dict[int, int] = {}  # reverse EV -> timestamp of its probe
         self._rev_misses: dict[int, int] = {}  # reverse EV -> rounds unanswered in a row
         self._rev_sacks_seen = 0  # tx_sacks at the last round (no SACKs since: stop probing)
+        # liveness: work under way and nothing acknowledged (_check_progress)
+        self._progress_mark: tuple[int, int] | None = None  # (snd_una, completions) seen
+        self._progress_s = 0.0  # when the mark last changed
+        self._progress_rtx = 0  # retransmissions then
+        self._progress_budget_s = (cfg.retry_limit + 1 + NO_PROGRESS_EXTRA_RTOS) * cfg.max_rto_s
         # liveness: work to do and no EV to send it on
         self._stall_deadline: float | None = None
         self._stall_tries = 0
@@ -264,6 +274,8 @@ class QueuePair(Outbox):
         self.evs.now_s = now_s
         tx = self.tx
         tx.send(now_s, out)
+        if self._progress_mark is None and (tx.outstanding or tx.work_waiting):
+            self._note_progress(now_s)  # work under way: the no-progress rule watches
         if not self.evs.active and tx.work_waiting:
             self._note_stall(now_s)  # nothing can carry the work: keep a timer running
         elif self._stall_deadline is not None and self.evs.active:
@@ -374,6 +386,10 @@ class QueuePair(Outbox):
         for d in (self._ps_deadline, self._stall_deadline, self._rev_probe_at):
             if d is not None and (t is None or d < t):
                 t = d
+        if self._progress_mark is not None:
+            d = self._progress_s + self._progress_budget_s
+            if t is None or d < t:
+                t = d
         return t
 
     def handle_timer(self, now_s: float) -> None:
@@ -392,6 +408,10 @@ class QueuePair(Outbox):
                 self._send_port_status(now_s)
         if self._stall_deadline is not None and self._stall_deadline <= now_s:
             self._check_stall(now_s)
+            if self.state is not QpState.READY:
+                return
+        if self._progress_mark is not None and self._progress_s + self._progress_budget_s <= now_s:
+            self._check_progress(now_s)
             if self.state is not QpState.READY:
                 return
         if self._rev_probe_at is not None and self._rev_probe_at <= now_s:
@@ -643,6 +663,47 @@ class QueuePair(Outbox):
         wait = self._rto * (1 << min(self._stall_tries, 30))
         self._stall_deadline = now_s + min(wait, self.config.max_rto_s)
 
+    def _note_progress(self, now_s: float) -> None:
+        self._progress_mark = (self.tx.snd_una, self.stats.completions)
+        self._progress_s = now_s
+        self._progress_rtx = self.stats.retransmissions
+
+    def _check_progress(self, now_s: float) -> None:
+        """The no-progress rule, when its deadline is due: a QP with work under way (packets
+        outstanding, or writes waiting to be sent) of which nothing was acknowledged
+        (``snd_una`` and the completions unchanged) for its retry budget fails with
+        RETRY_EXCEEDED, whatever frames keep arriving. The retry limit counts timeouts of
+        one packet, and the no-path rule (_check_stall) a stall without a break; repairs
+        that other frames set off before a timer fires (trim NACKs, SACK-found losses, a
+        port going down), and port status updates that take the planes out and back in
+        turn, start both over, so frames forged under the peer's address (on a fabric
+        without a source guard) kept a QP retransmitting with no progress and no error."""
+        tx = self.tx
+        if not (tx.outstanding or tx.work_waiting):
+            self._progress_mark = None  # idle: watched again from its next send
+            return
+        if (tx.snd_una, self.stats.completions) != self._progress_mark:
+            self._note_progress(now_s)
+            return
+        st = self.stats
+        why = (
+            "the peer acknowledges nothing we send, or frames we did not cause keep the "
+            "repairs going (forged under the peer's address?)"
+        )
+        if not self.evs.active:
+            local = [p for p in range(self.planes) if self._local_down[p]]
+            peer = [p for p in range(self.planes) if self._peer_down[p]]
+            why = f"no usable path now (local ports down {local}, peer ports down {peer})"
+        self._fatal(
+            WcStatus.RETRY_EXCEEDED,
+            f"no progress for {now_s - self._progress_s:.3f} s: PSN {tx.snd_una} and "
+            f"{tx.outstanding} packets unacknowledged, {st.retransmissions - self._progress_rtx}"
+            f" retransmissions meanwhile (budget (retry_limit {self.config.retry_limit} + "
+            f"{1 + NO_PROGRESS_EXTRA_RTOS}) x max_rto_s = {self._progress_budget_s:.3f} s): " + why,
+            now_s,
+            failed=tx.first_message(),
+        )
+
     # -- errors ---------------------------------------------------------------------------------
 
     def _fatal(
@@ -652,15 +713,19 @@ class QueuePair(Outbox):
             return
         self._transition(QpInput.FATAL)
         self._events.append(QpErrorEvent(self.qpn, status, reason, now_s))
-        seen = set()
         msgs = self.tx.messages()
         self.tx.reset()
+        # The write that failed completes first, with the real status: a verbs user takes
+        # the first error completion of a QP for the cause (an earlier write still being
+        # repaired is flushed after it, not before)
+        if failed is not None:
+            self._events.append(WriteCompleted(failed.wr_id, status, failed.length, now_s))
+        seen = {id(failed)}
         for m in msgs:
             if id(m) in seen:
                 continue
             seen.add(id(m))
-            s = status if m is failed else WcStatus.FLUSHED
-            self._events.append(WriteCompleted(m.wr_id, s, m.length, now_s))
+            self._events.append(WriteCompleted(m.wr_id, WcStatus.FLUSHED, m.length, now_s))
 
     def _nack_fatal(self, reason: int, psn: int, m: TxMessage, now_s: float) -> None:
         """A NACK that ends the QP: UNEXP_EVENT or REMOTE_ACCESS_ERROR about PSN ``psn`` of

@@ -38,6 +38,9 @@ from mrcnic.transport.frames import (
     PSN_MASK,
     RTX_BIT,
     RX_DATA,
+    RX_DATA_NO_TS,
+    TS_BIT,
+    TS_SIZE,
     U16,
     U32,
     crc32,
@@ -55,6 +58,21 @@ if TYPE_CHECKING:
 CE_RUN_EVS_MAX = 4096
 #: the first round of reverse-EV probes, this many RTOs after the first SACK of a burst
 REVERSE_PROBE_RTOS_FIRST = 4
+#: why a write was refused, by PlaceStatus value (the responder's error reason)
+REFUSAL_WORDS = {
+    int(PlaceStatus.BAD_RKEY): "no region has that R_Key",
+    int(PlaceStatus.NO_PERMISSION): "the region does not allow remote writes",
+    int(PlaceStatus.OUT_OF_BOUNDS): "the write does not fit the region",
+}
+
+
+def refusal_reason(psn: int, rkey: int, cause: int) -> str:
+    """The responder's QpErrorEvent reason for a refused write (both engines)."""
+    return (
+        f"refused the peer's write at PSN {psn} (R_Key {rkey:#x}): "
+        f"{REFUSAL_WORDS.get(cause, 'refused')}; "
+        "the QP stops placing data, as an RC responder does after a remote access error"
+    )
 
 
 class PyRecvEngine:
@@ -109,6 +127,7 @@ class PyRecvEngine:
         mv = memoryview(data)
         if (
             op not in IMM_OPS
+            and data[OFF_BTH + 4] & TS_BIT
             and (w0 >> 22) & 0x3F not in DSCPS_TRIMMED
             and end >= OFF_BTH + 44
             and crc32(mv[OFF_BTH : end - 4]) == U32.unpack_from(data, end - 4)[0]
@@ -124,7 +143,8 @@ class PyRecvEngine:
                 and d < rxw.size
                 and (msn - self._rx_msn) & MSN_MASK < MSN_WINDOW
                 and not (d and rxw.win.test(psn))
-                and qp.memory.place(rkey, va, mv[OFF_BTH + 40 : end - 4]) is PLACE_OK
+                and qp.memory.place(rkey, va, mv[OFF_BTH + 40 : end - 4], op, length, qp.mtu)
+                is PLACE_OK
             ):
                 self._rx_new_data(data, end, w0, w1, w2, psn, msn, ts_ns, length, now_s)
                 if evs.events:
@@ -199,7 +219,8 @@ class PyRecvEngine:
         dscp = (w0 >> 22) & 0x3F
         trimmed = dscp in (DSCP_TRIMMED, DSCP_TRIMMED_LH)
         imm = op in (OP_LAST_IMM, OP_ONLY_IMM)
-        hdr_end = OFF_BTH + 44 if imm else OFF_BTH + 40
+        has_ts = data[OFF_BTH + 4] & TS_BIT  # the timestamp extension is optional (T flag)
+        hdr_end = (OFF_BTH + 44 if imm else OFF_BTH + 40) - (0 if has_ts else TS_SIZE)
         if end < hdr_end + (0 if trimmed else 4):
             st.rx_malformed += 1
             return
@@ -207,7 +228,11 @@ class PyRecvEngine:
         if not trimmed and crc32(mv[OFF_BTH : end - 4]) != U32.unpack_from(data, end - 4)[0]:
             st.rx_malformed += 1
             return
-        w1, w2, msn, rqmsn, ts_ns, va, rkey, length = RX_DATA.unpack_from(data, OFF_BTH + 4)
+        if has_ts:
+            w1, w2, msn, rqmsn, ts_ns, va, rkey, length = RX_DATA.unpack_from(data, OFF_BTH + 4)
+        else:
+            w1, w2, msn, rqmsn, va, rkey, length = RX_DATA_NO_TS.unpack_from(data, OFF_BTH + 4)
+            ts_ns = 0  # none to reflect
         if w1 & 0xFFFFFF != self.qp.qpn:
             st.rx_malformed += 1
             return
@@ -245,7 +270,8 @@ class PyRecvEngine:
             st.rx_msn_out_of_range += 1  # no requester has that many messages under way
             return
         payload = mv[hdr_end : end - 4]
-        refused = self.qp.memory.place(rkey, va, payload)
+        # (the whole message must fit: memory.message_fits)
+        refused = self.qp.memory.place(rkey, va, payload, op, length, self.qp.mtu)
         if refused is not PLACE_OK:
             st.rx_refused += 1
             if refused is PlaceStatus.BAD_RKEY:
@@ -255,6 +281,11 @@ class PyRecvEngine:
             else:
                 st.rx_out_of_bounds += 1
             self.qp._send_nack(int(wire.NackReason.REMOTE_ACCESS_ERROR), psn, ev, ts_ns, -1)
+            # as an RC responder: a refused write ends the QP, so nothing of this write or
+            # of any later one lands (packets already on the wire included)
+            self.qp._fatal(
+                WcStatus.REMOTE_ACCESS_ERROR, refusal_reason(psn, rkey, int(refused)), now_s
+            )
             return
         mark = rxw.receive(psn)
         assert mark == MARK_NEW
@@ -265,7 +296,7 @@ class PyRecvEngine:
         if imm:
             if self._rx_imm_check(rqmsn, psn, ev, ts_ns, now_s):
                 return
-            self._rx_imm[msn] = (rqmsn, IMM.unpack_from(data, OFF_BTH + 40)[0])
+            self._rx_imm[msn] = (rqmsn, IMM.unpack_from(data, hdr_end - 4)[0])
         self._rx_placed(psn, msn, length, plen, ev, ts_ns, ce, w1, w2, now_s)
 
     def _rx_placed(

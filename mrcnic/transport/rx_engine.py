@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from mrcnic.transport.frames import DSCP_CTRL_ECT0, MSN_WINDOW
 from mrcnic.transport.memory import Access, MemoryTable
 from mrcnic.transport.qp_types import ImmReceived, QpState, WcStatus
-from mrcnic.transport.responder import REVERSE_PROBE_RTOS_FIRST
+from mrcnic.transport.responder import REVERSE_PROBE_RTOS_FIRST, refusal_reason
 
 if TYPE_CHECKING:
     from mrcnic.transport.engine import RecvHost
@@ -291,6 +291,7 @@ class CRxEngine:
         q.reverse_per_plane = evs.config.reverse_per_plane
         q.ack_every = qp.config.ack_every
         q.max_wimm_inflight = qp.config.max_wimm_inflight
+        q.mtu = qp.mtu
         q.ack_delay_s = qp._ack_delay
         srcs = sorted(qp._peer_srcs)
         q.n_srcs = len(srcs)
@@ -408,6 +409,8 @@ class CRxEngine:
                         f"max_wimm_inflight is {qp.config.max_wimm_inflight}",
                         e.t_s,
                     )
+                elif e.kind == lib.MRC_RXE_EV_REFUSED:
+                    qp._fatal(WcStatus.REMOTE_ACCESS_ERROR, refusal_reason(e.a, e.b, e.c), e.t_s)
             q.n_events = 0
         if q.sacked:
             q.sacked = 0

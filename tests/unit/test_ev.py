@@ -203,13 +203,20 @@ def test_unanswered_probes_back_off():
     assert t.probe_due[slot] == pytest.approx(3.0)
 
 
-def test_probe_answered_with_ecn_goes_to_skip():
-    t = table()
+@pytest.mark.parametrize("marks", [(True, True), (False, True), (True, False)])
+def test_a_ce_marked_probe_answer_counts_like_a_clean_one(marks):
+    """Issue 25: a CE-marked answer restored an EV after one answer where a clean one needs
+    two. Now every answer counts once; the answer that completes the count decides SKIP
+    (marked) or GOOD (clean), as the table says."""
+    t = table(probe_successes=2)
     slot = t.active[0]
     t.apply(slot, EvInput.TIMEOUT, 0.0)
-    t.due_probes(0.0, 1e-3, 7)
-    t.on_probe_answer(slot, 7, ecn=True, now_s=1e-4)
-    assert t.state[slot] is S
+    t.due_probes(0.0, 0.0, 7)
+    t.on_probe_answer(slot, 7, ecn=marks[0], now_s=1e-4)
+    assert t.state[slot] is B  # one answer of two, marked or not
+    t.due_probes(2e-4, 0.0, 8)
+    t.on_probe_answer(slot, 8, ecn=marks[1], now_s=3e-4)
+    assert t.state[slot] is (S if marks[1] else G)
 
 
 def test_port_down_takes_the_plane_out_at_once_and_back_needs_probes():

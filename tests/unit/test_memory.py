@@ -137,3 +137,34 @@ def test_fast_path_takes_any_buffer_format_and_huge_addresses():
     assert mt.place(mr.rkey, mr.base_va + 12, words) is PlaceStatus.OUT_OF_BOUNDS
     assert mt.place(mr.rkey, (1 << 64) - 1, b"x") is PlaceStatus.OUT_OF_BOUNDS
     assert bytes(buf[:8]) == bytes(8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    region=st.integers(1, 5000),
+    mtu=st.sampled_from([16, 64, 256]),
+    start=st.integers(-3000, 8000),
+    length=st.integers(0, 6000),
+)
+def test_a_packet_refuses_its_message_only_when_the_message_does_not_fit(
+    region, mtu, start, length
+):
+    """What a packet says of its whole message (issue 25): a message that fits its region
+    is never refused by any of its packets; one that does not is refused by its first, last
+    and only packet, and by every packet when it is longer than the region."""
+    from mrcnic.transport.frames import OP_FIRST, OP_LAST, OP_MIDDLE, OP_ONLY
+    from mrcnic.transport.memory import message_fits
+
+    base = 10_000
+    end = base + region
+    s = base + start
+    fits = base <= s and s + length <= end
+    n = max(1, -(-length // mtu))
+    for k in range(n):
+        plen = min(mtu, length - k * mtu)
+        op = OP_ONLY if n == 1 else OP_FIRST if k == 0 else OP_LAST if k == n - 1 else OP_MIDDLE
+        said = message_fits(op, s + k * mtu, plen, length, mtu, base, end)
+        if fits:
+            assert said, (op, k)
+        elif op != OP_MIDDLE or length > region:
+            assert not said, (op, k)

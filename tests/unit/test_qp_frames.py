@@ -157,6 +157,8 @@ def test_nack_and_probe_frames_match_wire():
         assert f.mrc.bth.opcode == wire.Opcode.NACK
         assert f.mrc.nack.reason == wire.NackReason.REMOTE_ACCESS_ERROR
         assert _rebuilt(raw, 0) == raw
+    assert b.state.name == "ERROR"  # a responder that refused a write takes no more frames
+    a, b = pair()
     slot = a.evs.active[0]
     a.evs.apply(slot, EvInput.TIMEOUT, 0.0)  # a dead path: probes follow
     a.handle_timer(1e-3)  # the ASSUMED_BAD EV is probed at once

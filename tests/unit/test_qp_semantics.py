@@ -13,6 +13,7 @@ from conftest import DELAY, MRC_BASE
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mrcnic import wire
 from mrcnic.transport.ev import EvInput, EvState, EvStateChanged
 from mrcnic.transport.qp_types import (
     ImmReceived,
@@ -486,3 +487,99 @@ def test_an_unacknowledged_port_status_is_given_up_after_the_retry_limit(qp_pair
     st = w.qa.stats
     assert st.port_status_unacked == 1 and w.qa._ps_pending is None
     assert st.port_status_sent == w.qa.config.retry_limit + 1
+
+
+# -- issue 25: completion semantics ---------------------------------------------------------
+
+
+def test_the_first_error_completion_carries_the_real_status(qp_pair):
+    """Issue 25: a later write is refused while an earlier one is still being repaired (its
+    first packet is lost). The first error completion is the refused write's
+    REMOTE_ACCESS_ERROR (the earlier write was reported FLUSHED before it), and the responder
+    places nothing after its refusal (it stayed READY and took the repair)."""
+    held: list[bytes] = []
+
+    def chaos(t, h, port, f):
+        if h == 0 and _is_data(f) and (not held or _psn(f) == _psn(held[0])):
+            held.append(f)  # write 1's first packet, and every retransmission of it
+            return []
+        return [(DELAY, f)]
+
+    w = qp_pair(chaos=chaos)
+    outer, mr = w.region(70_000)
+    w.qa.post_write(1, bytes([1]) * 65_536, mr.base_va, mr.rkey)
+    w.qa.post_write(2, bytes([2]) * 100, mr.base_va, mr.rkey ^ 1)
+    w.run(1.0)
+    comps = [(e.wr_id, e.status) for e in w.of(0, WriteCompleted)]
+    assert comps == [(2, WcStatus.REMOTE_ACCESS_ERROR), (1, WcStatus.FLUSHED)]
+    assert [e.status for e in w.of(0, QpErrorEvent)] == [WcStatus.REMOTE_ACCESS_ERROR]
+    assert [e.status for e in w.of(1, QpErrorEvent)] == [WcStatus.REMOTE_ACCESS_ERROR]
+    assert w.qb.state.name == "ERROR"
+    before = bytes(outer)
+    closed = w.qb.stats.rx_closed
+    w.qb.receive_frame(held[0], w.now)  # the repair arrives after all: not placed
+    assert bytes(outer) == before and w.qb.stats.rx_closed == closed + 1
+
+
+def test_a_qp_that_makes_no_progress_fails_whatever_frames_keep_arriving(qp_pair):
+    """Issue 25: every transmission of one packet is lost, and each is answered by a trim
+    NACK that echoes its timestamp (what a host that sniffs the writer and spoofs the
+    responder's address can send on a fabric without a source guard). Trims prove a path
+    alive, so no retransmission ever times out and the retry limit never counts: the QP
+    retransmitted forever with no progress and no error. Now it fails with RETRY_EXCEEDED
+    once nothing was acknowledged for its retry budget."""
+    from mrcnic.transport.frames import NACK, OP_NACK
+
+    stuck: dict[str, int] = {}
+
+    def chaos(t, h, port, f):
+        if h == 0 and _is_data(f):
+            psn = _psn(f)
+            if stuck.setdefault("psn", psn) == psn:
+                ts = int.from_bytes(f[layout.OFF_BTH + 16 : layout.OFF_BTH + 24], "big")
+                ev = wire.udp_flow_to_ev(
+                    int.from_bytes(f[54:56], "big"), int.from_bytes(f[15:18], "big") & 0xFFFF
+                )
+                body = NACK.pack(int(wire.NackReason.TRIMMED) << 24 | psn, ev, 0, ts)
+                _plane, nack = w.qb._ctrl_frame(OP_NACK, psn, body, w.qb.evs.reverse[0])
+                w.net.at(t + 2 * DELAY, lambda: w._deliver(0, nack, w.net.now))
+                return []
+        return [(DELAY, f)]
+
+    cfg = replace(MRC_BASE, max_rto_s=0.02)  # a budget of (7 + 2) x 20 ms
+    w = qp_pair(chaos=chaos, cfg_a=cfg)
+    outer, mr = w.region(4096)
+    w.qa.post_write(1, bytes(2048), mr.base_va, mr.rkey)
+    w.run(0.5)
+    assert w.qa.stats.retransmissions > 100 and w.qa.stats.timeouts == 0  # all repairs
+    (err,) = w.of(0, QpErrorEvent)
+    assert err.status is WcStatus.RETRY_EXCEEDED and "no progress" in err.reason
+    assert err.time_s == pytest.approx(9 * 0.02, rel=0.05)
+    assert [(e.wr_id, e.status) for e in w.of(0, WriteCompleted)] == [(1, WcStatus.RETRY_EXCEEDED)]
+
+
+def test_port_status_flapping_does_not_keep_a_dead_qp_alive(qp_pair):
+    """Issue 25: the peer acknowledges nothing any more, and updates under its address say
+    "every port down", then "all up", every 4 ms (the forge bench sends such updates each
+    round). Each "down" repairs what is in flight at once and each "up" ends the no-path
+    stall, so neither the retry limit nor the stall rule ever completed its count: the QP
+    retransmitted with no progress and no error. The no-progress rule ends it."""
+    from mrcnic.transport.frames import ENDPOINT, OP_EP_REQ
+
+    def chaos(t, h, port, f):
+        return [] if h == 0 and _is_data(f) else [(DELAY, f)]
+
+    w = qp_pair(chaos=chaos, cfg_a=replace(MRC_BASE, max_rto_s=0.02))
+    outer, mr = w.region(1 << 16)
+    w.qa.post_write(1, bytes(60_000), mr.base_va, mr.rkey)
+    t, seq = 0.0, 100
+    while t < 1.0 and w.qa.state.name == "READY":
+        t += 0.004
+        w.run(t)
+        seq += 1
+        body = ENDPOINT.pack(int(wire.EndpointKind.PORT_STATUS), seq, 0, 0b11 * (seq % 2), 1)
+        w._deliver(0, w.qb._ctrl_frame(OP_EP_REQ, 0, body, w.qb.evs.reverse[0])[1], t)
+    (err,) = w.of(0, QpErrorEvent)
+    assert err.status is WcStatus.RETRY_EXCEEDED and "no progress" in err.reason
+    assert err.time_s <= 9 * 0.02 + 0.004
+    assert [(e.wr_id, e.status) for e in w.of(0, WriteCompleted)] == [(1, WcStatus.RETRY_EXCEEDED)]

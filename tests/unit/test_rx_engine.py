@@ -4,13 +4,13 @@ frames in, the same control frames, events, counters and memory out."""
 from __future__ import annotations
 
 import random
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import pytest
 
 from mrcnic import wire
 from mrcnic.sim.fabric import host_net
-from mrcnic.transport.qp_types import QpAttributes, QpConfig
+from mrcnic.transport.qp_types import QpAttributes, QpConfig, QpErrorEvent
 from mrcnic.transport.rx_engine import c_module as _c_module
 from mrcnic.transport.rx_engine import engine_from_env
 from mrcnic.verbs import Device, RemoteBuffer
@@ -135,3 +135,159 @@ def test_engine_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
         engine_from_env()
     with pytest.raises(ValueError, match="not an engine"):
         Device(host_net(SHAPE, 0), 100e6, engine="fast")
+
+
+# -- issue 25: completion semantics, the same on both engines ------------------------------
+
+
+def _without_ts(frame: bytes) -> bytes:
+    """The same data frame without the timestamp extension (BTH T flag clear), as
+    ``wire.encode_mrc`` builds it: docs/wire.md makes the extension optional."""
+    f = wire.parse_frame(frame)
+    m = f.mrc
+    mrc = wire.encode_mrc(
+        wire.MrcPacket(
+            replace(m.bth, ts_present=False), meth=m.meth, reth=m.reth, imm=m.imm,
+            payload=bytes(m.payload),
+        )
+    )  # fmt: skip
+    out = bytearray(frame[: layout.OFF_BTH]) + mrc
+    n = len(out) - layout.OFF_UDP
+    out[layout.OFF_PAYLOAD_LENGTH : layout.OFF_PAYLOAD_LENGTH + 2] = n.to_bytes(2, "big")
+    out[layout.OFF_UDP_LENGTH : layout.OFF_UDP_LENGTH + 2] = n.to_bytes(2, "big")
+    return bytes(out)
+
+
+def _deliver(engine: str, writes, order=None, strip_ts=False, seed=3) -> dict:
+    """Post ``writes`` ((wr_id, offset, data, imm) into the responder's region, or a
+    RemoteBuffer instead of an offset) from the Python requester and hand every data frame
+    to a responder of ``engine``, in ``order`` (a function of the frame list)."""
+    a, b, qa, qb, mr = _pair(engine, seed)
+    rb = RemoteBuffer.of(mr)
+    for wr_id, where, data, imm in writes:
+        if not isinstance(where, RemoteBuffer):
+            where = RemoteBuffer(rb.va + where, rb.rkey, len(data))
+        qa.post_write(wr_id, data, where, imm=imm)
+    frames = [f for _p, f in a.frames_to_send(1.0)]
+    if strip_ts:
+        frames = [_without_ts(f) for f in frames]
+    if order is not None:
+        frames = order(frames)
+    t = 1.0
+    ctrl = []
+    for f in frames:
+        t += 1e-5
+        b.receive_frame(f, t)
+        ctrl.append([bytes(x) for _p, x in b.control_frames_to_send()])
+    events, recv = qb.poll_events(), qb.poll_recv()
+    return {
+        "ctrl": ctrl,
+        "events": [repr(e) for e in events] + [repr(e) for e in recv],
+        "imms": [(e.imm, e.byte_len) for e in recv],
+        "errors": [(e.status.name, e.reason) for e in events if isinstance(e, QpErrorEvent)],
+        "stats": asdict(qb.core.stats),
+        "memory": bytes(mr.buffer),
+        "state": qb.state.name,
+        "frames": frames,
+    }
+
+
+ENGINES = ["py", pytest.param("c", marks=needs_c)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_frames_without_the_timestamp_extension_are_placed(engine: str) -> None:
+    """Issue 25: both responders read RETH where it is when the T flag is clear (they took
+    the first 8 bytes of RETH for the timestamp and refused the frame as a bad R_Key)."""
+    data = bytes(range(256)) * 40  # 10240 bytes: FIRST, MIDDLE, LAST
+    writes = [(1, 0, data, None), (2, 20000, b"flag", 0xF1A6), (3, 30000, b"z" * 5000, 7)]
+    r = _deliver(engine, writes, strip_ts=True)
+    assert not any(f[layout.OFF_BTH + 4] & layout.BTH_FLAG_TS for f in r["frames"])
+    st = r["stats"]
+    assert st["rx_refused"] == 0 and st["rx_malformed"] == 0
+    assert st["rx_placed_packets"] == len(r["frames"])
+    mem = r["memory"]
+    assert mem[: len(data)] == data and mem[20000:20004] == b"flag"
+    assert mem[30000:35000] == b"z" * 5000
+    assert r["imms"] == [(0xF1A6, 4), (7, 5000)] and r["state"] == "READY"
+
+
+@needs_c
+@pytest.mark.parametrize("strip_ts", [False, True])
+def test_the_engines_agree_on_frames_with_and_without_a_timestamp(strip_ts: bool) -> None:
+    data = bytes(range(256)) * 40
+    writes = [(1, 0, data, None), (2, 20000, b"flag", 0xF1A6), (3, 30000, b"z" * 5000, 7)]
+    c, py = (_deliver(e, writes, strip_ts=strip_ts) for e in ("c", "py"))
+    for k in ("ctrl", "events", "stats", "memory", "state"):
+        assert c[k] == py[k], k
+
+
+def _long_write(rb: RemoteBuffer) -> RemoteBuffer:
+    return RemoteBuffer(rb.va, rb.rkey, 300_000)  # a record that lies: the region is 256 KiB
+
+
+ORDERS = {
+    "sent": None,
+    "reversed": lambda fs: fs[::-1],
+    "middles_first": lambda fs: fs[1:-1] + fs[:1] + fs[-1:],
+}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("case", ["longer_than_region", "overhangs_the_end"])
+def test_a_write_that_does_not_fit_its_region_changes_nothing(engine, order, case) -> None:
+    """Issue 25: a write whose range does not fit its region changes no byte, whichever of
+    its packets arrives first (each packet was checked for its own range only: the packets
+    inside the region landed before the first one outside was refused)."""
+    size = 1 << 18
+    if case == "longer_than_region":
+        n, off = 300_000, 0
+    else:
+        n, off = 20_000, size - 10_000  # its first two packets lie inside the region
+    a, b, qa, qb, mr = _pair(engine, 3)  # (only for the region's address and key)
+    rb = RemoteBuffer.of(mr)
+    where = RemoteBuffer(rb.va + off, rb.rkey, n)
+    r = _deliver(engine, [(1, where, bytes([7]) * n, None)], order=ORDERS[order])
+    assert r["memory"] == bytes(size)
+    st = r["stats"]
+    assert st["rx_placed_packets"] == 0 and st["rx_out_of_bounds"] == 1
+    assert r["state"] == "ERROR" and [s for s, _ in r["errors"]] == ["REMOTE_ACCESS_ERROR"]
+    assert st["rx_closed"] == len(r["frames"]) - 1  # nothing after the refusal is looked at
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_refused_write_ends_the_responder(engine) -> None:
+    """Issue 25: after refusing a write the responder places nothing more of the QP's data
+    (it stayed READY and placed the rest of an earlier write still being repaired)."""
+    a, b, qa, qb, mr = _pair(engine, 4)
+    rb = RemoteBuffer.of(mr)
+    bad = RemoteBuffer(rb.va, rb.rkey ^ 1, 100)
+    r = _deliver(
+        engine,
+        [(1, 0, b"\x11" * 10_000, None), (2, bad, b"\x22" * 100, None)],
+        order=lambda fs: fs[-1:] + fs[:-1],  # the refused write's packet comes first
+    )
+    assert r["memory"] == bytes(1 << 18)
+    assert r["stats"]["rx_bad_rkey"] == 1 and r["stats"]["rx_closed"] == 3
+    ((status, reason),) = r["errors"]
+    assert status == "REMOTE_ACCESS_ERROR" and f"{rb.rkey ^ 1:#x}" in reason
+    assert "no region has that R_Key" in reason
+    nacks = [wire.parse_frame(f).mrc.nack for fs in r["ctrl"] for f in fs]
+    assert [n.reason for n in nacks] == [wire.NackReason.REMOTE_ACCESS_ERROR]
+
+
+@needs_c
+@pytest.mark.parametrize("order", ORDERS)
+def test_the_engines_agree_on_refusals(order) -> None:
+    a, b, qa, qb, mr = _pair("py", 3)
+    rb = RemoteBuffer.of(mr)
+    writes = [
+        (1, 0, b"\x11" * 10_000, None),
+        (2, RemoteBuffer(rb.va + (1 << 18) - 10_000, rb.rkey, 20_000), b"\x22" * 20_000, 5),
+        (3, 50_000, b"\x33" * 9000, None),
+    ]
+    c, py = (_deliver(e, writes, order=ORDERS[order]) for e in ("c", "py"))
+    for k in ("ctrl", "events", "stats", "memory", "state", "errors"):
+        assert c[k] == py[k], k
+    assert c["state"] == "ERROR"

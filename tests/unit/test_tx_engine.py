@@ -328,3 +328,58 @@ def test_the_icrc_is_zlibs_crc32() -> None:
         b = bytes(rng.randrange(256) for _ in range(n))
         assert lib.mrc_crc32(0, b, n) == zlib.crc32(b)
         assert lib.mrc_crc32(zlib.crc32(b[:3]), b[3:], max(0, n - 3)) == zlib.crc32(b)
+
+
+@pytest.mark.parametrize("engine", ["py", pytest.param("c", marks=needs_c)])
+def test_a_qp_without_progress_fails_on_both_engines(engine: str) -> None:
+    """Issue 25's no-progress rule with each send engine: every transmission of one packet
+    is lost and answered by a trim NACK echoing its timestamp (repairs that never time
+    out); the QP fails with RETRY_EXCEEDED once nothing was acknowledged for its budget,
+    (retry_limit + 2) x max_rto_s, and its write completes with that status."""
+    from mrcnic.transport.frames import NACK, OP_NACK
+    from mrcnic.transport.qp_types import QpErrorEvent, WcStatus, WriteCompleted
+
+    a = Device(host_net(SHAPE, 0), 100e6, seed=1, engine=engine)
+    b = Device(host_net(SHAPE, 2), 100e6, seed=1, engine="py")
+    cfg = QpConfig(base_rtt_s=1e-3, seed=1, max_rto_s=0.02)
+    qa, qb = a.create_qp(cfg), b.create_qp(cfg)
+    qa.connect(QpAttributes.from_json(qb.export()))
+    qb.connect(QpAttributes.from_json(qa.export()))
+    assert (qa.core._txe is not None) == (engine == "c")
+    mr = b.register(bytearray(4096))
+    qa.post_write(1, bytes(3000), RemoteBuffer.of(mr))
+    t, stuck, to_a = 1.0, -1, []
+    events: list = []
+    while t < 1.5 and qa.core.state is QpState.READY:
+        for _p, f in a.frames_to_send(t):
+            f = bytes(f)
+            if f[layout.OFF_BTH] in layout.MRC_DATA_OPS:
+                psn = int.from_bytes(f[layout.OFF_BTH + 9 : layout.OFF_BTH + 12], "big")
+                stuck = psn if stuck < 0 else stuck
+                if psn == stuck:
+                    ts = int.from_bytes(f[layout.OFF_BTH + 16 : layout.OFF_BTH + 24], "big")
+                    ev = wire.udp_flow_to_ev(
+                        int.from_bytes(f[54:56], "big"), int.from_bytes(f[15:18], "big") & 0xFFFF
+                    )
+                    body = NACK.pack(int(wire.NackReason.TRIMMED) << 24 | psn, ev, 0, ts)
+                    rev = qb.core.evs.reverse[0]
+                    to_a.append((t + 2e-4, qb.core._ctrl_frame(OP_NACK, psn, body, rev)[1]))
+                    continue
+            b.receive_frame(f, t)
+        to_a += [(t + 2e-4, bytes(f)) for _p, f in b.frames_to_send(t)]
+        t += 1e-4
+        for arr, f in [x for x in to_a if x[0] <= t]:
+            a.receive_frame(f, arr)
+        to_a = [x for x in to_a if x[0] > t]
+        for dev in (a, b):
+            tm = dev.get_timer()
+            if tm is not None and tm <= t:
+                dev.handle_timer(t)
+        while (e := qa.core.next_event()) is not None:
+            events.append(e)
+    errors = [e for e in events if isinstance(e, QpErrorEvent)]
+    assert [e.status for e in errors] == [WcStatus.RETRY_EXCEEDED]
+    assert "no progress" in errors[0].reason and qa.core.stats.timeouts == 0
+    assert errors[0].time_s - 1.0 == pytest.approx(9 * 0.02, abs=2e-3)
+    comps = [(e.wr_id, e.status) for e in events if isinstance(e, WriteCompleted)]
+    assert comps == [(1, WcStatus.RETRY_EXCEEDED)]

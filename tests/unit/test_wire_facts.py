@@ -85,6 +85,8 @@ C_FACTS: dict[str, int] = {
     **{f"MRC_WIRE_DSCP_{m.name}": int(m) for m in Dscp},
     **{f"MRC_WIRE_ECN_{m.name}": int(m) for m in Ecn},
     "MRC_WIRE_OP_WRITE_FIRST": Opcode.WRITE_FIRST,
+    "MRC_WIRE_OP_WRITE_MIDDLE": Opcode.WRITE_MIDDLE,
+    "MRC_WIRE_OP_WRITE_LAST": Opcode.WRITE_LAST,
     "MRC_WIRE_OP_WRITE_LAST_IMM": Opcode.WRITE_LAST_IMM,
     "MRC_WIRE_OP_WRITE_ONLY_IMM": Opcode.WRITE_ONLY_IMM,
 }

@@ -225,6 +225,12 @@ class Forge:
         base = OFF_BTH
         f[base : base + 12] = rng.choice(self.captured)[base : base + 12]
         self._bth(f, op)
+        # the header bytes below are laid out with the timestamp extension: say it is there
+        # (the BTH may come from a control frame), but now and then leave a frame without it
+        if rng.random() < 0.9:
+            f[base + 4] |= layout.BTH_FLAG_TS
+        else:
+            f[base + 4] &= ~layout.BTH_FLAG_TS & 0xFF
         r = rng.random()
         if r < 0.4 and self.rkeys:  # a stolen key
             _U32.pack_into(f, base + 32, rng.choice(self.rkeys))

@@ -210,12 +210,17 @@ def run(frames: int, seed: int, pair_every: int = 20_000) -> dict[str, Any]:
     while sent < frames:
         if rss0 is None and sent >= frames // 10:
             rss0 = rss_bytes()  # after warm-up: the QPs, rings and caches exist
+        renew = False
         if sent >= next_pair_at or pair.failed():
+            # (a refused write ends a pair: the responder goes to ERROR, as in RC)
             next_pair_at = sent + pair_every
             pair.replace()
+            renew = True
         pair.keep_writing()
         net.run_until(lambda: False, max_s=500e-6)
         for h in (0, 1):
+            if renew and net.recent[h]:
+                forges[h].renew(net.recent[h])  # the new pair's frames: templates from now on
             for f in net.recent[h]:
                 forges[h].learn(f)  # a frame to h: a template
                 forges[1 - h].hint(f)  # a frame from 1 - h: a PSN it waits on
