@@ -27,7 +27,7 @@ import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from mrcnic.transport.qp_types import NetConfig, PortAddr
 from mrcnic.wire import layout, usid
@@ -128,6 +128,17 @@ class Link:
         return done + spec.prop_s, frame
 
 
+class EventQueue(Protocol):
+    """What a :class:`HostPort` schedules on: a fabric's clock and heap (:class:`Fabric`,
+    ``mrcnic.sim.clos.ClosFabric``)."""
+
+    now: float
+    _seq: int
+    _heap: list[HeapEntry]
+
+    def at(self, t: float, fn: Callable[[], None]) -> None: ...
+
+
 class HostPort:
     """A host's NIC port: the shell's pacing rule (``mrcnic.io.pacing.PortPacer``) in virtual time.
 
@@ -158,7 +169,7 @@ class HostPort:
         "_fabric",
     )
 
-    def __init__(self, name: str, rate_bps: float, fabric: Fabric) -> None:
+    def __init__(self, name: str, rate_bps: float, fabric: EventQueue) -> None:
         self.name = name
         self.bytes_per_s = rate_bps / 8.0
         self.up = True

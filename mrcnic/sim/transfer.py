@@ -26,6 +26,7 @@ from typing import cast
 from mrcnic import plugins
 from mrcnic.rocev2.dcqcn import REFERENCE_PORT_BPS
 from mrcnic.rocev2.qp import IB_TIMEOUT_UNIT_S, RoceConfig, RoceQueuePair
+from mrcnic.sim.clos import WORKLOADS, ClosSpec, run_permutation
 from mrcnic.sim.fabric import Fabric, FabricSpec, host_net
 from mrcnic.sim.pump import Pump
 from mrcnic.transport.ev import EvConfig, EvStateChanged
@@ -506,9 +507,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--paths-per-plane",
+        "--t1",
         type=int,
         default=d.paths_per_plane,
         help="T1 switches per plane (default 4)",
+    )
+    p.add_argument(
+        "--workload",
+        default="p2p",
+        choices=WORKLOADS,
+        help="p2p: h0 writes to h1 (default); permutation: every host of a whole Clos "
+        "(--t0 x --hosts-per-t0) writes --size to another, all at once",
+    )
+    p.add_argument(
+        "--t0", type=int, default=4, help="permutation: T0 switches per plane (default 4)"
+    )
+    p.add_argument(
+        "--hosts-per-t0", type=int, default=2, help="permutation: hosts under each T0 (default 2)"
     )
     p.add_argument(
         "--size",
@@ -718,6 +733,71 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
     )
 
 
+def clos_from_args(a: argparse.Namespace, cfg: SimConfig) -> ClosSpec:
+    """``--workload permutation``: the whole-Clos run the same flags describe."""
+    f = cfg.fabric
+    unsupported = [
+        flag
+        for flag, given in (
+            ("--fail/--heal", bool(cfg.faults)),
+            ("--path-loss", bool(f.path_loss)),
+            ("--qps", cfg.qps is not None),
+            ("--rocev2-ports", cfg.rocev2_ports != "rail"),
+            ("--rocev2-timeout", cfg.rocev2_timeout is not None),
+            ("--rocev2-option", bool(cfg.rocev2_options)),
+            ("--timeline", cfg.timeline_s is not None),
+        )
+        if given
+    ]
+    if unsupported:
+        raise ValueError(
+            f"{', '.join(unsupported)}: not supported by --workload permutation yet "
+            "(p2p only; docs/sim.md)"
+        )
+    ev = EvConfig(
+        ev_count=max(cfg.evs, f.planes), path_policy=cfg.path_policy, plane_share=cfg.plane_share
+    )
+    return ClosSpec(
+        planes=f.planes,
+        t0=a.t0,
+        t1=f.paths_per_plane,
+        hosts_per_t0=a.hosts_per_t0,
+        port_rate_bps=f.port_rate_bps,
+        path_rate_bps=f.path_rate_bps,
+        prop_s=f.prop_s,
+        queue_bytes=f.queue_bytes,
+        ecn_bytes=f.ecn_bytes,
+        trim=f.trim,
+        loss=f.loss,
+        size=cfg.size,
+        msg_size=cfg.msg_size,
+        mtu=cfg.mtu,
+        transport=cfg.transport,
+        qp=QpConfig(ev=ev, cc=cfg.cc),
+        max_time_s=cfg.max_time_s,
+        seed=cfg.seed,
+    )
+
+
+def clos_summary(r: dict) -> str:
+    fct = (
+        "n/a"
+        if r["fct_p50_s"] is None
+        else f"{r['fct_p50_s'] * 1e3:.2f} / {r['fct_p99_s'] * 1e3:.2f} ms"
+    )
+    return "\n".join(
+        [
+            f"permutation of {r['hosts']} hosts ({r['t0']} T0 x {r['hosts_per_t0']}, {r['t1']} T1, "
+            f"{r['planes']} planes), {r['transport']}",
+            f"utilisation    {r['utilisation']:.3f} of the hosts' capacity",
+            f"flow FCT       p50 / p99 {fct}; Jain {r['jain']:.3f}",
+            f"T0-T1 load     max/mean {r['link_imbalance']}",
+            f"verified       {r['verified']}; QP errors {r['qp_errors']}; "
+            f"retransmissions {r['retransmissions']}, timeouts {r['timeouts']}",
+        ]
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
@@ -725,6 +805,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = config_from_args(a)
     except ValueError as e:
         parser.error(str(e))
+    if a.workload == "permutation":
+        try:
+            r = run_permutation(clos_from_args(a, cfg))
+        except ValueError as e:
+            parser.error(str(e))
+        print(json.dumps(r) if a.json else clos_summary(r))
+        return 0 if r["verified"] and not r["qp_errors"] else 1
     try:
         result = run(cfg)
     except ValueError as e:

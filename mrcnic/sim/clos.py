@@ -1,0 +1,403 @@
+"""A whole two-tier multi-plane Clos in virtual time, every host a NIC: ``mrc-sim --workload
+permutation``.
+
+``mrc-sim``'s default run joins two hosts (:mod:`mrcnic.sim.transfer`) and its incast one
+receiver and its senders (:mod:`mrcnic.sim.incast`); this fabric holds ``t0 x hosts_per_t0``
+hosts under ``t0`` T0s and ``t1`` T1s, in each of ``planes`` planes, with the lab's address
+plan (``usid.ClosShape``) and real :class:`mrcnic.transport.qp.QueuePair` objects (or the
+RoCEv2 baseline's) on every host.  Per plane a data packet crosses
+
+1. the sender's NIC port (port rate, a queue that never drops: :class:`fabric.HostPort`),
+2. between two T0s: the T0 -> T1 uplink its SRv6 address names, then the T1 -> T0 downlink
+   (T0-T1 rate, queue, ECN, trimming, random loss on the uplink, half the propagation each);
+   under one T0: neither (the T0 turns it round),
+3. the last hop into the receiver's port (port rate, queue, trims to TRIMMED_LASTHOP).
+
+The first workload is a **permutation**: every host writes ``size`` bytes to one other host
+and receives from one (a seeded derangement), all at once.  MRC runs one QP per flow, sprayed
+over every plane; RoCEv2 one QP per flow and plane (a rail each), its T1 chosen by the ECMP
+hash of the QP's flow.  The result says how much of the fabric the flows used
+(``utilisation``), per flow goodput and completion time, Jain's fairness and how unevenly
+the T0-T1 links were loaded.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from mrcnic.rocev2.qp import RoceConfig, RoceQueuePair
+from mrcnic.sim.fabric import HeapEntry, HostPort, Link, LinkSpec, host_net
+from mrcnic.sim.pump import Pump
+from mrcnic.transport.ev import EvConfig
+from mrcnic.transport.evprobe import EvProbeDesk
+from mrcnic.transport.memory import MemoryTable
+from mrcnic.transport.qp import QueuePair
+from mrcnic.transport.qp_types import (
+    QpConfig,
+    QpErrorEvent,
+    WcStatus,
+    WriteCompleted,
+    peek_dest_qp,
+    seeded,
+)
+from mrcnic.wire import usid
+from mrcnic.wire.layout import EV_PROBE_QPN, OFF_DST
+
+WORKLOADS = ("p2p", "permutation")
+_QPN_WRITER, _QPN_READER = 0x100000, 0x200000  # + flow * 16 (+ rail): 24-bit QP numbers
+_PKT_OVERHEAD = 110  # wire bytes of a data packet besides its payload
+_CTRL_BYTES = 120
+
+
+@dataclass(frozen=True, slots=True)
+class ClosSpec:
+    """The fabric and the run (rates in bit/s, times in seconds, sizes in bytes)."""
+
+    planes: int = 8
+    t0: int = 4
+    t1: int = 4
+    hosts_per_t0: int = 2
+    port_rate_bps: float = 100e6
+    path_rate_bps: float | None = None  # each T0-T1 link (default: the port rate)
+    prop_s: float = 20e-6  # one way, T0 -> T1 -> T0 (half on each link)
+    queue_bytes: int = 64 * 1024
+    ecn_bytes: int | None = 16 * 1024
+    trim: bool = True
+    loss: float = 0.0  # random loss per packet on each uplink
+    size: int = 4 << 20  # bytes per flow
+    msg_size: int = 1 << 20
+    mtu: int = 4096
+    transport: str = "mrc"  # mrc | rocev2
+    qp: QpConfig = field(default_factory=QpConfig)  # MRC QPs' policy (EVs, CC, ...)
+    max_time_s: float = 60.0
+    seed: int = 1
+
+    @property
+    def hosts(self) -> int:
+        return self.t0 * self.hosts_per_t0
+
+    @property
+    def shape(self) -> usid.ClosShape:
+        return usid.ClosShape(self.planes, self.t0, self.t1, self.hosts_per_t0)
+
+    @property
+    def path_rate(self) -> float:
+        return self.path_rate_bps if self.path_rate_bps is not None else self.port_rate_bps
+
+    @property
+    def host_capacity_bps(self) -> float:
+        """What one host can send in a permutation: per plane its port, or its T0's share of
+        the uplinks when they are oversubscribed."""
+        up = self.t1 * self.path_rate / self.hosts_per_t0
+        return self.planes * min(self.port_rate_bps, up)
+
+    @property
+    def base_rtt_s(self) -> float:
+        """Unloaded RTT of a full data packet and its ACK across a T1."""
+        data = (self.mtu + _PKT_OVERHEAD) * 8
+        per_bit = 2 / self.port_rate_bps + 2 / self.path_rate
+        return (data + _CTRL_BYTES * 8) * per_bit + 2 * self.prop_s
+
+    def check(self) -> None:
+        for name in ("planes", "t0", "t1", "hosts_per_t0", "size", "msg_size", "mtu"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, not {getattr(self, name)}")
+        if self.hosts < 2:
+            raise ValueError("a permutation needs at least 2 hosts (t0 x hosts_per_t0)")
+        if self.hosts * 16 > _QPN_READER - _QPN_WRITER:
+            raise ValueError(f"{self.hosts} hosts: at most {(_QPN_READER - _QPN_WRITER) // 16}")
+        if self.planes > 16:
+            raise ValueError(f"planes must be <= 16, not {self.planes}")
+        if self.transport not in ("mrc", "rocev2"):
+            raise ValueError(f"unknown transport {self.transport!r} (mrc or rocev2)")
+        self.shape  # noqa: B018 - the address plan refuses a shape it cannot encode
+
+
+class ClosFabric:
+    """The links and the event queue of a :class:`ClosSpec` fabric (the Network that
+    :class:`mrcnic.sim.pump.Pump` drives).  ``send(host, port, frame, t)`` injects a frame;
+    arrivals call ``deliver(host, port, frame, t)``; :meth:`at` schedules callbacks."""
+
+    def __init__(self, spec: ClosSpec, deliver: Callable[[int, int, bytes, float], None]):
+        self.spec = spec
+        self.shape = spec.shape
+        self.deliver = deliver
+        self.rng = random.Random(spec.seed)
+        self.now = 0.0
+        self._heap: list[HeapEntry] = []
+        self._seq = 0
+        P, T0, T1, H = spec.planes, spec.t0, spec.t1, spec.hosts
+        half = spec.prop_s / 2
+        q, ecn, trim = spec.queue_bytes, spec.ecn_bytes, spec.trim
+        up = LinkSpec(spec.path_rate, half, q, ecn, trim, False, spec.loss)
+        down = LinkSpec(spec.path_rate, half, q, ecn, trim, False)
+        last = LinkSpec(spec.port_rate_bps, 0.0, q, None, trim, True)
+        self.nic = [[HostPort(f"h{h}-p{p}-nic", spec.port_rate_bps, self) for p in range(P)]
+                    for h in range(H)]  # fmt: skip
+        # [plane][t0][t1] up, [plane][t1][t0] down, [plane][host] the last hop into a host
+        self.up = [[[Link(f"p{p}-t0{a}-t1{b}", up) for b in range(T1)] for a in range(T0)]
+                   for p in range(P)]  # fmt: skip
+        self.down = [[[Link(f"p{p}-t1{b}-t0{a}", down) for a in range(T0)] for b in range(T1)]
+                     for p in range(P)]  # fmt: skip
+        self.last = [[Link(f"p{p}-h{h}-lasthop", last) for h in range(H)] for p in range(P)]
+        self._route: dict[bytes, tuple[Any, ...]] = {}
+        self.misrouted = 0
+
+    def at(self, t: float, fn: Callable[[], None]) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, fn, None, None))
+
+    def send(self, host: int, port: int, frame: bytes, t: float) -> None:
+        key = bytes(frame[OFF_DST : OFF_DST + 16])
+        route = self._route.get(key)
+        if route is None:
+            try:
+                info = usid.decode_path(self.shape, key)
+            except usid.UsidError:
+                self.misrouted += 1
+                return
+            hpt = self.spec.hosts_per_t0
+            if info.plane != port or info.src_t0 != host // hpt:
+                self.misrouted += 1
+                return
+            p, dst = info.plane, info.dst_host
+            if info.t1 is None:  # under one T0
+                route = ((self.last[p][dst],), dst)
+            else:
+                route = (
+                    (self.up[p][info.src_t0][info.t1], self.down[p][info.t1][info.dst_t0],
+                     self.last[p][dst]),
+                    dst,
+                )  # fmt: skip
+            self._route[key] = route
+        stages, dst = route
+        self.nic[host][port].enqueue(t, frame, stages, dst, port)
+
+    def run(self, until: float, stop: Callable[[], bool]) -> None:
+        heap = self._heap
+        rng = self.rng
+        while heap and heap[0][0] <= until:
+            t, _, a, b, c = heapq.heappop(heap)
+            self.now = t
+            if b is None:
+                a()
+            else:
+                stages, i, (dst, port, frame) = a, b, c
+                if i == len(stages):
+                    self.deliver(dst, port, frame, t)
+                else:
+                    r = stages[i].transmit(t, frame, rng)
+                    if r is not None:
+                        self._seq += 1
+                        heapq.heappush(heap, (r[0], self._seq, stages, i + 1, (dst, port, r[1])))
+                    continue
+            if stop():
+                return
+
+    def fabric_links(self) -> list[Link]:
+        """Every T0-T1 link, both directions."""
+        out: list[Link] = []
+        for p in range(self.spec.planes):
+            for row in self.up[p]:
+                out += row
+            for row in self.down[p]:
+                out += row
+        return out
+
+    def links(self) -> list[Any]:
+        out: list[Any] = [port for ports in self.nic for port in ports]
+        out += self.fabric_links()
+        for row in self.last:
+            out += row
+        return out
+
+
+def derangement(n: int, rng: random.Random) -> list[int]:
+    """A permutation of ``range(n)`` with no fixed point (no host writes to itself)."""
+    while True:
+        perm = list(range(n))
+        rng.shuffle(perm)
+        if all(i != d for i, d in enumerate(perm)):
+            return perm
+
+
+class Permutation:
+    """Every host writes ``size`` bytes to ``perm[host]`` at once (:class:`ClosSpec`)."""
+
+    def __init__(self, spec: ClosSpec) -> None:
+        spec.check()
+        self.spec = spec
+        self.fabric = ClosFabric(spec, self._deliver)
+        shape = spec.shape
+        H = spec.hosts
+        rng = random.Random(spec.seed)
+        self.perm = derangement(H, rng)
+        self.memories = [MemoryTable(spec.seed * 131 + h) for h in range(H)]
+        self.endpoints: list[dict[int, Any]] = [{} for _ in range(H)]
+        self.desks = [
+            EvProbeDesk(host_net(shape, h), eps.get) for h, eps in enumerate(self.endpoints)
+        ]
+        self.pump = Pump(self.fabric, self._on_event)
+        nets = [host_net(shape, h) for h in range(H)]
+        line = spec.planes * spec.port_rate_bps
+        self.senders: list[list[Any]] = []  # per flow: its QPs on the writing host
+        self.src: list[bytes] = []
+        self.dst: list[bytearray] = []
+        self.messages = [0] * H
+        self.completed: list[dict[int, WcStatus]] = [{} for _ in range(H)]
+        self.fct_s: list[float | None] = [None] * H
+        self.qp_errors: list[str] = []
+        for f in range(H):
+            a, b = f, self.perm[f]
+            # QP numbers: writers' and readers' in two ranges, so a host's own flow and the
+            # one it receives never share one; 16 per flow (a RoCEv2 QP per rail)
+            pairs: list[tuple[int, int, QpConfig | None, int | None]]
+            if spec.transport == "mrc":
+                base = replace_qp(spec, spec.qp, seed=spec.seed * 1000 + f)
+                pairs = [(_QPN_WRITER + f * 16, _QPN_READER + f * 16, base, None)]
+            else:  # one QP per rail, its T1 by the ECMP hash of its flow
+                pairs = [(_QPN_WRITER + f * 16 + p, _QPN_READER + f * 16 + p, None, p)
+                         for p in range(spec.planes)]  # fmt: skip
+            flow_qps = []
+            for qa, qb, cfg, port in pairs:
+                ea: Any
+                eb: Any
+                if cfg is not None:
+                    ea = QueuePair(qa, nets[a], self.memories[a], line, seeded(cfg, qa))
+                    eb = QueuePair(qb, nets[b], self.memories[b], line, seeded(cfg, qb))
+                else:
+                    rc = RoceConfig(mtu_bytes=spec.mtu, base_rtt_s=spec.base_rtt_s, port=port,
+                                    ecmp_seed=spec.seed, seed=spec.seed + f)  # fmt: skip
+                    rate = spec.port_rate_bps
+                    ea = RoceQueuePair(qa, nets[a], self.memories[a], rate, seeded(rc, qa))
+                    eb = RoceQueuePair(qb, nets[b], self.memories[b], rate, seeded(rc, qb))
+                ea.connect(eb.local_attributes())
+                eb.connect(ea.local_attributes())
+                self.endpoints[a][qa] = ea
+                self.endpoints[b][qb] = eb
+                flow_qps.append(ea)
+            self.senders.append(flow_qps)
+            src = rng.randbytes(spec.size)
+            dst = bytearray(spec.size)
+            mr = self.memories[b].register(dst)
+            self.src.append(src)
+            self.dst.append(dst)
+            view = memoryview(src)
+            for k, off in enumerate(range(0, spec.size, spec.msg_size)):
+                n = min(spec.msg_size, spec.size - off)
+                qp = flow_qps[k % len(flow_qps)]
+                qp.post_write(k, view[off : off + n], mr.base_va + off, mr.rkey)
+                self.messages[f] += 1
+        self._done = False
+
+    def _deliver(self, host: int, port: int, frame: bytes, t: float) -> None:
+        qpn = peek_dest_qp(frame)
+        ep = self.endpoints[host].get(qpn) if qpn is not None else None
+        if ep is None:
+            if qpn == EV_PROBE_QPN:  # the host's QP 0x2: EV probes and their answers
+                self.pump.receive(host, self.desks[host], frame, t)
+            return
+        self.pump.receive(host, ep, frame, t)
+
+    def _on_event(self, host: int, e: object, t: float) -> None:
+        if isinstance(e, WriteCompleted):
+            f = host  # host f writes flow f, and only it (wr_ids are unique per flow)
+            self.completed[f][e.wr_id] = e.status
+            if len(self.completed[f]) == self.messages[f]:
+                self.fct_s[f] = t
+                self._done = all(c is not None for c in self.fct_s)
+        elif isinstance(e, QpErrorEvent):
+            self.qp_errors.append(f"host {host} QP {e.qpn:#x}: {e.status.value}: {e.reason}")
+            self._done = True
+
+    def run(self) -> dict[str, Any]:
+        t0, c0 = time.perf_counter(), time.process_time()
+        for h, eps in enumerate(self.endpoints):
+            for ep in eps.values():
+                self.pump.pump(h, ep, 0.0)
+        self.fabric.run(self.spec.max_time_s, lambda: self._done)
+        return self.result(time.perf_counter() - t0, time.process_time() - c0)
+
+    def result(self, wall_s: float, cpu_s: float) -> dict[str, Any]:
+        spec = self.spec
+        H = spec.hosts
+        ok = [
+            c is not None and all(st is WcStatus.SUCCESS for st in done.values())
+            for c, done in zip(self.fct_s, self.completed, strict=True)
+        ]
+        rates = [
+            spec.size * 8 / c if good and c else 0.0 for c, good in zip(self.fct_s, ok, strict=True)
+        ]
+        end = max((c for c in self.fct_s if c is not None), default=None)
+        total_bits = spec.size * 8 * H
+        agg = total_bits / end if end and all(ok) else 0.0
+        jain = sum(rates) ** 2 / (H * sum(r * r for r in rates)) if any(rates) else 0.0
+        loads = [link.tx_packets for link in self.fabric.fabric_links()]
+        used = [n for n in loads if n]
+        fcts = sorted(c for c in self.fct_s if c is not None)
+        qps = [qp for flow in self.senders for qp in flow]
+        packets = sum(qp.stats.tx_data_packets for qp in qps)
+        return {
+            "workload": "permutation",
+            "transport": spec.transport,
+            "hosts": H,
+            "planes": spec.planes,
+            "t0": spec.t0,
+            "t1": spec.t1,
+            "hosts_per_t0": spec.hosts_per_t0,
+            "utilisation": round(agg / (H * spec.host_capacity_bps), 4),
+            "goodput_fraction": round(agg / (H * spec.host_capacity_bps), 4),
+            "completion_s": round(end, 6) if end is not None and all(ok) else None,
+            "flows": [
+                {
+                    "src": f,
+                    "dst": self.perm[f],
+                    "goodput_bps": round(rates[f]),
+                    "fct_s": None if (c := self.fct_s[f]) is None else round(c, 6),
+                }
+                for f in range(H)
+            ],  # fmt: skip
+            "jain": round(jain, 4),
+            "link_imbalance": round(max(loads) / statistics.mean(used), 4) if used else None,
+            "fct_p50_s": round(_quantile(fcts, 0.5), 6) if fcts else None,
+            "fct_p99_s": round(_quantile(fcts, 0.99), 6) if fcts else None,
+            "verified": all(bytes(d) == s for d, s in zip(self.dst, self.src, strict=True)),
+            "qp_errors": len(self.qp_errors),
+            "qp_error_reasons": self.qp_errors,
+            "retransmissions": sum(qp.stats.retransmissions for qp in qps),
+            "timeouts": sum(qp.stats.timeouts for qp in qps),
+            "data_packets": packets,
+            "trims": sum(link.trims for link in self.fabric.links()),
+            "ecn_marks": sum(link.marks for link in self.fabric.links()),
+            "drops": sum(link.drops for link in self.fabric.links()),
+            "misrouted": self.fabric.misrouted,
+            "host_capacity_bps": spec.host_capacity_bps,
+            "bytes_per_flow": spec.size,
+            "base_rtt_s": spec.base_rtt_s,
+            "seed": spec.seed,
+            "wall_s": round(wall_s, 3),
+            "cpu_s": round(cpu_s, 3),
+            "sim_pps": round(packets / cpu_s) if cpu_s > 0 else None,
+        }
+
+
+def _quantile(sorted_xs: list[float], q: float) -> float:
+    """The nearest-rank quantile (the flow whose completion time ``q`` of flows reach)."""
+    k = max(0, min(len(sorted_xs) - 1, int(q * len(sorted_xs) + 0.999999) - 1))
+    return sorted_xs[k]
+
+
+def replace_qp(spec: ClosSpec, cfg: QpConfig, seed: int) -> QpConfig:
+    """An MRC flow's QP config: the run's policy, its MTU and base RTT, its own seed."""
+    ev = cfg.ev if cfg.ev.ev_count >= spec.planes else EvConfig(ev_count=spec.planes)
+    return replace(cfg, mtu_bytes=spec.mtu, base_rtt_s=spec.base_rtt_s, seed=seed, ev=ev)
+
+
+def run_permutation(spec: ClosSpec) -> dict[str, Any]:
+    return Permutation(spec).run()
