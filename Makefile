@@ -15,7 +15,7 @@ DEMO_ARGS ?=
 demo: setup
 	$(PY) -m lab.demo $(DEMO_ARGS)
 
-.PHONY: reproduce fuzz soak soak-short demo bench setup test test-fast test-unit test-timing test-lab lint bench-core bench-transport bench-nscc bench-switch bench-nic lab-up lab-down lab-status clean help
+.PHONY: reproduce fuzz soak soak-short demo bench setup test test-fast test-unit test-timing test-lab lint bench-core bench-transport bench-nscc bench-switch bench-nic bench-sim lab-up lab-down lab-status clean help
 
 help:
 	@echo "make demo        the main job: lab up, MRC write through a T1 reboot and a link flap, vs RoCEv2 (root)"
@@ -30,6 +30,7 @@ help:
 	@echo "make bench-switch     mrc-switch vs kernel seg6local forwarding -> results/bench-switch.json"
 	@echo "make bench-lab-cpu    machine CPU per delivered frame, python vs kernel switches -> results/bench-lab-cpu.json (root)"
 	@echo "make bench-nic        NIC frames per CPU-second, C and Python engines and the RoCEv2 QP vs raw AF_PACKET -> results/bench-nic.json (root)"
+	@echo "make bench-sim        mrc-sim's speed over a whole fabric: permutations of 16, 128, 1,024 hosts -> results/bench-sim.json"
 	@echo "make fuzz        1e6 hostile frames per target into NICs (both engines) and a switch -> results/fuzz.json (root)"
 	@echo "make soak        30 min per transport of all-reduce under random faults -> results/soak.json (root); soak-short: 2 min"
 	@echo "make reproduce   every published MRC claim as an experiment, MRC vs RoCEv2 -> results/REPORT.md (root, < 1 h)"
@@ -91,6 +92,10 @@ bench-switch: setup
 # Two namespaces, one veth: the NIC's engines against a minimal C sender and receiver (root, ~1 min)
 bench-nic: setup
 	$(PY) bench/bench_nic.py --out results/bench-nic.json
+
+# How fast mrc-sim simulates a whole fabric: permutations of 16, 128 and 1,024 hosts (~2 min)
+bench-sim: setup
+	$(PY) bench/bench_sim.py --out results/bench-sim.json
 
 # Hostile frames: 1,000,000 per target into NICs with live QPs (both engines, in process and
 # over a veth) and a running mrc-switch (root) -> results/fuzz.json (about 3.5 minutes);
