@@ -77,3 +77,15 @@ def test_mrc_sim_runs_a_permutation_and_refuses_what_it_cannot_do_there() -> Non
     r = subprocess.run([*cmd[:5], "--t0", "1", "--hosts-per-t0", "1"], capture_output=True,
                        text=True, cwd=ROOT)  # fmt: skip
     assert r.returncode == 2 and "at least 2 hosts" in r.stderr
+
+
+def test_bench_sim_writes_its_contract_keys(tmp_path: Path) -> None:
+    out = tmp_path / "bench-sim.json"
+    subprocess.run(
+        [sys.executable, "bench/bench_sim.py", "--hosts", "16", "--size", "64K", "--out",
+         str(out)],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    )  # fmt: skip
+    run = json.loads(out.read_text())["runs"]["16"]
+    assert run["hosts"] == 16 and run["verified"]
+    assert run["data_packets_per_wall_s"] > 0 and run["peak_rss_bytes"] > 1 << 20
