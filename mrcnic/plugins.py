@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mrcnic.transport.path_policy import PLANE_SHARES, path_policies
+from mrcnic.transport.path_policy import PLANE_SHARES, check_path_policy
 
 if TYPE_CHECKING:
     from mrcnic.transport.qp_types import QpConfig
@@ -92,11 +92,11 @@ class QpChoice:
         from mrcnic.transport import cc as cc_registry
 
         load_plugins(self.plugins)
-        if self.path_policy is not None and self.path_policy not in path_policies():
-            raise PluginError(
-                f"no path policy named {self.path_policy!r}; known: "
-                f"{', '.join(path_policies())} (load more with --plugin FILE.py)"
-            )
+        if self.path_policy is not None:
+            try:
+                check_path_policy(self.path_policy)
+            except ValueError as e:
+                raise PluginError(str(e)) from None
         if self.plane_share is not None and self.plane_share not in PLANE_SHARES:
             raise PluginError(
                 f"--plane-share is one of {', '.join(PLANE_SHARES)}, not {self.plane_share!r}"

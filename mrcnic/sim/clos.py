@@ -23,7 +23,6 @@ the T0-T1 links were loaded.
 
 from __future__ import annotations
 
-import heapq
 import random
 import statistics
 import time
@@ -32,7 +31,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mrcnic.rocev2.qp import RoceConfig, RoceQueuePair
-from mrcnic.sim.fabric import HeapEntry, HostPort, Link, LinkSpec, host_net
+from mrcnic.sim.fabric import (
+    CTRL_FRAME_BYTES,
+    DATA_OVERHEAD_BYTES,
+    EventLoop,
+    HostPort,
+    Link,
+    LinkSpec,
+    host_net,
+)
 from mrcnic.sim.pump import Pump
 from mrcnic.transport.ev import EvConfig
 from mrcnic.transport.evprobe import EvProbeDesk
@@ -51,8 +58,6 @@ from mrcnic.wire.layout import EV_PROBE_QPN, OFF_DST
 
 WORKLOADS = ("p2p", "permutation")
 _QPN_WRITER, _QPN_READER = 0x100000, 0x200000  # + flow * 16 (+ rail): 24-bit QP numbers
-_PKT_OVERHEAD = 110  # wire bytes of a data packet besides its payload
-_CTRL_BYTES = 120
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,9 +105,9 @@ class ClosSpec:
     @property
     def base_rtt_s(self) -> float:
         """Unloaded RTT of a full data packet and its ACK across a T1."""
-        data = (self.mtu + _PKT_OVERHEAD) * 8
+        data = (self.mtu + DATA_OVERHEAD_BYTES) * 8
         per_bit = 2 / self.port_rate_bps + 2 / self.path_rate
-        return (data + _CTRL_BYTES * 8) * per_bit + 2 * self.prop_s
+        return (data + CTRL_FRAME_BYTES * 8) * per_bit + 2 * self.prop_s
 
     def check(self) -> None:
         for name in ("planes", "t0", "t1", "hosts_per_t0", "size", "msg_size", "mtu"):
@@ -119,19 +124,15 @@ class ClosSpec:
         self.shape  # noqa: B018 - the address plan refuses a shape it cannot encode
 
 
-class ClosFabric:
+class ClosFabric(EventLoop):
     """The links and the event queue of a :class:`ClosSpec` fabric (the Network that
     :class:`mrcnic.sim.pump.Pump` drives).  ``send(host, port, frame, t)`` injects a frame;
     arrivals call ``deliver(host, port, frame, t)``; :meth:`at` schedules callbacks."""
 
     def __init__(self, spec: ClosSpec, deliver: Callable[[int, int, bytes, float], None]):
+        super().__init__(deliver, spec.seed)
         self.spec = spec
         self.shape = spec.shape
-        self.deliver = deliver
-        self.rng = random.Random(spec.seed)
-        self.now = 0.0
-        self._heap: list[HeapEntry] = []
-        self._seq = 0
         P, T0, T1, H = spec.planes, spec.t0, spec.t1, spec.hosts
         half = spec.prop_s / 2
         q, ecn, trim = spec.queue_bytes, spec.ecn_bytes, spec.trim
@@ -148,10 +149,6 @@ class ClosFabric:
         self.last = [[Link(f"p{p}-h{h}-lasthop", last) for h in range(H)] for p in range(P)]
         self._route: dict[bytes, tuple[Any, ...]] = {}
         self.misrouted = 0
-
-    def at(self, t: float, fn: Callable[[], None]) -> None:
-        self._seq += 1
-        heapq.heappush(self._heap, (t, self._seq, fn, None, None))
 
     def send(self, host: int, port: int, frame: bytes, t: float) -> None:
         key = bytes(frame[OFF_DST : OFF_DST + 16])
@@ -178,27 +175,6 @@ class ClosFabric:
             self._route[key] = route
         stages, dst = route
         self.nic[host][port].enqueue(t, frame, stages, dst, port)
-
-    def run(self, until: float, stop: Callable[[], bool]) -> None:
-        heap = self._heap
-        rng = self.rng
-        while heap and heap[0][0] <= until:
-            t, _, a, b, c = heapq.heappop(heap)
-            self.now = t
-            if b is None:
-                a()
-            else:
-                stages, i, (dst, port, frame) = a, b, c
-                if i == len(stages):
-                    self.deliver(dst, port, frame, t)
-                else:
-                    r = stages[i].transmit(t, frame, rng)
-                    if r is not None:
-                        self._seq += 1
-                        heapq.heappush(heap, (r[0], self._seq, stages, i + 1, (dst, port, r[1])))
-                    continue
-            if stop():
-                return
 
     def fabric_links(self) -> list[Link]:
         """Every T0-T1 link, both directions."""
@@ -259,7 +235,7 @@ class Permutation:
             # one it receives never share one; 16 per flow (a RoCEv2 QP per rail)
             pairs: list[tuple[int, int, QpConfig | None, int | None]]
             if spec.transport == "mrc":
-                base = replace_qp(spec, spec.qp, seed=spec.seed * 1000 + f)
+                base = flow_qp_config(spec, spec.qp, seed=spec.seed * 1000 + f)
                 pairs = [(_QPN_WRITER + f * 16, _QPN_READER + f * 16, base, None)]
             else:  # one QP per rail, its T1 by the ECMP hash of its flow
                 pairs = [(_QPN_WRITER + f * 16 + p, _QPN_READER + f * 16 + p, None, p)
@@ -393,7 +369,7 @@ def _quantile(sorted_xs: list[float], q: float) -> float:
     return sorted_xs[k]
 
 
-def replace_qp(spec: ClosSpec, cfg: QpConfig, seed: int) -> QpConfig:
+def flow_qp_config(spec: ClosSpec, cfg: QpConfig, seed: int) -> QpConfig:
     """An MRC flow's QP config: the run's policy, its MTU and base RTT, its own seed."""
     ev = cfg.ev if cfg.ev.ev_count >= spec.planes else EvConfig(ev_count=spec.planes)
     return replace(cfg, mtu_bytes=spec.mtu, base_rtt_s=spec.base_rtt_s, seed=seed, ev=ev)

@@ -27,7 +27,7 @@ import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from mrcnic.transport.qp_types import NetConfig, PortAddr
 from mrcnic.wire import layout, usid
@@ -128,17 +128,6 @@ class Link:
         return done + spec.prop_s, frame
 
 
-class EventQueue(Protocol):
-    """What a :class:`HostPort` schedules on: a fabric's clock and heap (:class:`Fabric`,
-    ``mrcnic.sim.clos.ClosFabric``)."""
-
-    now: float
-    _seq: int
-    _heap: list[HeapEntry]
-
-    def at(self, t: float, fn: Callable[[], None]) -> None: ...
-
-
 class HostPort:
     """A host's NIC port: the shell's pacing rule (``mrcnic.io.pacing.PortPacer``) in virtual time.
 
@@ -169,7 +158,7 @@ class HostPort:
         "_fabric",
     )
 
-    def __init__(self, name: str, rate_bps: float, fabric: EventQueue) -> None:
+    def __init__(self, name: str, rate_bps: float, fabric: EventLoop) -> None:
         self.name = name
         self.bytes_per_s = rate_bps / 8.0
         self.up = True
@@ -283,75 +272,32 @@ class FabricSpec:
 
 
 Deliver = Callable[[int, int, bytes, float], None]  # (host, port, frame, t)
+#: wire bytes of a data packet besides its payload, and of a control frame (SACK, NACK): what
+#: every simulated fabric's base RTT counts
+DATA_OVERHEAD_BYTES = 110
+CTRL_FRAME_BYTES = 120
 # an event queue entry: (t, seq, fn, None, None) calls fn at t; (t, seq, stages, i,
 # (dst, port, frame)) is a frame reaching stages[i] of its route (i == len(stages): delivered)
 HeapEntry = tuple[float, int, Any, int | None, Any]
 
 
-class Fabric:
-    """Links plus an event queue.  ``send(host, port, frame, t)`` injects; arrivals call
-    ``deliver``; :meth:`at` schedules arbitrary callbacks (timers, failures)."""
+class EventLoop:
+    """A fabric's clock and event queue, in virtual time: :meth:`at` schedules a callback, a
+    frame entry ``(t, seq, stages, i, (dst, port, frame))`` reaches ``stages[i]`` of its route
+    at ``t`` (``i == len(stages)``: delivered to ``deliver(dst, port, frame, t)``), and
+    :meth:`run` plays them in order. Every simulated fabric is one (:class:`Fabric`,
+    ``incast.IncastFabric``, ``clos.ClosFabric``); they differ in their links and routes."""
 
-    def __init__(self, spec: FabricSpec, deliver: Deliver) -> None:
-        self.spec = spec
-        self.shape = spec.shape
+    def __init__(self, deliver: Deliver, seed: int) -> None:
         self.deliver = deliver
-        self.rng = random.Random(spec.seed)
+        self.rng = random.Random(seed)
         self.now = 0.0
         self._heap: list[HeapEntry] = []
         self._seq = 0
-        P, T = spec.planes, spec.paths_per_plane
-        fab = LinkSpec(
-            spec.path_rate,
-            spec.prop_s,
-            spec.queue_bytes,
-            spec.ecn_bytes,
-            spec.trim,
-            False,
-            spec.loss,
-        )
-        last = LinkSpec(spec.port_rate_bps, 0.0, spec.queue_bytes, None, spec.trim, True)
-        # [direction][plane] / [direction][plane][t1]; direction 0 = h0 -> h1
-        self.nic = [
-            [HostPort(f"h{d}-p{p}-nic", spec.port_rate_bps, self) for p in range(P)]
-            for d in range(2)
-        ]
-        self.path = [
-            [[Link(f"d{d}-p{p}-t1-{t}", fab) for t in range(T)] for p in range(P)] for d in range(2)
-        ]
-        self.last = [[Link(f"h{1 - d}-p{p}-lasthop", last) for p in range(P)] for d in range(2)]
-        self._route: dict[bytes, int] = {}
-        self.misrouted = 0
-        for path, loss in spec.path_loss:
-            self.path[0][path // T][path % T].loss = loss
-
-    # -- scheduling --------------------------------------------------------------------------
 
     def at(self, t: float, fn: Callable[[], None]) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (t, self._seq, fn, None, None))
-
-    def send(self, host: int, port: int, frame: bytes, t: float) -> None:
-        """Host ``host`` hands ``frame`` to its port ``port`` at time ``t``."""
-        t1 = self._route.get(frame[_DST])
-        if t1 is None:
-            try:
-                info = usid.decode_path(self.shape, bytes(frame[_DST]))
-            except usid.UsidError:
-                self.misrouted += 1
-                return
-            if info.plane != port or info.dst_host != 1 - host or info.t1 is None:
-                self.misrouted += 1
-                return
-            t1 = info.t1
-            self._route[bytes(frame[_DST])] = t1
-        d = host
-        nic = self.nic[d][port]
-        stages = (self.path[d][port][t1], self.last[d][port])
-        if t <= self.now:
-            nic.enqueue(self.now, frame, stages, 1 - host, port)
-        else:
-            self.at(t, lambda: nic.enqueue(t, frame, stages, 1 - host, port))
 
     def run(self, until: float, stop: Callable[[], bool] | None = None) -> None:
         heap = self._heap
@@ -383,6 +329,62 @@ class Fabric:
     @property
     def pending(self) -> int:
         return len(self._heap)
+
+
+class Fabric(EventLoop):
+    """Links plus an event queue.  ``send(host, port, frame, t)`` injects; arrivals call
+    ``deliver``; :meth:`at` schedules arbitrary callbacks (timers, failures)."""
+
+    def __init__(self, spec: FabricSpec, deliver: Deliver) -> None:
+        super().__init__(deliver, spec.seed)
+        self.spec = spec
+        self.shape = spec.shape
+        P, T = spec.planes, spec.paths_per_plane
+        fab = LinkSpec(
+            spec.path_rate,
+            spec.prop_s,
+            spec.queue_bytes,
+            spec.ecn_bytes,
+            spec.trim,
+            False,
+            spec.loss,
+        )
+        last = LinkSpec(spec.port_rate_bps, 0.0, spec.queue_bytes, None, spec.trim, True)
+        # [direction][plane] / [direction][plane][t1]; direction 0 = h0 -> h1
+        self.nic = [
+            [HostPort(f"h{d}-p{p}-nic", spec.port_rate_bps, self) for p in range(P)]
+            for d in range(2)
+        ]
+        self.path = [
+            [[Link(f"d{d}-p{p}-t1-{t}", fab) for t in range(T)] for p in range(P)] for d in range(2)
+        ]
+        self.last = [[Link(f"h{1 - d}-p{p}-lasthop", last) for p in range(P)] for d in range(2)]
+        self._route: dict[bytes, int] = {}
+        self.misrouted = 0
+        for path, loss in spec.path_loss:
+            self.path[0][path // T][path % T].loss = loss
+
+    def send(self, host: int, port: int, frame: bytes, t: float) -> None:
+        """Host ``host`` hands ``frame`` to its port ``port`` at time ``t``."""
+        t1 = self._route.get(frame[_DST])
+        if t1 is None:
+            try:
+                info = usid.decode_path(self.shape, bytes(frame[_DST]))
+            except usid.UsidError:
+                self.misrouted += 1
+                return
+            if info.plane != port or info.dst_host != 1 - host or info.t1 is None:
+                self.misrouted += 1
+                return
+            t1 = info.t1
+            self._route[bytes(frame[_DST])] = t1
+        d = host
+        nic = self.nic[d][port]
+        stages = (self.path[d][port][t1], self.last[d][port])
+        if t <= self.now:
+            nic.enqueue(self.now, frame, stages, 1 - host, port)
+        else:
+            self.at(t, lambda: nic.enqueue(t, frame, stages, 1 - host, port))
 
     # -- faults --------------------------------------------------------------------------------
 

@@ -34,7 +34,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from mrcnic import plugins
-from mrcnic.sim.fabric import HeapEntry, Link, LinkSpec, host_net
+from mrcnic.sim.fabric import (
+    CTRL_FRAME_BYTES,
+    DATA_OVERHEAD_BYTES,
+    EventLoop,
+    Link,
+    LinkSpec,
+    host_net,
+)
 from mrcnic.sim.pump import Pump
 from mrcnic.transport.ev import EvConfig
 from mrcnic.transport.evprobe import EvProbeDesk
@@ -51,11 +58,6 @@ from mrcnic.transport.qp_types import (
 from mrcnic.units import rate_arg, size_arg, time_arg
 from mrcnic.wire import usid
 from mrcnic.wire.layout import EV_PROBE_QPN
-
-_PKT_OVERHEAD = (
-    110  # wire bytes of a data packet besides the payload (as mrcnic.sim.transfer counts)
-)
-_CTRL_BYTES = 120
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,13 +96,13 @@ class IncastConfig:
     @property
     def base_rtt_s(self) -> float:
         """Unloaded RTT of a full data packet and its ACK (four store-and-forward links)."""
-        data = (self.mtu + _PKT_OVERHEAD) * 8
-        ctrl = _CTRL_BYTES * 8
+        data = (self.mtu + DATA_OVERHEAD_BYTES) * 8
+        ctrl = CTRL_FRAME_BYTES * 8
         per_bit = 2 / self.port_rate_bps + 2 / self.path_rate
         return (data + ctrl) * per_bit + 2 * self.prop_s
 
 
-class IncastFabric:
+class IncastFabric(EventLoop):
     """The links and the event queue.  ``send(host, port, frame, t)`` injects a frame;
     arrivals call ``deliver(host, port, frame, t)``; :meth:`at` schedules callbacks."""
 
@@ -112,11 +114,7 @@ class IncastFabric:
             planes=cfg.planes, t0=cfg.senders + 1, t1=cfg.paths_per_plane, hosts_per_t0=1
         )
         self.receiver = cfg.senders
-        self.deliver = deliver
-        self.rng = random.Random(cfg.seed)
-        self.now = 0.0
-        self._heap: list[HeapEntry] = []
-        self._seq = 0
+        super().__init__(deliver, cfg.seed)
         P, T, N = cfg.planes, cfg.paths_per_plane, cfg.senders
         half = cfg.prop_s / 2
         nic = LinkSpec(cfg.port_rate_bps)
@@ -139,10 +137,6 @@ class IncastFabric:
         self.last = [[Link(f"h{h}-p{p}-lasthop", last) for p in range(P)] for h in range(hosts)]
         self._route: dict[bytes, tuple[int, int]] = {}
         self.misrouted = 0
-
-    def at(self, t: float, fn: Callable[[], None]) -> None:
-        self._seq += 1
-        heapq.heappush(self._heap, (t, self._seq, fn, None, None))
 
     def send(self, host: int, port: int, frame: bytes, t: float) -> None:
         key = bytes(frame[38:54])
@@ -167,27 +161,6 @@ class IncastFabric:
         )
         self._seq += 1
         heapq.heappush(self._heap, (t, self._seq, stages, 0, (dst, port, frame)))
-
-    def run(self, until: float, stop: Callable[[], bool]) -> None:
-        heap = self._heap
-        rng = self.rng
-        while heap and heap[0][0] <= until:
-            t, _, a, b, c = heapq.heappop(heap)
-            self.now = t
-            if b is None:
-                a()
-            else:
-                stages, i, (dst, port, frame) = a, b, c
-                if i == len(stages):
-                    self.deliver(dst, port, frame, t)
-                else:
-                    r = stages[i].transmit(t, frame, rng)
-                    if r is not None:
-                        self._seq += 1
-                        heapq.heappush(heap, (r[0], self._seq, stages, i + 1, (dst, port, r[1])))
-                    continue
-            if stop():
-                return
 
     def links(self) -> list[Link]:
         out: list[Link] = []

@@ -27,7 +27,13 @@ from mrcnic import plugins
 from mrcnic.rocev2.dcqcn import REFERENCE_PORT_BPS
 from mrcnic.rocev2.qp import IB_TIMEOUT_UNIT_S, RoceConfig, RoceQueuePair
 from mrcnic.sim.clos import WORKLOADS, ClosSpec, run_permutation
-from mrcnic.sim.fabric import Fabric, FabricSpec, host_net
+from mrcnic.sim.fabric import (
+    CTRL_FRAME_BYTES,
+    DATA_OVERHEAD_BYTES,
+    Fabric,
+    FabricSpec,
+    host_net,
+)
 from mrcnic.sim.pump import Pump
 from mrcnic.transport.ev import EvConfig, EvStateChanged
 from mrcnic.transport.evprobe import EvProbeDesk
@@ -142,8 +148,8 @@ def parse_rocev2_option(text: str) -> tuple[str, object]:
 
 def base_rtt_s(spec: FabricSpec, mtu: int) -> float:
     """Unloaded RTT of a full data packet and its ACK (three store-and-forward links)."""
-    data = (mtu + 110) * 8
-    ctrl = 120 * 8
+    data = (mtu + DATA_OVERHEAD_BYTES) * 8
+    ctrl = CTRL_FRAME_BYTES * 8
     return (
         2 * (data / spec.port_rate_bps)
         + data / spec.path_rate
@@ -327,7 +333,7 @@ class Simulation:
             return None
         t_fail = min(downs)
         spec = self.cfg.fabric
-        pkt_s = (self.cfg.mtu + 110) * 8 / spec.capacity_bps()
+        pkt_s = (self.cfg.mtu + DATA_OVERHEAD_BYTES) * 8 / spec.capacity_bps()
         win = max(4 * self.base_rtt_s, 10 * pkt_s)
         step = win / 8
         t = t_fail

@@ -29,8 +29,8 @@ from mrcnic.transport.ev_machine import (
 from mrcnic.transport.path_policy import (
     PLANE_SHARES,
     PathPolicy,
+    check_path_policy,
     make_path_policy,
-    path_policies,
     turns,
 )
 
@@ -137,11 +137,8 @@ class EvTable:
             raise ValueError(
                 f"plane_share must be one of {', '.join(PLANE_SHARES)}, not {config.plane_share!r}"
             )
-        if policy is None and config.path_policy not in path_policies():
-            raise ValueError(
-                f"no path policy named {config.path_policy!r}; known: "
-                f"{', '.join(path_policies())} (load more with --plugin FILE.py)"
-            )
+        if policy is None:
+            check_path_policy(config.path_policy)
         self.planes = planes
         self.t1_count = t1_count
         self.config = config

@@ -75,15 +75,18 @@ def path_policies() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def make_path_policy(name: str, seed: int = 0) -> PathPolicy:
-    try:
-        factory = _REGISTRY[name]
-    except KeyError:
+def check_path_policy(name: str) -> None:
+    """ValueError, naming the known ones, unless ``name`` is registered."""
+    if name not in _REGISTRY:
         raise ValueError(
             f"no path policy named {name!r}; known: {', '.join(path_policies())} "
             "(load more with --plugin FILE.py)"
-        ) from None
-    return factory(seed)
+        )
+
+
+def make_path_policy(name: str, seed: int = 0) -> PathPolicy:
+    check_path_policy(name)
+    return _REGISTRY[name](seed)
 
 
 def arrange(t: EvView, per_plane: Sequence[list[int]]) -> list[list[int]]:
