@@ -33,7 +33,7 @@ help:
 	@echo "make bench-sim        mrc-sim's speed over a whole fabric: permutations of 16, 128, 1,024 hosts -> results/bench-sim.json"
 	@echo "make fuzz        1e6 hostile frames per target into NICs (both engines) and a switch -> results/fuzz.json (root)"
 	@echo "make soak        30 min per transport of all-reduce under random faults -> results/soak.json (root); soak-short: 2 min"
-	@echo "make reproduce   every published MRC claim as an experiment, MRC vs RoCEv2 -> results/REPORT.md (root, < 1 h)"
+	@echo "make reproduce   every published MRC claim as an experiment, MRC vs RoCEv2, in the lab and (--sim) at the paper's proportions in the simulator -> results/REPORT.md (root, < 1 h)"
 	@echo "make calibrate   measure the link rate this machine carries (root; cached per boot in /run/mrc)"
 	@echo "make lab-up / lab-down / lab-status   the namespace lab (root); flags via LAB_ARGS=..."
 
@@ -119,6 +119,7 @@ soak-short: setup
 EXP_ARGS ?=
 reproduce: setup
 	$(PY) -m lab.cli experiment all $(EXP_ARGS)
+	$(PY) -m lab.cli experiment all --sim $(EXP_ARGS)
 
 # One write on python vs kernel switches: whole-machine CPU per delivered frame (root)
 bench-lab-cpu: setup

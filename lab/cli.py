@@ -361,7 +361,8 @@ def build_parser() -> argparse.ArgumentParser:
         "repetitions, results/experiments/NAME.json and a PNG (docs/experiments.md)",
         "examples:\n  mrc-lab experiment list\n  mrc-lab experiment p2p --quick\n"
         "  mrc-lab experiment loss\n  mrc-lab experiment all        # = make reproduce\n"
-        "  mrc-lab experiment report     # results/REPORT.md from the JSON files\n",
+        "  mrc-lab experiment report     # results/REPORT.md from the JSON files\n"
+        "  mrc-lab experiment spray --sim   # the claim in the simulator, paper's proportions\n",
     )
     p.add_argument(
         "experiment", metavar="NAME",
@@ -386,6 +387,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="link rate of every lab; auto: calibrated per lab shape [auto]",
     )
     p.add_argument("--reps", type=int, default=None, help="repetitions [the experiment's]")
+    p.add_argument(
+        "--sim",
+        action="store_true",
+        help="the claim's simulated form: mrc-sim's whole fabric at the paper's proportions, "
+        "in virtual time (no root, no lab, never CPU-bound) -> DIR/sim/NAME.json; with 'all', "
+        "every claim that has one",
+    )
     plugins.add_arguments(p)
     p.add_argument("--lab", default="mrcexp", help="name of the labs it brings up [mrcexp]")
     return ap
@@ -650,8 +658,10 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     which = args.experiment
     if which == "list":
         for s in registry.specs():
-            print(f"{s.number:>2} {s.name:<11} ~{s.minutes:g} min (quick ~{s.quick_minutes:g}): "
-                  f"{s.claim}")  # fmt: skip
+            sim = (f"; --sim ~{s.sim.minutes:g} min (quick ~{s.sim.quick_minutes:g})"
+                   if s.sim else "; no --sim form yet")  # fmt: skip
+            print(f"{s.number:>2} {s.name:<11} ~{s.minutes:g} min (quick ~{s.quick_minutes:g})"
+                  f"{sim}: {s.claim}")  # fmt: skip
         return 0
     out = Path(args.out)
     if which == "report":
@@ -660,12 +670,21 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     ctx = Context(
         quick=args.quick, out_dir=out, lab_name=args.lab,
         rate_mbit=None if args.rate_mbit == calibrate.AUTO else float(args.rate_mbit),
-        reps=args.reps,
+        reps=args.reps, sim=args.sim,
     )  # fmt: skip
+    if args.sim:
+        ctx.out_dir = registry.sim_out(out)
     try:
         todo = registry.specs() if which == "all" else [registry.find(which)]
     except KeyError as e:
         raise LabError(str(e.args[0])) from None
+    if args.sim:
+        missing = [s.name for s in todo if s.sim is None]
+        if missing and which != "all":
+            raise LabError(f"{missing[0]} has no simulated form yet (mrc-lab experiment list)")
+        if missing:
+            print(f"no simulated form yet, skipped: {', '.join(missing)}")
+        todo = [s for s in todo if s.sim is not None]
     results = [registry.run(s, ctx) for s in todo]
     if which == "all":
         print(f"wrote {report.write(out)}")

@@ -228,6 +228,8 @@ class Permutation:
         self.messages = [0] * H
         self.completed: list[dict[int, WcStatus]] = [{} for _ in range(H)]
         self.fct_s: list[float | None] = [None] * H
+        self.done_bytes: list[list[tuple[float, int]]] = [[] for _ in range(H)]  # (t, bytes)
+        self.msg_bytes: list[dict[int, int]] = [{} for _ in range(H)]  # wr_id -> bytes
         self.qp_errors: list[str] = []
         for f in range(H):
             a, b = f, self.perm[f]
@@ -269,6 +271,7 @@ class Permutation:
                 n = min(spec.msg_size, spec.size - off)
                 qp = flow_qps[k % len(flow_qps)]
                 qp.post_write(k, view[off : off + n], mr.base_va + off, mr.rkey)
+                self.msg_bytes[f][k] = n
                 self.messages[f] += 1
         self._done = False
 
@@ -285,6 +288,7 @@ class Permutation:
         if isinstance(e, WriteCompleted):
             f = host  # host f writes flow f, and only it (wr_ids are unique per flow)
             self.completed[f][e.wr_id] = e.status
+            self.done_bytes[f].append((t, self.msg_bytes[f].get(e.wr_id, 0)))
             if len(self.completed[f]) == self.messages[f]:
                 self.fct_s[f] = t
                 self._done = all(c is not None for c in self.fct_s)
@@ -314,6 +318,14 @@ class Permutation:
         total_bits = spec.size * 8 * H
         agg = total_bits / end if end and all(ok) else 0.0
         jain = sum(rates) ** 2 / (H * sum(r * r for r in rates)) if any(rates) else 0.0
+        # while every flow still ran (until the first finished): the steady state of a
+        # permutation, which a makespan's tail (the slowest flow alone) does not dilute
+        first = min((c for c in self.fct_s if c is not None), default=None)
+        window = (
+            sum(n for done in self.done_bytes for t, n in done if t <= first) * 8 / first
+            if first
+            else 0.0
+        )
         loads = [link.tx_packets for link in self.fabric.fabric_links()]
         used = [n for n in loads if n]
         fcts = sorted(c for c in self.fct_s if c is not None)
@@ -329,6 +341,8 @@ class Permutation:
             "hosts_per_t0": spec.hosts_per_t0,
             "utilisation": round(agg / (H * spec.host_capacity_bps), 4),
             "goodput_fraction": round(agg / (H * spec.host_capacity_bps), 4),
+            "window_utilisation": round(window / (H * spec.host_capacity_bps), 4),
+            "mean_flow_rate": round(statistics.mean(rates) / spec.host_capacity_bps, 4),
             "completion_s": round(end, 6) if end is not None and all(ok) else None,
             "flows": [
                 {

@@ -11,7 +11,8 @@ EV state change and whenever :meth:`PathPolicy.on_input` says so.
 
 Built-ins, by name (``--path-policy``): ``mrc`` (MRC's EV state machine with path-aware
 active sets, the default), ``oblivious`` (every EV of every live plane, whatever its state),
-``reps`` (recycled entropies: UEC's REPS at the granularity our engines allow). Register more
+``reps`` (recycled entropies: UEC's REPS at the granularity our engines allow), ``ecmp``
+(per-flow hashing: one path per plane, as a switch's ECMP hash would pick it). Register more
 with :func:`register_path_policy`; docs/extending.md has a worked example.
 """
 
@@ -283,6 +284,37 @@ class RepsPaths:
         return True
 
 
+class EcmpPaths:
+    """Per-flow ECMP, with MRC's transport: each plane sends on one path, the one this QP's
+    hash picks (the table's per-QP ``tiebreak`` order, seeded per QP as a flow hash is), every
+    EV of that path dealt whatever its state, as a switch's hash ignores congestion. Only a
+    path with no usable EV left (all ASSUMED_BAD or DENIED: down, as routing would withdraw
+    it) is rehashed to the next one. The baseline that isolates what spraying buys (the
+    experiment ``spray --sim``)."""
+
+    name = "ecmp"
+
+    def __init__(self, seed: int = 0) -> None:
+        pass
+
+    def groups(self, t: EvView) -> list[list[int]]:
+        per_plane: list[list[int]] = []
+        for plane, paths in enumerate(t.plane_paths):
+            pick: list[int] = []
+            if not t.plane_down[plane]:
+                for path in sorted(paths, key=t.tiebreak.__getitem__):
+                    pick = [s for s in paths[path] if t.state[s] in (GOOD, SKIP)]
+                    if pick:
+                        pick = list(paths[path])  # the hash does not look at EV states
+                        break
+            per_plane.append(pick)
+        return arrange(t, per_plane)
+
+    def on_input(self, t: EvView, slot: int, inp: EvInput) -> bool:
+        return False
+
+
 register_path_policy("mrc", MrcPaths)
 register_path_policy("oblivious", ObliviousPaths)
 register_path_policy("reps", RepsPaths)
+register_path_policy("ecmp", EcmpPaths)

@@ -362,4 +362,4 @@ def test_mrc_bench_runs_a_users_path_policy_and_cc_from_their_files(elab):
 
 def test_mrc_bench_refuses_an_unknown_path_policy_before_the_lab(elab):
     p = C.bench("write", "--lab", elab.name, "--path-policy", "nope")
-    assert p.returncode == 2 and "known: mrc, oblivious, reps" in p.stderr
+    assert p.returncode == 2 and "known: ecmp, mrc, oblivious, reps" in p.stderr

@@ -127,8 +127,28 @@ def test_reps_trades_a_congested_ev_for_another_and_drops_a_lost_one() -> None:
     assert other not in t._groups[0] and len(t._groups[0]) == n - 1  # frozen: no exploring
 
 
+def test_ecmp_keeps_one_hashed_path_per_plane_through_congestion() -> None:
+    """Per-flow hashing: each plane's entries all sit on one path, QPs hash to different
+    paths, an ECN echo moves nothing (a hash ignores congestion), a dead path is rehashed."""
+    t = _table(path_policy="ecmp")
+    paths = [set(_entries_per_path(t, p)) for p in range(8)]
+    assert all(len(p) == 1 for p in paths), paths
+    hashed = {
+        tuple(next(iter(_entries_per_path(q, p))) for p in range(8))
+        for q in (EvTable(8, 8, EvConfig(path_policy="ecmp"), seed=s) for s in range(8))
+    }
+    assert len(hashed) > 1  # QPs (seeds) do not all hash alike
+    slot = t._groups[0][0]
+    t.apply(slot, EvInput.ECN_ECHO, 0.0)
+    assert t.state[slot] is EvState.SKIP and slot in t._groups[0]
+    (path,) = paths[0]
+    _fail_path(t, path)
+    (moved,) = set(_entries_per_path(t, 0))
+    assert moved != path
+
+
 def test_unknown_names_are_refused_with_the_known_ones() -> None:
-    with pytest.raises(ValueError, match="known: mrc, oblivious, reps"):
+    with pytest.raises(ValueError, match="known: ecmp, mrc, oblivious, reps"):
         make_path_policy("nope")
     with pytest.raises(ValueError, match="no path policy named 'nope'"):
         _table(path_policy="nope")
@@ -165,7 +185,7 @@ class _FirstEv:
 @pytest.mark.parametrize(
     ("policy", "share"),
     [("first-ev", "equal"), ("one-path", "equal"), ("oblivious", "equal"), ("reps", "equal"),
-     ("mrc", "capacity"), ("reps", "capacity")],
+     ("mrc", "capacity"), ("reps", "capacity"), ("ecmp", "equal")],
 )  # fmt: skip
 def test_the_c_engine_sends_only_where_the_policy_says(policy: str, share: str) -> None:
     """The C send engine deals from the groups Python's policy made (a subclass of EvTable

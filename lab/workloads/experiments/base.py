@@ -73,6 +73,7 @@ class Context:
     echo: Printer = _say
     rate_mbit: float | None = None  # None: calibrated for each lab shape (cached per boot)
     reps: int | None = None  # None: the experiment's own (1 when quick)
+    sim: bool = False  # the simulated form (mrc-sim's whole fabric), not the lab
 
     def repetitions(self, full: int) -> int:
         if self.reps is not None:

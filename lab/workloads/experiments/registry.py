@@ -6,10 +6,11 @@ import importlib
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
-from lab.workloads.experiments.base import Context, Result
+from lab.workloads.experiments.base import DEFAULT_OUT, Context, Result
 
 # module names under lab/experiments, in the order of the claims (issue 15)
 MODULES = (
@@ -38,6 +39,11 @@ class Spec:
     run: Callable[[Context, Result], None]
     minutes: float = 5.0
     quick_minutes: float = 1.0
+    sim: Any = None  # its simulated form (sim.common.SimForm), when it has one
+
+    def minutes_for(self, ctx: Context) -> float:
+        form = self.sim if ctx.sim else self
+        return form.quick_minutes if ctx.quick else form.minutes
 
     def new_result(self, ctx: Context) -> Result:
         return Result(self.name, self.number, self.claim, dict(self.paper), quick=ctx.quick)
@@ -53,8 +59,27 @@ def specs() -> list[Spec]:
             if e.name == f"lab.workloads.experiments.{mod}":
                 continue  # not written yet
             raise
-        out.append(m.EXPERIMENT)
+        out.append(replace(m.EXPERIMENT, sim=_sim_form(mod)))
     return out
+
+
+#: where the simulated forms write their JSON (beside the lab forms', never over them)
+SIM_OUT = DEFAULT_OUT / "sim"
+
+
+def sim_out(lab_out: Path) -> Path:
+    """The directory of the simulated forms' results for a lab form's directory."""
+    return Path(lab_out) / "sim"
+
+
+def _sim_form(mod: str) -> Any:
+    try:
+        m = importlib.import_module(f"lab.workloads.experiments.sim.{mod}")
+    except ModuleNotFoundError as e:
+        if e.name == f"lab.workloads.experiments.sim.{mod}":
+            return None  # no simulated form yet
+        raise
+    return m.SIM
 
 
 def find(name: str) -> Spec:
@@ -71,10 +96,16 @@ def run(spec: Spec, ctx: Context) -> Result:
     recorded as such (verdict ``not reproduced``, ``error`` in ``extra``), never hidden."""
     res = spec.new_result(ctx)
     t = time.monotonic()
-    ctx.echo(f"== experiment {spec.number} {spec.name}{' (quick)' if ctx.quick else ''}: "
+    form = " (simulated)" if ctx.sim else ""
+    ctx.echo(f"== experiment {spec.number} {spec.name}{form}{' (quick)' if ctx.quick else ''}: "
              f"{spec.claim}")  # fmt: skip
     try:
-        spec.run(ctx, res)
+        if ctx.sim:
+            if spec.sim is None:
+                raise RuntimeError(f"{spec.name} has no simulated form yet")
+            spec.sim.run(ctx, res)
+        else:
+            spec.run(ctx, res)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # recorded, printed, and the run goes on

@@ -1,5 +1,6 @@
 """``results/REPORT.md`` from ``results/experiments/*.json``: per claim the paper's figure,
-ours for both transports, the plot, the verdict and what the lab's scale changes.
+ours for both transports, the plot, the verdict and what the lab's scale changes; and beside
+the lab's, the simulated form's (``results/experiments/sim/*.json``, ``--sim``) where it ran.
 
 ``metrics`` in an experiment's JSON is ``{"headline": {...}, "mrc": {...}, "rocev2":
 {...}}``: the headline names the one figure that answers the claim (``name``, ``unit``,
@@ -59,7 +60,54 @@ def _plot_link(plot: Path, out_dir: Path) -> str:
         return plot.name if plot.parent == Path(out_dir) else str(plot)
 
 
-def render(results: list[dict[str, Any]], out_dir: Path = DEFAULT_OUT) -> str:
+def _setup_line(s: dict[str, Any]) -> str:
+    return (
+        f"{s.get('hosts', '-')} hosts, {s.get('planes', '-')} planes, "
+        f"{s.get('paths_between_t0s', '-')} paths between T0s, links "
+        f"{_fmt(s.get('link_rate_mbit'))} Mb/s, BDP {_fmt(s.get('bdp_packets_per_path'))} "
+        f"packets per path, buffer {_fmt(s.get('buffer_packets'))} packets"
+    )
+
+
+def _headline(h: dict[str, Any]) -> str:
+    return (
+        f"Headline ({h.get('name')}, {h.get('unit', '')}): MRC {_fmt(h.get('mrc'))}, "
+        f"RoCEv2 {_fmt(h.get('rocev2'))}"
+        + (f"; paper MRC {_fmt(h['paper_mrc'])}" if h.get("paper_mrc") is not None else "")
+        + (f", RoCEv2 {_fmt(h['paper_rocev2'])}" if h.get("paper_rocev2") is not None else "")
+        + "."
+    )
+
+
+def _sim_section(d: dict[str, Any]) -> list[str]:
+    """A claim's simulated form, under its lab form."""
+    h = (d.get("metrics") or {}).get("headline") or {}
+    s = d.get("setup") or {}
+    kind = "quick" if d.get("quick") else "full"
+    lines = [
+        "",
+        f"**Simulated at the paper's proportions ({kind}, "
+        f"{time.strftime('%Y-%m-%d', time.gmtime(d.get('started_unix', 0)))}): "
+        f"{d.get('verdict')}.** {d.get('why', '')}",
+        "",
+    ]
+    if h:
+        lines += [_headline(h), ""]
+    lines += _metric_table(d.get("metrics") or {})
+    lines += ["", f"**Simulated setup:** {_setup_line(s)}. {s.get('scale_note', '')}"]
+    if d.get("commands"):
+        lines += ["", "```", *d["commands"], "```"]
+    if (d.get("extra") or {}).get("error"):
+        lines += ["", f"**Error:** `{d['extra']['error']}`"]
+    return lines
+
+
+def render(
+    results: list[dict[str, Any]],
+    out_dir: Path = DEFAULT_OUT,
+    sims: list[dict[str, Any]] | None = None,
+) -> str:
+    sim_by = {d.get("name"): d for d in sims or []}
     lines = [
         "# MRC's published claims, reproduced on the namespace lab",
         "",
@@ -68,8 +116,12 @@ def render(results: list[dict[str, Any]], out_dir: Path = DEFAULT_OUT) -> str:
         "measured). A claim that does not reproduce is reported as such, with the measured "
         "reason.",
         "",
-        "| # | claim | verdict | MRC | RoCEv2 | paper | run |",
-        "|---|---|---|---|---|---|---|",
+        "The simulated columns come from each claim's simulated form (`mrc-lab experiment NAME "
+        "--sim`: the real QPs over `mrc-sim`'s whole fabric at the paper's proportions, in "
+        "virtual time); '-' where a claim has none yet.",
+        "",
+        "| # | claim | verdict | MRC | RoCEv2 | paper | run | simulated: verdict | MRC | baseline |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for d in results:
         h = (d.get("metrics") or {}).get("headline") or {}
@@ -83,7 +135,8 @@ def render(results: list[dict[str, Any]], out_dir: Path = DEFAULT_OUT) -> str:
             f"| {d.get('number')} | [{d.get('name')}](#claim-{d.get('number')}) | "
             f"**{d.get('verdict')}**{err} | {_fmt(h.get('mrc'))} {unit} | "
             f"{_fmt(h.get('rocev2'))} {unit} | {paper or '-'} | {kind}, "
-            f"{time.strftime('%Y-%m-%d', time.gmtime(d.get('started_unix', 0)))} |"
+            f"{time.strftime('%Y-%m-%d', time.gmtime(d.get('started_unix', 0)))} | "
+            + _sim_cells(sim_by.get(d.get("name")))
         )
     for d in results:
         s = d.get("setup") or {}
@@ -99,27 +152,13 @@ def render(results: list[dict[str, Any]], out_dir: Path = DEFAULT_OUT) -> str:
         ]
         h = (d.get("metrics") or {}).get("headline")
         if h:
-            lines.append(
-                f"Headline ({h.get('name')}, {h.get('unit', '')}): MRC {_fmt(h.get('mrc'))}, "
-                f"RoCEv2 {_fmt(h.get('rocev2'))}"
-                + (f"; paper MRC {_fmt(h['paper_mrc'])}" if h.get("paper_mrc") is not None else "")
-                + (
-                    f", RoCEv2 {_fmt(h['paper_rocev2'])}"
-                    if h.get("paper_rocev2") is not None
-                    else ""
-                )
-                + "."
-            )
-            lines.append("")
+            lines += [_headline(h), ""]
         lines += _metric_table(d.get("metrics") or {})
         if d.get("plot"):
             lines += ["", f"![{d.get('name')}]({_plot_link(Path(d['plot']), out_dir)})"]
         lines += [
             "",
-            f"**Setup:** {s.get('hosts', '-')} hosts, {s.get('planes', '-')} planes, "
-            f"{s.get('paths_between_t0s', '-')} paths between T0s, links "
-            f"{_fmt(s.get('link_rate_mbit'))} Mb/s, BDP {_fmt(s.get('bdp_packets_per_path'))} "
-            f"packets per path, buffer {_fmt(s.get('buffer_packets'))} packets, "
+            f"**Setup:** {_setup_line(s)}, "
             f"{s.get('switch', '-')} switches{', PFC' if s.get('pfc') else ''}; the paper's "
             f"scale: {json.dumps(s.get('paper_scale', {}))}. "
             f"{s.get('scale_note', '')}",
@@ -128,7 +167,21 @@ def render(results: list[dict[str, Any]], out_dir: Path = DEFAULT_OUT) -> str:
             lines += ["", "```", *d["commands"], "```"]
         if (d.get("extra") or {}).get("error"):
             lines += ["", f"**Error:** `{d['extra']['error']}`"]
+        if d.get("name") in sim_by:
+            lines += _sim_section(sim_by[d["name"]])
     return "\n".join(lines) + "\n"
+
+
+def _sim_cells(d: dict[str, Any] | None) -> str:
+    if d is None:
+        return "- | - | - |"
+    h = (d.get("metrics") or {}).get("headline") or {}
+    unit = h.get("unit", "")
+    err = " (ERROR)" if (d.get("extra") or {}).get("error") else ""
+    return (
+        f"**{d.get('verdict')}**{err} | {_fmt(h.get('mrc'))} {unit} | "
+        f"{_fmt(h.get('rocev2'))} {unit} |"
+    )
 
 
 def write(out_dir: Path = DEFAULT_OUT, path: Path | None = None) -> Path:
@@ -137,5 +190,5 @@ def write(out_dir: Path = DEFAULT_OUT, path: Path | None = None) -> Path:
     if path is None:
         path = REPORT if Path(out_dir) == DEFAULT_OUT else Path(out_dir) / "REPORT.md"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(load_all(out_dir), out_dir))
+    path.write_text(render(load_all(out_dir), out_dir, load_all(Path(out_dir) / "sim")))
     return path

@@ -1,0 +1,192 @@
+"""What the simulated forms of the claims share: the paper's fabric, running simulations on
+every core, and the ``setup`` key at the simulator's scale.
+
+A simulated form runs in :mod:`mrcnic.sim.clos` (the real QPs of both transports over a whole
+multi-plane Clos in virtual time), so its figures do not depend on the machine's speed or
+load, only its wall time does; no run is ever CPU-bound. Its JSON
+(``results/experiments/sim/NAME.json``) has the lab form's contract keys.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Callable, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any
+
+from lab.workloads.experiments.base import HEADER_BYTES, PAPER_SCALE, Context, Result
+from mrcnic.sim import transfer
+from mrcnic.sim.clos import ClosSpec, run_permutation
+from mrcnic.sim.fabric import FabricSpec
+
+# The paper's proportions (MRC-BRIEF: 8 x 100G NICs, 6.54 us one way across a T1): 100 Gb/s
+# links, a few microseconds of propagation, deep switch buffers with ECN well below them.
+PAPER_FABRIC: dict[str, Any] = {
+    "planes": 8,
+    "port_rate_bps": 100e9,
+    "prop_s": 4e-6,
+    "queue_bytes": 1 << 20,
+    "ecn_bytes": 200 << 10,
+}
+
+SimRun = Callable[[Context, Result], None]
+
+
+@dataclass(frozen=True)
+class SimForm:
+    """A claim's simulated form: the function and how long it takes (wall minutes on the
+    project's 2-core machine, full and quick)."""
+
+    run: SimRun
+    minutes: float = 5.0
+    quick_minutes: float = 0.5
+
+
+def paper_spec(**kw: Any) -> ClosSpec:
+    """A :class:`ClosSpec` at the paper's proportions, ``kw`` on top."""
+    return ClosSpec(**{**PAPER_FABRIC, **kw})
+
+
+def paper_p2p(**kw: Any) -> FabricSpec:
+    """mrc-sim's two-host fabric (``--workload p2p``) at the paper's proportions."""
+    return FabricSpec(**{k: v for k, v in PAPER_FABRIC.items()}, **kw)
+
+
+def run_parallel(
+    fn: Callable[[Any], dict], jobs: Mapping[str, Any], echo: Callable[[str], None]
+) -> dict[str, dict]:
+    """``fn(job)`` for every job (name -> its spec or config), in parallel on the machine's
+    cores (each simulation is one Python process); results by name, in the order given."""
+    names = list(jobs)
+    workers = max(1, min(len(names), os.cpu_count() or 1))
+    echo(f"  {len(names)} simulations on {workers} cores: {', '.join(names)}")
+    if workers == 1:
+        out = {n: fn(jobs[n]) for n in names}
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {n: pool.submit(fn, jobs[n]) for n in names}
+            out = {n: futures[n].result() for n in names}
+    for n in names:
+        r = out[n]
+        util = r.get("window_utilisation", r.get("goodput_fraction"))
+        echo(f"    {n:<16} utilisation {util or 0:.3f}, verified {r['verified']}, "
+             f"QP errors {r['qp_errors']}, {r['wall_s']:.0f} s wall")  # fmt: skip
+    return out
+
+
+def run_all(specs: Mapping[str, ClosSpec], echo: Callable[[str], None]) -> dict[str, dict]:
+    """Whole-fabric permutations (:func:`run_parallel` of ``run_permutation``)."""
+    return run_parallel(run_permutation, specs, echo)
+
+
+def run_p2p(cfgs: Mapping[str, transfer.SimConfig], echo: Callable[[str], None]) -> dict[str, dict]:
+    """Two-host transfers (:func:`run_parallel` of ``mrcnic.sim.transfer.run``)."""
+    return run_parallel(transfer.run, cfgs, echo)
+
+
+def bins(timeline: list[list[float]], start_s: float, end_s: float) -> list[float]:
+    """The goodput (bit/s) of the timeline's bins that lie within [start_s, end_s)."""
+    if not timeline:
+        return []
+    step = timeline[1][0] - timeline[0][0] if len(timeline) > 1 else 0.0
+    return [bps for t, bps in timeline if t >= start_s and t + step <= end_s + 1e-12]
+
+
+def p2p_setup(cfg: transfer.SimConfig, **extra: Any) -> dict[str, Any]:
+    """The ``setup`` key of a two-host simulated form."""
+    f = cfg.fabric
+    frame = cfg.mtu + HEADER_BYTES
+    rtt = transfer.base_rtt_s(f, cfg.mtu)
+    return {
+        "tier": "simulator (mrcnic.sim.transfer, two hosts, virtual time)",
+        "hosts": 2,
+        "planes": f.planes,
+        "t0_per_plane": 2,
+        "t1_per_plane": f.paths_per_plane,
+        "paths_between_t0s": f.planes * f.paths_per_plane,
+        "link_rate_mbit": f.port_rate_bps / 1e6,
+        "host_rate_mbit": f.port_rate_bps * f.planes / 1e6,
+        "base_rtt_s": round(rtt, 9),
+        "bdp_packets_per_path": round(f.port_rate_bps / 8 * rtt / frame, 2),
+        "buffer_packets": round(f.queue_bytes / frame, 2),
+        "ecn_packets": None if f.ecn_bytes is None else round(f.ecn_bytes / frame, 2),
+        "switch": "simulated",
+        "pfc": False,
+        "paper_scale": PAPER_SCALE,
+        **extra,
+    }
+
+
+def p2p_command(cfg: transfer.SimConfig) -> str:
+    """The ``mrc-sim`` command of one two-host run."""
+    f = cfg.fabric
+    argv = [
+        ".venv/bin/mrc-sim", "--planes", str(f.planes), "--paths-per-plane",
+        str(f.paths_per_plane), "--port-rate", _gbit(f.port_rate_bps), "--delay",
+        f"{f.prop_s * 1e6:g}us", "--queue", str(f.queue_bytes), "--size", str(cfg.size),
+        "--msg-size", str(cfg.msg_size), "--transport", cfg.transport, "--seed", str(cfg.seed),
+    ]  # fmt: skip
+    argv += ["--ecn", str(f.ecn_bytes)] if f.ecn_bytes is not None else ["--no-ecn"]
+    if cfg.qps is not None:
+        argv += ["--qps", str(cfg.qps)]
+    for path, loss in f.path_loss:
+        argv += ["--path-loss", f"{path}:{loss:g}"]
+    for x in cfg.faults:
+        argv += ["--heal" if x.up else "--fail", f"{x.kind}:{x.index}@{x.time_s * 1e3:g}ms"]
+    if cfg.timeline_s:
+        argv += ["--timeline", f"{cfg.timeline_s * 1e6:g}us"]
+    return shlex.join([*argv, "--json"])
+
+
+def sim_setup(spec: ClosSpec, **extra: Any) -> dict[str, Any]:
+    """The ``setup`` key of a simulated form, in the lab form's terms (BDP and buffer in
+    packets per link) and the paper's scale beside it."""
+    frame = spec.mtu + HEADER_BYTES
+    bdp_bytes = spec.port_rate_bps / 8 * spec.base_rtt_s
+    return {
+        "tier": "simulator (mrcnic.sim.clos, virtual time)",
+        "hosts": spec.hosts,
+        "planes": spec.planes,
+        "t0_per_plane": spec.t0,
+        "t1_per_plane": spec.t1,
+        "paths_between_t0s": spec.planes * spec.t1,
+        "link_rate_mbit": spec.port_rate_bps / 1e6,
+        "host_rate_mbit": spec.port_rate_bps * spec.planes / 1e6,
+        "base_rtt_s": round(spec.base_rtt_s, 9),
+        "bdp_packets_per_path": round(bdp_bytes / frame, 2),
+        "buffer_packets": round(spec.queue_bytes / frame, 2),
+        "ecn_packets": None if spec.ecn_bytes is None else round(spec.ecn_bytes / frame, 2),
+        "switch": "simulated",
+        "pfc": False,
+        "paper_scale": PAPER_SCALE,
+        **extra,
+    }
+
+
+def sim_command(spec: ClosSpec, workload: str = "permutation") -> str:
+    """The ``mrc-sim`` command that reruns one of the form's simulations by hand."""
+    argv = [
+        ".venv/bin/mrc-sim", "--workload", workload, "--planes", str(spec.planes),
+        "--t0", str(spec.t0), "--hosts-per-t0", str(spec.hosts_per_t0),
+        "--paths-per-plane", str(spec.t1), "--port-rate", _gbit(spec.port_rate_bps),
+        "--delay", f"{spec.prop_s * 1e6:g}us", "--queue", str(spec.queue_bytes),
+        "--size", str(spec.size), "--msg-size", str(spec.msg_size),
+        "--transport", spec.transport, "--seed", str(spec.seed),
+    ]  # fmt: skip
+    if spec.path_rate_bps is not None:
+        argv += ["--path-rate", _gbit(spec.path_rate_bps)]
+    argv += ["--ecn", str(spec.ecn_bytes)] if spec.ecn_bytes is not None else ["--no-ecn"]
+    if spec.transport == "mrc":
+        ev = spec.qp.ev
+        argv += ["--path-policy", ev.path_policy, "--plane-share", ev.plane_share]
+    return shlex.join([*argv, "--json"])
+
+
+def _gbit(rate_bps: float) -> str:
+    return f"{rate_bps / 1e9:g}Gbit"
+
+
+def with_seed(spec: ClosSpec, seed: int) -> ClosSpec:
+    return replace(spec, seed=seed)

@@ -1,0 +1,79 @@
+"""The claims' simulated forms (``mrc-lab experiment NAME --sim``): no root and no lab; the
+JSON has the experiments' contract keys, goes beside the lab form's (never over it), and the
+report shows both side by side."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.workloads.experiments import base, registry, report
+from lab.workloads.experiments.base import Result
+from lab.workloads.experiments.sim import spray
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _lab(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True, cwd=ROOT
+    )
+
+
+@pytest.mark.slow
+def test_spray_sim_quick_writes_a_verdict_with_the_contract_keys(tmp_path: Path) -> None:
+    p = _lab("experiment", "spray", "--sim", "--quick", "--out", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    d = json.loads((tmp_path / "sim" / "spray.json").read_text())
+    assert not (tmp_path / "spray.json").exists()  # the lab form's place stays untouched
+    for k in base.RESULT_KEYS:
+        assert k in d, k
+    assert d["verdict"] in base.VERDICTS and d["quick"] is True
+    tiers = {**d["mrc"]["tiers"], **d["rocev2"]["tiers"]}
+    assert set(tiers) == {"mrc", "mrc_ecmp", "rocev2_hash"}
+    assert all(t["verified"] and t["qp_errors"] == 0 for t in tiers.values())
+    h = d["metrics"]["headline"]
+    # spraying beats hashing on the same transport even in the quick form's 16 hosts
+    assert h["mrc"] > h["rocev2"] + 0.1, h
+    s = d["setup"]
+    assert s["hosts"] == 16 and s["link_rate_mbit"] == 100e3 and s["bdp_packets_per_path"] > 1
+    assert len(d["commands"]) == 3 and all("mrc-sim --workload permutation" in c for c in d["commands"])
+
+
+def test_list_says_which_claims_have_a_simulated_form() -> None:
+    p = _lab("experiment", "list")
+    assert p.returncode == 0, p.stderr
+    line = next(x for x in p.stdout.splitlines() if " spray " in x)
+    assert "--sim" in line
+    assert registry.find("spray").sim is spray.SIM
+
+
+def test_a_claim_without_a_simulated_form_is_refused_clearly(tmp_path: Path) -> None:
+    bare = [s.name for s in registry.specs() if s.sim is None]
+    if not bare:
+        pytest.skip("every claim has a simulated form")  # then there is nothing to refuse
+    p = _lab("experiment", bare[0], "--sim", "--out", str(tmp_path))
+    assert p.returncode != 0 and "no simulated form yet" in p.stderr
+
+
+def test_the_spray_verdict_follows_its_thresholds() -> None:
+    assert spray.judge(0.95, 0.55)[0] == "reproduced"
+    assert spray.judge(0.80, 0.55)[0] == "partly"
+    assert spray.judge(0.60, 0.55)[0] == "not reproduced"
+    assert spray.judge(None, 0.55)[0] == "not reproduced"
+
+
+def test_the_report_puts_the_simulated_form_beside_the_lab_form(tmp_path: Path) -> None:
+    for out, mrc, verdict in ((tmp_path, 0.91, "reproduced"), (tmp_path / "sim", 0.97, "partly")):
+        r = Result("spray", 2, "claim", {"text": "paper"})
+        r.judge(verdict, f"why {verdict}")
+        r.metrics = {"headline": {"name": "u", "unit": "x", "mrc": mrc, "rocev2": 0.5}}
+        r.write(out)
+    text = report.write(tmp_path).read_text()
+    row = next(x for x in text.splitlines() if x.startswith("| 2 |"))
+    assert "**reproduced**" in row and "**partly**" in row and "0.97" in row
+    assert "Simulated at the paper's proportions" in text and "why partly" in text
