@@ -41,7 +41,9 @@ def test_spray_sim_quick_writes_a_verdict_with_the_contract_keys(tmp_path: Path)
     assert h["mrc"] > h["rocev2"] + 0.1, h
     s = d["setup"]
     assert s["hosts"] == 16 and s["link_rate_mbit"] == 100e3 and s["bdp_packets_per_path"] > 1
-    assert len(d["commands"]) == 3 and all("mrc-sim --workload permutation" in c for c in d["commands"])
+    assert len(d["commands"]) == 3 and all(
+        "mrc-sim --workload permutation" in c for c in d["commands"]
+    )
 
 
 def test_list_says_which_claims_have_a_simulated_form() -> None:
