@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, fields
 from decimal import Decimal
-from typing import Any
+from typing import Any, Self
 
 from mrcnic.units import UnitsError, in_unit, parse_time
 
@@ -114,7 +114,7 @@ class Step:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Step:
+    def from_dict(cls, d: dict[str, Any]) -> Self:
         """The step :meth:`to_dict` wrote (keys that are no field of a step are ignored)."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})

@@ -14,7 +14,8 @@ What each step does to the fabric (names as the lab's: ``h<n>``, ``p<plane>-t0-<
   from their packets alone.
 - ``port``: the host's NIC port (its queue is flushed) and the last hop into it; the host's
   QPs are told at once (``port_status``), as the I/O shell tells them.
-- ``loss``: that random loss on a T0-T1 link, both directions, until ``undo_s``.
+- ``loss``: that random loss on a T0-T1 link, both directions, until ``undo_s`` (two on
+  one link: the worse counts).
 
 Faults may overlap: a link that two faults took down comes up when both are undone.
 """
@@ -77,7 +78,8 @@ def node(shape: ClosShape, name: str) -> Node:
 
 @dataclass(frozen=True, slots=True)
 class Effect:
-    """What a step acts on: links it takes down, or makes lossy; NIC ports (host, plane)."""
+    """What a step acts on: links it takes down (a port's: the last hop into it), or makes
+    lossy; NIC ports (host, plane)."""
 
     down: tuple[Link, ...] = ()
     lossy: tuple[Link, ...] = ()
@@ -105,7 +107,8 @@ def effect(fabric: ClosFabric, step: Step) -> Effect:
                 raise ValueError(f"{step.a}: a port fault names a host")
             if not 0 <= step.plane < shape.planes:
                 raise ValueError(f"no plane {step.plane} (planes 0..{shape.planes - 1})")
-            return Effect(ports=((n.index, step.plane),))
+            return Effect(down=(fabric.last[step.plane][n.index],),
+                          ports=((n.index, step.plane),))  # fmt: skip
         if step.kind == "reboot":
             n = node(shape, step.a)
             p = n.plane
@@ -130,7 +133,7 @@ def effect(fabric: ClosFabric, step: Step) -> Effect:
             if step.kind == "loss":
                 raise ValueError("loss on a host's link is not simulated (a NIC port does not "
                                  "lose); put it on a T0-T1 link")  # fmt: skip
-            return Effect(ports=((a.index, b),))
+            return Effect(down=(fabric.last[b][a.index],), ports=((a.index, b),))
         p, i, j = a.plane, a.index, b.index
         both = (fabric.up[p][i][j], fabric.down[p][j][i])
         return Effect(lossy=both) if step.kind == "loss" else Effect(down=both)
@@ -147,49 +150,59 @@ class ClosFaults:
         self.steps = sorted(steps, key=lambda s: s.at_s)
         self.on_port = on_port
         self.lost_in_flight = 0  # frames a cut link held
+        self.log: list[dict[str, object]] = []  # the faults applied, as they happened
         self._held: dict[Link, int] = {}  # how many faults hold a link down
         self._ports_held: dict[tuple[int, int], int] = {}
-        for s in self.steps:
+        self._losses: dict[Link, list[float]] = {}  # the loss faults on a link, in percent
+        for n, s in enumerate(self.steps):
             e = effect(fabric, s)
-            fabric.at(s.at_s, partial(self._apply, s, e, True))
+            fabric.at(s.at_s, partial(self._apply, n, e, True))
             if s.end_s is not None:
-                fabric.at(s.end_s, partial(self._apply, s, e, False))
+                fabric.at(s.end_s, partial(self._apply, n, e, False))
 
-    def _apply(self, step: Step, e: Effect, fault: bool) -> None:
+    def _apply(self, n: int, e: Effect, fault: bool) -> None:
         fab = self.fabric
         now = fab.now
+        step = self.steps[n]
         if fault:
-            cut = [link for link in e.down if self._hold(self._held, link, 1) == 1]
-            self.lost_in_flight += fab.cut(cut)
+            self.log.append({"n": n, "fault": step.text, "label": step.label,
+                             "start_s": now, "end_s": None})  # fmt: skip
+        else:
+            next(r for r in self.log if r["n"] == n)["end_s"] = now
+        held = self._held
+        if fault:
+            self.lost_in_flight += fab.cut([x for x in e.down if _count(held, x, 1) == 1])
         else:
             for link in e.down:
-                if self._hold(self._held, link, -1) == 0:
+                if _count(held, link, -1) == 0:
                     link.up = True
         for link in e.lossy:
-            link.loss = step.percent / 100.0 if fault else link.spec.loss
-        for host, plane in e.ports:
-            n = self._hold(self._ports_held, (host, plane), 1 if fault else -1)
-            if n != (1 if fault else 0):
-                continue  # another fault holds it down
-            fab.nic[host][plane].set_up(not fault)
-            last = fab.last[plane][host]
+            active = self._losses.setdefault(link, [])
             if fault:
-                self.lost_in_flight += fab.cut([last])
+                active.append(step.percent)
             else:
-                last.up = True
-            self.on_port(host, plane, not fault, now)
-
-    @staticmethod
-    def _hold(held: dict, key: object, d: int) -> int:
-        n = held.get(key, 0) + d
-        held[key] = n
-        return n
+                active.remove(step.percent)
+            link.loss = max(active) / 100.0 if active else link.spec.loss
+        for host, plane in e.ports:
+            if _count(self._ports_held, (host, plane), 1 if fault else -1) == (1 if fault else 0):
+                fab.nic[host][plane].set_up(not fault)  # down: its queue is flushed
+                self.on_port(host, plane, not fault, now)
 
     def to_json(self) -> dict[str, object]:
-        """The applied schedule: ``faults`` (text forms, as ``--fault`` takes them) and
-        ``fault_schedule`` (each step as the lab's JSON writes it), ``lost_in_flight``."""
+        """``faults`` (the schedule's text forms, as ``--fault`` takes them),
+        ``fault_schedule`` (each step as the lab's JSON writes it), ``fault_log`` (those
+        applied: ``fault``, ``label``, ``start_s``, ``end_s``, null if not undone when the run
+        ended), ``lost_in_flight``."""
         return {
             "faults": [s.text for s in self.steps],
             "fault_schedule": [s.to_dict() for s in self.steps],
+            "fault_log": [{k: v for k, v in r.items() if k != "n"} for r in self.log],
             "lost_in_flight": self.lost_in_flight,
         }
+
+
+def _count(held: dict, key: object, d: int) -> int:
+    """Add ``d`` to the faults holding ``key``; returns how many hold it now."""
+    n = held.get(key, 0) + d
+    held[key] = n
+    return n

@@ -78,18 +78,30 @@ def test_overlapping_faults_hold_a_link_down_until_both_are_undone() -> None:
         Step("reboot", 0.01, "p0-t1-0", down_ms=20),  # 10..30 ms
         Step("link", 0.02, "p0-t0-1", "p0-t1-0", undo_s=0.04),  # 20..40 ms
         Step("link", 0.01, "h1", "p0-t0-1", undo_s=0.02),  # h1's port, 10..20 ms
-        Step("loss", 0.01, "p0-t0-0", "p0-t1-1", undo_s=0.02, percent=50),
+        Step("reboot", 0.015, "p0-t0-1", down_ms=10),  # h1's last hop too, 15..25 ms
+        Step("loss", 0.01, "p0-t0-0", "p0-t1-1", undo_s=0.03, percent=50),
+        Step("loss", 0.015, "p0-t1-1", "p0-t0-0", undo_s=0.02, percent=80),
     ]
-    ClosFaults(fab, steps, lambda *a: ports.append(a))
-    link, other = fab.up[0][1][0], fab.up[0][0][0]
+    faults = ClosFaults(fab, steps, lambda *a: ports.append(a))
+    link, other, lasthop, lossy = fab.up[0][1][0], fab.up[0][0][0], fab.last[0][1], fab.up[0][0][1]
     states = []
-    for t in (0.015, 0.025, 0.035, 0.045):
-        fab.at(t, lambda: states.append((other.up, link.up, fab.up[0][0][1].loss)))
+    for t in (0.0125, 0.0175, 0.0225, 0.0275, 0.035, 0.045):
+        fab.at(t, lambda: states.append((other.up, link.up, lasthop.up, lossy.loss)))
     fab.run(1.0)
-    assert states == [(False, False, 0.5), (False, False, 0.0), (True, False, 0.0),
-                      (True, True, 0.0)]  # fmt: skip
+    assert states == [
+        (False, False, False, 0.5),
+        (False, False, False, 0.8),  # the worse of two losses
+        (False, False, False, 0.5),  # the port is back, the T0 still rebooting; 80% gone
+        (False, False, True, 0.5),
+        (True, False, True, 0.0),
+        (True, True, True, 0.0),
+    ]
     assert ports == [(1, 0, False, 0.01), (1, 0, True, 0.02)]
     assert fab.nic[1][0].up and fab.last[0][1].up
+    assert [(r["fault"], r["start_s"], r["end_s"]) for r in faults.to_json()["fault_log"]][:2] == [
+        ("reboot:p0-t1-0@10ms+20ms", 0.01, 0.03),
+        ("link:h1,p0-t0-1@10ms-20ms", 0.01, 0.02),
+    ]
 
 
 @pytest.mark.parametrize(
