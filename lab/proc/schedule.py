@@ -1,7 +1,10 @@
 """A timed fault schedule: :class:`Schedule` applies :class:`Step` s at fixed offsets from a
 start with :class:`lab.fabric.faults.Faults` (which prints each command), records when each
 one really happened (:class:`Applied`), and always undoes what it did (a link or port taken
-down comes back up, loss is cleared) even when the run fails or the user presses Ctrl-C."""
+down comes back up, loss is cleared) even when the run fails or the user presses Ctrl-C.
+
+:class:`Step` (fields, checks, labels, text form) is :mod:`mrcnic.faultplan`'s, the one
+definition ``mrc-sim --fault`` plays too; the lab adds what a step takes away (``outage``)."""
 
 from __future__ import annotations
 
@@ -9,12 +12,12 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from lab.fabric.faults import Faults
 from lab.fabric.netns import LabError
 from lab.fabric.state import LabState
 from lab.proc.analysis import FaultWindow, Outage
+from mrcnic import faultplan
 
 Printer = Callable[[str], None]
 
@@ -23,53 +26,13 @@ def say_to_stdout(text: str) -> None:
     print(text, flush=True)
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
-    """A fault at ``at_s`` after the write started; ``undo_s`` when to undo it (links, ports,
-    loss); a reboot undoes itself after ``down_ms``.
+class Step(faultplan.Step):
+    """:class:`mrcnic.faultplan.Step` and what it takes away from the lab's fabric."""
 
-    kind: ``reboot`` (a = switch), ``link`` (a, b), ``port`` (a = host, plane), ``loss``
-    (a, b, percent)."""
-
-    kind: str
-    at_s: float
-    a: str
-    b: str = ""
-    plane: int = -1
-    undo_s: float | None = None
-    down_ms: float = 1000.0
-    percent: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("reboot", "link", "port", "loss"):
-            raise ValueError(f"unknown fault kind {self.kind!r}")
-        if self.kind != "reboot" and self.undo_s is not None and self.undo_s <= self.at_s:
-            raise ValueError("undo_s must come after at_s")
-
-    @property
-    def label(self) -> str:
-        return {
-            "reboot": f"reboot {self.a}",
-            "link": f"link {self.a}-{self.b} down",
-            "port": f"NIC port {self.a}/p{self.plane} down",
-            "loss": f"{self.percent:g}% loss {self.a}-{self.b}",
-        }[self.kind]
-
-    @property
-    def heal_label(self) -> str:
-        return {
-            "reboot": f"{self.a} back",
-            "link": "link up",
-            "port": "port up",
-            "loss": "loss cleared",
-        }[self.kind]
-
-    @property
-    def mark(self) -> str:
-        """One character for the text timeline (upper: fault, lower: undone)."""
-        return {"reboot": "R", "link": "L", "port": "P", "loss": "X"}[self.kind]
+    __slots__ = ()
 
     def outage(self) -> Outage:
+        """What the step takes away, for the capacity analysis (``lab.proc.analysis``)."""
         if self.kind == "reboot":
             return Outage.switch(self.a)
         if self.kind == "link":
@@ -77,20 +40,6 @@ class Step:
         if self.kind == "port":
             return Outage.port(self.a, self.plane)
         return Outage.loss(self.a, self.b)
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"kind": self.kind, "at_s": self.at_s, "a": self.a}
-        if self.b:
-            d["b"] = self.b
-        if self.kind == "port":
-            d["plane"] = self.plane
-        if self.kind == "reboot":
-            d["down_ms"] = self.down_ms
-        else:
-            d["undo_s"] = self.undo_s
-        if self.kind == "loss":
-            d["percent"] = self.percent
-        return d
 
 
 @dataclass

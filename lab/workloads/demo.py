@@ -102,7 +102,7 @@ def _marks(
     if tl and duration_s and tl[-1][0] + 2 * bin_s < duration_s:
         marks.append((tl[-1][0] + bin_s, "E"))  # the write ended early
     for f, s in zip(run.get("faults") or [], steps, strict=False):
-        m = Step(**{k: v for k, v in s.items() if k in Step.__slots__}).mark
+        m = Step.from_dict(s).mark
         marks.append((f["start_s"], m))
         if f.get("end_s") is not None:
             marks.append((f["end_s"], m.lower()))
@@ -181,9 +181,8 @@ def render_screen(doc: dict[str, Any], width: int = 56, unicode: bool = True) ->
     runs: dict[str, dict[str, Any]] = doc["runs"]
     steps = doc["schedule"]
     marks = "  ".join(
-        f"{Step(**_step_kw(s)).mark} {Step(**_step_kw(s)).label} "
-        f"({Step(**_step_kw(s)).mark.lower()}: {Step(**_step_kw(s)).heal_label})"
-        for s in steps
+        f"{st.mark} {st.label} ({st.mark.lower()}: {st.heal_label})"
+        for st in map(Step.from_dict, steps)
     )
     lines = [
         f"mrc demo: {doc['src']} -> {doc['dst']} across the T1 tier; {lab['planes']} planes x "
@@ -275,7 +274,7 @@ def render_screen(doc: dict[str, Any], width: int = 56, unicode: bool = True) ->
     # One row per event: the fault and its repair.
     events: list[tuple[str, list[str]]] = []
     for n, s in enumerate(steps):
-        st = Step(**_step_kw(s))
+        st = Step.from_dict(s)
         for kind, label, mark in (
             ("fault", st.label, st.mark),
             ("repair", st.heal_label, st.mark.lower()),
@@ -303,10 +302,6 @@ def render_screen(doc: dict[str, Any], width: int = 56, unicode: bool = True) ->
     if out:
         lines.append("  ".join(f"{k}: {v}" for k, v in out.items()))
     return "\n".join(lines)
-
-
-def _step_kw(s: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in s.items() if k in Step.__slots__}
 
 
 def _find_dip(run: dict[str, Any], n: int, kind: str) -> dict[str, Any] | None:

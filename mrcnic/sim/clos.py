@@ -19,6 +19,10 @@ over every plane; RoCEv2 one QP per flow and plane (a rail each), its T1 chosen 
 hash of the QP's flow.  The result says how much of the fabric the flows used
 (``utilisation``), per flow goodput and completion time, Jain's fairness and how unevenly
 the T0-T1 links were loaded.
+
+Faults (``ClosSpec.faults``: the lab's :class:`mrcnic.faultplan.Step` s, ``--fault``) play in
+virtual time (:mod:`mrcnic.sim.closfaults`); ``ClosSpec.timeline_s`` bins the goodput of
+every receiver together, so a fault's dip and the recovery after it show.
 """
 
 from __future__ import annotations
@@ -28,9 +32,11 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
+from mrcnic.faultplan import Step
 from mrcnic.rocev2.qp import RoceConfig, RoceQueuePair
+from mrcnic.sim.closfaults import ClosFaults
 from mrcnic.sim.fabric import (
     CTRL_FRAME_BYTES,
     DATA_OVERHEAD_BYTES,
@@ -81,6 +87,8 @@ class ClosSpec:
     transport: str = "mrc"  # mrc | rocev2
     qp: QpConfig = field(default_factory=QpConfig)  # MRC QPs' policy (EVs, CC, ...)
     max_time_s: float = 60.0
+    faults: tuple[Step, ...] = ()  # the lab's fault steps, in virtual time (closfaults)
+    timeline_s: float | None = None  # bin width of the aggregate goodput timeline
     seed: int = 1
 
     @property
@@ -119,6 +127,8 @@ class ClosSpec:
             raise ValueError(f"{self.hosts} hosts: at most {(_QPN_READER - _QPN_WRITER) // 16}")
         if self.planes > 16:
             raise ValueError(f"planes must be <= 16, not {self.planes}")
+        if self.timeline_s is not None and not self.timeline_s > 0:
+            raise ValueError(f"the timeline's bin must be > 0, not {self.timeline_s}")
         if self.transport not in ("mrc", "rocev2"):
             raise ValueError(f"unknown transport {self.transport!r} (mrc or rocev2)")
         self.shape  # noqa: B018 - the address plan refuses a shape it cannot encode
@@ -210,6 +220,9 @@ class Permutation:
         spec.check()
         self.spec = spec
         self.fabric = ClosFabric(spec, self._deliver)
+        self.faults = ClosFaults(self.fabric, spec.faults, self._port_status)
+        # bytes placed at every receiver per timeline bin (only with spec.timeline_s)
+        self.placed_bins: list[int] | None = [] if spec.timeline_s else None
         shape = spec.shape
         H = spec.hosts
         rng = random.Random(spec.seed)
@@ -282,7 +295,24 @@ class Permutation:
             if qpn == EV_PROBE_QPN:  # the host's QP 0x2: EV probes and their answers
                 self.pump.receive(host, self.desks[host], frame, t)
             return
+        bins = self.placed_bins
+        if bins is None:
+            self.pump.receive(host, ep, frame, t)
+            return
+        before = ep.stats.rx_placed_bytes
         self.pump.receive(host, ep, frame, t)
+        placed = ep.stats.rx_placed_bytes - before
+        if placed:
+            k = int(t / cast(float, self.spec.timeline_s))
+            if k >= len(bins):
+                bins.extend([0] * (k + 1 - len(bins)))
+            bins[k] += placed
+
+    def _port_status(self, host: int, plane: int, up: bool, t: float) -> None:
+        """A host's NIC port went down or came back: its QPs hear at once, as from the shell."""
+        for ep in self.endpoints[host].values():
+            ep.port_status(plane, up, t)
+            self.pump.pump(host, ep, t)
 
     def _on_event(self, host: int, e: object, t: float) -> None:
         if isinstance(e, WriteCompleted):
@@ -331,7 +361,7 @@ class Permutation:
         fcts = sorted(c for c in self.fct_s if c is not None)
         qps = [qp for flow in self.senders for qp in flow]
         packets = sum(qp.stats.tx_data_packets for qp in qps)
-        return {
+        out = {
             "workload": "permutation",
             "transport": spec.transport,
             "hosts": H,
@@ -374,7 +404,43 @@ class Permutation:
             "wall_s": round(wall_s, 3),
             "cpu_s": round(cpu_s, 3),
             "sim_pps": round(packets / cpu_s) if cpu_s > 0 else None,
+            **self.faults.to_json(),
         }
+        if self.placed_bins is not None:
+            timeline = self.timeline(self.fabric.now)  # the last completion, or where it stopped
+            out["timeline"] = timeline
+            out["timeline_bin_s"] = spec.timeline_s
+            out["recovery_s"] = recovery_s(timeline, spec.faults)
+        return out
+
+    def timeline(self, end_s: float) -> list[list[float]]:
+        """``[[bin start s, goodput bit/s], ...]`` until ``end_s``: the bytes placed at every
+        receiver in each bin (p2p's ``timeline`` for the whole fabric)."""
+        step = cast(float, self.spec.timeline_s)
+        bins = cast(list[int], self.placed_bins)
+        n = max(len(bins), int(end_s / step) + (0 if end_s % step == 0 else 1))
+        return [
+            [round(k * step, 6), round((bins[k] if k < len(bins) else 0) * 8 / step)]
+            for k in range(n)
+        ]
+
+
+def recovery_s(timeline: list[list[float]], faults: tuple[Step, ...]) -> float | None:
+    """From the first fault to the start of the first timeline bin from then on whose goodput
+    is back to >= 90% of the median of the bins before it (None: no fault, or no whole bin
+    before it; the fault's time to the end: never back).  Bin-coarse, by design."""
+    if not faults or len(timeline) < 2:
+        return None
+    t_fault = min(s.at_s for s in faults)
+    step = timeline[1][0] - timeline[0][0]
+    before = [bps for t, bps in timeline if t + step <= t_fault]
+    if not before:
+        return None
+    target = 0.9 * statistics.median(before)
+    for t, bps in timeline:
+        if t >= t_fault and bps >= target:
+            return round(t - t_fault, 6)
+    return round(timeline[-1][0] + step - t_fault, 6)
 
 
 def _quantile(sorted_xs: list[float], q: float) -> float:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -325,6 +325,31 @@ class EventLoop:
             if r is not None:
                 self._seq += 1
                 push(heap, (r[0], self._seq, stages, i + 1, (dst, port, r[1])))
+
+    def cut(self, links: Sequence[Link]) -> int:
+        """Take ``links`` down now and lose what they hold, as a real link does: a link's
+        queue is analytic, so a frame queued on it or on its wire is already an entry for
+        its next stage; those entries go (each counted in its link's ``drops``).  Returns
+        how many frames were lost.  (p2p's ``set_path`` only stops new frames.)"""
+        if not links:
+            return 0
+        ids = {id(link) for link in links}
+        for link in links:
+            link.up = False
+            link.busy_until = min(link.busy_until, self.now)
+        keep: list[HeapEntry] = []
+        lost = 0
+        for e in self._heap:
+            stages, i = e[2], e[3]
+            if i and id(stages[i - 1]) in ids:
+                stages[i - 1].drops += 1
+                lost += 1
+            else:
+                keep.append(e)
+        if lost:
+            heapq.heapify(keep)
+            self._heap[:] = keep  # in place: run() holds the list
+        return lost
 
     @property
     def pending(self) -> int:

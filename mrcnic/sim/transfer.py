@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import cast
 
 from mrcnic import plugins
+from mrcnic.faultplan import parse_steps
 from mrcnic.rocev2.dcqcn import REFERENCE_PORT_BPS
 from mrcnic.rocev2.qp import IB_TIMEOUT_UNIT_S, RoceConfig, RoceQueuePair
 from mrcnic.sim.clos import WORKLOADS, ClosSpec, run_permutation
@@ -609,6 +610,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="bring it back",
     )
     p.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="permutation: a fault on the lab's schedule syntax, in virtual time; repeatable "
+        "(link:p0-t0-1,p0-t1-2@1s-2s, reboot:p0-t1-0@1s+500ms, port:h0,3@1s-2s, "
+        "loss:p0-t0-0,p0-t1-1=1%%@1s-2s, flap:p0-t0-0,p0-t1-1,5x100ms@1s; docs/sim.md)",
+    )
+    p.add_argument(
         "--transport",
         default="mrc",
         metavar="{mrc,rocev2}",
@@ -712,6 +722,10 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
         rocev2_config(RoceConfig(), rocev2_options)  # names checked before the run
     if a.size < 1 or a.msg_size < 1 or a.mtu < 1 or a.planes < 1 or a.paths_per_plane < 1:
         raise ValueError("size, msg-size, mtu, planes and paths-per-plane must be >= 1")
+    if getattr(a, "fault", None) and getattr(a, "workload", "p2p") == "p2p":
+        raise ValueError(
+            "--fault: whole-fabric workloads only (--workload permutation); p2p takes --fail/--heal"
+        )
     choice = plugins.choice_from_args(a)
     faults = [Fault.parse(s, up=False) for s in a.fail] + [Fault.parse(s, up=True) for s in a.heal]
     for f in faults:
@@ -745,13 +759,12 @@ def clos_from_args(a: argparse.Namespace, cfg: SimConfig) -> ClosSpec:
     unsupported = [
         flag
         for flag, given in (
-            ("--fail/--heal", bool(cfg.faults)),
+            ("--fail/--heal (use --fault)", bool(cfg.faults)),
             ("--path-loss", bool(f.path_loss)),
             ("--qps", cfg.qps is not None),
             ("--rocev2-ports", cfg.rocev2_ports != "rail"),
             ("--rocev2-timeout", cfg.rocev2_timeout is not None),
             ("--rocev2-option", bool(cfg.rocev2_options)),
-            ("--timeline", cfg.timeline_s is not None),
         )
         if given
     ]
@@ -781,6 +794,8 @@ def clos_from_args(a: argparse.Namespace, cfg: SimConfig) -> ClosSpec:
         transport=cfg.transport,
         qp=QpConfig(ev=ev, cc=cfg.cc),
         max_time_s=cfg.max_time_s,
+        faults=tuple(step for text in a.fault for step in parse_steps(text)),
+        timeline_s=cfg.timeline_s,
         seed=cfg.seed,
     )
 
@@ -800,6 +815,13 @@ def clos_summary(r: dict) -> str:
             f"T0-T1 load     max/mean {r['link_imbalance']}",
             f"verified       {r['verified']}; QP errors {r['qp_errors']}; "
             f"retransmissions {r['retransmissions']}, timeouts {r['timeouts']}",
+            *(f"fault          {f}" for f in r["faults"]),
+            *([f"lost in flight {r['lost_in_flight']} frames on cut links"] if r["faults"] else []),
+            *(
+                [f"recovery       {r['recovery_s']} s (first bin back to 90% of before)"]
+                if r.get("recovery_s") is not None
+                else []
+            ),
         ]
     )
 

@@ -20,6 +20,7 @@ PACKAGES = ("mrcnic", "mrcswitch", "lab")
 # package's own __init__ (the user API) sits on top.
 MRCNIC_LAYERS = (
     ("errors", "units", "_mrcfast"),
+    ("faultplan",),
     ("fast",),
     ("wire",),
     ("transport",),

@@ -105,7 +105,7 @@ def render_summary(doc: dict[str, Any]) -> str:
     runs: dict[str, dict[str, Any]] = doc["transports"]
     kinds: dict[str, int] = {}
     for s in doc["schedule"]:
-        k = fault_kind(Step(**{k: v for k, v in s.items() if k in Step.__slots__}))
+        k = fault_kind(Step.from_dict(s))
         kinds[k] = kinds.get(k, 0) + 1
     lines = [
         f"mrc soak: {doc['minutes']:g} min per transport, seed {doc['seed']}, "
