@@ -22,6 +22,7 @@ MRCNIC_LAYERS = (
     ("errors", "units", "_mrcfast"),
     ("fast",),
     ("wire",),
+    ("workloads",),  # what each shared workload is (the lab's and the simulator's)
     ("transport",),
     ("rocev2",),
     ("plugins",),
