@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -224,11 +224,8 @@ class _Rank:
     wr: int = 0
     t_end: float = 0.0
     last_write_s: float | None = None
-    errors: list[str] | None = None
-
-    def __post_init__(self) -> None:
-        self.steps: list[float] = []
-        self.errors = []
+    errors: list[str] = field(default_factory=list)
+    steps: list[float] = field(default_factory=list)  # arrival time of each step
 
 
 class Allreduce:
@@ -280,7 +277,6 @@ class Allreduce:
         rank = self.ranks[r]
         if isinstance(e, WriteCompleted):
             if e.status is not WcStatus.SUCCESS:
-                assert rank.errors is not None
                 rank.errors.append(f"rank {r}: write {e.wr_id}: {e.status.value}")
             rank.completed += 1
             rank.t_end = max(rank.t_end, t)
@@ -290,7 +286,6 @@ class Allreduce:
         if not isinstance(e, ImmReceived):
             return
         rank = self.ranks[r]
-        assert rank.errors is not None
         if rank.got >= len(self.expect_steps):
             rank.errors.append(f"rank {r}: unexpected immediate {e.imm:#x}")
             return
@@ -330,7 +325,6 @@ class Allreduce:
         reports = []
         errors: list[str] = []
         for r, k in enumerate(self.ranks):
-            assert k.errors is not None
             complete = k.got == steps and k.completed == steps
             if not complete and not k.errors:
                 k.errors.append(f"rank {r}: did not complete ({k.got} of {steps} steps)")
@@ -539,9 +533,7 @@ class _WriteFlow:
     completed: int = 0
     failed: int = 0
     qp_errors: int = 0  # of its QPs, at either end
-
-    def __post_init__(self) -> None:
-        self.done_s: list[float] = []  # completion time of each write, in order
+    done_s: list[float] = field(default_factory=list)  # each write's completion, in order
 
 
 class _IncastPhase:
