@@ -52,6 +52,7 @@ from mrcnic.transport.evprobe import EvProbeDesk
 from mrcnic.transport.memory import MemoryTable
 from mrcnic.transport.qp import QueuePair
 from mrcnic.transport.qp_types import (
+    NetConfig,
     QpConfig,
     QpErrorEvent,
     WcStatus,
@@ -62,7 +63,13 @@ from mrcnic.transport.qp_types import (
 from mrcnic.wire import usid
 from mrcnic.wire.layout import EV_PROBE_QPN, OFF_DST
 
-WORKLOADS = ("p2p", "permutation")
+WORKLOADS = (
+    "p2p",
+    "permutation",
+    "allreduce",
+    "alltoall",
+    "incast",
+)  # the last three: collectives.py
 _QPN_WRITER, _QPN_READER = 0x100000, 0x200000  # + flow * 16 (+ rail): 24-bit QP numbers
 
 
@@ -234,7 +241,6 @@ class Permutation:
         ]
         self.pump = Pump(self.fabric, self._on_event)
         nets = [host_net(shape, h) for h in range(H)]
-        line = spec.planes * spec.port_rate_bps
         self.senders: list[list[Any]] = []  # per flow: its QPs on the writing host
         self.src: list[bytes] = []
         self.dst: list[bytearray] = []
@@ -248,28 +254,17 @@ class Permutation:
             a, b = f, self.perm[f]
             # QP numbers: writers' and readers' in two ranges, so a host's own flow and the
             # one it receives never share one; 16 per flow (a RoCEv2 QP per rail)
-            pairs: list[tuple[int, int, QpConfig | None, int | None]]
+            pairs: list[tuple[int, int, QpConfig | RoceConfig]]
             if spec.transport == "mrc":
                 base = flow_qp_config(spec, spec.qp, seed=spec.seed * 1000 + f)
-                pairs = [(_QPN_WRITER + f * 16, _QPN_READER + f * 16, base, None)]
+                pairs = [(_QPN_WRITER + f * 16, _QPN_READER + f * 16, base)]
             else:  # one QP per rail, its T1 by the ECMP hash of its flow
-                pairs = [(_QPN_WRITER + f * 16 + p, _QPN_READER + f * 16 + p, None, p)
+                pairs = [(_QPN_WRITER + f * 16 + p, _QPN_READER + f * 16 + p,
+                          rocev2_qp_config(spec, p, spec.seed + f))
                          for p in range(spec.planes)]  # fmt: skip
             flow_qps = []
-            for qa, qb, cfg, port in pairs:
-                ea: Any
-                eb: Any
-                if cfg is not None:
-                    ea = QueuePair(qa, nets[a], self.memories[a], line, seeded(cfg, qa))
-                    eb = QueuePair(qb, nets[b], self.memories[b], line, seeded(cfg, qb))
-                else:
-                    rc = RoceConfig(mtu_bytes=spec.mtu, base_rtt_s=spec.base_rtt_s, port=port,
-                                    ecmp_seed=spec.seed, seed=spec.seed + f)  # fmt: skip
-                    rate = spec.port_rate_bps
-                    ea = RoceQueuePair(qa, nets[a], self.memories[a], rate, seeded(rc, qa))
-                    eb = RoceQueuePair(qb, nets[b], self.memories[b], rate, seeded(rc, qb))
-                ea.connect(eb.local_attributes())
-                eb.connect(ea.local_attributes())
+            for qa, qb, cfg in pairs:
+                ea, eb = connect_pair(spec, nets, self.memories, (a, qa), (b, qb), cfg)
                 self.endpoints[a][qa] = ea
                 self.endpoints[b][qb] = eb
                 flow_qps.append(ea)
@@ -347,7 +342,6 @@ class Permutation:
         end = max((c for c in self.fct_s if c is not None), default=None)
         total_bits = spec.size * 8 * H
         agg = total_bits / end if end and all(ok) else 0.0
-        jain = sum(rates) ** 2 / (H * sum(r * r for r in rates)) if any(rates) else 0.0
         # while every flow still ran (until the first finished): the steady state of a
         # permutation, which a makespan's tail (the slowest flow alone) does not dilute
         first = min((c for c in self.fct_s if c is not None), default=None)
@@ -356,11 +350,9 @@ class Permutation:
             if first
             else 0.0
         )
-        loads = [link.tx_packets for link in self.fabric.fabric_links()]
-        used = [n for n in loads if n]
         fcts = sorted(c for c in self.fct_s if c is not None)
         qps = [qp for flow in self.senders for qp in flow]
-        packets = sum(qp.stats.tx_data_packets for qp in qps)
+        counters = fabric_counters(self.fabric, qps)
         out = {
             "workload": "permutation",
             "transport": spec.transport,
@@ -383,27 +375,20 @@ class Permutation:
                 }
                 for f in range(H)
             ],  # fmt: skip
-            "jain": round(jain, 4),
-            "link_imbalance": round(max(loads) / statistics.mean(used), 4) if used else None,
-            "fct_p50_s": round(_quantile(fcts, 0.5), 6) if fcts else None,
-            "fct_p99_s": round(_quantile(fcts, 0.99), 6) if fcts else None,
+            "jain": jain_index(rates),
+            "link_imbalance": link_imbalance(self.fabric),
+            **fct_quantiles(fcts),
             "verified": all(bytes(d) == s for d, s in zip(self.dst, self.src, strict=True)),
             "qp_errors": len(self.qp_errors),
             "qp_error_reasons": self.qp_errors,
-            "retransmissions": sum(qp.stats.retransmissions for qp in qps),
-            "timeouts": sum(qp.stats.timeouts for qp in qps),
-            "data_packets": packets,
-            "trims": sum(link.trims for link in self.fabric.links()),
-            "ecn_marks": sum(link.marks for link in self.fabric.links()),
-            "drops": sum(link.drops for link in self.fabric.links()),
-            "misrouted": self.fabric.misrouted,
+            **counters,
             "host_capacity_bps": spec.host_capacity_bps,
             "bytes_per_flow": spec.size,
             "base_rtt_s": spec.base_rtt_s,
             "seed": spec.seed,
             "wall_s": round(wall_s, 3),
             "cpu_s": round(cpu_s, 3),
-            "sim_pps": round(packets / cpu_s) if cpu_s > 0 else None,
+            "sim_pps": round(counters["data_packets"] / cpu_s) if cpu_s > 0 else None,
             **self.faults.to_json(),
         }
         if self.placed_bins is not None:
@@ -447,6 +432,79 @@ def _quantile(sorted_xs: list[float], q: float) -> float:
     """The nearest-rank quantile (the flow whose completion time ``q`` of flows reach)."""
     k = max(0, min(len(sorted_xs) - 1, int(q * len(sorted_xs) + 0.999999) - 1))
     return sorted_xs[k]
+
+
+def jain_index(rates: list[float]) -> float:
+    """Jain's fairness index of the flows' goodputs (1: all equal), rounded as reported."""
+    if not any(rates):
+        return 0.0
+    return round(sum(rates) ** 2 / (len(rates) * sum(r * r for r in rates)), 4)
+
+
+def link_imbalance(fabric: ClosFabric) -> float | None:
+    """The busiest T0-T1 link's packets over the mean of the links used (1: even)."""
+    loads = [link.tx_packets for link in fabric.fabric_links()]
+    used = [n for n in loads if n]
+    return round(max(loads) / statistics.mean(used), 4) if used else None
+
+
+def fct_quantiles(sorted_fcts: list[float]) -> dict[str, float | None]:
+    """``fct_p50_s`` and ``fct_p99_s`` of the flows' completion times (sorted)."""
+    return {
+        "fct_p50_s": round(_quantile(sorted_fcts, 0.5), 6) if sorted_fcts else None,
+        "fct_p99_s": round(_quantile(sorted_fcts, 0.99), 6) if sorted_fcts else None,
+    }
+
+
+def fabric_counters(fabric: ClosFabric, qps: list[Any]) -> dict[str, int]:
+    """What a whole-fabric run counts: the sending QPs' retransmissions, timeouts and data
+    packets, the links' trims, ECN marks and drops, and frames no route matched."""
+    links = fabric.links()
+    return {
+        "retransmissions": sum(qp.stats.retransmissions for qp in qps),
+        "timeouts": sum(qp.stats.timeouts for qp in qps),
+        "data_packets": sum(qp.stats.tx_data_packets for qp in qps),
+        "trims": sum(link.trims for link in links),
+        "ecn_marks": sum(link.marks for link in links),
+        "drops": sum(link.drops for link in links),
+        "misrouted": fabric.misrouted,
+    }
+
+
+def rocev2_qp_config(spec: ClosSpec, port: int, seed: int) -> RoceConfig:
+    """A RoCEv2 QP of the baseline: bound to ``port`` (a rail), its T1 by the ECMP hash."""
+    return RoceConfig(
+        mtu_bytes=spec.mtu, base_rtt_s=spec.base_rtt_s, port=port, ecmp_seed=spec.seed, seed=seed
+    )
+
+
+def connect_pair(
+    spec: ClosSpec,
+    nets: list[NetConfig],
+    memories: list[MemoryTable],
+    a: tuple[int, int],
+    b: tuple[int, int],
+    cfg: QpConfig | RoceConfig,
+    cfg_b: QpConfig | RoceConfig | None = None,
+) -> tuple[Any, Any]:
+    """Two connected QPs, ``a = (host, qpn)`` and ``b`` (configured by ``cfg``, or ``b`` by
+    ``cfg_b`` of the same transport): MRC at the host's line rate for a QpConfig, RoCEv2 at
+    one port's rate for a RoceConfig; each seeded by its QP number."""
+    (ha, qa), (hb, qb) = a, b
+    cb = cfg if cfg_b is None else cfg_b
+    if isinstance(cfg, QpConfig) and isinstance(cb, QpConfig):
+        line = spec.planes * spec.port_rate_bps
+        ea: Any = QueuePair(qa, nets[ha], memories[ha], line, seeded(cfg, qa))
+        eb: Any = QueuePair(qb, nets[hb], memories[hb], line, seeded(cb, qb))
+    elif isinstance(cfg, RoceConfig) and isinstance(cb, RoceConfig):
+        rate = spec.port_rate_bps
+        ea = RoceQueuePair(qa, nets[ha], memories[ha], rate, seeded(cfg, qa))
+        eb = RoceQueuePair(qb, nets[hb], memories[hb], rate, seeded(cb, qb))
+    else:
+        raise ValueError("the two ends of a connection must use the same transport")
+    ea.connect(eb.local_attributes())
+    eb.connect(ea.local_attributes())
+    return ea, eb
 
 
 def flow_qp_config(spec: ClosSpec, cfg: QpConfig, seed: int) -> QpConfig:

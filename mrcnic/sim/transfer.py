@@ -27,6 +27,7 @@ from mrcnic import plugins
 from mrcnic.faultplan import parse_steps
 from mrcnic.rocev2.dcqcn import REFERENCE_PORT_BPS
 from mrcnic.rocev2.qp import IB_TIMEOUT_UNIT_S, RoceConfig, RoceQueuePair
+from mrcnic.sim import workload_cli
 from mrcnic.sim.clos import WORKLOADS, ClosSpec, run_permutation
 from mrcnic.sim.fabric import (
     CTRL_FRAME_BYTES,
@@ -524,20 +525,28 @@ def build_parser() -> argparse.ArgumentParser:
         default="p2p",
         choices=WORKLOADS,
         help="p2p: h0 writes to h1 (default); permutation: every host of a whole Clos "
-        "(--t0 x --hosts-per-t0) writes --size to another, all at once",
+        "(--t0 x --hosts-per-t0) writes --size to another, all at once; allreduce, alltoall, "
+        "incast: mrc-bench's workloads on that Clos (docs/sim.md)",
     )
     p.add_argument(
-        "--t0", type=int, default=4, help="permutation: T0 switches per plane (default 4)"
+        "--t0",
+        type=int,
+        default=4,
+        help="whole-fabric workloads: T0 switches per plane (default 4)",
     )
     p.add_argument(
-        "--hosts-per-t0", type=int, default=2, help="permutation: hosts under each T0 (default 2)"
+        "--hosts-per-t0",
+        type=int,
+        default=2,
+        help="whole-fabric workloads: hosts under each T0 (default 2)",
     )
     p.add_argument(
         "--size",
         type=size_arg,
         metavar="BYTES",
-        default=16 << 20,
-        help="bytes to write (e.g. 256M, 1.5M; default 16M)",
+        default=None,
+        help="bytes to write (e.g. 256M, 1.5M; default 16M); allreduce, alltoall: per rank "
+        "(default 4M); incast: per write (default 256K), as mrc-bench's --size",
     )
     p.add_argument(
         "--msg-size",
@@ -670,6 +679,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BIN",
         help="add a goodput timeline with this bin width",
     )
+    workload_cli.add_arguments(p)
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     return p
 
@@ -687,6 +697,8 @@ def parse_path_loss(text: str, paths: int) -> tuple[int, float]:
 
 
 def config_from_args(a: argparse.Namespace) -> SimConfig:
+    if a.size is None:  # the workload's default size (mrc-bench's for the collectives)
+        a.size = workload_cli.DEFAULT_SIZE.get(getattr(a, "workload", "p2p"), 16 << 20)
     fabric = FabricSpec(
         planes=a.planes,
         paths_per_plane=a.paths_per_plane,
@@ -826,6 +838,28 @@ def clos_summary(r: dict) -> str:
     )
 
 
+def _run_collective(parser: argparse.ArgumentParser, a: argparse.Namespace, cfg: SimConfig) -> int:
+    """``--workload allreduce|alltoall|incast`` (mrcnic.sim.workload_cli)."""
+    try:
+        # flags these workloads do not honour, whatever the permutation accepts
+        for flag, given in (
+            ("--fail/--heal", bool(cfg.faults)),
+            ("--path-loss", bool(cfg.fabric.path_loss)),
+            ("--timeline", cfg.timeline_s is not None),
+            ("--qps", cfg.qps is not None and a.workload != "incast"),
+            ("--rocev2-option", bool(cfg.rocev2_options)),
+        ):
+            if given:
+                raise ValueError(f"{flag}: not supported by --workload {a.workload} yet")
+        spec = clos_from_args(a, replace(cfg, qps=None))
+        r = workload_cli.run(a, spec, cfg.qps)
+    except ValueError as e:
+        parser.error(str(e))
+    print(json.dumps(r) if a.json else workload_cli.summary(r))
+    errors = r["qp_errors"] if "qp_errors" in r else r["qp_errors_total"]
+    return 0 if r["verified"] and not errors else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
@@ -833,6 +867,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = config_from_args(a)
     except ValueError as e:
         parser.error(str(e))
+    if a.workload in workload_cli.COLLECTIVES:
+        return _run_collective(parser, a, cfg)
     if a.workload == "permutation":
         try:
             r = run_permutation(clos_from_args(a, cfg))

@@ -23,6 +23,7 @@ MRCNIC_LAYERS = (
     ("faultplan",),
     ("fast",),
     ("wire",),
+    ("workloads",),  # what each shared workload is (the lab's and the simulator's)
     ("transport",),
     ("rocev2",),
     ("plugins",),

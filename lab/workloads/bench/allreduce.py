@@ -11,7 +11,9 @@ QP) and is written by rank ``r-1`` (its ``prev`` QP):
 - all-gather, steps ``s = 0 .. n-2``: write data chunk ``(r + 1 - s) mod n`` straight into the
   same place of the next rank's data, immediate ``(AG, s)``; each arrival is forwarded next.
 
-Immediates arrive in posting order (MRC's RQMSN), so a rank processes them as a sequence.
+The schedule, the data and the bandwidth formulas are :mod:`mrcnic.workloads`' (``mrc-sim
+--workload allreduce`` runs the same ring on a simulated Clos). Immediates arrive in posting
+order (MRC's RQMSN), so a rank processes them as a sequence.
 Rank 0 coordinates over the management network (:mod:`lab.proc.control`): it gathers every
 rank's QP attributes and buffers, releases each iteration with a barrier, collects step times
 and checks, and prints the result.  ``time`` is the slowest rank's iteration (all ranks share
@@ -37,10 +39,10 @@ import numpy as np
 from lab.fabric.host import LabHost
 from lab.proc import control, cpu
 from lab.workloads.bench import common as bc
+from mrcnic import workloads as wl
 from mrcnic.io.aio import AioNic
 from mrcnic.verbs import QP, RemoteBuffer, WcStatus
-
-RS, AG = 0, 1
+from mrcnic.workloads import RS, imm_tag, rank_data
 
 
 @dataclass
@@ -63,14 +65,6 @@ IterationHook = Callable[[int, list[dict[str, Any]]], None]
 #: every rank calls this with its own report as soon as its part of an iteration ends, before
 #: rank 0 has heard of it: a rank whose QP failed can say so while the others still wait.
 ReportHook = Callable[[int, dict[str, Any]], None]
-
-
-def rank_data(seed: int, rank: int, elements: int) -> np.ndarray:
-    return np.random.default_rng([seed, rank]).integers(0, 1 << 32, size=elements, dtype=np.uint32)
-
-
-def imm_tag(it: int, phase: int, step: int) -> int:
-    return (it & 0xFFFF) << 16 | phase << 8 | step
 
 
 class _Iteration:
@@ -96,7 +90,7 @@ class _Iteration:
         self.r32 = np.frombuffer(recv, dtype=np.uint32)
         self.qp_next, self.qp_prev = qp_next, qp_prev
         self.rdata, self.rrecv = rdata, rrecv
-        self.expect = [(RS, s) for s in range(n - 1)] + [(AG, s) for s in range(n - 1)]
+        self.expect = wl.ring_steps(n)
         self.got = 0
         self.sent = 0
         self.completed = 0
@@ -118,15 +112,13 @@ class _Iteration:
         self._send(RS, 0)
 
     def _send(self, phase: int, s: int) -> None:
-        n, r, c = self.n, self.r, self.c
-        if phase == RS:
-            k = (r - s) % n
-            remote, off = self.rrecv, s * c
-        else:
-            k = (r + 1 - s) % n
-            remote, off = self.rdata, k * c
-        view = memoryview(self.data)[k * c : (k + 1) * c]
-        self.qp_next.post_write(self.wr, view, remote, offset=off, imm=imm_tag(self.it, phase, s))
+        c = self.c
+        w = wl.ring_write(phase, s, self.r, self.n)
+        remote = self.rrecv if w.to_recv else self.rdata
+        view = memoryview(self.data)[w.chunk * c : (w.chunk + 1) * c]
+        self.qp_next.post_write(
+            self.wr, view, remote, offset=w.slot * c, imm=imm_tag(self.it, phase, s)
+        )
         self.wr += 1
         self.sent += 1
 
@@ -147,15 +139,12 @@ class _Iteration:
                 )
                 continue
             self.got += 1
-            n, r = self.n, self.r
             e32 = self.c // 4
             if phase == RS:
-                k = (r - 1 - s) % n
+                k = wl.ring_reduce_chunk(s, self.r, self.n)
                 dst = self.d32[k * e32 : (k + 1) * e32]
                 np.add(dst, self.r32[s * e32 : (s + 1) * e32], out=dst)
-                nxt = (RS, s + 1) if s + 1 < n - 1 else (AG, 0)
-            else:
-                nxt = (AG, s + 1) if s + 1 < n - 1 else None
+            nxt = wl.ring_next(phase, s, self.n)
             t = time.monotonic()
             self.step_t.append(t)
             self.t_end = max(self.t_end, t)
@@ -184,9 +173,7 @@ async def run_rank(
         raise ValueError("an all-reduce needs at least 2 hosts")
     if len(set(p.hosts)) != n:
         raise ValueError("--hosts lists a host twice")
-    size = p.size - p.size % (4 * n)
-    if size <= 0:
-        raise ValueError(f"--size must be at least {4 * n} bytes for {n} ranks (4-byte elements)")
+    size = wl.allreduce_size(p.size, n)
     plan = st.plan
     host = p.hosts[rank]
     lh = LabHost.from_state(st, host)
@@ -287,10 +274,7 @@ class _AllreduceRank:
         self.qp_next, self.qp_prev, self.data, self.recv = qp_next, qp_prev, data, recv
         self.rdata, self.rrecv = _connect(rank, n, table, qp_next, qp_prev)
         self.mine = rank_data(p.seed, rank, size // 4)
-        self.expect = sum(
-            (rank_data(p.seed, r, size // 4) for r in range(n)),
-            start=np.zeros(size // 4, np.uint32),
-        )
+        self.expect = wl.allreduce_expected(p.seed, n, size // 4)
 
     def reset(self) -> None:
         np.frombuffer(self.data, dtype=np.uint32)[:] = self.mine
@@ -540,16 +524,7 @@ def _result(
         for rep in reps:
             verified = verified and rep["ok"]
             errors += rep["errors"]
-        per_step = []
-        for s in range(2 * (n - 1)):
-            durs = []
-            for rep in reps:
-                st_ = rep["steps"]
-                if len(st_) > s:
-                    prev = st_[s - 1] if s else rep["start"]
-                    durs.append(st_[s] - prev)
-            per_step.append(max(durs) if durs else float("nan"))
-        steps.append(per_step)
+        steps.append(wl.slowest_steps(reps, n))
     caps = []
     for r in range(n):
         a, b = table[r], table[(r + 1) % n]
@@ -561,7 +536,7 @@ def _result(
     capacity = min(caps) if caps else 0.0
     t_avg = statistics.fmean(times) if times else 0.0
     algbw = size * 8 / t_avg if t_avg > 0 else 0.0
-    busbw = algbw * 2 * (n - 1) / n
+    busbw = wl.allreduce_busbw_bps(algbw, n)
     cpu_ranks = [f.get("cpu", {}).get("cpu_percent") for f in finals]
     cpu0 = finals[0]["cpu"]
     qp_errors = sum(1 for e in errors if "QP " in e)
@@ -583,8 +558,7 @@ def _result(
         "goodput_bps": round(busbw, 1),
         "capacity_bps": capacity,
         "goodput_fraction": round(busbw / capacity, 4) if capacity else 0.0,
-        "step_names": [f"reduce-scatter {s}" for s in range(n - 1)]
-        + [f"all-gather {s}" for s in range(n - 1)],
+        "step_names": wl.ring_step_names(n),
         "step_times_s": step_means,
         "verified": verified,
         "qp_errors": qp_errors,

@@ -17,7 +17,9 @@ the management network, gathers the reports, stops at the first error) are the a
 (:func:`lab.workloads.bench.allreduce.rendezvous`, :func:`~lab.workloads.bench.allreduce.coordinate`,
 :func:`~lab.workloads.bench.allreduce.follow`). ``sizes`` sweeps message sizes as nccl-tests does:
 ``warmup`` + ``iters`` iterations per size on the same QPs. ``time`` is the slowest rank's
-iteration; ``algbw = S / time``, ``busbw = algbw * (n - 1) / n`` (nccl-tests).
+iteration; ``algbw = S / time``, ``busbw = algbw * (n - 1) / n`` (nccl-tests). The pairing,
+the rails, the expected buffers and the table's rows are :mod:`mrcnic.workloads`' (``mrc-sim
+--workload alltoall`` runs the same exchange on a simulated Clos).
 """
 
 from __future__ import annotations
@@ -37,15 +39,22 @@ from lab.workloads.bench.allreduce import (
     LoopPlan,
     ReportHook,
     drive,
-    imm_tag,
-    rank_data,
     rendezvous,
     result_head,
 )
+from mrcnic import workloads as wl
 from mrcnic.io.aio import AioNic
 from mrcnic.verbs import QP, RemoteBuffer, WcStatus
+from mrcnic.workloads import A2A, imm_tag, peer_order, rail, rank_data
 
-A2A = 2  # the immediate's phase byte (the all-reduce uses 0 and 1)
+# the definitions live in mrcnic.workloads (the simulator's all-to-all uses them too)
+usable_size = wl.alltoall_size
+check_sizes = wl.check_alltoall_sizes
+expected = wl.alltoall_expected
+busbw_factor = wl.alltoall_busbw_factor
+iteration_time = wl.iteration_time
+row = wl.alltoall_row
+arrival_matrix = wl.arrival_matrix
 
 
 @dataclass
@@ -57,60 +66,6 @@ class AlltoallParams:
     transport: str = "mrc"
     seed: int = 1
     timeout_s: float = 120.0
-
-
-def usable_size(size: int, n: int) -> int:
-    """Bytes per rank really exchanged: a multiple of 4 x ranks (uint32 elements, equal
-    chunks), as the all-reduce rounds its size."""
-    return size - size % (4 * n)
-
-
-def check_sizes(sizes: list[int], n: int) -> list[int]:
-    """The sizes rounded to what ``n`` ranks exchange; ValueError for one that is too small
-    or whose chunk does not fit one RDMA Write."""
-    if n < 2:
-        raise ValueError("an all-to-all needs at least 2 hosts")
-    if not sizes:
-        raise ValueError("no message size")
-    out = []
-    for s in sizes:
-        u = usable_size(s, n)
-        if u <= 0:
-            raise ValueError(f"size {s} must be at least {4 * n} bytes for {n} ranks")
-        if u // n >= 1 << 32:
-            raise ValueError(f"size {s}: a chunk of {u // n} bytes exceeds one RDMA Write")
-        out.append(u)
-    return out
-
-
-def peer_order(r: int, n: int) -> list[int]:
-    """The peers rank ``r`` writes to, in posting order: ``r+1, r+2, ...`` (mod n), so that
-    the ranks do not all write to rank 0 first."""
-    return [(r + k) % n for k in range(1, n)]
-
-
-def rail(i: int, j: int, n: int) -> int:
-    """The QP index (RoCEv2: the port, mod planes) of the connection between ranks ``i`` and
-    ``j`` of ``n``: the pair's number in the list (0,1), (0,2), ..., (n-2,n-1), the same at
-    both ends. While n (n - 1) / 2 <= planes every connection has a rail of its own, so the
-    baseline's lossless all-to-all suffers no collision of two QPs on one plane (its best
-    case; beyond that they share rails, as a port hash would make them)."""
-    a, b = min(i, j), max(i, j)
-    if a == b or not 0 <= a < b < n:
-        raise ValueError(f"no connection between ranks {i} and {j} of {n}")
-    return a * n - a * (a + 1) // 2 + (b - a - 1)
-
-
-def expected(seed: int, r: int, n: int, sizes: list[int]) -> list[np.ndarray]:
-    """What rank ``r``'s receive buffer holds after an iteration of each size: chunk ``j`` is
-    rank ``j``'s chunk ``r`` (its own included)."""
-    top = max(sizes) // 4
-    peers = [rank_data(seed, j, top) for j in range(n)]
-    out = []
-    for s in sizes:
-        e = s // n // 4
-        out.append(np.concatenate([peers[j][r * e : (r + 1) * e] for j in range(n)]))
-    return out
 
 
 class _Exchange:
@@ -287,51 +242,6 @@ async def run_rank(
 
 
 # --- the result ----------------------------------------------------------------------------
-
-
-def busbw_factor(n: int) -> float:
-    """nccl-tests' all-to-all bus bandwidth factor: busbw = algbw x (n - 1) / n."""
-    return (n - 1) / n
-
-
-def iteration_time(reports: list[dict[str, Any]]) -> float:
-    """An iteration's time: the first rank's start to the last rank's end (every rank reads
-    the machine's one monotonic clock)."""
-    return max(r["end"] for r in reports) - min(r["start"] for r in reports)
-
-
-def row(size: int, n: int, iters: int, its: list[list[dict]], capacity_bps: float) -> dict:
-    """One line of the nccl-tests table: a size's timed iterations."""
-    times = [iteration_time(reps) for reps in its]
-    t_avg = statistics.fmean(times) if times else 0.0
-    algbw = size * 8 / t_avg if t_avg > 0 else 0.0
-    busbw = algbw * busbw_factor(n)
-    ok = len(its) == iters and all(rep["ok"] for reps in its for rep in reps)
-    return {
-        "size": size,
-        "elements": size // 4,
-        "iterations": len(times),
-        "time_s": round(t_avg, 6),
-        "iteration_times_s": [round(t, 6) for t in times],
-        "algbw_bps": round(algbw, 1),
-        "busbw_bps": round(busbw, 1),
-        "goodput_fraction": round(busbw / capacity_bps, 4) if capacity_bps else 0.0,
-        "verified": ok,
-    }
-
-
-def arrival_matrix(its: list[list[dict]], n: int) -> list[list[float | None]]:
-    """``m[dst][src]``: mean seconds from ``dst``'s start until ``src``'s chunk arrived there."""
-    m: list[list[float | None]] = [[None] * n for _ in range(n)]
-    for dst in range(n):
-        for src in range(n):
-            v = [
-                reps[dst]["arrival"][src]
-                for reps in its
-                if len(reps) > dst and reps[dst]["arrival"][src] is not None
-            ]
-            m[dst][src] = round(statistics.fmean(v), 6) if v else None
-    return m
 
 
 def capacity(plan: Any, table: list[dict]) -> float:

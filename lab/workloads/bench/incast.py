@@ -41,6 +41,7 @@ from lab.proc.analysis import overlap_aggregate, window_mean_bps
 from lab.proc.benchrun import WriteSpec, parse_json_output
 from lab.proc.cpu import ChildrenCpuMeter
 from lab.workloads.bench import common as bc
+from mrcnic import workloads as wl
 
 PFC_KEYS = ("pause_tx", "pause_rx", "paused_s", "lossless_drops", "watchdog_trips")
 TIMELINE_MS = 100  # the flows' timeline bins: the window goodput is read from them
@@ -88,34 +89,13 @@ def parse_pair(plan: Any, text: str) -> tuple[int, int]:
 
 
 def hosts_under(plan: Any, t0: int) -> list[int]:
-    return [h for h in range(plan.host_count) if plan.shape.host_t0(h) == t0]
+    return wl.hosts_under(plan.shape, t0)
 
 
 def auto_victim(plan: Any, senders: Sequence[int], dst: int) -> tuple[int, int] | None:
-    """The victim of the congestion-spreading scenario: a host under the T0 of most senders
-    (ties: the lowest T0 index) that is neither a sender nor ``dst``, writing to a host under
-    ``dst``'s T0 that is not ``dst`` (a host that is no sender preferred). It shares the
-    senders' T0 -> T1 links and the T1 -> T0 links towards ``dst``'s T0 with the incast, but
-    not ``dst``'s own links. None when the lab has no such pair (then it needs more hosts per
-    T0: ``--hosts-per-t0 3``) or when most senders sit under ``dst``'s T0 (no shared uplink)."""
-    shape = plan.shape
-    counts: dict[int, int] = {}
-    for s in senders:
-        t = shape.host_t0(s)
-        counts[t] = counts.get(t, 0) + 1
-    if not counts:
-        return None
-    t0 = min(counts, key=lambda t: (-counts[t], t))
-    dst_t0 = shape.host_t0(dst)
-    if t0 == dst_t0:
-        return None
-    busy = set(senders) | {dst}
-    srcs = [h for h in hosts_under(plan, t0) if h not in busy]
-    dsts = [h for h in hosts_under(plan, dst_t0) if h != dst]
-    if not srcs or not dsts:
-        return None
-    dsts.sort(key=lambda h: (h in busy, h))
-    return srcs[0], dsts[0]
+    """``--victim auto``: :func:`mrcnic.workloads.incast_victim` in this lab (None: the lab
+    has no such pair; then it needs more hosts per T0: ``--hosts-per-t0 3``)."""
+    return wl.incast_victim(plan.shape, senders, dst)
 
 
 # --- the switches' counters (pure) ---------------------------------------------------------------
@@ -309,9 +289,7 @@ def common_window(
     return {k: ov[k] for k in ("window_start_unix_s", "window_s", "start_skew_s")}
 
 
-def skip_for(duration_s: float) -> float:
-    """Ramp-up left out of the window goodput: 1 s, or a quarter of a short run."""
-    return min(1.0, duration_s / 4)
+skip_for = wl.skip_for  # ramp-up left out of the window goodput (mrcnic.workloads)
 
 
 # --- running writes at once ----------------------------------------------------------------------
