@@ -345,11 +345,11 @@ class Permutation:
         # while every flow still ran (until the first finished): the steady state of a
         # permutation, which a makespan's tail (the slowest flow alone) does not dilute
         first = min((c for c in self.fct_s if c is not None), default=None)
-        window = (
-            sum(n for done in self.done_bytes for t, n in done if t <= first) * 8 / first
-            if first
-            else 0.0
-        )
+        window = steady = 0.0
+        if first:
+            window = self._done_by(first) * 8 / first
+            # the same window without its first quarter: the flows' start-up left out
+            steady = (self._done_by(first) - self._done_by(first / 4)) * 8 / (first * 3 / 4)
         fcts = sorted(c for c in self.fct_s if c is not None)
         qps = [qp for flow in self.senders for qp in flow]
         counters = fabric_counters(self.fabric, qps)
@@ -364,6 +364,7 @@ class Permutation:
             "utilisation": round(agg / (H * spec.host_capacity_bps), 4),
             "goodput_fraction": round(agg / (H * spec.host_capacity_bps), 4),
             "window_utilisation": round(window / (H * spec.host_capacity_bps), 4),
+            "steady_utilisation": round(steady / (H * spec.host_capacity_bps), 4),
             "mean_flow_rate": round(statistics.mean(rates) / spec.host_capacity_bps, 4),
             "completion_s": round(end, 6) if end is not None and all(ok) else None,
             "flows": [
@@ -397,6 +398,10 @@ class Permutation:
             out["timeline_bin_s"] = spec.timeline_s
             out["recovery_s"] = recovery_s(timeline, spec.faults)
         return out
+
+    def _done_by(self, t_s: float) -> int:
+        """Bytes of the writes every flow had completed by ``t_s``."""
+        return sum(n for done in self.done_bytes for t, n in done if t <= t_s)
 
     def timeline(self, end_s: float) -> list[list[float]]:
         """``[[bin start s, goodput bit/s], ...]`` until ``end_s``: the bytes placed at every
