@@ -70,9 +70,10 @@ def run_parallel(
             out = {n: futures[n].result() for n in names}
     for n in names:
         r = out[n]
-        util = r.get("window_utilisation", r.get("goodput_fraction"))
+        util = r.get("window_utilisation", r.get("goodput_fraction", r.get("incast_fraction")))
+        errors = r.get("qp_errors", r.get("qp_errors_total"))
         echo(f"    {n:<16} utilisation {util or 0:.3f}, verified {r['verified']}, "
-             f"QP errors {r['qp_errors']}, {r['wall_s']:.0f} s wall")  # fmt: skip
+             f"QP errors {errors}, {r['wall_s']:.0f} s wall")  # fmt: skip
     return out
 
 
