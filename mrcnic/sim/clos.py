@@ -47,6 +47,7 @@ from mrcnic.sim.fabric import (
     host_net,
 )
 from mrcnic.sim.pump import Pump
+from mrcnic.sim.scale import LAB
 from mrcnic.transport.ev import EvConfig
 from mrcnic.transport.evprobe import EvProbeDesk
 from mrcnic.transport.memory import MemoryTable
@@ -81,11 +82,12 @@ class ClosSpec:
     t0: int = 4
     t1: int = 4
     hosts_per_t0: int = 2
-    port_rate_bps: float = 100e6
+    port_rate_bps: float = LAB.port_rate_bps  # the lab's scale (mrcnic.sim.scale); the CLI
+    # runs the whole fabric at the paper's (mrc-sim --scale)
     path_rate_bps: float | None = None  # each T0-T1 link (default: the port rate)
-    prop_s: float = 20e-6  # one way, T0 -> T1 -> T0 (half on each link)
-    queue_bytes: int = 64 * 1024
-    ecn_bytes: int | None = 16 * 1024
+    prop_s: float = LAB.prop_s  # one way, T0 -> T1 -> T0 (half on each link)
+    queue_bytes: int = LAB.queue_bytes
+    ecn_bytes: int | None = LAB.ecn_bytes
     trim: bool = True
     loss: float = 0.0  # random loss per packet on each uplink
     size: int = 4 << 20  # bytes per flow

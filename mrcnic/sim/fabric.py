@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mrcnic.sim.scale import LAB
 from mrcnic.transport.qp_types import NetConfig, PortAddr
 from mrcnic.wire import layout, usid
 from mrcnic.wire.trim import TrimRule, overflows
@@ -236,11 +237,11 @@ def host_net(shape: usid.ClosShape, host: int) -> NetConfig:
 class FabricSpec:
     planes: int = 8
     paths_per_plane: int = 4
-    port_rate_bps: float = 100e6
+    port_rate_bps: float = LAB.port_rate_bps  # the lab's scale (mrcnic.sim.scale)
     path_rate_bps: float | None = None  # default: the port rate (a non-blocking Clos)
-    prop_s: float = 20e-6  # one-way propagation, whole path
-    queue_bytes: int = 64 * 1024
-    ecn_bytes: int | None = 16 * 1024
+    prop_s: float = LAB.prop_s  # one-way propagation, whole path
+    queue_bytes: int = LAB.queue_bytes
+    ecn_bytes: int | None = LAB.ecn_bytes
     trim: bool = True
     loss: float = 0.0
     # ((path, loss), ...): a path's own loss probability, data direction (h0 -> h1) only, as a

@@ -37,6 +37,7 @@ from mrcnic.sim.fabric import (
     host_net,
 )
 from mrcnic.sim.pump import Pump
+from mrcnic.sim.scale import SCALES, default_scale
 from mrcnic.transport.ev import EvConfig, EvStateChanged
 from mrcnic.transport.evprobe import EvProbeDesk
 from mrcnic.transport.memory import MemoryTable
@@ -560,8 +561,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--port-rate",
         type=rate_arg,
         metavar="RATE",
-        default=d.port_rate_bps,
-        help="NIC port rate (default 100Mbit)",
+        default=None,
+        help="NIC port rate (default: the --scale's, 100Mbit or 100Gbit)",
     )
     p.add_argument(
         "--path-rate",
@@ -574,22 +575,30 @@ def build_parser() -> argparse.ArgumentParser:
         "--delay",
         type=time_arg,
         metavar="TIME",
-        default=d.prop_s,
-        help="one-way propagation delay per path (default 20us)",
+        default=None,
+        help="one-way propagation delay per path (default: the --scale's, 20us or 4us)",
     )
     p.add_argument(
         "--queue",
         type=size_arg,
         metavar="BYTES",
-        default=d.queue_bytes,
-        help="switch queue per port in bytes (default 64K)",
+        default=None,
+        help="switch queue per port in bytes (default: the --scale's, 64K or 1M)",
     )
     p.add_argument(
         "--ecn",
         type=size_arg,
         metavar="BYTES",
-        default=d.ecn_bytes,
-        help="ECN marking threshold in bytes (default 16K)",
+        default=None,
+        help="ECN marking threshold in bytes (default: the --scale's, 16K or 200K)",
+    )
+    p.add_argument(
+        "--scale",
+        choices=sorted(SCALES),
+        default=None,
+        help="the defaults of --port-rate, --delay, --queue and --ecn: lab (the namespace "
+        "lab's 1/1000 scale: 100Mbit, 20us, 64K, 16K) or paper (100Gbit, 4us, 1M, 200K); "
+        "default lab for --workload p2p, paper for the whole-fabric workloads",
     )
     p.add_argument("--no-ecn", action="store_true", help="disable ECN marking")
     p.add_argument("--no-trim", action="store_true", help="drop instead of trimming on overflow")
@@ -697,8 +706,14 @@ def parse_path_loss(text: str, paths: int) -> tuple[int, float]:
 
 
 def config_from_args(a: argparse.Namespace) -> SimConfig:
+    workload = getattr(a, "workload", "p2p")
     if a.size is None:  # the workload's default size (mrc-bench's for the collectives)
-        a.size = workload_cli.DEFAULT_SIZE.get(getattr(a, "workload", "p2p"), 16 << 20)
+        a.size = workload_cli.DEFAULT_SIZE.get(workload, 16 << 20)
+    scale = SCALES[a.scale] if getattr(a, "scale", None) else default_scale(workload)
+    for name, value in (("port_rate", scale.port_rate_bps), ("delay", scale.prop_s),
+                        ("queue", scale.queue_bytes), ("ecn", scale.ecn_bytes)):  # fmt: skip
+        if getattr(a, name, None) is None:
+            setattr(a, name, value)
     fabric = FabricSpec(
         planes=a.planes,
         paths_per_plane=a.paths_per_plane,

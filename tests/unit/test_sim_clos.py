@@ -89,3 +89,22 @@ def test_bench_sim_writes_its_contract_keys(tmp_path: Path) -> None:
     run = json.loads(out.read_text())["runs"]["16"]
     assert run["hosts"] == 16 and run["verified"]
     assert run["data_packets_per_wall_s"] > 0 and run["peak_rss_bytes"] > 1 << 20
+
+
+def test_a_whole_fabric_runs_at_the_papers_scale_unless_told() -> None:
+    """p2p keeps the lab's 1/1000 scale (its contract); the whole-fabric workloads default to
+    the paper's proportions, the lab's one flag away, and an explicit flag wins over both."""
+    from mrcnic.sim import transfer
+    from mrcnic.sim.scale import LAB, PAPER
+
+    def fabric(*args: str) -> tuple[float, float, int, int | None]:
+        f = transfer.config_from_args(transfer.build_parser().parse_args(list(args))).fabric
+        return f.port_rate_bps, f.prop_s, f.queue_bytes, f.ecn_bytes
+
+    lab = (LAB.port_rate_bps, LAB.prop_s, LAB.queue_bytes, LAB.ecn_bytes)
+    paper = (PAPER.port_rate_bps, PAPER.prop_s, PAPER.queue_bytes, PAPER.ecn_bytes)
+    assert fabric() == lab
+    assert fabric("--workload", "permutation") == paper
+    assert fabric("--workload", "allreduce", "--scale", "lab") == lab
+    assert fabric("--workload", "permutation", "--port-rate", "25Gbit")[0] == 25e9
+    assert fabric("--scale", "paper") == paper

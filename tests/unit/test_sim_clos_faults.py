@@ -140,7 +140,8 @@ def test_the_same_seed_gives_the_same_faulted_run() -> None:
 
 def test_mrc_sim_takes_faults_and_a_timeline_for_a_permutation_only() -> None:
     cmd = [sys.executable, "-m", "mrcnic.sim.transfer", "--workload", "permutation",
-           "--planes", "2", "--t0", "2", "--hosts-per-t0", "2", "--t1", "2", "--size", "128K"]  # fmt: skip
+           "--planes", "2", "--t0", "2", "--hosts-per-t0", "2", "--t1", "2", "--size", "128K",
+           "--scale", "lab"]  # fmt: skip
     out = subprocess.run([*cmd, "--fault", "link:p0-t0-0,p0-t1-1@1ms-3ms", "--fault",
                           "port:h1,1@2ms+1ms", "--timeline", "1ms", "--json"],
                          capture_output=True, text=True, check=True, cwd=ROOT)  # fmt: skip

@@ -20,15 +20,16 @@ from lab.workloads.experiments.base import HEADER_BYTES, PAPER_SCALE, Context, R
 from mrcnic.sim import transfer
 from mrcnic.sim.clos import ClosSpec, run_permutation
 from mrcnic.sim.fabric import FabricSpec
+from mrcnic.sim.scale import PAPER
 
 # The paper's proportions (MRC-BRIEF: 8 x 100G NICs, 6.54 us one way across a T1): 100 Gb/s
 # links, a few microseconds of propagation, deep switch buffers with ECN well below them.
 PAPER_FABRIC: dict[str, Any] = {
     "planes": 8,
-    "port_rate_bps": 100e9,
-    "prop_s": 4e-6,
-    "queue_bytes": 1 << 20,
-    "ecn_bytes": 200 << 10,
+    "port_rate_bps": PAPER.port_rate_bps,
+    "prop_s": PAPER.prop_s,
+    "queue_bytes": PAPER.queue_bytes,
+    "ecn_bytes": PAPER.ecn_bytes,
 }
 
 SimRun = Callable[[Context, Result], None]
