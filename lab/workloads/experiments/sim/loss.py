@@ -108,8 +108,23 @@ def run(ctx: Context, res: Result) -> None:
         "rocev2": {f"{SHORT[c]} kept at {key(p)}%": k[c]["rocev2"][key(p)] for c in COLLECTIVES for p in LOSSES[1:]},
         "sub_claims": per_coll,
     })  # fmt: skip
-    notes = ("lossless line fractions: " + ", ".join(
-        f"{SHORT[c]} {t} {out[f'{c}/{t}/0']['goodput_fraction']:.3f}" for c in COLLECTIVES for t in TRANSPORTS))  # fmt: skip
+    notes = "lossless line fractions: " + ", ".join(
+        f"{SHORT[c]} {t} {out[f'{c}/{t}/0']['goodput_fraction']:.3f}"
+        for c in COLLECTIVES
+        for t in TRANSPORTS
+    )
+    # the measured reasons: what each MRC run resent, and how much of it waited for a timeout
+    # (a tail loss of a ring step or a pair's write: nothing behind it to reveal the gap)
+    notes += (
+        "; MRC resent (timeouts): "
+        + ", ".join(
+            f"{SHORT[c]} {key(p)}% {out[n]['retransmissions']} ({out[n]['timeouts']})"
+            for c in COLLECTIVES
+            for p in LOSSES
+            for n in [f"{c}/mrc/{key(p)}"]
+        )
+        + f" of {out['allreduce/mrc/0']['data_packets']} / {out['alltoall/mrc/0']['data_packets']} data packets"
+    )
     res.judge(decide(per_coll), explain(k, completed, per_coll, notes))
 
 
