@@ -11,6 +11,10 @@ a port went down), :meth:`Pump.pump` hands its frames to the network, its events
 owner's ``on_event`` and arms its next timer, once per distinct deadline: a timer that the
 endpoint has since moved is ignored when it comes due.  Delivery (which endpoint a frame is
 for, what to record on the way) stays with the owner, who calls ``pump`` after delivering.
+
+``on_pumped(host, endpoint, t)``, when set, is called at the end of every pump: every change
+of an endpoint's counters is followed by a pump at the virtual time it happened, so an
+observer there sees each change at its time (:class:`mrcnic.sim.loss_clock.LossClock`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ class Network(Protocol):
 
 # on_event(host, event, t): what the owner does with each event an endpoint reports
 OnEvent = Callable[[int, Any, float], None]
+# on_pumped(host, endpoint, t): after each pump, what an observer reads off the endpoint
+OnPumped = Callable[[int, Any, float], None]
 
 
 class Pump:
@@ -37,9 +43,15 @@ class Pump:
     With ``on_event`` None, events stay queued in the endpoint for its owner to poll (the
     verbs API's ``poll_cq``)."""
 
-    def __init__(self, network: Network, on_event: OnEvent | None = None) -> None:
+    def __init__(
+        self,
+        network: Network,
+        on_event: OnEvent | None = None,
+        on_pumped: OnPumped | None = None,
+    ) -> None:
         self.network = network
         self.on_event = on_event
+        self.on_pumped = on_pumped
         self._timers: dict[int, float] = {}  # id(endpoint) -> the deadline armed
 
     def receive(self, host: int, ep: Any, frame: bytes, t: float) -> None:
@@ -71,3 +83,5 @@ class Pump:
                 self.pump(host, ep, now)
 
             net.at(max(nt, t), fire)
+        if self.on_pumped is not None:
+            self.on_pumped(host, ep, t)
