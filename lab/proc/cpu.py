@@ -310,3 +310,45 @@ def switch_pids(lab_state: Any) -> list[int]:
     """PIDs of the lab's switch processes that still run what the lab started, each once
     (one shared process serves several switches: its CPU must not count once per switch)."""
     return sorted({rec.pid for rec in lab_state.processes.values() if rec.is_alive()})
+
+
+@dataclass(frozen=True, slots=True)
+class SchedWait:
+    """What the scheduler did for some processes (all their threads): CPU time, time spent
+    runnable but waiting for a CPU, and times they were given one (``/proc/PID/schedstat``)."""
+
+    run_s: float
+    wait_s: float
+    slices: int
+
+    def __sub__(self, before: SchedWait) -> SchedWait:
+        return SchedWait(
+            self.run_s - before.run_s, self.wait_s - before.wait_s, self.slices - before.slices
+        )
+
+    @property
+    def wait_per_slice_s(self) -> float | None:
+        """The mean wait for a CPU each time one was given (None: never ran)."""
+        return self.wait_s / self.slices if self.slices > 0 else None
+
+
+def sched_wait(pids: list[int]) -> SchedWait | None:
+    """:class:`SchedWait` summed over ``pids`` and their threads; None when the kernel keeps
+    no schedstat (CONFIG_SCHED_INFO) or none of them is alive. A process that waits for a CPU
+    about as long as the lab's frame times is late for the fabric, whatever its CPU share:
+    the machine's other users, not the lab's own load, are then the limit."""
+    run = wait = slices = 0
+    seen = False
+    for pid in pids:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    r, w, s = (int(x) for x in f.read().split()[:3])
+            except (OSError, ValueError):
+                continue
+            run, wait, slices, seen = run + r, wait + w, slices + s, True
+    return SchedWait(run / 1e9, wait / 1e9, slices) if seen else None
