@@ -49,7 +49,15 @@ def fabric_args(params: LabParams) -> list[str]:
     """The link flags: planes, rate, buffer, ECN as the lab's switches run them."""
     if params.pfc:
         raise TwinError("the simulator has no PFC: compare a lab without --pfc")
-    args = ["--planes", str(params.planes), "--port-rate", f"{params.rate_bps}bit"]
+    # --scale lab: the lab's propagation (the whole-fabric workloads default to the paper's)
+    args = [
+        "--scale",
+        "lab",
+        "--planes",
+        str(params.planes),
+        "--port-rate",
+        f"{params.rate_bps}bit",
+    ]
     args += ["--queue", str(params.buffer_bytes)]
     # the kernel's switches mark nothing; python switches mark above ecn_threshold_bytes
     if params.switch == "kernel":
