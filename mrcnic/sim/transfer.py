@@ -737,7 +737,8 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
         raise ValueError("size, msg-size, mtu, planes and paths-per-plane must be >= 1")
     if getattr(a, "fault", None) and getattr(a, "workload", "p2p") == "p2p":
         raise ValueError(
-            "--fault: whole-fabric workloads only (--workload permutation); p2p takes --fail/--heal"
+            "--fault: whole-fabric workloads only (--workload permutation, allreduce); p2p "
+            "takes --fail/--heal"
         )
     if getattr(a, "iters", 1) != 1 and getattr(a, "workload", "p2p") != "allreduce":
         raise ValueError("--iters: --workload allreduce only")
@@ -850,7 +851,6 @@ def _run_collective(parser: argparse.ArgumentParser, a: argparse.Namespace, cfg:
             ("--path-loss", bool(cfg.fabric.path_loss)),
             ("--timeline", cfg.timeline_s is not None and a.workload != "allreduce"),
             ("--fault", bool(a.fault) and a.workload != "allreduce"),
-            ("--iters", a.iters != 1 and a.workload != "allreduce"),
             ("--qps", cfg.qps is not None and a.workload != "incast"),
             ("--rocev2-option", bool(cfg.rocev2_options)),
         ):

@@ -131,14 +131,15 @@ def summary(r: dict[str, Any]) -> str:
         return "\n".join([*lines, tail])
     t = r["time_s"]
     times = r["iteration_times_s"]
-    iters = (
-        [
-            f"iterations     {r['iterations']} of {r['iters']}: {min(times) * 1e3:.3f} .. "
-            f"{max(times) * 1e3:.3f} ms; failed {r['failed_iterations']}"
-        ]
-        if r.get("iters", 1) > 1 and times
-        else []
-    )
+    iters = []
+    if r.get("iters", 1) > 1:
+        span = f": {min(times) * 1e3:.3f} .. {max(times) * 1e3:.3f} ms" if times else ""
+        iters.append(f"iterations     {r['iterations']} of {r['iters']}{span}")
+    if r.get("failed_at_s") is not None:
+        iters.append(
+            f"failed         the iteration from {r['failed_at_s'] * 1e3:.3f} ms, after "
+            f"{r['failed_after_s'] * 1e3:.3f} ms: {'; '.join(r['qp_error_reasons'])[:160]}"
+        )
     faults = [f"fault          {f}" for f in r.get("faults", [])]
     if r.get("recovery_s") is not None:
         faults.append(f"recovery       {r['recovery_s']} s (first bin back to 90% of before)")

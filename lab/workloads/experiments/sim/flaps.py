@@ -108,12 +108,13 @@ def run(ctx: Context, res: Result) -> None:
         cf, ff = step_figures(job_summary(c)), step_figures(job_summary(f))
         out[t] = {
             "control": {"figures": cf, "iteration_times_s": c["iteration_times_s"],
-                        "verified": c["verified"], "wall_s": c["wall_s"]},
+                        "verified": c["verified"], "wall_s": c["wall_s"], "cpu_s": c["cpu_s"]},
             "flaps": {"figures": ff, "iteration_times_s": f["iteration_times_s"],
                       "faults": f["faults"], "verified": f["verified"],
                       "qp_error_reasons": f["qp_error_reasons"],
                       "retransmissions": f["retransmissions"], "timeouts": f["timeouts"],
-                      "lost_in_flight": f["lost_in_flight"], "wall_s": f["wall_s"]},
+                      "lost_in_flight": f["lost_in_flight"], "wall_s": f["wall_s"],
+                      "cpu_s": f["cpu_s"]},
             "change": compare(cf, ff),
         }  # fmt: skip
     spec0 = base_spec(quick, "mrc")
@@ -150,4 +151,4 @@ def run(ctx: Context, res: Result) -> None:
     res.judge(verdict, why)
 
 
-SIM = SimForm(run, minutes=4.0, quick_minutes=0.3)
+SIM = SimForm(run, minutes=2.5, quick_minutes=0.3)

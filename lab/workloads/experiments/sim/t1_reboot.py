@@ -96,7 +96,7 @@ def run(ctx: Context, res: Result) -> None:
         keep = ("iterations", "iters", "iteration_times_s", "iteration_starts_s", "time_s",
                 "failed_iterations", "failed_at_s", "failed_after_s", "verified", "qp_errors",
                 "qp_error_reasons", "retransmissions", "timeouts", "lost_in_flight", "fault_log",
-                "recovery_s", "data_packets", "wall_s")  # fmt: skip
+                "recovery_s", "data_packets", "wall_s", "cpu_s")  # fmt: skip
         run_keys = {k: r.get(k) for k in keep}
         setattr(res, t, rounded({"figures": f, "rebooted": targets[t], "run": run_keys}, 9))
     m, ro = figs["mrc"], figs["rocev2"]
@@ -151,4 +151,4 @@ def why_text(m: dict[str, Any], ro: dict[str, Any], rr: dict[str, Any], rtt: flo
     return txt + f", failure iteration {'-' if ratio is None else f'{ratio:.2f}'}x its P99"
 
 
-SIM = SimForm(run, minutes=4.0, quick_minutes=0.3)
+SIM = SimForm(run, minutes=3.0, quick_minutes=0.3)
