@@ -12,17 +12,21 @@ lab's ``mrc-bench`` follows (:mod:`mrcnic.workloads`):
 - **incast**: ``mrc-bench incast``: senders write messages of ``--size`` to one host for a
   duration, optionally beside a victim flow that first runs alone.
 
-One iteration each (virtual time has no noise to average).  The results carry
-``mrc-bench``'s keys for the workload, plus the whole-fabric keys (``workload``,
-``utilisation``, ``flows``, ``jain``, ``fct_p50_s``, ``link_imbalance``, the counters).
+One iteration each by default (virtual time has no noise to average); the all-reduce runs
+``iters`` of them back to back, as a training job does, and plays the spec's faults
+(:mod:`mrcnic.sim.closfaults`) with an optional goodput timeline, as the permutation does.
+The results carry ``mrc-bench``'s keys for the workload, plus the whole-fabric keys
+(``workload``, ``utilisation``, ``flows``, ``jain``, ``fct_p50_s``, ``link_imbalance``, the
+counters).
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -37,8 +41,10 @@ from mrcnic.sim.clos import (
     flow_qp_config,
     jain_index,
     link_imbalance,
+    recovery_s,
     rocev2_qp_config,
 )
+from mrcnic.sim.closfaults import ClosFaults
 from mrcnic.sim.fabric import host_net
 from mrcnic.sim.pump import OnEvent, Pump
 from mrcnic.transport.evprobe import EvProbeDesk
@@ -77,12 +83,16 @@ def pair_capacity_bps(spec: ClosSpec, a: int, b: int) -> float:
 class ClosHosts:
     """Every host of a :class:`ClosFabric` with its memory, its QPs and its EV probe desk;
     each QP has its own event handler (a workload needs to know which peer an immediate
-    came from, and ``ImmReceived`` does not say)."""
+    came from, and ``ImmReceived`` does not say).  The spec's faults play on the fabric
+    (:class:`ClosFaults`) and, with ``spec.timeline_s``, the bytes placed at every receiver
+    are binned, as the permutation does."""
 
     def __init__(self, spec: ClosSpec) -> None:
         spec.check()
         self.spec = spec
         self.fabric = ClosFabric(spec, self._deliver)
+        self.faults = ClosFaults(self.fabric, spec.faults, self._port_status)
+        self.placed_bins: list[int] | None = [] if spec.timeline_s else None
         H = spec.hosts
         self.nets = [host_net(spec.shape, h) for h in range(H)]
         self.memories = [MemoryTable(spec.seed * 131 + h) for h in range(H)]
@@ -147,7 +157,64 @@ class ClosHosts:
                 self.desk_pump.receive(host, self.desks[host], frame, t)
             return
         ep, p = got
+        bins = self.placed_bins
+        if bins is None:
+            p.receive(host, ep, frame, t)
+            return
+        before = ep.stats.rx_placed_bytes
         p.receive(host, ep, frame, t)
+        placed = ep.stats.rx_placed_bytes - before
+        if placed:
+            k = int(t / cast(float, self.spec.timeline_s))
+            if k >= len(bins):
+                bins.extend([0] * (k + 1 - len(bins)))
+            bins[k] += placed
+
+    def _port_status(self, host: int, plane: int, up: bool, t: float) -> None:
+        """A host's NIC port went down or came back: its QPs hear at once, as from the shell."""
+        for ep, p in self.endpoints[host].values():
+            ep.port_status(plane, up, t)
+            p.pump(host, ep, t)
+
+    def fault_keys(self) -> dict[str, Any]:
+        """The permutation's fault keys (``faults``, ``fault_schedule``, ``fault_log``,
+        ``lost_in_flight``) and, with a timeline, ``timeline``, ``timeline_bin_s`` and
+        ``recovery_s`` (until the fabric's clock: the run's end)."""
+        out: dict[str, Any] = self.faults.to_json()
+        bins = self.placed_bins
+        if bins is not None:
+            step = cast(float, self.spec.timeline_s)
+            end = self.fabric.now
+            n = max(len(bins), int(end / step) + (0 if end % step == 0 else 1))
+            timeline = [
+                [round(k * step, 6), round((bins[k] if k < len(bins) else 0) * 8 / step)]
+                for k in range(n)
+            ]
+            out["timeline"] = timeline
+            out["timeline_bin_s"] = step
+            out["recovery_s"] = recovery_s(timeline, self.spec.faults)
+        return out
+
+    def t1_packets(self) -> dict[str, int]:
+        """Packets each T1 sent down to the T0s (both directions of every flow), by the
+        lab's switch name: which T1 a run crossed most."""
+        spec, fab = self.spec, self.fabric
+        return {
+            f"p{p}-t1-{j}": sum(link.tx_packets for link in fab.down[p][j])
+            for p in range(spec.planes)
+            for j in range(spec.t1)
+        }
+
+    def link_packets(self) -> dict[str, int]:
+        """Packets each T0-T1 link carried, both directions, keyed as a ``link`` fault names
+        it (``p0-t0-1,p0-t1-2``): which links a run crossed most."""
+        spec, fab = self.spec, self.fabric
+        return {
+            f"p{p}-t0-{i},p{p}-t1-{j}": fab.up[p][i][j].tx_packets + fab.down[p][j][i].tx_packets
+            for p in range(spec.planes)
+            for i in range(spec.t0)
+            for j in range(spec.t1)
+        }
 
     def run(self, done: Callable[[], bool]) -> tuple[float, float]:
         """Pump every QP at time 0, run until ``done()``, a QP error or the time limit;
@@ -195,6 +262,12 @@ class ClosHosts:
         }
 
 
+def refuse_faults(spec: ClosSpec, workload: str) -> None:
+    """For the workloads that do not play faults or bin a timeline yet."""
+    if spec.faults or spec.timeline_s is not None:
+        raise ValueError(f"--fault, --timeline: not supported by --workload {workload} yet")
+
+
 def _flow_keys(flows: list[dict[str, Any]]) -> dict[str, Any]:
     """``flows`` (each with ``bytes`` and ``fct_s``: its goodput added), ``jain`` and the
     FCT quantiles."""
@@ -214,14 +287,14 @@ def _flow_keys(flows: list[dict[str, Any]]) -> dict[str, Any]:
 
 @dataclass
 class _Rank:
-    """One rank's part of the iteration (the lab's ``_Iteration``, in virtual time)."""
+    """One rank's part of the current iteration (the lab's ``_Iteration``, in virtual time)."""
 
     data: bytearray
     recv: bytearray
     got: int = 0
     sent: int = 0
     completed: int = 0
-    wr: int = 0
+    wr: int = 0  # never reset: work request ids stay unique over the iterations
     t_end: float = 0.0
     last_write_s: float | None = None
     errors: list[str] = field(default_factory=list)
@@ -230,24 +303,34 @@ class _Rank:
 
 class Allreduce:
     """``mrc-bench allreduce`` on every host of a :class:`ClosSpec` fabric: ranks in host
-    order, ``spec.size`` bytes per rank (rounded as the lab rounds it)."""
+    order, ``spec.size`` bytes per rank (rounded as the lab rounds it), ``iters`` iterations
+    back to back: the next starts when every rank has finished the previous one (its last
+    write completed and its last step arrived), each from every rank's seeded data again and
+    checked against the sum, as the lab's.  The spec's faults play meanwhile; a QP error
+    ends the run (the iteration it hit counts as failed: a launcher would restart the job)."""
 
-    def __init__(self, spec: ClosSpec) -> None:
+    def __init__(self, spec: ClosSpec, iters: int = 1) -> None:
+        if iters < 1:
+            raise ValueError(f"--iters must be >= 1, not {iters}")
         self.hosts = ClosHosts(spec)
         self.spec = spec
+        self.iters = iters
         n = self.n = spec.hosts
         self.size = wl.allreduce_size(spec.size, n)
         self.c = c = self.size // n
         self.expect_steps = wl.ring_steps(n)
         self.ranks: list[_Rank] = []
+        self.inputs: list[bytes] = []  # each rank's seeded data, restored every iteration
         self.mr_data, self.mr_recv = [], []
         for r in range(n):
             data = bytearray(self.size)
             np.frombuffer(data, dtype=np.uint32)[:] = wl.rank_data(spec.seed, r, self.size // 4)
+            self.inputs.append(bytes(data))
             rank = _Rank(data, bytearray((n - 1) * c))
             self.ranks.append(rank)
             self.mr_data.append(self.hosts.memories[r].register(rank.data))
             self.mr_recv.append(self.hosts.memories[r].register(rank.recv))
+        self.expect = wl.allreduce_expected(spec.seed, n, self.size // 4)
         self.qp_next: list[Any] = []
         for r in range(n):
             nxt = (r + 1) % n
@@ -259,6 +342,13 @@ class Allreduce:
             )
             self.qp_next.append(ea)
         self.hosts.senders = list(self.qp_next)
+        self.it = 0  # the iteration running
+        self.start_s = 0.0  # when it started
+        # per iteration finished and verified: start, time, the slowest rank's step durations
+        self.starts: list[float] = []
+        self.times: list[float] = []
+        self.step_times: list[list[float]] = []
+        self.failed_s: float | None = None  # when an iteration ended wrong
         for r in range(n):
             self._send(r, wl.RS, 0)
 
@@ -268,7 +358,7 @@ class Allreduce:
         nxt = (r + 1) % self.n
         mr = self.mr_recv[nxt] if w.to_recv else self.mr_data[nxt]
         view = memoryview(rank.data)[w.chunk * c : (w.chunk + 1) * c]
-        imm = wl.imm_tag(0, phase, s)
+        imm = wl.imm_tag(self.it, phase, s)
         self.qp_next[r].post_write(rank.wr, view, mr.base_va + w.slot * c, mr.rkey, imm=imm)
         rank.wr += 1
         rank.sent += 1
@@ -281,6 +371,7 @@ class Allreduce:
             rank.completed += 1
             rank.t_end = max(rank.t_end, t)
             rank.last_write_s = t
+            self._maybe_finish(t)
 
     def _on_prev(self, r: int, e: Any, t: float) -> None:
         if not isinstance(e, ImmReceived):
@@ -290,7 +381,7 @@ class Allreduce:
             rank.errors.append(f"rank {r}: unexpected immediate {e.imm:#x}")
             return
         phase, s = self.expect_steps[rank.got]
-        want = wl.imm_tag(0, phase, s)
+        want = wl.imm_tag(self.it, phase, s)
         if e.imm != want:
             rank.errors.append(f"rank {r}: immediate {e.imm:#x}, expected {want:#x}")
             return
@@ -306,12 +397,52 @@ class Allreduce:
         if nxt is not None:
             self._send(r, *nxt)
             self.hosts.pump(r, _QPN_NEXT, t)
+        self._maybe_finish(t)
+
+    def _rank_done(self, k: _Rank) -> bool:
+        steps = 2 * (self.n - 1)
+        return k.got == steps and k.completed == k.sent == steps
+
+    def _maybe_finish(self, t: float) -> None:
+        """Every rank finished the iteration: record and check it, release the next."""
+        if len(self.times) > self.it or self.failed_s is not None:
+            return
+        if not all(self._rank_done(k) for k in self.ranks):
+            return
+        reports = [{"start": self.start_s, "end": k.t_end, "steps": k.steps} for k in self.ranks]
+        ok = True
+        for r, k in enumerate(self.ranks):
+            if k.errors or not np.array_equal(np.frombuffer(k.data, np.uint32), self.expect):
+                k.errors.append(f"rank {r}: iteration {self.it}: wrong result")
+                ok = False
+        if not ok:  # a failed step: the job stops here (a launcher would restart it)
+            self.failed_s = t
+            return
+        self.starts.append(self.start_s)
+        self.times.append(wl.iteration_time(reports))
+        self.step_times.append(wl.slowest_steps(reports, self.n))
+        if self.it + 1 < self.iters:
+            # released once the events being handled are done (the QPs are mid-pump)
+            self.hosts.fabric.at(t, lambda: self._start(t))
+
+    def _start(self, t: float) -> None:
+        """The next iteration: every rank's data restored, step 0 posted and pumped."""
+        self.it += 1
+        self.start_s = t
+        for r, k in enumerate(self.ranks):
+            k.data[:] = self.inputs[r]
+            k.got = k.sent = k.completed = 0
+            k.t_end = t
+            k.steps = []
+            self._send(r, wl.RS, 0)
+        for r in range(self.n):
+            self.hosts.pump(r, _QPN_NEXT, t)
 
     def _done(self) -> bool:
-        steps = 2 * (self.n - 1)
-        return all(
-            bool(k.errors) or (k.got == steps and k.completed == k.sent == steps)
-            for k in self.ranks
+        return (
+            len(self.times) == self.iters
+            or self.failed_s is not None
+            or any(bool(k.errors) for k in self.ranks)
         )
 
     def run(self) -> dict[str, Any]:
@@ -320,24 +451,35 @@ class Allreduce:
 
     def result(self, wall_s: float, cpu_s: float) -> dict[str, Any]:
         spec, n, size = self.spec, self.n, self.size
-        expect = wl.allreduce_expected(spec.seed, n, size // 4)
         steps = 2 * (n - 1)
-        reports = []
         errors: list[str] = []
-        for r, k in enumerate(self.ranks):
-            complete = k.got == steps and k.completed == steps
-            if not complete and not k.errors:
-                k.errors.append(f"rank {r}: did not complete ({k.got} of {steps} steps)")
-            ok = not k.errors and bool(np.array_equal(np.frombuffer(k.data, np.uint32), expect))
-            reports.append({"start": 0.0, "end": k.t_end, "steps": k.steps, "ok": ok})
+        failed_at = failed_after = None
+        if len(self.times) < self.iters:  # stopped inside an iteration: it failed
+            failed_at = self.start_s
+            end = self.failed_s if self.failed_s is not None else self.hosts.fabric.now
+            failed_after = end - self.start_s
+            for r, k in enumerate(self.ranks):
+                if not self._rank_done(k) and not k.errors:
+                    k.errors.append(
+                        f"rank {r}: iteration {self.it} did not complete ({k.got} of {steps} steps)"
+                    )
+        for k in self.ranks:
             errors += k.errors
         errors += self.hosts.qp_errors
-        verified = all(rep["ok"] for rep in reports) and not self.hosts.qp_errors
-        t = wl.iteration_time(reports)
+        done = len(self.times)
+        verified = done == self.iters and not errors
+        if done:
+            t = statistics.fmean(self.times)
+            step_times = [statistics.fmean(col) for col in zip(*self.step_times, strict=True)]
+        else:  # none finished: the partial iteration's figures, as far as it got
+            reports = [{"start": self.start_s, "end": k.t_end, "steps": k.steps}
+                       for k in self.ranks]  # fmt: skip
+            t = wl.iteration_time(reports)
+            step_times = wl.slowest_steps(reports, n)
         algbw = size * 8 / t if t > 0 and verified else 0.0
         busbw = wl.allreduce_busbw_bps(algbw, n)
         capacity = min(pair_capacity_bps(spec, r, (r + 1) % n) for r in range(n))
-        hop_bytes = steps * self.c
+        hop_bytes = steps * self.c * done
         flows = [
             {"src": r, "dst": (r + 1) % n, "bytes": hop_bytes, "fct_s": _r6(k.last_write_s)}
             for r, k in enumerate(self.ranks)
@@ -350,10 +492,16 @@ class Allreduce:
             "elements": size // 4,
             "type": "uint32",
             "redop": "sum",
-            "iterations": 1,
+            "iters": self.iters,
+            "iterations": done,
             "warmup": 0,
             "time_s": round(t, 6),
-            "iteration_times_s": [round(t, 6)],
+            "iteration_times_s": [round(x, 6) for x in self.times],
+            "iteration_starts_s": [round(x, 6) for x in self.starts],
+            "iteration_step_times_s": [[round(x, 6) for x in row] for row in self.step_times],
+            "failed_iterations": 0 if failed_at is None else 1,
+            "failed_at_s": _r6(failed_at),
+            "failed_after_s": _r6(failed_after),
             "algbw_bps": round(algbw, 1),
             "busbw_bps": round(busbw, 1),
             "goodput_bps": round(busbw, 1),
@@ -361,14 +509,15 @@ class Allreduce:
             "goodput_fraction": round(busbw / capacity, 4) if capacity else 0.0,
             "utilisation": round(busbw / spec.host_capacity_bps, 4),
             "step_names": wl.ring_step_names(n),
-            "step_times_s": [round(x, 6) for x in wl.slowest_steps(reports, n)],
+            "step_times_s": [round(x, 6) for x in step_times],
             "verified": verified,
             "qp_errors": len(self.hosts.qp_errors),
             "errors": errors,
-            "bytes": size,
-            "duration_s": round(t, 6),
+            "bytes": size * done,
+            "duration_s": round(sum(self.times) if done else t, 6),
             **_flow_keys(flows),
             **self.hosts.run_keys(wall_s, cpu_s),
+            **self.hosts.fault_keys(),
         }
 
 
@@ -384,6 +533,7 @@ class Alltoall:
     bytes per rank, one QP per pair of ranks (``n - 1`` per host)."""
 
     def __init__(self, spec: ClosSpec) -> None:
+        refuse_faults(spec, "alltoall")
         self.hosts = ClosHosts(spec)
         self.spec = spec
         n = self.n = spec.hosts
@@ -689,6 +839,7 @@ class Incast:
     ``skip_for(duration)`` of ramp-up."""
 
     def __init__(self, spec: ClosSpec, p: IncastParams) -> None:
+        refuse_faults(spec, "incast")
         spec.check()
         p.check(spec)
         self.spec, self.p = spec, p

@@ -632,7 +632,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="SPEC",
-        help="permutation: a fault on the lab's schedule syntax, in virtual time; repeatable "
+        help="permutation, allreduce: a fault on the lab's schedule syntax, in virtual time; "
+        "repeatable "
         "(link:p0-t0-1,p0-t1-2@1s-2s, reboot:p0-t1-0@1s+500ms, port:h0,3@1s-2s, "
         "loss:p0-t0-0,p0-t1-1=1%%@1s-2s, flap:p0-t0-0,p0-t1-1,5x100ms@1s; docs/sim.md)",
     )
@@ -751,8 +752,11 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
         raise ValueError("size, msg-size, mtu, planes and paths-per-plane must be >= 1")
     if getattr(a, "fault", None) and getattr(a, "workload", "p2p") == "p2p":
         raise ValueError(
-            "--fault: whole-fabric workloads only (--workload permutation); p2p takes --fail/--heal"
+            "--fault: whole-fabric workloads only (--workload permutation, allreduce); p2p "
+            "takes --fail/--heal"
         )
+    if getattr(a, "iters", 1) != 1 and getattr(a, "workload", "p2p") != "allreduce":
+        raise ValueError("--iters: --workload allreduce only")
     choice = plugins.choice_from_args(a)
     faults = [Fault.parse(s, up=False) for s in a.fail] + [Fault.parse(s, up=True) for s in a.heal]
     for f in faults:
@@ -860,7 +864,8 @@ def _run_collective(parser: argparse.ArgumentParser, a: argparse.Namespace, cfg:
         for flag, given in (
             ("--fail/--heal", bool(cfg.faults)),
             ("--path-loss", bool(cfg.fabric.path_loss)),
-            ("--timeline", cfg.timeline_s is not None),
+            ("--timeline", cfg.timeline_s is not None and a.workload != "allreduce"),
+            ("--fault", bool(a.fault) and a.workload != "allreduce"),
             ("--qps", cfg.qps is not None and a.workload != "incast"),
             ("--rocev2-option", bool(cfg.rocev2_options)),
         ):

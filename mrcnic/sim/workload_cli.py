@@ -40,6 +40,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "T0 of most senders writing to one under --dst's T0; default none)",
     )
     p.add_argument(
+        "--iters",
+        type=int,
+        default=1,
+        metavar="N",
+        help="allreduce: iterations back to back, each once every rank finished the previous "
+        "(a training job's steps; default 1)",
+    )
+    p.add_argument(
         "--duration",
         type=time_arg,
         default=DEFAULT_DURATION_S,
@@ -89,7 +97,7 @@ def run(a: argparse.Namespace, spec: ClosSpec, qps: int | None) -> dict[str, Any
     from mrcnic.sim import collectives as co
 
     if a.workload == "allreduce":
-        return co.Allreduce(spec).run()
+        return co.Allreduce(spec, a.iters).run()
     if a.workload == "alltoall":
         return co.Alltoall(spec).run()
     return co.Incast(spec, incast_params(a, spec, qps)).run()
@@ -122,11 +130,26 @@ def summary(r: dict[str, Any]) -> str:
             )
         return "\n".join([*lines, tail])
     t = r["time_s"]
+    times = r["iteration_times_s"]
+    iters = []
+    if r.get("iters", 1) > 1:
+        span = f": {min(times) * 1e3:.3f} .. {max(times) * 1e3:.3f} ms" if times else ""
+        iters.append(f"iterations     {r['iterations']} of {r['iters']}{span}")
+    if r.get("failed_at_s") is not None:
+        iters.append(
+            f"failed         the iteration from {r['failed_at_s'] * 1e3:.3f} ms, after "
+            f"{r['failed_after_s'] * 1e3:.3f} ms: {'; '.join(r['qp_error_reasons'])[:160]}"
+        )
+    faults = [f"fault          {f}" for f in r.get("faults", [])]
+    if r.get("recovery_s") is not None:
+        faults.append(f"recovery       {r['recovery_s']} s (first bin back to 90% of before)")
     return "\n".join(
         [
             f"{r['workload']} of {r['ranks']} ranks ({fabric}, {r['size']} bytes per rank",
-            f"time           {t * 1e3:.3f} ms (virtual); algbw {_mbps(r['algbw_bps'])}, busbw "
+            f"time           {t * 1e3:.3f} ms (virtual{', mean' if len(times) > 1 else ''}); "
+            f"algbw {_mbps(r['algbw_bps'])}, busbw "
             f"{_mbps(r['busbw_bps'])} = {r['goodput_fraction']:.3f} of the pair capacity",
+            *iters,
             "flow FCT       p50 / p99 "
             + (
                 "n/a"
@@ -135,5 +158,6 @@ def summary(r: dict[str, Any]) -> str:
             )
             + f"; Jain {r['jain']:.3f}; T0-T1 load max/mean {r['link_imbalance']}",
             tail,
+            *faults,
         ]
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import statistics
 import time
 from contextlib import redirect_stdout
 
@@ -13,6 +14,7 @@ import pytest
 
 from lab.workloads.bench import allreduce as lab_ar
 from mrcnic import workloads as wl
+from mrcnic.faultplan import Step
 from mrcnic.sim import collectives as co
 from mrcnic.sim import transfer
 from mrcnic.sim.clos import ClosSpec
@@ -273,7 +275,7 @@ SIM_KEYS = ["workload", "hosts", "utilisation", "flows", "jain"]
 def _cli(*argv: str) -> tuple[int, dict]:
     out = io.StringIO()
     with redirect_stdout(out):
-        rc = transfer.main([*argv, "--planes", "2", "--t1", "2", "--json"])
+        rc = transfer.main([*argv, "--planes", "2", "--t1", "2", "--scale", "lab", "--json"])
     return rc, json.loads(out.getvalue())
 
 
@@ -316,7 +318,11 @@ def test_the_cli_sizes_are_mrc_benchs() -> None:
     [
         ("--workload", "allreduce", "--fail", "0@1ms"),
         ("--workload", "alltoall", "--qps", "2"),
-        ("--workload", "allreduce", "--timeline", "1ms"),
+        ("--workload", "alltoall", "--timeline", "1ms"),
+        ("--workload", "incast", "--fault", "reboot:p0-t1-0@1ms+1ms"),
+        ("--workload", "alltoall", "--iters", "2"),
+        ("--workload", "permutation", "--iters", "2"),
+        ("--workload", "allreduce", "--iters", "0"),
         ("--workload", "incast", "--senders", "h7"),  # the destination
         ("--workload", "incast", "--senders", "h0,h1", "--victim", "auto"),  # no free host
     ],
@@ -325,3 +331,88 @@ def test_the_cli_refuses_what_it_cannot_honour(argv: tuple[str, ...]) -> None:
     with pytest.raises(SystemExit) as e, redirect_stdout(io.StringIO()):
         transfer.main([*argv, "--size", "16K"])
     assert e.value.code == 2
+
+
+# --- a training job: iterations and faults --------------------------------------------------------
+
+
+def test_allreduce_iterations_run_back_to_back_each_verified() -> None:
+    ar = co.Allreduce(_spec(), iters=3)
+    r = ar.run()
+    assert r["verified"] and r["errors"] == [] and r["iterations"] == r["iters"] == 3
+    times, starts = r["iteration_times_s"], r["iteration_starts_s"]
+    assert len(times) == len(starts) == len(r["iteration_step_times_s"]) == 3
+    # the next iteration starts when the previous one ended, on every rank
+    assert starts[0] == 0.0
+    assert all(starts[k + 1] == pytest.approx(starts[k] + times[k], abs=2e-6) for k in range(2))
+    assert r["time_s"] == pytest.approx(sum(times) / 3, abs=2e-6)
+    assert r["bytes"] == 3 * r["size"] and r["failed_iterations"] == 0
+    assert all(len(row) == 14 for row in r["iteration_step_times_s"])
+    # the immediates carry the iteration: the last one posted was tagged 2
+    assert all(k.got == 14 for k in ar.ranks)
+    assert r["faults"] == [] and r["fault_log"] == []
+
+
+def test_a_wrong_reduction_in_a_later_iteration_stops_the_job(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ar = co.Allreduce(_spec(), iters=3)
+    start = ar._start
+
+    def corrupt(t: float) -> None:
+        start(t)
+        ar.inputs[0] = bytes(len(ar.inputs[0]))  # rank 0's data differs from the next on
+
+    monkeypatch.setattr(ar, "_start", corrupt)
+    r = ar.run()
+    assert not r["verified"] and r["iterations"] == 2 and r["failed_iterations"] == 1
+    assert any("iteration 2: wrong result" in e for e in r["errors"])
+
+
+def _reboot_run(transport: str, down_ms: float, iters: int) -> dict:
+    """16 hosts at 100 Gb/s; the T1 of plane 0 the ring crosses most rebooted at iteration 3."""
+    kw = dict(planes=4, t0=8, t1=2, hosts_per_t0=2, port_rate_bps=100e9, prop_s=4e-6,
+              queue_bytes=1 << 20, ecn_bytes=200 << 10, size=256 << 10, msg_size=256 << 10)  # fmt: skip
+    probe = co.Allreduce(_spec(transport, **kw), iters=1)
+    it = probe.run()["time_s"]
+    load = probe.hosts.t1_packets()
+    busy = max(sorted(load), key=load.__getitem__)
+    step = Step("reboot", 3 * it, busy, down_ms=down_ms)
+    return co.Allreduce(_spec(transport, faults=(step,), timeline_s=it / 2, **kw), iters).run()
+
+
+def test_mrc_runs_through_a_t1_reboot_with_a_slower_iteration() -> None:
+    r = _reboot_run("mrc", 0.5, 12)
+    assert r["verified"] and r["qp_errors"] == 0 and r["iterations"] == 12, r["errors"]
+    log = r["fault_log"]
+    assert len(log) == 1 and log[0]["label"].startswith("reboot p") and log[0]["end_s"]
+    assert r["lost_in_flight"] > 0 and r["retransmissions"] > 0
+    times = r["iteration_times_s"]
+    steady = statistics.median(times)
+    at = log[0]["start_s"]
+    hit = [t for s, t in zip(r["iteration_starts_s"], times, strict=True) if s <= at < s + t]
+    assert len(hit) == 1 and hit[0] > 1.2 * steady, (hit, steady)
+    assert r["timeline"] and r["recovery_s"] is not None
+
+
+def test_rocev2_fails_the_job_when_its_t1_stays_down() -> None:
+    r = _reboot_run("rocev2", 50.0, 200)  # far beyond its retries (~255 ACK timeouts)
+    assert not r["verified"] and r["qp_errors"] >= 1 and r["failed_iterations"] == 1
+    assert "RETRY_EXCEEDED" in " ".join(r["qp_error_reasons"])
+    assert r["failed_at_s"] <= r["fault_log"][0]["start_s"] < r["failed_at_s"] + r["failed_after_s"]
+    assert r["iterations"] < 200
+
+
+def test_a_job_with_faults_is_the_same_run_twice() -> None:
+    step = Step("reboot", 2e-4, "p0-t1-0", down_ms=0.3)
+    spec = _spec(size=32 << 10, faults=(step,), timeline_s=1e-4)
+    a, b = co.Allreduce(spec, iters=4).run(), co.Allreduce(spec, iters=4).run()
+    assert _stable(a) == _stable(b) and a["fault_log"] and a["verified"]
+
+
+def test_the_cli_runs_a_job_with_a_fault() -> None:
+    rc, r = _cli("--workload", "allreduce", "--size", "32K", "--iters", "3",
+                 "--fault", "reboot:p0-t1-0@1ms+2ms", "--timeline", "1ms")  # fmt: skip
+    assert rc == 0 and r["iterations"] == 3 and len(r["iteration_times_s"]) == 3
+    assert r["faults"] == ["reboot:p0-t1-0@1ms+2ms"] and r["fault_log"]
+    assert r["timeline_bin_s"] == 1e-3 and "recovery_s" in r

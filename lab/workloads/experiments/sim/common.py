@@ -11,14 +11,19 @@ from __future__ import annotations
 
 import os
 import shlex
+import statistics
 from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
 from lab.workloads.experiments.base import HEADER_BYTES, PAPER_SCALE, Context, Result
+from mrcnic import workloads as wl
+from mrcnic.rocev2.dcqcn import REFERENCE_PORT_BPS
+from mrcnic.rocev2.qp import IB_TIMEOUT_UNIT_S
 from mrcnic.sim import transfer
-from mrcnic.sim.clos import ClosSpec, run_permutation
+from mrcnic.sim.clos import ClosSpec, rocev2_qp_config, run_permutation
+from mrcnic.sim.collectives import Allreduce
 from mrcnic.sim.fabric import FabricSpec
 from mrcnic.sim.scale import PAPER
 
@@ -167,8 +172,9 @@ def sim_setup(spec: ClosSpec, **extra: Any) -> dict[str, Any]:
     }
 
 
-def sim_command(spec: ClosSpec, workload: str = "permutation") -> str:
-    """The ``mrc-sim`` command that reruns one of the form's simulations by hand."""
+def sim_command(spec: ClosSpec, workload: str = "permutation", iters: int = 1) -> str:
+    """The ``mrc-sim`` command that reruns one of the form's simulations by hand (its faults
+    and timeline too; ``iters``: an all-reduce's iterations)."""
     argv = [
         ".venv/bin/mrc-sim", "--workload", workload, "--planes", str(spec.planes),
         "--t0", str(spec.t0), "--hosts-per-t0", str(spec.hosts_per_t0),
@@ -183,6 +189,12 @@ def sim_command(spec: ClosSpec, workload: str = "permutation") -> str:
     if spec.transport == "mrc":
         ev = spec.qp.ev
         argv += ["--path-policy", ev.path_policy, "--plane-share", ev.plane_share]
+    if iters != 1:
+        argv += ["--iters", str(iters)]
+    for step in spec.faults:
+        argv += ["--fault", step.text]
+    if spec.timeline_s:
+        argv += ["--timeline", f"{spec.timeline_s * 1e6:g}us"]
     return shlex.join([*argv, "--json"])
 
 
@@ -192,3 +204,66 @@ def _gbit(rate_bps: float) -> str:
 
 def with_seed(spec: ClosSpec, seed: int) -> ClosSpec:
     return replace(spec, seed=seed)
+
+
+# --- training jobs (claims 7 and 9): the ring all-reduce, iteration after iteration ---------
+
+
+def run_allreduce(job: tuple[ClosSpec, int]) -> dict[str, Any]:
+    """``(spec, iters)``: the all-reduce job's result, with the packets each T1 and each T0-T1
+    link carried (``t1_packets``, ``link_packets``: which the job crossed most)."""
+    spec, iters = job
+    ar = Allreduce(spec, iters)
+    r = ar.run()
+    r["t1_packets"] = ar.hosts.t1_packets()
+    r["link_packets"] = ar.hosts.link_packets()
+    return r
+
+
+def busiest(packets: Mapping[str, int], n: int = 1) -> list[str]:
+    """The ``n`` names that carried the most packets (ties: by name)."""
+    return sorted(sorted(packets), key=lambda k: -packets[k])[:n]
+
+
+def job_summary(r: Mapping[str, Any]) -> dict[str, Any]:
+    """An all-reduce job's result as the soak's summary (``step_log`` rows of ``job``,
+    ``iter``, ``start_s``, ``end_s``, ``ok``, ``faults``; ``restarts``, ``failed_steps``,
+    ...), so the lab forms' figures read it: an iteration is a step; a failed one ends the
+    job, which a launcher would restart once."""
+    log = r.get("fault_log") or []
+    end_s = max([0.0, *r["iteration_starts_s"]]) + max([0.0, *r["iteration_times_s"]])
+    if r["failed_at_s"] is not None:
+        end_s = r["failed_at_s"] + r["failed_after_s"]
+
+    def faulted(s: float, e: float) -> int:
+        return sum(1 for f in log if f["start_s"] <= e and (f["end_s"] or end_s) >= s)
+
+    rows = [[0, k, s, s + t, True, faulted(s, s + t)]
+            for k, (s, t) in enumerate(zip(r["iteration_starts_s"], r["iteration_times_s"],
+                                           strict=True))]  # fmt: skip
+    if r["failed_at_s"] is not None:
+        s, e = r["failed_at_s"], r["failed_at_s"] + r["failed_after_s"]
+        rows.append([0, len(rows), s, e, False, faulted(s, e)])
+    n = r["ranks"]
+    busbw = [wl.allreduce_busbw_bps(r["size"] * 8 / t, n) for t in r["iteration_times_s"] if t]
+    return {
+        "step_columns": ["job", "iter", "start_s", "end_s", "ok", "faults"],
+        "step_log": rows,
+        "restarts": r["failed_iterations"],
+        "failed_steps": r["failed_iterations"],
+        "qp_errors": r["qp_errors"],
+        "retransmissions": r["retransmissions"],
+        "timeouts": r["timeouts"],
+        "busbw_bps_p50": statistics.median(busbw) if busbw else None,
+        "wall_s": r["wall_s"],
+    }
+
+
+def rocev2_retry_budget_s(spec: ClosSpec) -> float:
+    """How long a RoCEv2 QP of this fabric retries an unanswered packet before it errors
+    (RETRY_EXCEEDED): its local ACK timeout, doubling, ``retry_cnt + 1`` times
+    (mrcnic.rocev2.qp)."""
+    cfg = rocev2_qp_config(spec, 0, spec.seed)
+    scale = cfg.lab_scale or REFERENCE_PORT_BPS / spec.port_rate_bps
+    ack = max(IB_TIMEOUT_UNIT_S * (1 << cfg.local_ack_timeout) * scale, 4 * cfg.base_rtt_s)
+    return sum(min(ack * (1 << k), cfg.max_ack_timeout_s) for k in range(cfg.retry_cnt + 1))
