@@ -840,6 +840,7 @@ def clos_summary(r: dict) -> str:
             f"T0-T1 load     max/mean {r['link_imbalance']}",
             f"verified       {r['verified']}; QP errors {r['qp_errors']}; "
             f"retransmissions {r['retransmissions']}, timeouts {r['timeouts']}",
+            *([workload_cli.pfc_line(r)] if r.get("pfc") else []),
             *(f"fault          {f}" for f in r["faults"]),
             *([f"lost in flight {r['lost_in_flight']} frames on cut links"] if r["faults"] else []),
             *(
