@@ -23,6 +23,10 @@ the T0-T1 links were loaded.
 Faults (``ClosSpec.faults``: the lab's :class:`mrcnic.faultplan.Step` s, ``--fault``) play in
 virtual time (:mod:`mrcnic.sim.closfaults`); ``ClosSpec.timeline_s`` bins the goodput of
 every receiver together, so a fault's dip and the recovery after it show.
+
+``ClosSpec.pfc`` runs RoCEv2 as deployed: its data on the lossless class, every switch with
+priority flow control (:mod:`mrcnic.sim.pfc`: per in-port XOFF/XON, pauses hop by hop back
+to the senders' NICs); MRC, which sends nothing lossless, keeps the plain links.
 """
 
 from __future__ import annotations
