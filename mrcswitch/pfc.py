@@ -19,7 +19,7 @@ in, none of them reads a clock or touches a socket):
 
 Headroom: between the moment a port crosses XOFF and the moment the upstream sender stops,
 more bytes arrive; the lossless class must have room for them or it drops
-(``lossless_drops``, which must stay 0). :func:`headroom_bytes` sizes it from the link's
+(``lossless_drops``, which must stay 0). :func:`mrcnic.wire.pfc.headroom_bytes` sizes it from the link's
 rate, the one-way delay and the lab's reaction time (a software switch or NIC wakes, reads
 the PFC frame and stops its pacer: milliseconds on a loaded machine, not the microseconds of
 silicon), plus a maximum frame in flight at each end.
@@ -50,13 +50,6 @@ log = logging.getLogger("mrc-switch")
 #: watchdog); otherwise only XOFF/XON crossings reach Python
 PFC_TICK_NS = 10_000_000
 NEVER_NS = 1 << 62  # a due time that never comes
-
-
-def headroom_bytes(rate_bps: float, reaction_s: float, one_way_s: float, mtu_bytes: int) -> int:
-    """Bytes that can still arrive on a port after it crossed XOFF: the upstream keeps sending
-    for a round trip plus its reaction time, and a frame may be on the wire at each end."""
-    in_flight = rate_bps / 8 * (2 * one_way_s + reaction_s)
-    return int(in_flight + 2 * mtu_bytes)
 
 
 class IngressState(Enum):

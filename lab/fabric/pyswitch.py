@@ -34,7 +34,7 @@ from lab.fabric.netns import LabError, argv_text, sleep_until
 from lab.fabric.progress import Progress
 from lab.fabric.state import LabState, ProcessRecord
 from lab.fabric.topology import KIND_T0, Node, Plan, Port, mac_text
-from mrcswitch.pfc import headroom_bytes
+from mrcnic.wire.pfc import headroom_bytes, xoff_xon_bytes
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 3.0
@@ -42,19 +42,18 @@ STOP_TIMEOUT_S = 3.0
 # the frame, stops its pacer). Not measured directly: 20 ms lost frames in the first 3:1
 # incast (docs/pfc.md, "Headroom"), 50 ms has held in the 3:1 runs since
 PFC_REACTION_S = 0.05
-PFC_MIN_XOFF_FRAMES = 4  # XOFF never below this many full frames
 
 
 def pfc_config(params: Any) -> dict[str, int]:
     """The lab's ``pfc`` block for every switch: XOFF at half the port buffer (at least four
     full frames), XON at half of XOFF, headroom for what the upstream still sends after XOFF
-    (mrcswitch.pfc.headroom_bytes over PFC_REACTION_S) plus the burst its token bucket may
+    (mrcnic.wire.pfc.headroom_bytes over PFC_REACTION_S) plus the burst its token bucket may
     release at once. docs/pfc.md explains the sizing."""
     frame = params.mtu + 14
-    xoff = max(params.buffer_bytes // 2, PFC_MIN_XOFF_FRAMES * frame)
+    xoff, xon = xoff_xon_bytes(params.buffer_bytes, frame)
     burst = max(2 * max(frame, 1518), params.rate_bps // 16000)  # config.py's default burst
     headroom = headroom_bytes(params.rate_bps, PFC_REACTION_S, 0.0, frame) + burst
-    return {"xoff_bytes": xoff, "xon_bytes": xoff // 2, "headroom_bytes": headroom}
+    return {"xoff_bytes": xoff, "xon_bytes": xon, "headroom_bytes": headroom}
 
 
 def host_source_prefix(plan: Plan, port: Port) -> str:

@@ -23,6 +23,10 @@ the T0-T1 links were loaded.
 Faults (``ClosSpec.faults``: the lab's :class:`mrcnic.faultplan.Step` s, ``--fault``) play in
 virtual time (:mod:`mrcnic.sim.closfaults`); ``ClosSpec.timeline_s`` bins the goodput of
 every receiver together, so a fault's dip and the recovery after it show.
+
+``ClosSpec.pfc`` runs RoCEv2 as deployed: its data on the lossless class, every switch with
+priority flow control (:mod:`mrcnic.sim.pfc`: per in-port XOFF/XON, pauses hop by hop back
+to the senders' NICs); MRC, which sends nothing lossless, keeps the plain links.
 """
 
 from __future__ import annotations
@@ -32,10 +36,12 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, cast
 
 from mrcnic.faultplan import Step
 from mrcnic.rocev2.qp import RoceConfig, RoceQueuePair
+from mrcnic.sim import pfc as simpfc
 from mrcnic.sim.closfaults import ClosFaults
 from mrcnic.sim.fabric import (
     CTRL_FRAME_BYTES,
@@ -46,6 +52,7 @@ from mrcnic.sim.fabric import (
     LinkSpec,
     host_net,
 )
+from mrcnic.sim.pfc import PfcHostPort, PfcLink, PfcSpec
 from mrcnic.sim.pump import Pump
 from mrcnic.sim.scale import LAB
 from mrcnic.transport.ev import EvConfig
@@ -98,6 +105,12 @@ class ClosSpec:
     max_time_s: float = 60.0
     faults: tuple[Step, ...] = ()  # the lab's fault steps, in virtual time (closfaults)
     timeline_s: float | None = None  # bin width of the aggregate goodput timeline
+    # priority flow control for RoCEv2's data (mrcnic.sim.pfc); None thresholds: derived
+    # from queue_bytes, the rates and the propagation as the lab derives its switches'
+    pfc: bool = False
+    pfc_xoff_bytes: int | None = None
+    pfc_xon_bytes: int | None = None
+    pfc_headroom_bytes: int | None = None
     seed: int = 1
 
     @property
@@ -126,6 +139,21 @@ class ClosSpec:
         per_bit = 2 / self.port_rate_bps + 2 / self.path_rate
         return (data + CTRL_FRAME_BYTES * 8) * per_bit + 2 * self.prop_s
 
+    @property
+    def pfc_spec(self) -> PfcSpec:
+        """Each switch in-port's lossless thresholds (given, or derived: PfcSpec.derive)."""
+        d = PfcSpec.derive(
+            self.queue_bytes,
+            self.mtu + DATA_OVERHEAD_BYTES,
+            max(self.port_rate_bps, self.path_rate),
+            self.prop_s / 2,
+        )
+        return PfcSpec(
+            self.pfc_xoff_bytes if self.pfc_xoff_bytes is not None else d.xoff_bytes,
+            self.pfc_xon_bytes if self.pfc_xon_bytes is not None else d.xon_bytes,
+            self.pfc_headroom_bytes if self.pfc_headroom_bytes is not None else d.headroom_bytes,
+        )
+
     def check(self) -> None:
         for name in ("planes", "t0", "t1", "hosts_per_t0", "size", "msg_size", "mtu"):
             if getattr(self, name) < 1:
@@ -140,6 +168,14 @@ class ClosSpec:
             raise ValueError(f"the timeline's bin must be > 0, not {self.timeline_s}")
         if self.transport not in ("mrc", "rocev2"):
             raise ValueError(f"unknown transport {self.transport!r} (mrc or rocev2)")
+        if self.pfc:
+            if self.faults:
+                raise ValueError("faults with PFC are not simulated yet (drop --pfc or --fault)")
+            xon, xoff = self.pfc_spec.xon_bytes, self.pfc_spec.xoff_bytes
+            if not 0 < xon < xoff:
+                raise ValueError(f"PFC needs 0 < XON < XOFF, not XON {xon}, XOFF {xoff}")
+            if self.pfc_spec.headroom_bytes <= 0:
+                raise ValueError("PFC's headroom must be > 0 bytes")
         self.shape  # noqa: B018 - the address plan refuses a shape it cannot encode
 
 
@@ -158,16 +194,28 @@ class ClosFabric(EventLoop):
         up = LinkSpec(spec.path_rate, half, q, ecn, trim, False, spec.loss)
         down = LinkSpec(spec.path_rate, half, q, ecn, trim, False)
         last = LinkSpec(spec.port_rate_bps, 0.0, q, None, trim, True)
-        self.nic = [[HostPort(f"h{h}-p{p}-nic", spec.port_rate_bps, self) for p in range(P)]
+        # PFC acts only on lossless frames, which only RoCEv2 sends: MRC keeps the analytic
+        # links, so its runs are the same with and without --pfc
+        self.pfc = spec.pfc and spec.transport == "rocev2"
+        port: Callable[[str, float, EventLoop], Any] = PfcHostPort if self.pfc else HostPort
+        link: Callable[[str, LinkSpec], Any] = Link
+        if self.pfc:
+            link = partial(_pfc_link, loop=self, ecn=ecn)
+        self.nic = [[port(f"h{h}-p{p}-nic", spec.port_rate_bps, self) for p in range(P)]
                     for h in range(H)]  # fmt: skip
         # [plane][t0][t1] up, [plane][t1][t0] down, [plane][host] the last hop into a host
-        self.up = [[[Link(f"p{p}-t0{a}-t1{b}", up) for b in range(T1)] for a in range(T0)]
+        self.up = [[[link(f"p{p}-t0{a}-t1{b}", up) for b in range(T1)] for a in range(T0)]
                    for p in range(P)]  # fmt: skip
-        self.down = [[[Link(f"p{p}-t1{b}-t0{a}", down) for a in range(T0)] for b in range(T1)]
+        self.down = [[[link(f"p{p}-t1{b}-t0{a}", down) for a in range(T0)] for b in range(T1)]
                      for p in range(P)]  # fmt: skip
-        self.last = [[Link(f"p{p}-h{h}-lasthop", last) for h in range(H)] for p in range(P)]
+        self.last = [[link(f"p{p}-h{h}-lasthop", last) for h in range(H)] for p in range(P)]
         self._route: dict[bytes, tuple[Any, ...]] = {}
         self.misrouted = 0
+        if self.pfc:  # every switch in-port: a host's NIC port into its T0, both tiers' links
+            ps = spec.pfc_spec
+            for x in (*(n for row in self.nic for n in row), *self.fabric_links()):
+                simpfc.attach(ps, self, x, x.spec.prop_s if isinstance(x, PfcLink) else 0.0)
+            self._pfc_routes: dict[tuple[bytes, int], tuple[Any, ...]] = {}
 
     def send(self, host: int, port: int, frame: bytes, t: float) -> None:
         key = bytes(frame[OFF_DST : OFF_DST + 16])
@@ -193,7 +241,33 @@ class ClosFabric(EventLoop):
                 )  # fmt: skip
             self._route[key] = route
         stages, dst = route
+        if self.pfc:
+            stages = self._pfc_route(key, host, port, stages, dst)
         self.nic[host][port].enqueue(t, frame, stages, dst, port)
+
+    def _pfc_route(self, key: bytes, host: int, port: int, links: tuple, dst: int) -> tuple:
+        """``links`` as :class:`mrcnic.sim.pfc.Hop` s: each with the in-port the frame enters
+        its switch by (the sender's NIC port first), so one route per sending host."""
+        got = self._pfc_routes.get((key, host))
+        if got is None:
+            ups = (self.nic[host][port], *links[:-1])
+            hops = [
+                simpfc.Hop(lk, up.far, i, dst, port)
+                for i, (lk, up) in enumerate(zip(links, ups, strict=True))
+            ]
+            got = self._pfc_routes[(key, host)] = simpfc.route(hops)
+        return got
+
+    def pfc_counters(self) -> dict[str, Any]:
+        """The PFC keys of a ``--pfc`` run (:func:`mrcnic.sim.pfc.counters`); none without PFC."""
+        if not self.spec.pfc:
+            return {}
+        if not self.pfc:  # MRC: nothing is lossless, nothing pauses
+            return simpfc.counters([], self.now)
+        xs = [n for row in self.nic for n in row] + self.fabric_links()
+        for row in self.last:
+            xs += row
+        return simpfc.counters(xs, self.now)
 
     def fabric_links(self) -> list[Link]:
         """Every T0-T1 link, both directions."""
@@ -211,6 +285,12 @@ class ClosFabric(EventLoop):
         for row in self.last:
             out += row
         return out
+
+
+def _pfc_link(name: str, spec: LinkSpec, loop: EventLoop, ecn: int | None) -> PfcLink:
+    """A switch egress link under PFC; lossless frames are marked at ``ecn`` on every hop,
+    the last included (the lab's ``pfc.ecn``: DCQCN's marks)."""
+    return PfcLink(name, spec, loop, ecn)
 
 
 def derangement(n: int, rng: random.Random) -> list[int]:
@@ -463,7 +543,7 @@ def fct_quantiles(sorted_fcts: list[float]) -> dict[str, float | None]:
     }
 
 
-def fabric_counters(fabric: ClosFabric, qps: list[Any]) -> dict[str, int]:
+def fabric_counters(fabric: ClosFabric, qps: list[Any]) -> dict[str, Any]:
     """What a whole-fabric run counts: the sending QPs' retransmissions, timeouts and data
     packets, the links' trims, ECN marks and drops, and frames no route matched."""
     links = fabric.links()
@@ -475,13 +555,19 @@ def fabric_counters(fabric: ClosFabric, qps: list[Any]) -> dict[str, int]:
         "ecn_marks": sum(link.marks for link in links),
         "drops": sum(link.drops for link in links),
         "misrouted": fabric.misrouted,
+        **fabric.pfc_counters(),
     }
 
 
 def rocev2_qp_config(spec: ClosSpec, port: int, seed: int) -> RoceConfig:
     """A RoCEv2 QP of the baseline: bound to ``port`` (a rail), its T1 by the ECMP hash."""
     return RoceConfig(
-        mtu_bytes=spec.mtu, base_rtt_s=spec.base_rtt_s, port=port, ecmp_seed=spec.seed, seed=seed
+        mtu_bytes=spec.mtu,
+        base_rtt_s=spec.base_rtt_s,
+        port=port,
+        ecmp_seed=spec.seed,
+        seed=seed,
+        lossless=spec.pfc,  # data on the PFC class (the lab's --pfc labs)
     )
 
 

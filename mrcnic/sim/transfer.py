@@ -638,6 +638,13 @@ def build_parser() -> argparse.ArgumentParser:
         "loss:p0-t0-0,p0-t1-1=1%%@1s-2s, flap:p0-t0-0,p0-t1-1,5x100ms@1s; docs/sim.md)",
     )
     p.add_argument(
+        "--pfc",
+        action="store_true",
+        help="whole-fabric workloads: RoCEv2 as deployed, its data on a lossless class with "
+        "priority flow control (XOFF/XON per switch in-port, pauses hop by hop; MRC is never "
+        "paused; docs/sim.md)",
+    )
+    p.add_argument(
         "--transport",
         default="mrc",
         metavar="{mrc,rocev2}",
@@ -750,6 +757,11 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
         rocev2_config(RoceConfig(), rocev2_options)  # names checked before the run
     if a.size < 1 or a.msg_size < 1 or a.mtu < 1 or a.planes < 1 or a.paths_per_plane < 1:
         raise ValueError("size, msg-size, mtu, planes and paths-per-plane must be >= 1")
+    if getattr(a, "pfc", False) and getattr(a, "workload", "p2p") == "p2p":
+        raise ValueError(
+            "--pfc: whole-fabric workloads only (--workload permutation|allreduce|alltoall|"
+            "incast); p2p has no switch to pause"
+        )
     if getattr(a, "fault", None) and getattr(a, "workload", "p2p") == "p2p":
         raise ValueError(
             "--fault: whole-fabric workloads only (--workload permutation, allreduce); p2p "
@@ -827,6 +839,7 @@ def clos_from_args(a: argparse.Namespace, cfg: SimConfig) -> ClosSpec:
         max_time_s=cfg.max_time_s,
         faults=tuple(step for text in a.fault for step in parse_steps(text)),
         timeline_s=cfg.timeline_s,
+        pfc=getattr(a, "pfc", False),
         seed=cfg.seed,
     )
 
@@ -846,6 +859,7 @@ def clos_summary(r: dict) -> str:
             f"T0-T1 load     max/mean {r['link_imbalance']}",
             f"verified       {r['verified']}; QP errors {r['qp_errors']}; "
             f"retransmissions {r['retransmissions']}, timeouts {r['timeouts']}",
+            *([workload_cli.pfc_line(r)] if r.get("pfc") else []),
             *(f"fault          {f}" for f in r["faults"]),
             *([f"lost in flight {r['lost_in_flight']} frames on cut links"] if r["faults"] else []),
             *(

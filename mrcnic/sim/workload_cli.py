@@ -107,6 +107,15 @@ def _mbps(v: float | None) -> str:
     return "-" if v is None else f"{v / 1e6:.1f} Mb/s"
 
 
+def pfc_line(r: dict[str, Any]) -> str:
+    """The summary's line for a ``--pfc`` run (mrcnic.sim.pfc)."""
+    return (
+        f"pfc            {r['pfc_pauses']} pauses, {r['pfc_resumes']} resumes; paused "
+        f"{r['pfc_paused_s'] * 1e3:.3f} ms in all ({r['pfc_paused_nic_s'] * 1e3:.3f} ms on NIC "
+        f"ports); lossless drops {r['pfc_lossless_drops']}"
+    )
+
+
 def summary(r: dict[str, Any]) -> str:
     fabric = (
         f"{r['t0']} T0 x {r['hosts_per_t0']}, {r['t1']} T1, {r['planes']} planes), {r['transport']}"
@@ -128,7 +137,7 @@ def summary(r: dict[str, Any]) -> str:
                 f"victim         {v['src']} -> {v['dst']}: alone {_mbps(v['alone_bps'])}, with "
                 f"the incast {_mbps(v['with_incast_bps'])}: ratio {v['ratio']}"
             )
-        return "\n".join([*lines, tail])
+        return "\n".join([*lines, tail, *([pfc_line(r)] if r.get("pfc") else [])])
     t = r["time_s"]
     times = r["iteration_times_s"]
     iters = []
@@ -159,5 +168,6 @@ def summary(r: dict[str, Any]) -> str:
             + f"; Jain {r['jain']:.3f}; T0-T1 load max/mean {r['link_imbalance']}",
             tail,
             *faults,
+            *([pfc_line(r)] if r.get("pfc") else []),
         ]
     )

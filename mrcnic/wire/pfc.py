@@ -86,6 +86,24 @@ def pause_s(quanta: int, rate_bps: float) -> float:
     return quanta * PAUSE_QUANTUM_BITS / rate_bps
 
 
+def headroom_bytes(rate_bps: float, reaction_s: float, one_way_s: float, mtu_bytes: int) -> int:
+    """Bytes that can still arrive on a port after it crossed XOFF: the upstream keeps sending
+    for a round trip plus its reaction time, and a frame may be on the wire at each end."""
+    in_flight = rate_bps / 8 * (2 * one_way_s + reaction_s)
+    return int(in_flight + 2 * mtu_bytes)
+
+
+MIN_XOFF_FRAMES = 4  # XOFF never below this many full frames
+
+
+def xoff_xon_bytes(buffer_bytes: int, frame_bytes: int) -> tuple[int, int]:
+    """A lossless in-port's thresholds from its port's buffer: XOFF at half the buffer (at
+    least :data:`MIN_XOFF_FRAMES` full frames), XON at half of XOFF (the lab's switches and
+    the simulator's, docs/pfc.md)."""
+    xoff = max(buffer_bytes // 2, MIN_XOFF_FRAMES * frame_bytes)
+    return xoff, xoff // 2
+
+
 def quanta_for(seconds: float, rate_bps: float) -> int:
     """The pause time (in quanta, at most 65535) that lasts at least ``seconds``."""
     q = -(-seconds * rate_bps // PAUSE_QUANTUM_BITS)

@@ -8,7 +8,14 @@ from scapy.contrib.mac_control import MACControlClassBasedFlowControl
 from scapy.layers.l2 import Ether
 
 from mrcnic.wire import WireError
-from mrcnic.wire.pfc import decode_pause, encode_pause, is_pfc, pause_s, quanta_for
+from mrcnic.wire.pfc import (
+    decode_pause,
+    encode_pause,
+    headroom_bytes,
+    is_pfc,
+    pause_s,
+    quanta_for,
+)
 from mrcswitch.config import PfcConfig
 from mrcswitch.pfc import (
     INGRESS_TABLE,
@@ -16,7 +23,6 @@ from mrcswitch.pfc import (
     EgressPause,
     IngressPfc,
     IngressState,
-    headroom_bytes,
     port_stats,
 )
 
