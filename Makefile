@@ -93,9 +93,10 @@ bench-switch: setup
 bench-nic: setup
 	$(PY) bench/bench_nic.py --out results/bench-nic.json
 
-# How fast mrc-sim simulates a whole fabric: permutations of 16, 128 and 1,024 hosts (~2 min)
+# How fast mrc-sim simulates a whole fabric: permutations of 16, 128 and 1,024 hosts (~2 min);
+# HTSIM=path/to/htsim_uec runs the same permutations through htsim too (docs/sim.md, Speed)
 bench-sim: setup
-	$(PY) bench/bench_sim.py --out results/bench-sim.json
+	$(PY) bench/bench_sim.py --out results/bench-sim.json $(if $(HTSIM),--htsim $(HTSIM))
 
 # Hostile frames: 1,000,000 per target into NICs with live QPs (both engines, in process and
 # over a veth) and a running mrc-switch (root) -> results/fuzz.json (about 3.5 minutes);

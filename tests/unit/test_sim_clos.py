@@ -86,9 +86,12 @@ def test_bench_sim_writes_its_contract_keys(tmp_path: Path) -> None:
          str(out)],
         capture_output=True, text=True, check=True, cwd=ROOT,
     )  # fmt: skip
-    run = json.loads(out.read_text())["runs"]["16"]
+    doc = json.loads(out.read_text())
+    run = doc["runs"]["16"]
     assert run["hosts"] == 16 and run["verified"]
     assert run["data_packets_per_wall_s"] > 0 and run["peak_rss_bytes"] > 1 << 20
+    assert doc["scale"]["name"] == "paper"  # passed to mrc-sim explicitly
+    assert "htsim" not in doc and "htsim" not in run and "ratio_vs_htsim" not in run
 
 
 def test_a_whole_fabric_runs_at_the_papers_scale_unless_told() -> None:
