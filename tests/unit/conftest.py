@@ -1,5 +1,9 @@
 """Shared fixtures of the unit tests.
 
+``sim_quick_all``: the directory where ``mrc-lab experiment all --sim --quick`` wrote every
+claim's simulated form once per session (``sim/NAME.json``, ``REPORT.md``), for the tests of
+the simulated forms to read.
+
 ``qp_pair``: a factory for two connected queue pairs (h0 writes as ``qa``, h1 as ``qb``) of
 either transport over a *chaos wire*: an event queue in virtual time where a ``chaos``
 function decides the fate of every frame sent (delivered after a delay, several times,
@@ -22,8 +26,11 @@ from __future__ import annotations
 
 import heapq
 import random
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -227,3 +234,16 @@ def qp_pair() -> Callable[..., QpPair]:
     """``qp_pair(transport="mrc"|"rocev2", chaos=None, *, loss=, reorder=, dup=, seed=,
     planes=2, t1=2, cfg_a=, cfg_b=, attrs_b_for_a=, qpns=)`` -> a new :class:`QpPair`."""
     return QpPair
+
+
+@pytest.fixture(scope="session")
+def sim_quick_all(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every claim's simulated form, quick, run once for the whole session."""
+    out = tmp_path_factory.mktemp("simexp")
+    p = subprocess.run(
+        [sys.executable, "-m", "lab.cli", "experiment", "all", "--sim", "--quick", "--out",
+         str(out)],
+        capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    return out

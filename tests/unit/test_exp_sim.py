@@ -24,22 +24,13 @@ def _lab(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.fixture(scope="module")
-def quick_all(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``mrc-lab experiment all --sim --quick``: every simulated form's quick run, once."""
-    out = tmp_path_factory.mktemp("simexp")
-    p = _lab("experiment", "all", "--sim", "--quick", "--out", str(out))
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    return out
-
-
 @pytest.mark.slow
-def test_every_simulated_form_writes_a_verdict_with_the_contract_keys(quick_all: Path) -> None:
+def test_every_simulated_form_writes_a_verdict_with_the_contract_keys(sim_quick_all: Path) -> None:
     forms = [s.name for s in registry.specs() if s.sim is not None]
     assert len(forms) >= 2
-    assert not list(quick_all.glob("*.json"))  # the lab forms' place stays untouched
+    assert not list(sim_quick_all.glob("*.json"))  # the lab forms' place stays untouched
     for name in forms:
-        d = json.loads((quick_all / "sim" / f"{name}.json").read_text())
+        d = json.loads((sim_quick_all / "sim" / f"{name}.json").read_text())
         for k in base.RESULT_KEYS:
             assert k in d, (name, k)
         assert d["verdict"] in base.VERDICTS and d["quick"] is True, name
@@ -47,12 +38,12 @@ def test_every_simulated_form_writes_a_verdict_with_the_contract_keys(quick_all:
         s = d["setup"]
         assert s["link_rate_mbit"] == 100e3 and s["bdp_packets_per_path"] > 1, name
         assert d["commands"] and all("mrc-sim" in c for c in d["commands"]), name
-    assert (quick_all / "REPORT.md").exists()
+    assert (sim_quick_all / "REPORT.md").exists()
 
 
 @pytest.mark.slow
-def test_spray_sim_quick_sprays_better_than_hashing(quick_all: Path) -> None:
-    d = json.loads((quick_all / "sim" / "spray.json").read_text())
+def test_spray_sim_quick_sprays_better_than_hashing(sim_quick_all: Path) -> None:
+    d = json.loads((sim_quick_all / "sim" / "spray.json").read_text())
     tiers = {**d["mrc"]["tiers"], **d["rocev2"]["tiers"]}
     assert set(tiers) == {"mrc", "mrc_ecmp", "rocev2_hash"}
     assert all(t["verified"] and t["qp_errors"] == 0 for t in tiers.values())
@@ -64,8 +55,8 @@ def test_spray_sim_quick_sprays_better_than_hashing(quick_all: Path) -> None:
 
 
 @pytest.mark.slow
-def test_incast_sim_quick_leaves_mrcs_victim_untouched(quick_all: Path) -> None:
-    d = json.loads((quick_all / "sim" / "incast.json").read_text())
+def test_incast_sim_quick_leaves_mrcs_victim_untouched(sim_quick_all: Path) -> None:
+    d = json.loads((sim_quick_all / "sim" / "incast.json").read_text())
     assert d["metrics"]["headline"]["mrc"] >= 0.9, d["why"]
     assert d["mrc"]["mrc"]["verified"] and d["mrc"]["mrc"]["qp_errors_total"] == 0
 

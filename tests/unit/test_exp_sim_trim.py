@@ -4,8 +4,6 @@ paper's proportions, trimming against dropping and RoCEv2."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,15 +16,11 @@ RTT, DRAIN = 9.4e-6, 10.5e-6
 
 
 @pytest.mark.slow
-def test_trim_sim_quick_writes_the_contract_keys_and_trimming_asks_first(tmp_path: Path) -> None:
-    p = subprocess.run(
-        [sys.executable, "-m", "lab.cli", "experiment", "trim", "--sim", "--quick", "--out",
-         str(tmp_path)],
-        capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
-    assert p.returncode == 0, p.stderr
-    d = json.loads((tmp_path / "sim" / "trim.json").read_text())
-    assert not (tmp_path / "trim.json").exists()  # the lab form's place stays untouched
+def test_trim_sim_quick_writes_the_contract_keys_and_trimming_asks_first(
+    sim_quick_all: Path,
+) -> None:
+    d = json.loads((sim_quick_all / "sim" / "trim.json").read_text())
+    assert not (sim_quick_all / "trim.json").exists()  # the lab form's place stays untouched
     for k in base.RESULT_KEYS:
         assert k in d, k
     assert d["verdict"] in base.VERDICTS and d["quick"] is True
