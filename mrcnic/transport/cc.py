@@ -37,7 +37,9 @@ the window sets its window to what it delivered.  A trim takes one MTU off, as d
 additions for MRC, whose last-hop ports do not mark ECN: a delay-based decrease when *every* delay sample of a window was above
 target (a standing queue, common to all paths), which also holds the fair increase back; a
 base RTT that is a windowed minimum and can rise again; the receiver's ``rcv_cwnd_pen``
-capping the window at ``(1 - pen/128)`` of ``max_cwnd``.
+capping the window at ``(1 - pen/128)`` of ``max_cwnd``; with equal plane shares, a
+plane-aware mode that, while one plane is persistently slower than the others, runs NSCC on
+that plane's pace (the QP can go no faster than the planes' count times it).
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ class CcParams:
     line_rate_bps: float  # sum of the QP's port rates
     base_rtt_s: float  # unloaded fabric RTT (configured estimate; refined by measurement)
     port_rate_bps: float | None = None  # one NIC port's rate (default: line_rate_bps)
+    planes: int = 1  # planes the QP sprays over (AckSample.plane is below it)
+    equal_shares: bool = False  # every plane carries the same share (EvConfig.plane_share)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +233,7 @@ class NsccParams:
     reference_rtt_s: float | None = None  # default: REFERENCE_BDP_BYTES at one port's rate
     delay_md: bool = True  # decrease on a standing queue without ECN (MRC's unmarked last hop)
     base_rtt_window_s: float | None = None  # windowed minimum's span (default 1000 base RTTs)
+    plane_aware: bool = True  # equal plane shares: follow a plane that is persistently slower
 
     def resolve(self, p: CcParams) -> NsccParams:
         """Every ``None`` derived from the QP, every value checked (ValueError naming it)."""
@@ -334,7 +339,7 @@ class NsccParams:
             )
 
 
-_FLAGS = frozenset({"disable_qa", "delay_md"})
+_FLAGS = frozenset({"disable_qa", "delay_md", "plane_aware"})
 _NSCC_FIELDS = tuple(f.name for f in fields(NsccParams))
 
 
@@ -347,6 +352,37 @@ def _set(v: float | None) -> float:
 def _check_positive(name: str, v: object) -> None:
     if isinstance(v, bool) or not isinstance(v, int | float) or not (v > 0 and math.isfinite(v)):
         raise ValueError(f"uet-1.0-nscc: {name} must be a positive number, got {v!r}")
+
+
+#: UetNscc's plane-aware mode (QPs whose planes carry equal shares; docs/transport.md,
+#: "Equal plane shares"): gain of each plane's slow queueing-delay average, per sample of it
+PLANE_SLOW_GAIN = 1 / 16
+#: the mode engages when the slowest plane's slow average exceeds the median plane's by more
+#: than this many targets, and lets go when the gap is back under the second
+PLANE_ENGAGE_TARGETS = 1.0
+PLANE_RELEASE_TARGETS = 0.5
+#: while engaged, NSCC's target (the slowest plane's queueing delay), in plain targets: a
+#: plane's queue spreads over its paths, and one target kept too little on each to keep them
+#: busy (mrc-sim 8 x 4 at 25 Mb/s, plane 0 on two T1s, seeds 1-3: 355 Mb/s at 1 target, 380
+#: at 2, 322 at 3)
+PLANE_TARGET_SCALE = 2.0
+
+
+class _PlaneDelays:
+    """What the plane-aware mode keeps per plane: the latest queueing delay, a slow average
+    and when it was last heard from; whether the mode is engaged, the window NSCC runs on
+    (the slowest plane's share times the plane count) and the QP's share of it."""
+
+    __slots__ = ("n", "last_s", "slow_s", "seen_s", "engaged", "window", "ratio")
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.last_s = [0.0] * n
+        self.slow_s = [0.0] * n
+        self.seen_s = [-math.inf] * n
+        self.engaged = False
+        self.window = 0.0
+        self.ratio = 1.0
 
 
 class UetNscc:
@@ -421,6 +457,13 @@ class UetNscc:
         self.trims = 0
         self.timeouts = 0
         self.penalty_cuts = 0
+        # plane-aware mode (equal plane shares): per-plane delays, None when off
+        self._dec_extra_s = 0.0  # decreases spaced by base RTT + this (the slowest plane's queue)
+        self._plain_target_s = self.target_delay_s
+        self._planes: _PlaneDelays | None = (
+            _PlaneDelays(p.planes) if q.plane_aware and p.equal_shares and p.planes > 1 else None
+        )
+        self.plane_engagements = 0
 
     # -- compatibility with the QP's and the tests' view --------------------------------------
 
@@ -436,17 +479,26 @@ class UetNscc:
     # -- inputs ------------------------------------------------------------------------------
 
     def on_ack(self, s: AckSample) -> None:
+        if self._planes is not None:
+            self._on_ack_planes(self._planes, s)
+            return
+        rtt = s.rtt_s
+        if rtt is None:
+            self._react(s, None)
+            return
+        self._sample_rtt(rtt, s.now_s)
+        delay = rtt - self.base_rtt_s
+        self._react(s, delay if delay > 0.0 else 0.0)
+
+    def _react(self, s: AckSample, delay: float | None) -> None:
+        """NSCC's answer to one acknowledgment whose queueing delay is ``delay`` (None: the
+        ACK carried no RTT sample)."""
         now = s.now_s
         acked = s.acked_bytes
         self._received += acked
         self._achieved += acked
         self._ignored += acked
-        rtt = s.rtt_s
-        if rtt is not None:
-            self._sample_rtt(rtt, now)
-            delay = rtt - self.base_rtt_s
-            if delay < 0.0:
-                delay = 0.0
+        if delay is not None:
             self._filter(delay, s.ecn)
             if delay < self._win_min_delay:
                 self._win_min_delay = delay
@@ -472,9 +524,77 @@ class UetNscc:
             self._fulfill(now)
             self._clamp()
 
+    # -- equal plane shares: the slowest plane sets the pace ----------------------------------
+
+    def _on_ack_planes(self, pl: _PlaneDelays, s: AckSample) -> None:
+        """on_ack with per-plane delays: engaged, NSCC runs on the slowest plane's window
+        scaled to the whole QP (``pl.window``) and hears that plane's delay on every ACK; the
+        QP's window is its share ``pl.ratio`` of it."""
+        if pl.engaged:
+            self.cwnd_bytes = pl.window
+        rtt = s.rtt_s
+        if rtt is None:
+            self._react(s, None)
+        else:
+            now = s.now_s
+            self._sample_rtt(rtt, now)
+            delay = rtt - self.base_rtt_s
+            if delay < 0.0:
+                delay = 0.0
+            if 0 <= s.plane < pl.n:
+                delay = self._plane_delay(pl, s.plane, delay, now)
+            self._react(s, delay)
+        if pl.engaged:
+            self._share_out(pl)
+
+    def _plane_delay(self, pl: _PlaneDelays, plane: int, delay: float, now: float) -> float:
+        """Record ``delay`` for ``plane``; (dis)engage; the delay NSCC acts on."""
+        pl.last_s[plane] = delay
+        pl.slow_s[plane] += PLANE_SLOW_GAIN * (delay - pl.slow_s[plane])
+        pl.seen_s[plane] = now
+        base = self.base_rtt_s
+        last, seen = pl.last_s, pl.seen_s
+        # planes heard from lately (a plane out of the rotation keeps no say)
+        live = [i for i in range(pl.n) if now - seen[i] <= max(4 * base, 2 * (base + last[i]))]
+        target = self._plain_target_s
+        if len(live) < 2:
+            gap = 0.0
+        else:
+            slow = sorted(pl.slow_s[i] for i in live)
+            gap = slow[-1] - slow[len(slow) // 2]
+        if not pl.engaged:
+            if gap <= PLANE_ENGAGE_TARGETS * target:
+                return delay
+            pl.engaged = True  # the window in use becomes the slowest plane's, scaled
+            self.plane_engagements += 1
+            self.target_delay_s = PLANE_TARGET_SCALE * target
+        elif gap < PLANE_RELEASE_TARGETS * target or len(live) < 2:
+            pl.engaged = False  # NSCC goes on from the scaled window, as plain NSCC
+            pl.ratio = 1.0
+            self.target_delay_s = target
+            self._dec_extra_s = 0.0
+            return delay
+        slowest = max(live, key=pl.slow_s.__getitem__)
+        q = last[slowest]
+        # the slowest plane's window is cut at most once per *its* round trip
+        self._dec_extra_s = q
+        # at one rate per plane, each plane holds rate x its RTT: the QP's share of
+        # planes x the slowest plane's is the mean RTT over the slowest's
+        mean = sum(last[i] for i in live) / len(live)
+        pl.ratio = min(1.0, (base + mean) / (base + q))
+        return delay if delay > q else q
+
+    def _share_out(self, pl: _PlaneDelays) -> None:
+        pl.window = self.cwnd_bytes
+        c = pl.window * pl.ratio
+        self.cwnd_bytes = c if c > self.min_cwnd else self.min_cwnd
+
     def on_trim(self, last_hop: bool, now_s: float) -> None:
         """A trimmed packet: a full queue on its path.  UET: one packet off the window, the
         filtered delay pushed towards a queue of one base RTT, quick adapt armed."""
+        pl = self._planes
+        if pl is not None and pl.engaged:
+            self.cwnd_bytes = pl.window
         self.trims += 1
         mtu = self.mtu
         self._ignored += mtu
@@ -483,13 +603,20 @@ class UetNscc:
         if not self._window(True, True, 0.0, now_s):
             self.cwnd_bytes -= mtu
             self._clamp()
+        if pl is not None and pl.engaged:
+            self._share_out(pl)
 
     def on_timeout(self, now_s: float) -> None:
         """A timed-out packet leaves the window's count (UET's model takes its bytes off the
         window); a dead path is the EV layer's business, so nothing more."""
+        pl = self._planes
+        if pl is not None and pl.engaged:
+            self.cwnd_bytes = pl.window
         self.timeouts += 1
         self.cwnd_bytes -= self.mtu
         self._clamp()
+        if pl is not None and pl.engaged:
+            self._share_out(pl)
 
     def on_rcv_penalty(self, penalty: int, now_s: float) -> None:
         """rcv_cwnd_pen (0-127; 0: none) from the receiver, whose tracking window is filling
@@ -499,11 +626,16 @@ class UetNscc:
         senders already answer the same trims one by one: docs/transport.md.)"""
         if penalty <= 0:
             return
+        pl = self._planes
+        if pl is not None and pl.engaged:
+            self.cwnd_bytes = pl.window
         cap = self.max_cwnd * (1.0 - min(penalty, 127) / 128.0)
         if self.cwnd_bytes > cap:
             self.cwnd_bytes = cap
             self.penalty_cuts += 1
             self._clamp()
+        if pl is not None and pl.engaged:
+            self._share_out(pl)
 
     # -- the pieces ----------------------------------------------------------------------------
 
@@ -559,7 +691,7 @@ class UetNscc:
         self._fast = False
         self._fi_count = 0
         target = self.target_delay_s
-        if delay <= target or now - self._last_dec_s <= self.base_rtt_s:
+        if delay <= target or now - self._last_dec_s <= self.base_rtt_s + self._dec_extra_s:
             return
         keep = 1.0 - self._gamma * (delay - target) / delay
         self.cwnd_bytes *= keep if keep > self._keep_min else self._keep_min

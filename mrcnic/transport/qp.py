@@ -132,7 +132,14 @@ class QueuePair(Outbox):
         self.evs = EvTable(net.shape.planes, net.shape.t1, cfg.ev, seed=cfg.seed * 7919 + qpn)
         self.cc: CongestionControl = make_cc(
             cfg.cc,
-            CcParams(cfg.mtu_bytes, line_rate_bps, cfg.base_rtt_s, line_rate_bps / self.planes),
+            CcParams(
+                cfg.mtu_bytes,
+                line_rate_bps,
+                cfg.base_rtt_s,
+                line_rate_bps / self.planes,
+                planes=self.planes,
+                equal_shares=cfg.ev.plane_share == "equal",
+            ),
             **dict(cfg.cc_options),
         )
         self.start_psn = initial_psn(cfg.start_psn)
