@@ -159,7 +159,7 @@ def add_arguments(p: argparse.ArgumentParser, cc: bool = True) -> None:
         default=None,
         metavar="NAME",
         help="which EVs are sprayed: mrc (the EV state machine, path-aware; default), "
-        "oblivious, reps, or one a --plugin registers",
+        "oblivious, reps, ecmp (per-flow hashing), or one a --plugin registers",
     )
     p.add_argument(
         "--plane-share",

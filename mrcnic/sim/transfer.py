@@ -92,7 +92,7 @@ class SimConfig:
     mtu: int = 4096
     cc: str = "nscc"
     evs: int = 128
-    path_policy: str = "mrc"  # mrcnic.transport.path_policy: mrc, oblivious, reps, ...
+    path_policy: str = "mrc"  # mrcnic.transport.path_policy: mrc, oblivious, reps, ecmp, ...
     plane_share: str = "equal"  # equal | capacity
     faults: tuple[Fault, ...] = ()
     max_time_s: float = 60.0
