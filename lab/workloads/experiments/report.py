@@ -109,7 +109,7 @@ def render(
 ) -> str:
     sim_by = {d.get("name"): d for d in sims or []}
     lines = [
-        "# MRC's published claims, reproduced on the namespace lab",
+        "# MRC's published claims, reproduced on the namespace lab and in the simulator",
         "",
         f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `mrc-lab "
         f"experiment report` from `{out_dir}/*.json` (docs/experiments.md says how each is "
