@@ -11,9 +11,10 @@ sent from its slots with no Python object per frame), so the shell has one send 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, Protocol
 
+# PacerConfig lives with the rule it sizes (the simulator's NIC follows it too)
+from mrcnic.transport.port_queues import PacerConfig, data_limit_frames
 from mrcnic.wire import layout
 
 # the high four DSCP bits sit in the low nibble of the IPv6 header's first traffic-class byte
@@ -86,17 +87,7 @@ class QueueBatch:
         return self.queue.clear()  # (a C ring drops frames only by sending: all of them go)
 
 
-@dataclass(frozen=True, slots=True)
-class PacerConfig:
-    """Per-port pacing: ``burst_s`` of line rate is the token bucket depth (at least two
-    frames); the data queue holds ``queue_s`` of line rate (at least ``min_queue_frames``)
-    before the NIC stops pulling frames from the transport."""
-
-    burst_s: float = 0.002
-    queue_s: float = 0.002
-    min_queue_frames: int = 4
-    high_queue_frames: int = 512
-    frame_bytes: int = 4202  # a full 4096-byte MRC data frame, for sizing the above
+_DEFAULT_CONFIG = PacerConfig()
 
 
 class PortPacer:
@@ -133,7 +124,7 @@ class PortPacer:
     def __init__(
         self,
         rate_bps: float,
-        config: PacerConfig = PacerConfig(),
+        config: PacerConfig = _DEFAULT_CONFIG,
         now_s: float = 0.0,
         pause: Any = None,
     ):
@@ -146,7 +137,7 @@ class PortPacer:
         self.last_s = now_s
         self.high: deque[bytes] = deque()
         self.data: deque[bytes] = deque()
-        self.data_limit = max(config.min_queue_frames, int(config.queue_s * self.rate_Bps / fb))
+        self.data_limit = data_limit_frames(rate_bps, config)
         self.high_limit = config.high_queue_frames
         self.high_drops = 0
         self.max_data_frames = 0

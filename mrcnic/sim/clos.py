@@ -50,6 +50,7 @@ from mrcnic.sim.fabric import (
     HostPort,
     Link,
     LinkSpec,
+    NicGate,
     host_net,
 )
 from mrcnic.sim.pfc import PfcHostPort, PfcLink, PfcSpec
@@ -203,6 +204,7 @@ class ClosFabric(EventLoop):
             link = partial(_pfc_link, loop=self, ecn=ecn)
         self.nic = [[port(f"h{h}-p{p}-nic", spec.port_rate_bps, self) for p in range(P)]
                     for h in range(H)]  # fmt: skip
+        self.gates = [NicGate(ports) for ports in self.nic]  # the hosts' NICs take data by it
         # [plane][t0][t1] up, [plane][t1][t0] down, [plane][host] the last hop into a host
         self.up = [[[link(f"p{p}-t0{a}-t1{b}", up) for b in range(T1)] for a in range(T0)]
                    for p in range(P)]  # fmt: skip

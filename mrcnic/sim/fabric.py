@@ -16,7 +16,8 @@ costs one heap event per link.  A host's own port is an event-driven two-class q
 (:class:`HostPort`), because there the order of service is the point: a SACK the host
 produces leaves after the data frame being serialised, ahead of every queued data frame, as
 it does from the shell's pacer (``mrcnic.io.pacing.PortPacer``; tests/unit/test_ack_timing.py
-holds both to it).  Everything random comes from one seeded generator: same arguments, same
+holds both to it); and, as the shell does, the host takes data from its QPs only while its
+ports' data queues have room (:class:`NicGate`), so the excess waits in the QPs, untimed.  Everything random comes from one seeded generator: same arguments, same
 run, bit for bit.
 """
 
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mrcnic.sim.scale import LAB
+from mrcnic.transport.port_queues import data_limit_frames
 from mrcnic.transport.qp_types import NetConfig, PortAddr
 from mrcnic.wire import layout, usid
 from mrcnic.wire.trim import TrimRule, overflows
@@ -40,6 +42,12 @@ _OFF_TC_HI = layout.OFF_TC_HI
 _OFF_TC_LO = layout.OFF_TC_LO
 _DSCP_HI = layout.TC_HI_DSCP_MASK
 _ECN_BITS = layout.TC_LO_ECN_MASK
+#: The data frames a NIC port queues before its host stops taking data from its QPs: the
+#: shell's rule (``PacerConfig.queue_s`` of the port's rate) at the lab's rate, so a port
+#: holds as many frames as the lab's does at any simulated rate. (The paper's scale is the
+#: lab's with serialisation 1000 times faster; the shell's 2 ms at 100 Gb/s would be ~6000
+#: frames, ~200 base RTTs of queue, far past the QPs' RTO.)
+NIC_DATA_LIMIT_FRAMES = data_limit_frames(LAB.port_rate_bps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,11 +142,14 @@ class HostPort:
 
     Line rate, a two-class queue served non-preemptively: control frames and trimmed headers
     first, so a control frame waits only for the frame being serialised, never for queued
-    data; unbounded (the NIC never drops its own frames: the shell holds the excess in the QP,
-    the simulator here); a port that goes down drops what it holds, as the shell flushes its
-    pacer.  ``enqueue(t, frame, ...)`` at the fabric's current time; each frame's departure
-    (start of serialisation) is reported to ``on_depart(t, frame)`` when set, and the frame
-    enters the next stage when its serialisation ends.  Counters as :class:`Link`'s.
+    data; it never drops (a port that goes down drops what it holds, as the shell flushes its
+    pacer).  Its data queue is kept short the shell's way: once it holds ``data_limit``
+    frames the host's :class:`NicGate` stops taking data from the QPs (the excess waits in
+    them, unsent and with no timer running), and when it drains below the limit the gate
+    pumps the waiting QPs again.  ``enqueue(t, frame, ...)`` at the fabric's current time;
+    each frame's departure (start of serialisation) is reported to ``on_depart(t, frame)``
+    when set, and the frame enters the next stage when its serialisation ends.  Counters as
+    :class:`Link`'s, plus ``max_data_frames`` (the longest its data queue was).
     """
 
     __slots__ = (
@@ -156,10 +167,15 @@ class HostPort:
         "data",
         "busy",
         "on_depart",
+        "data_limit",
+        "max_data_frames",
+        "gate",
         "_fabric",
     )
 
-    def __init__(self, name: str, rate_bps: float, fabric: EventLoop) -> None:
+    def __init__(
+        self, name: str, rate_bps: float, fabric: EventLoop, data_limit: int | None = None
+    ) -> None:
         self.name = name
         self.bytes_per_s = rate_bps / 8.0
         self.up = True
@@ -172,6 +188,13 @@ class HostPort:
         self.data: deque[tuple[bytes, tuple, int, int]] = deque()
         self.busy = False  # a frame is being serialised
         self.on_depart: Callable[[float, bytes], None] | None = None
+        #: data frames queued (not counting the one in service) at which the host stops
+        #: taking data from its QPs
+        self.data_limit = NIC_DATA_LIMIT_FRAMES if data_limit is None else data_limit
+        if self.data_limit < 1:
+            raise ValueError(f"{name}: data_limit must be >= 1 frame, not {self.data_limit}")
+        self.max_data_frames = 0
+        self.gate: NicGate | None = None  # the host's, when the fabric has one (NicGate sets it)
         self._fabric = fabric
 
     def enqueue(self, t: float, frame: bytes, stages: tuple, dst: int, port: int) -> None:
@@ -181,7 +204,16 @@ class HostPort:
             self.drops += 1
             return
         dscp = (frame[_OFF_TC_HI] & _DSCP_HI) << 2 | frame[_OFF_TC_LO] >> 6
-        (self.high if dscp in _DSCP_HIGH else self.data).append((frame, stages, dst, port))
+        if dscp in _DSCP_HIGH:
+            self.high.append((frame, stages, dst, port))
+        else:
+            data = self.data
+            data.append((frame, stages, dst, port))
+            n = len(data)
+            if n > self.max_data_frames:
+                self.max_data_frames = n
+            if n == self.data_limit and self.gate is not None:
+                self.gate.full += 1  # the host takes no more data until this port drains
         if self.busy:
             self.backlog += len(frame)
             if self.backlog > self.max_backlog:
@@ -192,10 +224,15 @@ class HostPort:
     def set_up(self, up: bool) -> None:
         self.up = up
         if not up:
+            was_full = len(self.data) >= self.data_limit
             self.drops += len(self.high) + len(self.data)
             self.high.clear()
             self.data.clear()
             self.backlog = 0
+            gate = self.gate
+            if was_full and gate is not None:
+                gate.full -= 1
+                gate.drained(self._fabric.now)
 
     def _serve(self, t: float) -> None:
         q = self.high or self.data
@@ -203,6 +240,7 @@ class HostPort:
             self.busy = False
             return
         frame, stages, dst, port = q.popleft()
+        drained = q is self.data and len(q) == self.data_limit - 1 and self.gate is not None
         if self.busy:
             self.backlog -= len(frame)
         self.busy = True
@@ -214,9 +252,58 @@ class HostPort:
         fab._seq += 1
         heapq.heappush(fab._heap, (done, fab._seq, stages, 0, (dst, port, frame)))
         fab.at(done, self._done)
+        if drained:  # (last: the frame is in service, so a frame the gate sends now queues)
+            gate = self.gate
+            assert gate is not None
+            gate.full -= 1
+            gate.drained(t)
 
     def _done(self) -> None:
         self._serve(self._fabric.now)
+
+
+class NicGate:
+    """A host's rule for taking data from its QPs, the I/O shell's (``mrcnic.io.aio``): control
+    frames always leave; data is taken only while none of the host's live ports holds
+    ``data_limit`` data frames (``full == 0``).  A QP pumped while the gate is shut hands over
+    its control frames only and :meth:`wait` s; when a port drains below its limit
+    (:meth:`drained`) the waiting QPs are pumped again in the order they came, each once, while
+    the gate stays open (round robin: a QP that sends and is shut out again goes to the back).
+    """
+
+    __slots__ = ("ports", "full", "_waiting", "_draining")
+
+    def __init__(self, ports: Sequence[HostPort]) -> None:
+        self.ports = list(ports)
+        self.full = 0  # live ports whose data queue is at its limit
+        self._waiting: dict[int, Callable[[float], None]] = {}  # id(QP) -> pump it at t
+        self._draining = False
+        for p in self.ports:
+            p.gate = self
+
+    def wait(self, key: int, pump: Callable[[float], None]) -> None:
+        """A QP (``key``: its id) was shut out: ``pump(t)`` it when there is room."""
+        if key not in self._waiting:
+            self._waiting[key] = pump
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def drained(self, t: float) -> None:
+        """A port drained below its limit (or went down) at ``t``: pump the waiting QPs, oldest
+        first, while every live port has room."""
+        if self._draining:
+            return  # (a QP pumped below sent a frame that started on an idle port)
+        self._draining = True
+        try:
+            waiting = self._waiting
+            while waiting and not self.full:
+                key = next(iter(waiting))
+                pump = waiting.pop(key)
+                pump(t)
+        finally:
+            self._draining = False
 
 
 def host_net(shape: usid.ClosShape, host: int) -> NetConfig:
@@ -295,6 +382,9 @@ class EventLoop:
         self.now = 0.0
         self._heap: list[HeapEntry] = []
         self._seq = 0
+        #: per host, the NIC's rule for taking data from its QPs (the Pump follows it); None:
+        #: a fabric whose NIC ports are plain links (``incast.IncastFabric``)
+        self.gates: list[NicGate] | None = None
 
     def at(self, t: float, fn: Callable[[], None]) -> None:
         self._seq += 1
@@ -381,6 +471,7 @@ class Fabric(EventLoop):
             [HostPort(f"h{d}-p{p}-nic", spec.port_rate_bps, self) for p in range(P)]
             for d in range(2)
         ]
+        self.gates = [NicGate(ports) for ports in self.nic]
         self.path = [
             [[Link(f"d{d}-p{p}-t1-{t}", fab) for t in range(T)] for p in range(P)] for d in range(2)
         ]

@@ -12,6 +12,11 @@ owner's ``on_event`` and arms its next timer, once per distinct deadline: a time
 endpoint has since moved is ignored when it comes due.  Delivery (which endpoint a frame is
 for, what to record on the way) stays with the owner, who calls ``pump`` after delivering.
 
+When the network has ``gates`` (one ``mrcnic.sim.fabric.NicGate`` per host: the fabrics whose
+NIC ports are ``HostPort`` s), the pump takes data as the I/O shell does: an endpoint's
+control frames always, its data (``frames_to_send``) only while the host's ports have room;
+otherwise the endpoint waits at the gate, its data unsent and untimed, until a port drains.
+
 ``on_pumped(host, endpoint, t)``, when set, is called at the end of every pump: every change
 of an endpoint's counters is followed by a pump at the virtual time it happened, so an
 observer there sees each change at its time (:class:`mrcnic.sim.loss_clock.LossClock`).
@@ -53,17 +58,28 @@ class Pump:
         self.on_event = on_event
         self.on_pumped = on_pumped
         self._timers: dict[int, float] = {}  # id(endpoint) -> the deadline armed
+        # per host, the NIC's rule for taking data (None: every frame goes at once)
+        self._gates: list[Any] | None = getattr(network, "gates", None)
 
     def receive(self, host: int, ep: Any, frame: bytes, t: float) -> None:
         """Hand ``frame`` to ``ep`` (on ``host``) at ``t``, then pump it."""
         ep.receive_frame(frame, t)
         self.pump(host, ep, t)
 
-    def pump(self, host: int, ep: Any, t: float) -> None:
+    def pump(self, host: int, ep: Any, t: float, timer_fired: bool = False) -> None:
         """Send what ``ep`` (on ``host``) has to send at ``t``, report its events, arm its
-        timer."""
+        timer (``timer_fired``: its timer was just handled)."""
         net = self.network
-        for port, frame in ep.frames_to_send(t):
+        gates = self._gates
+        gate = gates[host] if gates is not None else None
+        shut = False
+        if gate is not None and gate.full:  # the host's ports are full: control only, the
+            shut = True  # data waits in the endpoint (unsent, untimed) until one drains
+            frames = ep.control_frames_to_send()
+            gate.wait(id(ep), lambda now: self.pump(host, ep, now))
+        else:
+            frames = ep.frames_to_send(t)
+        for port, frame in frames:
             net.send(host, port, frame, t)
         on_event = self.on_event
         if on_event is not None:
@@ -71,7 +87,10 @@ class Pump:
                 on_event(host, e, t)
         nt = ep.get_timer()
         key = id(ep)
-        if nt is not None and self._timers.get(key) != nt:
+        # still due after it was handled: data waiting to be sent (a paced QP's next frame),
+        # which the gate pumps when there is room; armed again, it would spin
+        spin = shut and timer_fired and nt is not None and nt <= t
+        if nt is not None and not spin and self._timers.get(key) != nt:
             self._timers[key] = nt
 
             def fire() -> None:
@@ -80,7 +99,7 @@ class Pump:
                 del self._timers[key]
                 now = net.now
                 ep.handle_timer(now)
-                self.pump(host, ep, now)
+                self.pump(host, ep, now, True)
 
             net.at(max(nt, t), fire)
         if self.on_pumped is not None:

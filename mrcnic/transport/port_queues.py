@@ -6,9 +6,31 @@ port and class, until the I/O shell's pacers let them go with ``sendmmsg`` from 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from mrcnic.transport.rx_engine import c_module
+
+
+@dataclass(frozen=True, slots=True)
+class PacerConfig:
+    """Per-port pacing: ``burst_s`` of line rate is the token bucket depth (at least two
+    frames); the data queue holds ``queue_s`` of line rate (at least ``min_queue_frames``)
+    before the NIC stops pulling frames from the transport (:func:`data_limit_frames`).
+    The I/O shell's pacer (``mrcnic.io.pacing``) and the simulator's NIC
+    (``mrcnic.sim.fabric.HostPort``) both size their ports by it."""
+
+    burst_s: float = 0.002
+    queue_s: float = 0.002
+    min_queue_frames: int = 4
+    high_queue_frames: int = 512
+    frame_bytes: int = 4202  # a full 4096-byte MRC data frame, for sizing the above
+
+
+def data_limit_frames(rate_bps: float, config: PacerConfig = PacerConfig()) -> int:
+    """The data frames a port's queue holds before the NIC stops taking data from the
+    transport: ``queue_s`` of the port's rate, at least ``min_queue_frames``."""
+    return max(config.min_queue_frames, int(config.queue_s * (rate_bps / 8.0) / config.frame_bytes))
 
 
 class PortQueues:
