@@ -4,6 +4,7 @@ report shows both side by side."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -37,7 +38,10 @@ def test_every_simulated_form_writes_a_verdict_with_the_contract_keys(sim_quick_
         assert "error" not in d.get("extra", {}), (name, d.get("extra"))
         s = d["setup"]
         assert s["link_rate_mbit"] == 100e3 and s["bdp_packets_per_path"] > 1, name
-        assert d["commands"] and all("mrc-sim" in c for c in d["commands"]), name
+        # each run as a command: mrc-sim, or the simulator's Python entry point (trim's onset)
+        assert d["commands"] and all("mrc-sim" in c or "mrcnic.sim" in c for c in d["commands"]), (
+            name
+        )
     assert (sim_quick_all / "REPORT.md").exists()
 
 
@@ -69,12 +73,20 @@ def test_list_says_which_claims_have_a_simulated_form() -> None:
     assert registry.find("spray").sim is spray.SIM
 
 
-def test_a_claim_without_a_simulated_form_is_refused_clearly(tmp_path: Path) -> None:
-    bare = [s.name for s in registry.specs() if s.sim is None]
-    if not bare:
-        pytest.skip("every claim has a simulated form")  # then there is nothing to refuse
-    p = _lab("experiment", bare[0], "--sim", "--out", str(tmp_path))
-    assert p.returncode != 0 and "no simulated form yet" in p.stderr
+def test_a_claim_without_a_simulated_form_is_refused_clearly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every claim has a simulated form today; a new one without it must be refused by name
+    (alone) and skipped with a line (in ``all``), never run as its lab form."""
+    from lab import cli
+
+    real = registry.specs()
+    bare = dataclasses.replace(real[0], name="bare", number=99, sim=None)
+    monkeypatch.setattr(registry, "specs", lambda: [*real[:1], bare])
+    assert cli.main(["experiment", "bare", "--sim", "--out", str(tmp_path)]) == 1
+    assert "bare has no simulated form yet" in capsys.readouterr().err
+    res = registry.run(bare, base.Context(sim=True, out_dir=tmp_path, echo=lambda _t: None))
+    assert res.verdict == "not reproduced" and "no simulated form yet" in res.extra["error"]
 
 
 def test_the_spray_verdict_follows_its_thresholds() -> None:
