@@ -380,12 +380,7 @@ class Permutation:
             return
         before = ep.stats.rx_placed_bytes
         self.pump.receive(host, ep, frame, t)
-        placed = ep.stats.rx_placed_bytes - before
-        if placed:
-            k = int(t / cast(float, self.spec.timeline_s))
-            if k >= len(bins):
-                bins.extend([0] * (k + 1 - len(bins)))
-            bins[k] += placed
+        add_to_bin(bins, t, cast(float, self.spec.timeline_s), ep.stats.rx_placed_bytes - before)
 
     def _port_status(self, host: int, plane: int, up: bool, t: float) -> None:
         """A host's NIC port went down or came back: its QPs hear at once, as from the shell."""
@@ -497,6 +492,16 @@ class Permutation:
             [round(k * step, 6), round((bins[k] if k < len(bins) else 0) * 8 / step)]
             for k in range(n)
         ]
+
+
+def add_to_bin(bins: list[int], t_s: float, bin_s: float, placed: int) -> None:
+    """Add ``placed`` bytes to the timeline bin of ``t_s`` (bins of ``bin_s``, grown as
+    needed): the whole fabric's ``timeline``, as the permutation and the collectives keep it."""
+    if placed:
+        k = int(t_s / bin_s)
+        if k >= len(bins):
+            bins.extend([0] * (k + 1 - len(bins)))
+        bins[k] += placed
 
 
 def recovery_s(timeline: list[list[float]], faults: tuple[Step, ...]) -> float | None:

@@ -35,6 +35,7 @@ from mrcnic.rocev2.qp import RoceConfig
 from mrcnic.sim.clos import (
     ClosFabric,
     ClosSpec,
+    add_to_bin,
     connect_pair,
     fabric_counters,
     fct_quantiles,
@@ -163,12 +164,7 @@ class ClosHosts:
             return
         before = ep.stats.rx_placed_bytes
         p.receive(host, ep, frame, t)
-        placed = ep.stats.rx_placed_bytes - before
-        if placed:
-            k = int(t / cast(float, self.spec.timeline_s))
-            if k >= len(bins):
-                bins.extend([0] * (k + 1 - len(bins)))
-            bins[k] += placed
+        add_to_bin(bins, t, cast(float, self.spec.timeline_s), ep.stats.rx_placed_bytes - before)
 
     def _port_status(self, host: int, plane: int, up: bool, t: float) -> None:
         """A host's NIC port went down or came back: its QPs hear at once, as from the shell."""
