@@ -54,7 +54,7 @@ from mrcnic.sim.fabric import (
     host_net,
 )
 from mrcnic.sim.pfc import PfcHostPort, PfcLink, PfcSpec
-from mrcnic.sim.pump import Pump
+from mrcnic.sim.pump import Pump, endpoint_for
 from mrcnic.sim.scale import LAB
 from mrcnic.transport.ev import EvConfig
 from mrcnic.transport.evprobe import EvProbeDesk
@@ -66,11 +66,10 @@ from mrcnic.transport.qp_types import (
     QpErrorEvent,
     WcStatus,
     WriteCompleted,
-    peek_dest_qp,
     seeded,
 )
 from mrcnic.wire import usid
-from mrcnic.wire.layout import EV_PROBE_QPN, OFF_DST
+from mrcnic.wire.layout import OFF_DST
 
 WORKLOADS = (
     "p2p",
@@ -368,11 +367,8 @@ class Permutation:
         self._done = False
 
     def _deliver(self, host: int, port: int, frame: bytes, t: float) -> None:
-        qpn = peek_dest_qp(frame)
-        ep = self.endpoints[host].get(qpn) if qpn is not None else None
+        ep = endpoint_for(self.endpoints[host], self.desks[host], self.pump, host, frame, t)
         if ep is None:
-            if qpn == EV_PROBE_QPN:  # the host's QP 0x2: EV probes and their answers
-                self.pump.receive(host, self.desks[host], frame, t)
             return
         bins = self.placed_bins
         if bins is None:

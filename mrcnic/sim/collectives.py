@@ -47,7 +47,7 @@ from mrcnic.sim.clos import (
 )
 from mrcnic.sim.closfaults import ClosFaults
 from mrcnic.sim.fabric import host_net
-from mrcnic.sim.pump import OnEvent, Pump
+from mrcnic.sim.pump import OnEvent, Pump, endpoint_for
 from mrcnic.transport.evprobe import EvProbeDesk
 from mrcnic.transport.memory import MemoryTable
 from mrcnic.transport.qp_types import (
@@ -56,9 +56,7 @@ from mrcnic.transport.qp_types import (
     QpErrorEvent,
     WcStatus,
     WriteCompleted,
-    peek_dest_qp,
 )
-from mrcnic.wire.layout import EV_PROBE_QPN
 
 # QP numbers (24 bits, unique per host): a collective's QP towards peer j is _QPN_PEER + j
 # (the ring's "next" and "prev" are two peers' numbers in two ranges); an incast flow f's QP
@@ -151,11 +149,8 @@ class ClosHosts:
         p.pump(host, ep, t)
 
     def _deliver(self, host: int, port: int, frame: bytes, t: float) -> None:
-        qpn = peek_dest_qp(frame)
-        got = self.endpoints[host].get(qpn) if qpn is not None else None
+        got = endpoint_for(self.endpoints[host], self.desks[host], self.desk_pump, host, frame, t)
         if got is None:
-            if qpn == EV_PROBE_QPN:  # the host's QP 0x2: EV probes and their answers
-                self.desk_pump.receive(host, self.desks[host], frame, t)
             return
         ep, p = got
         bins = self.placed_bins

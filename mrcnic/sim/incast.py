@@ -42,7 +42,7 @@ from mrcnic.sim.fabric import (
     LinkSpec,
     host_net,
 )
-from mrcnic.sim.pump import Pump
+from mrcnic.sim.pump import Pump, endpoint_for
 from mrcnic.transport.ev import EvConfig
 from mrcnic.transport.evprobe import EvProbeDesk
 from mrcnic.transport.memory import MemoryTable
@@ -52,12 +52,10 @@ from mrcnic.transport.qp_types import (
     QpErrorEvent,
     WcStatus,
     WriteCompleted,
-    peek_dest_qp,
     seeded,
 )
 from mrcnic.units import rate_arg, size_arg, time_arg
 from mrcnic.wire import usid
-from mrcnic.wire.layout import EV_PROBE_QPN
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,11 +239,8 @@ class Incast:
     # -- driving ---------------------------------------------------------------------------------
 
     def _deliver(self, host: int, port: int, frame: bytes, t: float) -> None:
-        qpn = peek_dest_qp(frame)
-        ep = self.endpoints[host].get(qpn) if qpn is not None else None
+        ep = endpoint_for(self.endpoints[host], self.desks[host], self.pump, host, frame, t)
         if ep is None:
-            if qpn == EV_PROBE_QPN:  # the host's QP 0x2: EV probes and their answers
-                self.pump.receive(host, self.desks[host], frame, t)
             return
         self.pump.receive(host, ep, frame, t)
 

@@ -27,6 +27,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from mrcnic.transport.qp_types import peek_dest_qp
+from mrcnic.wire.layout import EV_PROBE_QPN
+
 
 class Network(Protocol):
     now: float
@@ -104,3 +107,17 @@ class Pump:
             net.at(max(nt, t), fire)
         if self.on_pumped is not None:
             self.on_pumped(host, ep, t)
+
+
+def endpoint_for(
+    endpoints: dict[int, Any], desk: Any, pump: Pump, host: int, frame: bytes, t: float
+) -> Any | None:
+    """The endpoint of ``endpoints`` (QP number -> endpoint on ``host``) a frame arriving at
+    ``host`` is for, or None: an EV probe or its answer (QP 0x2) goes to the host's probe
+    ``desk`` through ``pump`` here, anything else for no endpoint is dropped.  The simulators'
+    delivery starts with it, then does its own receive and recording."""
+    qpn = peek_dest_qp(frame)
+    ep = endpoints.get(qpn) if qpn is not None else None
+    if ep is None and qpn == EV_PROBE_QPN:  # the host's QP 0x2: EV probes and their answers
+        pump.receive(host, desk, frame, t)
+    return ep

@@ -36,7 +36,7 @@ from mrcnic.sim.fabric import (
     FabricSpec,
     host_net,
 )
-from mrcnic.sim.pump import Pump
+from mrcnic.sim.pump import Pump, endpoint_for
 from mrcnic.sim.scale import SCALES, default_scale
 from mrcnic.transport.ev import EvConfig, EvStateChanged
 from mrcnic.transport.evprobe import EvProbeDesk
@@ -48,13 +48,11 @@ from mrcnic.transport.qp_types import (
     QpErrorEvent,
     WcStatus,
     WriteCompleted,
-    peek_dest_qp,
     seeded,
 )
 from mrcnic.units import parse_rate as parse_rate  # re-exported: mrcnic.sim.transfer.parse_*
 from mrcnic.units import parse_size as parse_size
 from mrcnic.units import parse_time, rate_arg, size_arg, time_arg
-from mrcnic.wire.layout import EV_PROBE_QPN
 
 TRANSPORTS = ("mrc", "rocev2")
 ROCEV2_PORT_POLICIES = ("rail", "hash")
@@ -272,11 +270,8 @@ class Simulation:
         return apply
 
     def _deliver(self, host: int, port: int, frame: bytes, t: float) -> None:
-        qpn = peek_dest_qp(frame)
-        ep = self.endpoints[host].get(qpn) if qpn is not None else None
+        ep = endpoint_for(self.endpoints[host], self.desks[host], self.pump, host, frame, t)
         if ep is None:
-            if qpn == EV_PROBE_QPN:  # the host's QP 0x2: EV probes and their answers
-                self.pump.receive(host, self.desks[host], frame, t)
             return
         ep.receive_frame(frame, t)
         if host == 1:

@@ -557,8 +557,9 @@ class UetNscc:
         """Record ``delay`` for ``plane``; (dis)engage; the delay NSCC acts on.  Which planes
         are live, the gap, the slowest plane and the QP's share are looked at again at most
         every PLANE_REVIEW_RTTS base RTTs (compared on every ACK, they made an ACK cost 4.5x
-        plain NSCC's in a micro-benchmark, 13-15 against 3 us; reviewed, ~1 us more); the
-        slowest plane's latest delay is read per ACK."""
+        plain NSCC's: 13-15 against 3 us; reviewed, 3.7-4.4 against 2.9 us; 200,000 on_ack
+        calls of 8 planes, the 2-core machine, 2026-11-27); the slowest plane's latest delay
+        is read per ACK."""
         last = pl.last_s
         last[plane] = delay
         pl.slow_s[plane] += PLANE_SLOW_GAIN * (delay - pl.slow_s[plane])
