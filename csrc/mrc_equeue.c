@@ -18,8 +18,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "mrc_checksum.h"
 #include "mrc_io.h"
+#include "mrc_trim.h"
 #include "mrc_wire.h"
 
 #define REC_HDR 8u
@@ -29,14 +29,8 @@
 #define MAX_FRAME (1LL << 20)
 
 /* the wire facts: mrc_wire.h (held to mrcnic/wire/layout.py by tests/unit/test_wire_facts.py) */
-#define OFF_UDP MRC_WIRE_OFF_UDP
-#define OFF_BTH MRC_WIRE_OFF_BTH
 #define OFF_TC_HI MRC_WIRE_OFF_TC_HI
 #define OFF_TC_LO MRC_WIRE_OFF_TC_LO
-#define OFF_UDP_LENGTH MRC_WIRE_OFF_UDP_LENGTH
-#define OFF_UDP_CHECKSUM MRC_WIRE_OFF_UDP_CHECKSUM
-#define ADDR_SIZE MRC_WIRE_IPV6_ADDR_SIZE
-#define USID_SIZE MRC_WIRE_USID_SIZE
 
 /* one class's ring, a view of the struct's private fields */
 struct ring {
@@ -193,53 +187,6 @@ static void note_depth(struct mrc_equeue *q) {
     }
 }
 
-/* trim.header_end (mrcnic/wire/trim.py): offset past the MRC data headers, or 0 (not trimmable). */
-static size_t mrc_header_end(const uint8_t *f, size_t len) {
-    if (len < OFF_BTH + MRC_WIRE_BTH_SIZE || f[MRC_WIRE_OFF_NEXT_HEADER] != MRC_WIRE_IPPROTO_UDP) {
-        return 0;
-    }
-    if ((f[MRC_WIRE_OFF_UDP_DST_PORT] << 8 | f[MRC_WIRE_OFF_UDP_DST_PORT + 1]) !=
-        MRC_WIRE_MRC_UDP_PORT) {
-        return 0;
-    }
-    uint8_t op = f[OFF_BTH];
-    if (op < MRC_WIRE_OP_WRITE_FIRST || op > MRC_WIRE_OP_WRITE_ONLY_IMM) {
-        return 0;
-    }
-    size_t end = OFF_BTH + MRC_WIRE_BTH_SIZE + MRC_WIRE_METH_SIZE + MRC_WIRE_RETH_SIZE;
-    if (f[MRC_WIRE_OFF_BTH_FLAGS] & MRC_WIRE_BTH_FLAG_TS) {
-        end += MRC_WIRE_TS_SIZE;
-    }
-    if (op == MRC_WIRE_OP_WRITE_LAST_IMM || op == MRC_WIRE_OP_WRITE_ONLY_IMM) {
-        end += MRC_WIRE_IMM_SIZE;
-    }
-    return end <= len ? end : 0;
-}
-
-/* usid.final_destination: shift the carrier after the block left by one uSID until the
- * bits after its first uSID are all zero. */
-static void final_destination(const uint8_t *dst, int lblen, uint8_t *out) {
-    memcpy(out, dst, ADDR_SIZE);
-    size_t lb = (size_t)lblen / 8;
-    if (lb + USID_SIZE >= ADDR_SIZE) {
-        return; /* room for one uSID only: already final */
-    }
-    for (;;) {
-        int tail_zero = 1;
-        for (size_t i = lb + USID_SIZE; i < ADDR_SIZE; i++) {
-            if (out[i]) {
-                tail_zero = 0;
-                break;
-            }
-        }
-        if (tail_zero) {
-            return;
-        }
-        memmove(out + lb, out + lb + USID_SIZE, ADDR_SIZE - lb - USID_SIZE);
-        memset(out + ADDR_SIZE - USID_SIZE, 0, USID_SIZE);
-    }
-}
-
 static int enqueue_high(struct mrc_equeue *q, const uint8_t *frame, size_t len) {
     if (q->high_bytes + (int64_t)len > q->high_buffer_bytes) {
         return 0;
@@ -257,9 +204,9 @@ static int enqueue_high(struct mrc_equeue *q, const uint8_t *frame, size_t len) 
     return 1;
 }
 
-/* trim.TrimRule.overflow (the cut of wire.trim_frame) straight into the high ring. */
+/* trim.TrimRule.overflow (the one cut: mrc_trim.c) straight into the high ring. */
 static int enqueue_trimmed(struct mrc_equeue *q, const uint8_t *frame, size_t len) {
-    size_t end = mrc_header_end(frame, len);
+    size_t end = mrc_trim_header_end(frame, len);
     if (end == 0) {
         return MRC_EQ_DROPPED;
     }
@@ -278,20 +225,7 @@ static int enqueue_trimmed(struct mrc_equeue *q, const uint8_t *frame, size_t le
     if (t == NULL) {
         return MRC_EQ_DROPPED;
     }
-    memcpy(t, frame, keep);
-    int dscp = q->last_hop ? MRC_WIRE_DSCP_TRIMMED_LASTHOP : MRC_WIRE_DSCP_TRIMMED;
-    t[OFF_TC_HI] = (uint8_t)((t[OFF_TC_HI] & ~MRC_WIRE_TC_HI_DSCP_MASK) | (dscp >> 2));
-    t[OFF_TC_LO] = (uint8_t)((t[OFF_TC_LO] & ~MRC_WIRE_TC_LO_DSCP_MASK) | ((dscp & 3) << 6));
-    size_t ulen = keep - OFF_UDP;
-    t[MRC_WIRE_OFF_PAYLOAD_LENGTH] = t[OFF_UDP_LENGTH] = (uint8_t)(ulen >> 8);
-    t[MRC_WIRE_OFF_PAYLOAD_LENGTH + 1] = t[OFF_UDP_LENGTH + 1] = (uint8_t)(ulen & 0xFF);
-    t[OFF_UDP_CHECKSUM] = t[OFF_UDP_CHECKSUM + 1] = 0;
-    uint8_t final[ADDR_SIZE];
-    final_destination(t + MRC_WIRE_OFF_DST, q->lblen, final);
-    int32_t c = mrc_udp6_checksum(t + MRC_WIRE_OFF_SRC, ADDR_SIZE, final, ADDR_SIZE, t + OFF_UDP,
-                                  ulen);
-    t[OFF_UDP_CHECKSUM] = (uint8_t)(c >> 8);
-    t[OFF_UDP_CHECKSUM + 1] = (uint8_t)(c & 0xFF);
+    mrc_trim_cut(frame, len, t, q->trim_bytes, q->last_hop, q->lblen);
     ring_commit(r, (uint32_t)keep, 0);
     q->high_bytes += (int64_t)keep;
     q->high_frames++;

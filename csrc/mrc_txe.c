@@ -6,6 +6,7 @@
 
 #include "mrc_checksum.h"
 #include "mrc_crc.h"
+#include "mrc_mt.h"
 #include "mrc_txq.h"
 #include "mrc_wire.h"
 
@@ -49,31 +50,7 @@ void mrc_txe_mt_load(struct mrc_txe_qp *q, const uint32_t *state, uint32_t index
     q->mti = index;
 }
 
-static uint32_t mt_next(struct mrc_txe_qp *q) {
-    uint32_t *mt = q->mt;
-    if (q->mti >= 624) {
-        static const uint32_t mag01[2] = {0x0u, 0x9908b0dfu};
-        int kk;
-        uint32_t y;
-        for (kk = 0; kk < 624 - 397; kk++) {
-            y = (mt[kk] & 0x80000000u) | (mt[kk + 1] & 0x7fffffffu);
-            mt[kk] = mt[kk + 397] ^ (y >> 1) ^ mag01[y & 1u];
-        }
-        for (; kk < 623; kk++) {
-            y = (mt[kk] & 0x80000000u) | (mt[kk + 1] & 0x7fffffffu);
-            mt[kk] = mt[kk + (397 - 624)] ^ (y >> 1) ^ mag01[y & 1u];
-        }
-        y = (mt[623] & 0x80000000u) | (mt[0] & 0x7fffffffu);
-        mt[623] = mt[396] ^ (y >> 1) ^ mag01[y & 1u];
-        q->mti = 0;
-    }
-    uint32_t y = mt[q->mti++];
-    y ^= (y >> 11);
-    y ^= (y << 7) & 0x9d2c5680u;
-    y ^= (y << 15) & 0xefc60000u;
-    y ^= (y >> 18);
-    return y;
-}
+static uint32_t mt_next(struct mrc_txe_qp *q) { return mrc_mt_next(q->mt, &q->mti); }
 
 static uint32_t bit_length(uint32_t n) { return n ? 32 - (uint32_t)__builtin_clz(n) : 0; }
 

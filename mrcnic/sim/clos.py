@@ -41,6 +41,7 @@ from typing import Any, cast
 
 from mrcnic.faultplan import Step
 from mrcnic.rocev2.qp import RoceConfig, RoceQueuePair
+from mrcnic.sim import cfabric
 from mrcnic.sim import pfc as simpfc
 from mrcnic.sim.closfaults import ClosFaults
 from mrcnic.sim.fabric import (
@@ -51,11 +52,13 @@ from mrcnic.sim.fabric import (
     Link,
     LinkSpec,
     NicGate,
+    clos_path,
     host_net,
 )
 from mrcnic.sim.pfc import PfcHostPort, PfcLink, PfcSpec
 from mrcnic.sim.pump import Pump, endpoint_for
 from mrcnic.sim.scale import LAB
+from mrcnic.transport.engine_choice import PY_ENGINES
 from mrcnic.transport.ev import EvConfig
 from mrcnic.transport.evprobe import EvProbeDesk
 from mrcnic.transport.memory import MemoryTable
@@ -112,6 +115,11 @@ class ClosSpec:
     pfc_xon_bytes: int | None = None
     pfc_headroom_bytes: int | None = None
     seed: int = 1
+    # where the per-packet work runs (mrcnic.sim.cfabric): the fabric in C or Python, the MRC
+    # QPs on the C engines or their Python twins; auto: C wherever it runs (the C fabric does
+    # not run PFC, so RoCEv2 with --pfc keeps the Python fabric; C engines need the C fabric)
+    fabric: str = "auto"
+    engine: str = "auto"
 
     @property
     def hosts(self) -> int:
@@ -177,6 +185,29 @@ class ClosSpec:
             if self.pfc_spec.headroom_bytes <= 0:
                 raise ValueError("PFC's headroom must be > 0 bytes")
         self.shape  # noqa: B018 - the address plan refuses a shape it cannot encode
+        if self.fabric not in ("auto", *cfabric.FABRICS):
+            raise ValueError(f"fabric {self.fabric!r}: auto, c or py")
+        if self.engine not in ("auto", *cfabric.ENGINES):
+            raise ValueError(f"engine {self.engine!r}: auto, c or py")
+        fab, eng = self.cores
+        if fab == "c" and not cfabric.available():
+            raise ValueError("the C fabric needs the C module mrcnic._mrcfast: run `make setup`")
+        if fab == "c" and self.pfc and self.transport == "rocev2":
+            raise ValueError("PFC runs on the Python fabric only (fabric py, or auto)")
+        if eng == "c" and fab != "c":
+            raise ValueError("the C engines run on the C fabric only (fabric c, or auto)")
+
+    @property
+    def cores(self) -> tuple[str, str]:
+        """(fabric, engine) as this run resolves them: ``auto`` is C wherever C can run."""
+        c = cfabric.available()
+        fab = self.fabric
+        if fab == "auto":
+            fab = "c" if c and not (self.pfc and self.transport == "rocev2") else "py"
+        eng = self.engine
+        if eng == "auto":
+            eng = "c" if fab == "c" and self.transport == "mrc" else "py"
+        return fab, eng
 
 
 class ClosFabric(EventLoop):
@@ -222,13 +253,8 @@ class ClosFabric(EventLoop):
         key = bytes(frame[OFF_DST : OFF_DST + 16])
         route = self._route.get(key)
         if route is None:
-            try:
-                info = usid.decode_path(self.shape, key)
-            except usid.UsidError:
-                self.misrouted += 1
-                return
-            hpt = self.spec.hosts_per_t0
-            if info.plane != port or info.src_t0 != host // hpt:
+            info = clos_path(self.shape, key, host, port)
+            if info is None:
                 self.misrouted += 1
                 return
             p, dst = info.plane, info.dst_host
@@ -288,6 +314,20 @@ class ClosFabric(EventLoop):
         return out
 
 
+def make_fabric(
+    spec: ClosSpec,
+    deliver: Callable[[int, int, bytes, float], None],
+    wake: Callable[[int, int, float], None],
+) -> Any:
+    """The fabric ``spec.cores`` asks for: :class:`ClosFabric`, or the C fabric
+    (:class:`mrcnic.sim.cfabric.CClosFabric`, which ``wake`` s the owner when a QP on the C
+    engines has work for Python: the owner pumps it)."""
+    fab, eng = spec.cores
+    if fab == "c":
+        return cfabric.CClosFabric(spec, deliver, wake, engines=eng)
+    return ClosFabric(spec, deliver)
+
+
 def _pfc_link(name: str, spec: LinkSpec, loop: EventLoop, ecn: int | None) -> PfcLink:
     """A switch egress link under PFC; lossless frames are marked at ``ecn`` on every hop,
     the last included (the lab's ``pfc.ecn``: DCQCN's marks)."""
@@ -309,7 +349,7 @@ class Permutation:
     def __init__(self, spec: ClosSpec) -> None:
         spec.check()
         self.spec = spec
-        self.fabric = ClosFabric(spec, self._deliver)
+        self.fabric = make_fabric(spec, self._deliver, self._wake)
         self.faults = ClosFaults(self.fabric, spec.faults, self._port_status)
         # bytes placed at every receiver per timeline bin (only with spec.timeline_s)
         self.placed_bins: list[int] | None = [] if spec.timeline_s else None
@@ -347,7 +387,9 @@ class Permutation:
                          for p in range(spec.planes)]  # fmt: skip
             flow_qps = []
             for qa, qb, cfg in pairs:
-                ea, eb = connect_pair(spec, nets, self.memories, (a, qa), (b, qb), cfg)
+                ea, eb = connect_pair(
+                    spec, nets, self.memories, (a, qa), (b, qb), cfg, net=self.fabric
+                )
                 self.endpoints[a][qa] = ea
                 self.endpoints[b][qb] = eb
                 flow_qps.append(ea)
@@ -377,6 +419,10 @@ class Permutation:
         before = ep.stats.rx_placed_bytes
         self.pump.receive(host, ep, frame, t)
         add_to_bin(bins, t, cast(float, self.spec.timeline_s), ep.stats.rx_placed_bytes - before)
+
+    def _wake(self, host: int, qpn: int, t: float) -> None:
+        """A QP on the C engines has work for Python (the C fabric's call): pump it."""
+        self.pump.pump(host, self.endpoints[host][qpn], t)
 
     def _port_status(self, host: int, plane: int, up: bool, t: float) -> None:
         """A host's NIC port went down or came back: its QPs hear at once, as from the shell."""
@@ -465,9 +511,11 @@ class Permutation:
             "wall_s": round(wall_s, 3),
             "cpu_s": round(cpu_s, 3),
             "sim_pps": round(counters["data_packets"] / cpu_s) if cpu_s > 0 else None,
+            **cores_keys(spec, self.fabric),
             **self.faults.to_json(),
         }
         if self.placed_bins is not None:
+            merge_bins(self.placed_bins, self.fabric)
             timeline = self.timeline(self.fabric.now)  # the last completion, or where it stopped
             out["timeline"] = timeline
             out["timeline_bin_s"] = spec.timeline_s
@@ -498,6 +546,34 @@ def add_to_bin(bins: list[int], t_s: float, bin_s: float, placed: int) -> None:
         if k >= len(bins):
             bins.extend([0] * (k + 1 - len(bins)))
         bins[k] += placed
+
+
+def cores_keys(spec: ClosSpec, fabric: Any) -> dict[str, Any]:
+    """``fabric`` and ``engine``: where a run's per-packet work ran (``c`` or ``py``); with
+    the C fabric, ``sim_core``: its counters (events played, frames the C engines took and
+    those Python did, Python wake-ups)."""
+    fab, eng = spec.cores
+    out: dict[str, Any] = {"fabric": fab, "engine": eng}
+    stats = getattr(fabric, "stats", None)
+    if stats is not None:
+        out["sim_core"] = stats()
+    return out
+
+
+def merge_bins(bins: list[int], fabric: Any) -> None:
+    """Add the bytes the C fabric's engines placed per bin (``placed_bins``: frames taken in
+    C, which the owner's delivery never sees) to the owner's ``bins``, once."""
+    get = getattr(fabric, "placed_bins", None)
+    if get is None or getattr(fabric, "_bins_merged", False):
+        return
+    fabric._bins_merged = True
+    extra = get()
+    while extra and not extra[-1]:
+        extra.pop()
+    if len(extra) > len(bins):
+        bins.extend([0] * (len(extra) - len(bins)))
+    for k, v in enumerate(extra):
+        bins[k] += v
 
 
 def recovery_s(timeline: list[list[float]], faults: tuple[Step, ...]) -> float | None:
@@ -582,16 +658,22 @@ def connect_pair(
     b: tuple[int, int],
     cfg: QpConfig | RoceConfig,
     cfg_b: QpConfig | RoceConfig | None = None,
+    net: Any = None,
 ) -> tuple[Any, Any]:
     """Two connected QPs, ``a = (host, qpn)`` and ``b`` (configured by ``cfg``, or ``b`` by
     ``cfg_b`` of the same transport): MRC at the host's line rate for a QpConfig, RoCEv2 at
-    one port's rate for a RoceConfig; each seeded by its QP number."""
+    one port's rate for a RoceConfig; each seeded by its QP number. ``net``: the fabric,
+    when it chooses the MRC QPs' engines (``engines_for``) and hears of connections
+    (``connected``: :class:`mrcnic.sim.cfabric.CClosFabric`)."""
     (ha, qa), (hb, qb) = a, b
     cb = cfg if cfg_b is None else cfg_b
+    choose = getattr(net, "engines_for", None)
     if isinstance(cfg, QpConfig) and isinstance(cb, QpConfig):
         line = spec.planes * spec.port_rate_bps
-        ea: Any = QueuePair(qa, nets[ha], memories[ha], line, seeded(cfg, qa))
-        eb: Any = QueuePair(qb, nets[hb], memories[hb], line, seeded(cb, qb))
+        ka = choose(ha, memories[ha]) if choose else PY_ENGINES
+        kb = choose(hb, memories[hb]) if choose else PY_ENGINES
+        ea: Any = QueuePair(qa, nets[ha], memories[ha], line, seeded(cfg, qa), ka)
+        eb: Any = QueuePair(qb, nets[hb], memories[hb], line, seeded(cb, qb), kb)
     elif isinstance(cfg, RoceConfig) and isinstance(cb, RoceConfig):
         rate = spec.port_rate_bps
         ea = RoceQueuePair(qa, nets[ha], memories[ha], rate, seeded(cfg, qa))
@@ -600,6 +682,10 @@ def connect_pair(
         raise ValueError("the two ends of a connection must use the same transport")
     ea.connect(eb.local_attributes())
     eb.connect(ea.local_attributes())
+    connected = getattr(net, "connected", None)
+    if connected is not None:
+        connected(ha, ea)
+        connected(hb, eb)
     return ea, eb
 
 

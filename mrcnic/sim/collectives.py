@@ -41,7 +41,10 @@ from mrcnic.sim.clos import (
     fct_quantiles,
     flow_qp_config,
     jain_index,
+    cores_keys,
     link_imbalance,
+    make_fabric,
+    merge_bins,
     recovery_s,
     rocev2_qp_config,
 )
@@ -89,7 +92,7 @@ class ClosHosts:
     def __init__(self, spec: ClosSpec) -> None:
         spec.check()
         self.spec = spec
-        self.fabric = ClosFabric(spec, self._deliver)
+        self.fabric = make_fabric(spec, self._deliver, self._wake)
         self.faults = ClosFaults(self.fabric, spec.faults, self._port_status)
         self.placed_bins: list[int] | None = [] if spec.timeline_s else None
         H = spec.hosts
@@ -131,7 +134,7 @@ class ClosHosts:
         for h, q in (a, b):
             if q in self.endpoints[h]:
                 raise ValueError(f"host {h} has two QPs numbered {q:#x}")
-        ea, eb = connect_pair(self.spec, self.nets, self.memories, a, b, cfg, cfg_b)
+        ea, eb = connect_pair(self.spec, self.nets, self.memories, a, b, cfg, cfg_b, self.fabric)
         self.endpoints[a[0]][a[1]] = (ea, Pump(self.fabric, self._guard(on_a)))
         self.endpoints[b[0]][b[1]] = (eb, Pump(self.fabric, self._guard(on_b)))
         return ea, eb
@@ -161,6 +164,11 @@ class ClosHosts:
         p.receive(host, ep, frame, t)
         add_to_bin(bins, t, cast(float, self.spec.timeline_s), ep.stats.rx_placed_bytes - before)
 
+    def _wake(self, host: int, qpn: int, t: float) -> None:
+        """A QP on the C engines has work for Python (the C fabric's call): pump it."""
+        ep, p = self.endpoints[host][qpn]
+        p.pump(host, ep, t)
+
     def _port_status(self, host: int, plane: int, up: bool, t: float) -> None:
         """A host's NIC port went down or came back: its QPs hear at once, as from the shell."""
         for ep, p in self.endpoints[host].values():
@@ -174,6 +182,7 @@ class ClosHosts:
         out: dict[str, Any] = self.faults.to_json()
         bins = self.placed_bins
         if bins is not None:
+            merge_bins(bins, self.fabric)
             step = cast(float, self.spec.timeline_s)
             end = self.fabric.now
             n = max(len(bins), int(end / step) + (0 if end % step == 0 else 1))
@@ -235,6 +244,7 @@ class ClosHosts:
             "wall_s": round(wall_s, 3),
             "cpu_s": round(cpu_s, 3),
             "sim_pps": round(counters["data_packets"] / cpu_s) if cpu_s > 0 else None,
+            **cores_keys(spec, self.fabric),
         }
 
     def head(self, workload: str) -> dict[str, Any]:

@@ -63,6 +63,10 @@ class Pump:
         self._timers: dict[int, float] = {}  # id(endpoint) -> the deadline armed
         # per host, the NIC's rule for taking data (None: every frame goes at once)
         self._gates: list[Any] | None = getattr(network, "gates", None)
+        # a network that runs QPs' engines itself (mrcnic.sim.cfabric) hears of every pump
+        # and brings a host's engine state up to date before a timer is handled
+        self._after_pump: OnPumped | None = getattr(network, "after_pump", None)
+        self._before_timer: Callable[[int], None] | None = getattr(network, "flush_engines", None)
 
     def receive(self, host: int, ep: Any, frame: bytes, t: float) -> None:
         """Hand ``frame`` to ``ep`` (on ``host``) at ``t``, then pump it."""
@@ -101,10 +105,14 @@ class Pump:
                     return  # superseded by a later pump
                 del self._timers[key]
                 now = net.now
+                if self._before_timer is not None:
+                    self._before_timer(host)
                 ep.handle_timer(now)
                 self.pump(host, ep, now, True)
 
             net.at(max(nt, t), fire)
+        if self._after_pump is not None:
+            self._after_pump(host, ep, t)
         if self.on_pumped is not None:
             self.on_pumped(host, ep, t)
 

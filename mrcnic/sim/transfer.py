@@ -640,6 +640,21 @@ def build_parser() -> argparse.ArgumentParser:
         "paused; docs/sim.md)",
     )
     p.add_argument(
+        "--engine",
+        choices=("auto", "c", "py"),
+        default="auto",
+        help="whole-fabric workloads: the MRC QPs' per-packet work on the C engines the lab's "
+        "NICs run, or on their Python twins (the same output, byte for byte, slower); auto "
+        "(default): C when the C module is built (docs/sim.md, Speed)",
+    )
+    p.add_argument(
+        "--fabric",
+        choices=("auto", "c", "py"),
+        default="auto",
+        help="whole-fabric workloads: the links, queues and event loop in C or in Python (the "
+        "same output); auto (default): C when built, Python for RoCEv2 with --pfc",
+    )
+    p.add_argument(
         "--transport",
         default="mrc",
         metavar="{mrc,rocev2}",
@@ -762,6 +777,11 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
             "--fault: whole-fabric workloads only (--workload permutation, allreduce); p2p "
             "takes --fail/--heal"
         )
+    if workload == "p2p" and "c" in (getattr(a, "engine", "auto"), getattr(a, "fabric", "auto")):
+        raise ValueError(
+            "--engine c / --fabric c: whole-fabric workloads only (--workload permutation|"
+            "allreduce|alltoall|incast); p2p runs its QPs' Python twins on the two-host fabric"
+        )
     if getattr(a, "iters", 1) != 1 and getattr(a, "workload", "p2p") != "allreduce":
         raise ValueError("--iters: --workload allreduce only")
     choice = plugins.choice_from_args(a)
@@ -836,6 +856,8 @@ def clos_from_args(a: argparse.Namespace, cfg: SimConfig) -> ClosSpec:
         timeline_s=cfg.timeline_s,
         pfc=getattr(a, "pfc", False),
         seed=cfg.seed,
+        fabric=getattr(a, "fabric", "auto"),
+        engine=getattr(a, "engine", "auto"),
     )
 
 

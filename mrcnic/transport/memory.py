@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 import random
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mrcnic import fast
@@ -138,6 +139,9 @@ class MemoryTable:
         # accepted into: the per-packet fast path of place()
         self._placeable: dict[int, tuple[MemoryRegion, Access, memoryview, int, int]] = {}
         self._next_va = _VA_BASE + (self._rand32() & 0xFFFF) * _PAGE
+        #: called when a region is registered or withdrawn (whoever keeps a copy of the table:
+        #: the simulator's C fabric, mrcnic.sim.cfabric)
+        self.on_change: Callable[[], None] | None = None
 
     def _rand32(self) -> int:
         return self._rng.getrandbits(32) if self._rng is not None else secrets.randbits(32)
@@ -165,6 +169,8 @@ class MemoryTable:
             rkey = self._rand32()
         mr = MemoryRegion(rkey=rkey, base_va=base_va, buffer=view, access=Access(access))
         self._by_rkey[rkey] = mr
+        if self.on_change is not None:
+            self.on_change()
         return mr
 
     def deregister(self, mr: MemoryRegion) -> None:
@@ -175,6 +181,8 @@ class MemoryTable:
         if ent is not None and ent[0] is mr:
             del self._placeable[mr.rkey]
         mr.valid = False
+        if self.on_change is not None:
+            self.on_change()
 
     def lookup(self, rkey: int) -> MemoryRegion | None:
         return self._by_rkey.get(rkey)

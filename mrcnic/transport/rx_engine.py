@@ -82,8 +82,14 @@ class CounterSink:
         self._zero = bytes(self._fmt.size)
 
     def add(self, ffi: Any, st: Any, stats: Any) -> None:
-        buf = ffi.buffer(ffi.addressof(st))
+        self.add_buffer(ffi.buffer(ffi.addressof(st)), stats)
+
+    def add_buffer(self, buf: Any, stats: Any) -> None:
+        """:meth:`add` from the struct's buffer (``ffi.buffer(ffi.addressof(st))``, which an
+        engine makes once: its struct does not move)."""
         values = self._fmt.unpack(buf)
+        if not any(values):
+            return
         for name, v in zip(self.names, values, strict=True):
             if v:
                 setattr(stats, name, getattr(stats, name) + v)
@@ -270,7 +276,7 @@ class CRxEngine:
 
     def fold_counters(self) -> None:
         """Add what the C side counted since the last batch to the QP's stats."""
-        self._counters.add(self._ffi, self.q.st, self.qp.stats)
+        self._counters.add_buffer(self._st_buf, self.qp.stats)
 
     def __init__(self, qp: RecvHost, dev: RxEngines, txq: Any = None) -> None:
         m = c_module()
@@ -285,6 +291,7 @@ class CRxEngine:
         self._counters = CounterSink(ffi, "struct mrc_rxe_stats")
         evs = qp.evs
         q = self.q = ffi.new("struct mrc_rxe_qp *")
+        self._st_buf = ffi.buffer(ffi.addressof(q.st))  # (the counters, read per batch)
         peer = qp.peer
         assert peer is not None  # engines are built when the QP connects
         q.qpn, q.peer_qpn, q.planes = qp.qpn, peer.qpn, qp.planes
@@ -418,7 +425,9 @@ class CRxEngine:
                 qp._rev_probe_at = qp.evs.now_s + REVERSE_PROBE_RTOS_FIRST * qp._rto
         st = q.st
         if st.rx_data_packets or st.rx_malformed or st.rx_foreign or st.tx_sacks or st.rx_closed:
-            self._counters.add(self._ffi, st, qp.stats)
+            placed = st.rx_placed_bytes
+            self._counters.add_buffer(self._st_buf, qp.stats)
+            if placed:
+                self.dev.harvest()  # (the regions' bytes_placed: only placement adds to them)
         if qp.state is QpState.ERROR:
             q.dead = 1
-        self.dev.harvest()

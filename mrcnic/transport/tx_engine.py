@@ -77,6 +77,8 @@ class CTxEngine:
         self._engines = dev  # the device's C state (its port queues)
         self._counters = CounterSink(ffi, "struct mrc_txe_stats")
         self._inputs = _inputs(lib)
+        self._fb_kinds = (lib.MRC_TXE_FB_EV, lib.MRC_TXE_FB_ACK, lib.MRC_TXE_FB_COMPLETE,
+                          lib.MRC_TXE_FB_DRAIN)  # fmt: skip
         evs = qp.evs
         n = len(evs.ev_values)
         npaths = qp.planes * qp.net.shape.t1
@@ -90,6 +92,7 @@ class CTxEngine:
         self.arrays = keep  # (state_bytes)
 
         q = self.q = ffi.new("struct mrc_txe_qp *")
+        self._st_buf = ffi.buffer(ffi.addressof(q.st))  # (the counters, read per batch)
         cfg = qp.config
         peer = qp.peer
         assert peer is not None  # engines are built when the QP connects
@@ -167,6 +170,10 @@ class CTxEngine:
         )  # fmt: skip
         self._view = ffi.buffer(self._out_buf)
         self._deadline = ffi.new("double *")
+        #: where the data frames go instead of back to the caller as bytes, when set (the
+        #: simulator's C fabric: ``sink.frames(list)`` for frames already in ``out``, then
+        #: ``sink.engine_out(out_struct)`` per batch, each frame copied once, no Python object)
+        self.sink: Any = None
         evs.picker = self
 
     # -- the EV table's spraying state ------------------------------------------------------
@@ -275,6 +282,15 @@ class CTxEngine:
     def send(self, now_s: float, out: list[tuple[int, bytes]]) -> None:
         """PySendEngine.send's twin: frames appended to ``out``."""
         q = self.q
+        if q.m_seg == q.m_tail and not q.rtxq_n and not q.dead:
+            # nothing to send: all mrc_txe_send would do is forget a release's resume point
+            # (an acknowledgment's pump, most of the time, once a QP has sent its last write)
+            q.resume_new = 0
+            sink = self.sink
+            if sink is not None and out:
+                sink.frames(out)
+                out.clear()
+            return
         qp = self.qp
         evs = qp.evs
         lib = self._lib
@@ -292,11 +308,19 @@ class CTxEngine:
         view = self._view
         slot_len = self._slot_len
         lens, planes = self._out_len, self._out_plane
+        sink = self.sink
+        if sink is not None and out:
+            sink.frames(out)  # (what came first leaves first)
+            out.clear()
         while True:
             r = lib.mrc_txe_send(q, now_s, cc.cwnd_bytes, o)
-            for i in range(o.n):
-                off = i * slot_len
-                out.append((planes[i], view[off : off + lens[i]]))
+            if sink is not None:
+                if o.n:
+                    sink.engine_out(o)
+            else:
+                for i in range(o.n):
+                    off = i * slot_len
+                    out.append((planes[i], view[off : off + lens[i]]))
             o.n = 0
             if r == lib.MRC_TXE_OUT_FULL:
                 continue  # (PORT_FULL: the pacer lets frames go first)
@@ -402,18 +426,14 @@ class CTxEngine:
         lib = self._lib
         inputs = self._inputs
         in_lost = lib.MRC_TXE_IN_LOST
+        fb_ev, fb_ack, fb_complete, fb_drain = self._fb_kinds  # (the common ones, as locals)
         evs.now_s = now_s
         evs.tx_count = q.tx_count
         fbs = q.fb
         for i in range(n):
             f = fbs[i]
             k = f.kind
-            if k == lib.MRC_TXE_FB_EV:
-                a = f.a
-                evs.apply(f.slot, inputs[a], now_s)
-                if a == in_lost:
-                    self._loss(cc, LOSS_SACK, f, now_s)
-            elif k == lib.MRC_TXE_FB_ACK:
+            if k == fb_ack:
                 x = f.x
                 s = f.slot  # the EV of the SACK, or -1
                 if s >= 0:
@@ -422,16 +442,21 @@ class CTxEngine:
                     ev = plane = path = -1
                 rtt = x if x >= 0 else None
                 cc.on_ack(new_ack_sample(f.a, rtt, bool(f.b), now_s, ev, plane, path, f.ts))
-            elif k == lib.MRC_TXE_FB_COMPLETE:
+            elif k == fb_drain:
+                if evs.events:
+                    qp._drain_ev_events()
+            elif k == fb_complete:
                 j = f.ts & (MSG_CAP - 1)
                 m = self._objs[j]
                 self._objs[j] = None
                 if m is not None:
                     m.done = True
                     qp._events.append(WriteCompleted(m.wr_id, WcStatus.SUCCESS, m.length, now_s))
-            elif k == lib.MRC_TXE_FB_DRAIN:
-                if evs.events:
-                    qp._drain_ev_events()
+            elif k == fb_ev:
+                a = f.a
+                evs.apply(f.slot, inputs[a], now_s)
+                if a == in_lost:
+                    self._loss(cc, LOSS_SACK, f, now_s)
             elif k == lib.MRC_TXE_FB_PENALTY:
                 cc.on_rcv_penalty(f.a, now_s)
             elif k == lib.MRC_TXE_FB_PROBE:
@@ -470,7 +495,7 @@ class CTxEngine:
     def _stats(self) -> None:
         q = self.q
         qp = self.qp
-        self._counters.add(self._ffi, q.st, qp.stats)
+        self._counters.add_buffer(self._st_buf, qp.stats)
         qp._rto = q.rto
         qp.evs.path_quiet_s = 0.5 * q.rto
         qp._srtt = q.srtt if q.has_srtt else None

@@ -109,8 +109,15 @@ def test_htsim_gets_our_fabric_and_our_permutation(fake_htsim: Path, tmp_path: P
 def test_bench_sim_with_htsim_writes_both_and_the_ratio(fake_htsim: Path, tmp_path: Path) -> None:
     out = tmp_path / "bench-sim.json"
     assert bs.main(["--hosts", "16", "--size", "64K", "--htsim", str(fake_htsim),
-                    "--out", str(out)]) == 0  # fmt: skip
+                    "--reps", "2", "--out", str(out)]) == 0  # fmt: skip
     doc = json.loads(out.read_text())
+    run = doc["runs"]["16"]
+    # the C cores, each run beside the Python twins', which gave the same output
+    assert (run["fabric"], run["engine"]) == ("c", "c")
+    assert len(run["data_packets_per_wall_s_runs"]) == 2 and run["same_output_every_run"]
+    twin = run["python_twin"]
+    assert len(twin["data_packets_per_wall_s_runs"]) == 2
+    assert run["ratio_vs_python_twin"] > 0
     assert doc["scale"]["name"] == "paper" and doc["scale"]["port_rate_bps"] == 100e9
     assert doc["htsim"]["binary"] == str(fake_htsim.resolve()) and doc["htsim"]["differences"]
     run = doc["runs"]["16"]
