@@ -524,7 +524,9 @@ static void drain_out(struct mrc_simnet *n, uint32_t host, struct mrc_rxe_dev *d
     o->n = 0;
 }
 
-/* After an engine of `host` ran: arm its delayed-ACK timer here; 1 when Python must look. */
+/* After an engine of `host` ran: arm its delayed-ACK timer here; what Python must look at
+ * (MRC_SIM_WAKE_RX: the receive engine's events or a SACK Python must hear of;
+ * MRC_SIM_WAKE_TX: the send engine's feedback), 0 for nothing. */
 static int after_engine(struct mrc_simnet *n, uint32_t host, uint32_t e, double t) {
     struct mrc_simnet_host *h = &n->hosts[host];
     struct mrc_rxe_dev *d = h->dev;
@@ -535,7 +537,14 @@ static int after_engine(struct mrc_simnet *n, uint32_t host, uint32_t e, double 
         push(n, q->ack_deadline_s > t ? q->ack_deadline_s : t, MRC_SIM_EV_ACK,
              (int32_t)(host * MRC_SIM_MAX_ENGINES + e));
     }
-    return q->n_events || (q->sacked && h->notify_sacked[e]) || (tq != NULL && tq->n_fb);
+    int why = 0;
+    if (q->n_events || (q->sacked && h->notify_sacked[e])) {
+        why |= MRC_SIM_WAKE_RX;
+    }
+    if (tq != NULL && tq->n_fb) {
+        why |= MRC_SIM_WAKE_TX;
+    }
+    return why;
 }
 
 static void bin_bytes(struct mrc_simnet *n, double t, int64_t placed) {
@@ -583,9 +592,10 @@ static int c_deliver(struct mrc_simnet *n, uint32_t host, int32_t i, double t,
         return 0;
     }
     bin_bytes(n, t, d->qp[e]->st.rx_placed_bytes - placed);
-    if (after_engine(n, host, e, t)) {
+    int why = after_engine(n, host, e, t);
+    if (why) {
         n->st.wakes++;
-        *todo = (struct mrc_simnet_todo){MRC_SIM_WAKE, (int32_t)host, (int32_t)e, -1};
+        *todo = (struct mrc_simnet_todo){MRC_SIM_WAKE, (int32_t)host, (int32_t)e, why};
         return 1;
     }
     return 0;
@@ -612,9 +622,10 @@ static int ack_timer(struct mrc_simnet *n, int32_t a, double t, struct mrc_simne
         }
         drain_out(n, host, d, t);
     }
-    if (after_engine(n, host, e, t)) {
+    int why = after_engine(n, host, e, t);
+    if (why) {
         n->st.wakes++;
-        *todo = (struct mrc_simnet_todo){MRC_SIM_WAKE, (int32_t)host, (int32_t)e, -1};
+        *todo = (struct mrc_simnet_todo){MRC_SIM_WAKE, (int32_t)host, (int32_t)e, why};
         return 1;
     }
     return 0;

@@ -29,7 +29,10 @@ enum {
     MRC_SIM_CALL = 1,    /* a = callback id */
     MRC_SIM_DELIVER = 2, /* a = host, b = port, frame: for Python (freed by the next call) */
     MRC_SIM_GATE = 3,    /* a = host: a port drained below its limit and QPs wait at its gate */
-    MRC_SIM_WAKE = 4,    /* a = host, b = engine: its C engines left work for Python */
+    MRC_SIM_WAKE = 4,    /* a = host, b = engine, frame = why (MRC_SIM_WAKE_RX | _TX): its
+                            C engines left work for Python */
+    MRC_SIM_WAKE_RX = 1, /* the receive engine's events, or a SACK Python must hear of */
+    MRC_SIM_WAKE_TX = 2, /* the send engine's feedback */
     /* errors */
     MRC_SIM_NO_FRAME = -1, /* the pool is (nearly) empty: add a chunk and call again */
     MRC_SIM_NO_EVENT = -2, /* the event heap is (nearly) full: grow it and call again */
@@ -115,7 +118,7 @@ struct mrc_simnet_todo {
     int32_t kind;
     int32_t a;
     int32_t b;
-    int32_t frame;
+    int32_t frame; /* DELIVER: the frame; WAKE: why */
 };
 
 struct mrc_simnet_stats {

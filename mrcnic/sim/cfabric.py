@@ -49,6 +49,7 @@ _MAX_START_CHUNKS = 96  # 1.7 GB of frame slots
 _SLOT_LEN = 4352  # bytes per frame slot: a 4096-byte MTU's data frame (4206) and headroom
 _NO_FRAME, _NO_EVENT, _NO_ROUTE = -1, -2, -3
 _IDLE, _CALL, _DELIVER, _GATE, _WAKE = 0, 1, 2, 3, 4
+_WAKE_RX, _WAKE_TX = 1, 2
 
 
 def available() -> bool:
@@ -484,16 +485,19 @@ class CClosFabric:
                 notify[e] = 1 if qp._rev_probe_at is None else 0
         self._dirty.clear()
 
-    def _wake(self, host: int, e: int, now: float) -> None:
-        """Engine ``e`` of ``host`` left work: its events, counters and feedback to its QP (the
-        shell's per-batch flush, for that QP), then its owner pumps it."""
+    def _wake(self, host: int, e: int, why: int, now: float) -> None:
+        """Engine ``e`` of ``host`` left work (``why``: _WAKE_RX, _WAKE_TX): its events,
+        counters and feedback to its QP (the shell's per-batch flush, for that QP), then its
+        owner pumps it."""
         rx = self._rx[host]
         rx.drain_out()
         eng = rx.engines[rx.dev.qpn[e]]
         qp = eng.qp
         qp.evs.now_s = now
-        eng.flush()
-        qp.tx.after_batch(now)
+        if why & _WAKE_RX:
+            eng.flush()
+        if why & _WAKE_TX:
+            qp.tx.after_batch(now)
         if self.wake is not None:
             self._waking = (host, qp.qpn)
             try:
@@ -522,6 +526,8 @@ class CClosFabric:
     def run(self, until: float, stop: Callable[[], bool] | None = None) -> None:
         with frozen_gc():
             self._run(until, stop)
+        for host in self._rx:  # what the engines counted since they last woke Python
+            self.flush_engines(host)
 
     def _run(self, until: float, stop: Callable[[], bool] | None) -> None:
         lib, c, todo = self._lib, self.c, self._todo
@@ -550,7 +556,7 @@ class CClosFabric:
             elif r == _GATE:
                 self.gates[todo.a].drained(now)
             elif r == _WAKE:
-                self._wake(todo.a, todo.b, now)
+                self._wake(todo.a, todo.b, todo.frame, now)
             if stop is not None and stop():
                 return
 

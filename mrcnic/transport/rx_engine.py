@@ -48,6 +48,21 @@ def c_module() -> Any:
     return _mrcfast if hasattr(_mrcfast.lib, "mrc_rxe_frame") else None
 
 
+_ZEROED: dict[int, Any] = {}
+
+
+def zeroed(m: Any) -> Any:
+    """``m.ffi.new``'s twin for the engines' big arrays (``zeroed(m)("int32_t[]", n)``): zeroed
+    memory from calloc (csrc/mrc_mem.c), whose untouched pages cost no resident memory; cffi's
+    own allocator clears every byte, which made a QP's whole rings resident at once."""
+    got = _ZEROED.get(id(m))
+    if got is None:
+        got = _ZEROED[id(m)] = m.ffi.new_allocator(
+            alloc=m.lib.mrc_mem_zalloc, free=m.lib.mrc_mem_free, should_clear_after_alloc=False
+        )
+    return got
+
+
 def raw_pointer(ffi: Any, view: Any, writable: bool = False) -> Any:
     """A raw ``uint8_t *`` into ``view``'s bytes that holds no buffer export: the caller keeps
     ``view`` (a memoryview, whose own export keeps a bytearray from being resized) alive as
@@ -305,8 +320,8 @@ class CRxEngine:
         for i, s in enumerate(srcs):
             ffi.memmove(q.srcs[i], s, 16)
         q.win = qp.rxwin.win._w  # type: ignore[attr-defined]  # the C build's window; the same window object the Python responder would use
-        self._msgs = ffi.new("struct mrc_rxe_msg[]", MSN_WINDOW)
-        self._ce = ffi.new("struct mrc_rxe_ce[]", 4096)
+        self._msgs = zeroed(m)("struct mrc_rxe_msg[]", MSN_WINDOW)
+        self._ce = zeroed(m)("struct mrc_rxe_ce[]", 4096)
         q.msgs, q.ce = self._msgs, self._ce
         rev = list(evs.reverse)
         self._tmpl = ffi.new("struct mrc_rxe_tmpl[]", max(1, len(rev)))

@@ -38,7 +38,7 @@ from mrcnic.transport.qp_types import (
     WcStatus,
     WriteCompleted,
 )
-from mrcnic.transport.rx_engine import CounterSink, RxEngines, raw_pointer
+from mrcnic.transport.rx_engine import CounterSink, RxEngines, raw_pointer, zeroed
 
 if TYPE_CHECKING:
     from mrcnic.transport.engine import SendHost
@@ -84,8 +84,10 @@ class CTxEngine:
         npaths = qp.planes * qp.net.shape.t1
         keep: list[Any] = []  # every array the C struct points into
 
+        new = zeroed(m)
+
         def arr(ctype: str, init: Any) -> Any:
-            a = ffi.new(ctype, init)
+            a = new(ctype, init)
             keep.append(a)
             return a
 

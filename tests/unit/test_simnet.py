@@ -166,13 +166,17 @@ def test_a_permutation_is_the_same_on_either_fabric_and_either_engine(name: str)
         assert c_engines["sim_core"]["c_frames"] > py["data_packets"]  # C took the frames
 
 
-def test_the_collectives_are_the_same_on_either_engine() -> None:
+def test_the_collectives_and_the_onset_are_the_same_on_either_engine() -> None:
     from mrcnic.sim import collectives as co
+    from mrcnic.sim.onset import OnsetParams, run_onset
 
     spec = replace(PAPERISH, t0=2, hosts_per_t0=3, t1=2, size=256 << 10)
     reboot = tuple(parse_steps("reboot:p0-t1-1@40us+60us"))
     incast = co.IncastParams((0, 1), 5, (2, 3), 1, 300e-6)
+    onset = OnsetParams(steady_bytes=1 << 20, joiner_bytes=512 << 10, join_s=60e-6,
+                        joiner_qps=4)  # fmt: skip
     for run in (
+        lambda s: run_onset(replace(s, queue_bytes=64 << 10), onset),
         lambda s: co.Allreduce(replace(s, faults=reboot, timeline_s=20e-6), 2).run(),
         lambda s: co.Alltoall(replace(s, loss=0.002, size=128 << 10)).run(),
         lambda s: co.Incast(replace(s, size=64 << 10), incast).run(),
