@@ -33,15 +33,14 @@ import numpy as np
 from mrcnic import workloads as wl
 from mrcnic.rocev2.qp import RoceConfig
 from mrcnic.sim.clos import (
-    ClosFabric,
     ClosSpec,
     add_to_bin,
     connect_pair,
+    cores_keys,
     fabric_counters,
     fct_quantiles,
     flow_qp_config,
     jain_index,
-    cores_keys,
     link_imbalance,
     make_fabric,
     merge_bins,

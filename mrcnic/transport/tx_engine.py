@@ -48,6 +48,20 @@ MSG_CAP = MAX_OUTSTANDING_WRITES  # writes posted and not completed (a power of 
 RECOVERY_LOG = 65536  # PySendEngine._recoveries' length
 OUT_FRAMES = 64  # data frames per mrc_txe_send call before the shell drains them
 _HDR = struct.Struct(">6s6sHIHBB16s16sHHHH")  # Ethernet, IPv6, UDP: a template's 62 bytes
+# struct mrc_txe_qp's srtt, rttvar, min_rtt, rtt_peak, rto, has_srtt, rtt_measured (in order)
+_RTT = struct.Struct("=5d2B")
+
+
+_RTT_FIELDS = ("srtt", "rttvar", "min_rtt", "rtt_peak", "rto", "has_srtt", "rtt_measured")
+
+
+def _check_rtt_block(ffi: Any) -> None:
+    """``_RTT`` reads those fields of struct mrc_txe_qp as one block: they must lie in that
+    order with nothing between them (csrc/mrc_txe.h)."""
+    fields = dict(ffi.typeof("struct mrc_txe_qp").fields)
+    offs = [fields[n].offset - fields["srtt"].offset for n in _RTT_FIELDS]
+    if offs != [0, 8, 16, 24, 32, 40, 41]:
+        raise RuntimeError(f"struct mrc_txe_qp's RTT fields moved ({offs}): update _RTT")
 
 
 class TxLimitError(ResourceLimitError):
@@ -95,6 +109,9 @@ class CTxEngine:
 
         q = self.q = ffi.new("struct mrc_txe_qp *")
         self._st_buf = ffi.buffer(ffi.addressof(q.st))  # (the counters, read per batch)
+        # the RTT estimator's fields, read per batch as one block (srtt .. rtt_measured)
+        _check_rtt_block(ffi)
+        self._rtt_buf = ffi.buffer(ffi.addressof(q, "srtt"), _RTT.size)
         cfg = qp.config
         peer = qp.peer
         assert peer is not None  # engines are built when the QP connects
@@ -495,13 +512,12 @@ class CTxEngine:
         )
 
     def _stats(self) -> None:
-        q = self.q
         qp = self.qp
         self._counters.add_buffer(self._st_buf, qp.stats)
-        qp._rto = q.rto
-        qp.evs.path_quiet_s = 0.5 * q.rto
-        qp._srtt = q.srtt if q.has_srtt else None
-        qp._rttvar = q.rttvar
-        qp._min_rtt = q.min_rtt
-        qp._rtt_peak = q.rtt_peak
-        qp._rtt_measured = bool(q.rtt_measured)
+        srtt, qp._rttvar, qp._min_rtt, qp._rtt_peak, rto, has_srtt, measured = _RTT.unpack(
+            self._rtt_buf
+        )
+        qp._rto = rto
+        qp.evs.path_quiet_s = 0.5 * rto
+        qp._srtt = srtt if has_srtt else None
+        qp._rtt_measured = bool(measured)

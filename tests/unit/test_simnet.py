@@ -94,7 +94,7 @@ def test_the_c_fabric_delivers_what_the_python_fabric_does(seed: int, cut: float
         "py": ClosFabric(spec, lambda h, p, f, t: got["py"].append((h, p, f, t))),
         "c": cfabric.CClosFabric(spec, lambda h, p, f, t: got["c"].append((h, p, f, t))),
     }
-    for name, fab in fabs.items():
+    for fab in fabs.values():
         _drive(fab, spec, seed, cut)
         fab.run(1.0)
     assert len(got["py"]) > 1000
@@ -135,8 +135,9 @@ PAPERISH = replace(SMALL, port_rate_bps=PAPER.port_rate_bps, prop_s=PAPER.prop_s
                    queue_bytes=PAPER.queue_bytes, ecn_bytes=PAPER.ecn_bytes)  # fmt: skip
 RUNS = {
     "plain": PAPERISH,
-    "trims, marks and loss": replace(PAPERISH, t1=1, queue_bytes=24 << 10, ecn_bytes=8 << 10,
-                                     loss=0.002, size=512 << 10),  # fmt: skip
+    "trims, marks and loss": replace(
+        PAPERISH, t1=1, queue_bytes=24 << 10, ecn_bytes=8 << 10, loss=0.002, size=512 << 10
+    ),  # fmt: skip
     "drops (no trim)": replace(PAPERISH, queue_bytes=32 << 10, trim=False),
     "faults and a timeline": replace(
         PAPERISH,
@@ -144,8 +145,12 @@ RUNS = {
         timeline_s=20e-6,
         faults=tuple(
             s
-            for text in ("link:p0-t0-1,p0-t1-0@20us-200us", "reboot:p3-t1-1@30us+100us",
-                         "port:h0,2@10us-300us", "loss:p1-t0-0,p1-t1-1=5%@0-1ms")  # fmt: skip
+            for text in (
+                "link:p0-t0-1,p0-t1-0@20us-200us",
+                "reboot:p3-t1-1@30us+100us",
+                "port:h0,2@10us-300us",
+                "loss:p1-t0-0,p1-t1-1=5%@0-1ms",
+            )  # fmt: skip
             for s in parse_steps(text)
         ),
     ),
