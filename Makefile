@@ -93,7 +93,8 @@ bench-switch: setup
 bench-nic: setup
 	$(PY) bench/bench_nic.py --out results/bench-nic.json
 
-# How fast mrc-sim simulates a whole fabric: permutations of 16, 128 and 1,024 hosts (~2 min);
+# How fast mrc-sim simulates a whole fabric: permutations of 16, 128 and 1,024 hosts, 3 runs each
+# beside the Python twins (~5 min);
 # HTSIM=path/to/htsim_uec runs the same permutations through htsim too (docs/sim.md, Speed)
 bench-sim: setup
 	$(PY) bench/bench_sim.py --out results/bench-sim.json $(if $(HTSIM),--htsim $(HTSIM))
