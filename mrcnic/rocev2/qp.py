@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 import struct
-import zlib
 from collections import deque
 
 from mrcnic import fast, wire
@@ -70,6 +69,8 @@ from mrcnic.wire.rocev2 import (
     ecmp_hash,
     encode_cnp,
     ev_for_path,
+    icrc,
+    icrc_ok,
     lag_hash,
     rdma_flow_label,
     rdma_udp_sport,
@@ -514,14 +515,17 @@ class RoceQueuePair(Outbox):
         if n:
             buf[_PREFIX + hdr : _PREFIX + hdr + n] = m.buf[off : off + n]
         icrc_at = total - _ICRC_SIZE
-        _U32.pack_into(buf, icrc_at, zlib.crc32(memoryview(buf)[_OFF_BTH:icrc_at]))
+        buf[icrc_at:total] = icrc(
+            buf, icrc_at, self._final
+        )  # (before the UDP checksum: it covers it)
         _U16.pack_into(
             buf, _OFF_UCSUM, fast.udp6_checksum(self._src, self._final, memoryview(buf)[_OFF_UDP:])
         )
         return bytes(buf)
 
     def _ctrl_frame(self, mrc: bytes) -> tuple[int, bytes]:
-        """ACK/NAK/CNP on the QP's own path, CONTROL class (high priority), not ECN-capable."""
+        """ACK/NAK/CNP on the QP's own path, CONTROL class (high priority), not ECN-capable
+        (``mrc``: the part after UDP, its last 4 bytes room for the ICRC)."""
         total = _PREFIX + len(mrc)
         buf = bytearray(total)
         buf[:_PREFIX] = self._pre
@@ -529,6 +533,7 @@ class RoceQueuePair(Outbox):
         _IPW0_PLEN.pack_into(buf, _OFF_IP, self._w0 | _DSCP_CONTROL << _DSCP_SHIFT, ulen)
         _U16.pack_into(buf, _OFF_ULEN, ulen)
         buf[_PREFIX:] = mrc
+        buf[total - _ICRC_SIZE :] = icrc(buf, total - _ICRC_SIZE, self._final)
         _U16.pack_into(
             buf, _OFF_UCSUM, fast.udp6_checksum(self._src, self._final, memoryview(buf)[_OFF_UDP:])
         )
@@ -540,7 +545,7 @@ class RoceQueuePair(Outbox):
         body = _BTH.pack(_RC_ACK, 0, _PKEY, self.peer.qpn, psn) + _U32.pack(
             syndrome << 24 | self._rx_msn
         )
-        self._ctrl.append(self._ctrl_frame(body + _U32.pack(zlib.crc32(body))))
+        self._ctrl.append(self._ctrl_frame(body + bytes(_ICRC_SIZE)))
         self._unacked = 0
         self._ack_deadline = None
         if syndrome == SYN_ACK:
@@ -580,8 +585,7 @@ class RoceQueuePair(Outbox):
         ):
             st.rx_malformed += 1
             return
-        icrc = _U32.unpack_from(data, end - _ICRC_SIZE)[0]
-        if zlib.crc32(memoryview(data)[_OFF_BTH : end - _ICRC_SIZE]) != icrc:
+        if not icrc_ok(data, end):
             st.rx_malformed += 1  # also a trimmed frame: a trimmed RC packet has no ICRC
             return
         w1, w2 = _BTH_WORDS.unpack_from(data, _OFF_BTH + layout.BTH_OFF_FLAGS)

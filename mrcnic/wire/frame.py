@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from mrcnic.wire import usid
+from mrcnic.wire import roce_icrc, usid
 from mrcnic.wire.headers import (
     _DSCP_OF,
     _ECN_OF,
@@ -36,6 +36,7 @@ from mrcnic.wire.layout import (
     EV_MASK,
     FLOW_LABEL_MASK,
     FRAME_HEADERS_SIZE,
+    ICRC_SIZE,
     IPPROTO_UDP,
     IPV6_OFF_NEXT_HEADER,
     IPV6_SIZE,
@@ -160,12 +161,20 @@ def build_frame(
     try:
         sport = ev >> EV_LABEL_BITS
         ulen = UDP_SIZE + len(mrc)
-        # bytes all the way: the C checksum takes bytes without building a buffer view
-        csum = udp_checksum(ip_src, final_dst, _UDP.pack(sport, MRC_UDP_PORT, ulen, 0) + mrc)
         w0 = IPV6_W0_VERSION | dscp << DSCP_SHIFT | ecn << ECN_SHIFT | (ev & EV_LABEL_MASK)
         head = _ETH.pack(bytes(eth_dst), bytes(eth_src), ETHERTYPE_IPV6) + _IP6.pack(
             w0, ulen, IPPROTO_UDP, hop_limit, ip_src, bytes(ip_dst)
         )
+        if mrc and mrc[0] in roce_icrc.ICRC_OPS and dscp not in TRIMMED_DSCPS:
+            # a RoCEv2 packet: IBTA's ICRC covers the IP and UDP headers too (roce_icrc)
+            whole = head + _UDP.pack(sport, MRC_UDP_PORT, ulen, 0) + mrc
+            end = len(whole) - ICRC_SIZE
+            # over the destination the frame will carry at its end (its ip_dst shifted out)
+            mrc = mrc[: len(mrc) - ICRC_SIZE] + roce_icrc.icrc(
+                whole, end, roce_icrc.final_dst(whole)
+            )
+        # bytes all the way: the C checksum takes bytes without building a buffer view
+        csum = udp_checksum(ip_src, final_dst, _UDP.pack(sport, MRC_UDP_PORT, ulen, 0) + mrc)
     except (struct.error, TypeError):  # e.g. a float where an int belongs
         _explain_build_frame(eth_src, eth_dst, ip_src, ip_dst, final_dst, ev, mrc, dscp, ecn,
                              hop_limit)  # fmt: skip
@@ -261,7 +270,15 @@ def parse_frame(
     if not headers_only:
         if trimmed is None:
             trimmed = dscp in TRIMMED_DSCPS
-        mrc = _decode_mrc(mv[OFF_BTH : OFF_UDP + plen], trimmed, OFF_BTH)
+        mrc = _decode_mrc(mv[OFF_BTH : OFF_UDP + plen], trimmed, OFF_BTH, rc_frame=True)
+        rc = not trimmed and mv[OFF_BTH] in roce_icrc.ICRC_OPS and mrc.icrc is not None
+        if rc and not roce_icrc.icrc_ok(mv, OFF_UDP + plen):  # a RoCEv2 packet: IBTA's ICRC
+            at = OFF_UDP + plen - ICRC_SIZE
+            want = roce_icrc.icrc(mv, at, roce_icrc.final_dst(mv)).hex()
+            raise WireError(
+                "ICRC", f"mismatch: carried {bytes(mv[at : at + ICRC_SIZE]).hex()}, the IBTA "
+                f"ICRC is {want}", at,
+            )  # fmt: skip
     else:
         mrc = None
     return _new_Frame(_new_Ethernet(dst, src, et), ip6, _new_UDP(sport, dport, ulen, csum), mrc, mv)

@@ -291,8 +291,9 @@ def decode_mrc(buf: BytesLike, trimmed: bool = False) -> MrcPacket:
     return _decode_mrc(buf if type(buf) is memoryview else memoryview(buf), trimmed, 0)
 
 
-def _decode_mrc(mv: memoryview, trimmed: bool, base: int) -> MrcPacket:
-    # base: offset of mv[0] in the caller's frame, so errors name frame offsets.
+def _decode_mrc(mv: memoryview, trimmed: bool, base: int, rc_frame: bool = False) -> MrcPacket:
+    # base: offset of mv[0] in the caller's frame, so errors name frame offsets. rc_frame: mv
+    # is a whole frame's, whose RC packet carries IBTA's ICRC, which the caller checks.
     n = len(mv)
     if n < BTH_SIZE:
         raise _truncated("BTH", BTH_SIZE, base, n)
@@ -337,7 +338,9 @@ def _decode_mrc(mv: memoryview, trimmed: bool, base: int) -> MrcPacket:
         else:
             if n < hdr + ICRC_SIZE:
                 raise _truncated("ICRC", ICRC_SIZE, base + hdr, n - hdr)
-            crc = _check_icrc(mv, n, base)
+            # a whole frame's RC packet carries IBTA's ICRC (parse_frame checks it); alone,
+            # as the packet codec writes it, ours
+            crc = _ICRC.unpack_from(mv, n - ICRC_SIZE)[0] if rc_frame else _check_icrc(mv, n, base)
             payload = mv[hdr : n - ICRC_SIZE]
         reth = _new_RETH(*_RETH.unpack_from(mv, BTH_SIZE)) if reth_present else None
         imm = _new_ImmDt(*_IMM.unpack_from(mv, hdr - IMM_SIZE)) if imm_present else None
@@ -361,7 +364,10 @@ def _decode_mrc(mv: memoryview, trimmed: bool, base: int) -> MrcPacket:
             raise WireError(
                 name, f"{n - need - ICRC_SIZE} trailing bytes after the {name} body", base + need
             )
-        crc = _check_icrc(mv, n, base)
+        if rc_frame and op == _RC_ACK:  # IBTA's ICRC (over IP and UDP): parse_frame checks it
+            crc = _ICRC.unpack_from(mv, n - ICRC_SIZE)[0]
+        else:
+            crc = _check_icrc(mv, n, base)
     bth = _bth_from(op, b1, pkey, w1, w2)
     try:
         if field == "sack":
@@ -406,6 +412,9 @@ def _data_truncated(n: int, base: int, present: tuple) -> None:
 
 
 _DATA_PART_SIZES = (METH_SIZE, TS_SIZE, RETH_SIZE, IMM_SIZE)
+
+
+_RC_ACK = int(Opcode.RC_ACK)
 
 
 def _check_icrc(mv: memoryview, n: int, base: int) -> int:

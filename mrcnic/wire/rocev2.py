@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import struct
-import zlib
 
 from mrcnic import wire
 from mrcnic.wire import layout, usid
+from mrcnic.wire.roce_icrc import OP_CNP, icrc, icrc_ok  # (the one ICRC, re-exported)
 
-OP_CNP = 0x81
 CNP_RESERVED_SIZE = 16
 BECN_BIT = layout.BTH_FLAG_BECN << 24  # in BTH word 1 (with the destination QP)
 
@@ -88,15 +87,16 @@ def ev_for_path(shape: usid.ClosShape, sport: int, flow_label: int, plane: int, 
 
 
 _BTH = struct.Struct(">BBHII")
-_U32 = struct.Struct(">I")
 
 
 def encode_cnp(dest_qp: int) -> bytes:
-    """The CNP's part after UDP: BTH (opcode 0x81, BECN, dest QP, PSN 0), 16 zero bytes, ICRC."""
+    """The CNP's part after UDP: BTH (opcode 0x81, BECN, dest QP, PSN 0), 16 zero bytes and
+    room for the ICRC, which covers the headers before (:func:`icrc`): the frame's builder
+    writes it."""
     body = _BTH.pack(
         OP_CNP, 0, layout.DEFAULT_PKEY, BECN_BIT | (dest_qp & layout.QPN_MASK), 0
     ) + bytes(CNP_RESERVED_SIZE)
-    return body + _U32.pack(zlib.crc32(body))
+    return body + bytes(layout.ICRC_SIZE)
 
 
 __all__ = [
@@ -111,6 +111,8 @@ __all__ = [
     "SYN_NAK_REMOTE_OP",
     "ecmp_hash",
     "encode_cnp",
+    "icrc",
+    "icrc_ok",
     "ev_for_path",
     "lag_hash",
     "rdma_flow_label",
