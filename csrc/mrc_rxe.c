@@ -576,6 +576,41 @@ int mrc_rxe_ack(struct mrc_rxe_qp *q, uint32_t op, uint32_t ev, uint64_t ts, int
     return 1;
 }
 
+_Static_assert(MRC_RXE_LEN(((struct mrc_rxe_dev *)0)->qpn) == MRC_RXE_MAX_QPS, "qpn");
+_Static_assert(MRC_RXE_LEN(((struct mrc_rxe_dev *)0)->slot) == MRC_RXE_QP_SLOTS, "slot");
+_Static_assert(MRC_RXE_QP_SLOTS >= 2 * MRC_RXE_MAX_QPS, "the index stays at most half full");
+
+static inline uint32_t qp_slot(uint32_t qpn) {
+    return (qpn * 2654435761u) >> (32 - 11); /* 2048 slots: the top 11 bits of a mix */
+}
+
+void mrc_rxe_dev_index(struct mrc_rxe_dev *d) {
+    for (uint32_t s = 0; s < MRC_RXE_QP_SLOTS; s++) {
+        d->slot[s] = -1;
+    }
+    uint32_t n = d->n < MRC_RXE_MAX_QPS ? d->n : MRC_RXE_MAX_QPS;
+    for (uint32_t j = 0; j < n; j++) {
+        uint32_t s = qp_slot(d->qpn[j]);
+        while (d->slot[s] >= 0) {
+            s = (s + 1) & (MRC_RXE_QP_SLOTS - 1);
+        }
+        d->slot[s] = (int16_t)j;
+    }
+}
+
+int32_t mrc_rxe_dev_find(const struct mrc_rxe_dev *d, uint32_t qpn) {
+    uint32_t n = d->n < MRC_RXE_MAX_QPS ? d->n : MRC_RXE_MAX_QPS;
+    for (uint32_t s = qp_slot(qpn);; s = (s + 1) & (MRC_RXE_QP_SLOTS - 1)) {
+        int32_t j = d->slot[s];
+        if (j < 0) {
+            return -1;
+        }
+        if ((uint32_t)j < n && d->qpn[j] == qpn) {
+            return j;
+        }
+    }
+}
+
 int mrc_rxe_dispatch(struct mrc_rxe_dev *d, const uint8_t *buf, const uint32_t *offs,
                      const uint32_t *lens, uint32_t n, uint32_t slot_len, double now_s,
                      int8_t *done) {
@@ -600,14 +635,12 @@ int mrc_rxe_dispatch(struct mrc_rxe_dev *d, const uint8_t *buf, const uint32_t *
         }
         uint32_t op = f[OFF_BTH];
         uint32_t qpn = be32(f + OFF_BTH + 4) & MASK;
-        uint32_t j = 0;
-        while (j < nq && d->qpn[j] != qpn) {
-            j++;
-        }
-        if (j == nq) { /* not a QP with an engine: the shell's, after the batch */
+        int32_t found = nq ? mrc_rxe_dev_find(d, qpn) : -1;
+        if (found < 0) { /* not a QP with an engine: the shell's, after the batch */
             d->n_rest++;
             continue;
         }
+        uint32_t j = (uint32_t)found;
         int r = 0;
         struct mrc_rxe_qp *q = d->qp[j];
         if (q->dead || (d->txq[j] != NULL && d->txq[j]->dead)) {

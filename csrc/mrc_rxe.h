@@ -153,18 +153,31 @@ int mrc_rxe_ack_timer(struct mrc_rxe_qp *q, double now_s, struct mrc_rxe_out *ou
 int mrc_rxe_ack(struct mrc_rxe_qp *q, uint32_t op, uint32_t ev, uint64_t ts, int ce,
                 uint32_t plane, struct mrc_rxe_out *out);
 
-/* A device's QPs with a C data path, by QP number, and where their control frames go. */
+enum {
+    MRC_RXE_MAX_QPS = 1024, /* QPs a device serves with C engines (struct mrc_rxe_dev) */
+    MRC_RXE_QP_SLOTS = 2048 /* its QP-number index: open addressing, at most half full */
+};
+
+/* A device's QPs with a C data path, by QP number, and where their control frames go. The
+ * shell fills n, qpn, qp and txq, then calls mrc_rxe_dev_index. */
 struct mrc_rxe_dev {
     uint32_t n;
-    uint32_t qpn[64];
-    struct mrc_rxe_qp *qp[64];
-    struct mrc_txe_qp *txq[64]; /* the same QP's send engine (its SACKs), or NULL */
+    uint32_t qpn[1024];
+    struct mrc_rxe_qp *qp[1024];
+    struct mrc_txe_qp *txq[1024]; /* the same QP's send engine (its SACKs), or NULL */
+    int16_t slot[2048];           /* the index: QP number's slot -> its entry, -1 empty */
     struct mrc_rxe_regions *mem;
     struct mrc_rxe_out *out;
     uint32_t n_rest; /* set by mrc_rxe_dispatch: frames it looked at and did not take */
     uint8_t stopped; /* set by mrc_rxe_dispatch: it stopped after a frame of an engine's QP
                       * that it did not take (the last one it looked at) */
 };
+
+/* Build the QP-number index of d's first n entries (after they changed). */
+void mrc_rxe_dev_index(struct mrc_rxe_dev *d);
+
+/* The entry of QP number qpn in d, or -1. */
+int32_t mrc_rxe_dev_find(const struct mrc_rxe_dev *d, uint32_t qpn);
 
 /* A receive batch: frame i at buf + offs[i], lens[i] bytes (a length above slot_len means
  * the kernel cut it). Each frame goes to the QP its BTH names (data frames to its receive

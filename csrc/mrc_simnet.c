@@ -8,6 +8,8 @@
 #include "mrc_rxe.h"
 #include "mrc_trim.h"
 #include "mrc_txe.h"
+
+_Static_assert((int)MRC_SIM_MAX_ENGINES == (int)MRC_RXE_MAX_QPS, "a host's engines: its device's QPs");
 #include "mrc_wire.h"
 
 enum {
@@ -570,8 +572,8 @@ static int c_deliver(struct mrc_simnet *n, uint32_t host, int32_t i, double t,
     uint32_t e = d->n;
     if (len >= OFF_BTH + 8) {
         uint32_t qpn = (uint32_t)f[OFF_BTH + 5] << 16 | (uint32_t)f[OFF_BTH + 6] << 8 | f[OFF_BTH + 7];
-        for (e = 0; e < d->n && d->qpn[e] != qpn; e++) {
-        }
+        int32_t found = mrc_rxe_dev_find(d, qpn);
+        e = found >= 0 ? (uint32_t)found : d->n;
     }
     int64_t placed = e < d->n ? d->qp[e]->st.rx_placed_bytes : 0;
     uint32_t off = 0;

@@ -41,7 +41,7 @@ enum {
     /* sizes */
     MRC_SIM_CHUNK_SHIFT = 12, /* 4096 frames per chunk */
     MRC_SIM_MAX_CHUNKS = 1024,
-    MRC_SIM_MAX_ENGINES = 64, /* per host: struct mrc_rxe_dev's */
+    MRC_SIM_MAX_ENGINES = 1024, /* per host: struct mrc_rxe_dev's (MRC_RXE_MAX_QPS) */
     MRC_SIM_RESERVE = 1024    /* free frames and heap entries kept for one event's work */
 };
 
@@ -110,8 +110,8 @@ struct mrc_simnet_host {
     struct mrc_rxe_dev *dev; /* NULL: its frames go to Python */
     uint32_t gate_full;      /* live ports whose data queue is at its limit */
     uint8_t gate_waiting;    /* QPs wait at its gate (the shell keeps this) */
-    uint8_t notify_sacked[64]; /* per engine: wake Python when it sends a SACK */
-    double ack_at[64];         /* per engine: the delayed-ACK timer armed here, or -1 */
+    uint8_t notify_sacked[1024]; /* per engine: wake Python when it sends a SACK */
+    double ack_at[1024];         /* per engine: the delayed-ACK timer armed here, or -1 */
 };
 
 struct mrc_simnet_todo {

@@ -137,7 +137,7 @@ class RxEngines:
     withdrawn or its access changes, checked once per batch), and the control frames the
     engines made, waiting for the shell (:attr:`ctrl`)."""
 
-    MAX_QPS = 64  # csrc/mrc_rxe.h struct mrc_rxe_dev
+    MAX_QPS = 1024  # csrc/mrc_rxe.h MRC_RXE_MAX_QPS (struct mrc_rxe_dev)
 
     def __init__(self, memory: MemoryTable, cap: int = MAX_REGIONS) -> None:
         m = self.module = c_module()
@@ -159,6 +159,9 @@ class RxEngines:
         )  # fmt: skip
         self._out_view = ffi.buffer(self._out_buf)
         self.dev = ffi.new("struct mrc_rxe_dev *", {"mem": self.c, "out": self.out_struct})
+        self._lib.mrc_rxe_dev_index(self.dev)
+        if self._lib.MRC_RXE_MAX_QPS != self.MAX_QPS:
+            raise RuntimeError("csrc/mrc_rxe.h's MRC_RXE_MAX_QPS and RxEngines.MAX_QPS differ")
         self.engines: dict[int, CRxEngine] = {}
         #: the I/O shell's per-port queues of C-built data frames (Device.attach_port_queues)
         self.port_queues: Any = None
@@ -185,6 +188,7 @@ class RxEngines:
             d.qp[i] = eng.q
             d.txq[i] = eng.txq
         d.n = len(self.engines)
+        self._lib.mrc_rxe_dev_index(d)
 
     def drain_out(self) -> None:
         out = self.out_struct

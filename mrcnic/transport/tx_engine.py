@@ -12,7 +12,8 @@ The Python requester (``mrcnic.transport.requester``) is the twin: tests/unit/te
 drives both with the same writes, SACKs, NACKs, losses and timers and compares the frames,
 events and counters. Limits of the C engine (the QP runs the Python requester beyond them):
 ``spray="bag"`` (the default) only; per QP at most REC_CAP - 1 PSNs outstanding and
-MSG_CAP writes posted and not completed (a post beyond raises); about 4 MB of state per QP.
+MSG_CAP writes posted and not completed (a post beyond raises); about 5 MB of state per QP
+allocated, resident only as far as it is used (csrc/mrc_mem.c).
 """
 
 from __future__ import annotations
@@ -159,7 +160,9 @@ class CTxEngine:
         self.push_groups()
         # messages, scoreboard, queues, logs, feedback
         q.msgs, q.msg_cap = arr("struct mrc_txe_msg[]", MSG_CAP), MSG_CAP
-        self._objs: list[TxMessage | None] = [None] * MSG_CAP
+        # the posted writes not completed, by ring index (a dict: a list of MSG_CAP slots was
+        # 256 KiB resident per QP, idle or not)
+        self._objs: dict[int, TxMessage] = {}
         q.recs, q.rec_cap = arr("struct mrc_txe_rec[]", REC_CAP), REC_CAP
         q.work = arr("uint32_t[]", 2 * REC_CAP)
         q.fifo, q.fifo_cap = arr("struct mrc_txe_timer[]", 2 * REC_CAP), 2 * REC_CAP
@@ -273,14 +276,14 @@ class CTxEngine:
         q = self.q
         out = []
         for i in range(q.m_done, q.m_tail):
-            m = self._objs[i & (MSG_CAP - 1)]
+            m = self._objs.get(i & (MSG_CAP - 1))
             if m is not None:
                 out.append(m)
         return out
 
     def first_message(self) -> TxMessage | None:
         q = self.q
-        return self._objs[q.m_done & (MSG_CAP - 1)] if q.m_done != q.m_tail else None
+        return self._objs.get(q.m_done & (MSG_CAP - 1)) if q.m_done != q.m_tail else None
 
     @property
     def idle(self) -> bool:
@@ -392,7 +395,7 @@ class CTxEngine:
 
     def reset(self) -> None:
         self._lib.mrc_txe_reset(self.q)
-        self._objs = [None] * MSG_CAP
+        self._objs = {}
 
     def after_batch(self, now_s: float) -> None:
         """After a receive batch: the SACKs it handed this engine leave their feedback."""
@@ -466,8 +469,7 @@ class CTxEngine:
                     qp._drain_ev_events()
             elif k == fb_complete:
                 j = f.ts & (MSG_CAP - 1)
-                m = self._objs[j]
-                self._objs[j] = None
+                m = self._objs.pop(j, None)
                 if m is not None:
                     m.done = True
                     qp._events.append(WriteCompleted(m.wr_id, WcStatus.SUCCESS, m.length, now_s))

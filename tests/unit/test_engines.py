@@ -86,3 +86,40 @@ def test_the_queue_pair_never_branches_on_its_engines():
     text = ast.unparse(tree)
     for word in ("_txe", "_rxe", "CTxEngine", "CRxEngine", "PySendEngine", "PyRecvEngine"):
         assert word not in text, word
+
+
+def test_a_device_serves_512_qps_on_its_c_engines():
+    """A device's C receive dispatch indexes its QPs by number (csrc/mrc_rxe.c,
+    MRC_RXE_MAX_QPS): 512 connected QPs all run on the C engines, and writes on the first,
+    a middle and the last one arrive whole (the frames of each found among 512 QPs)."""
+    if c_module() is None:
+        pytest.skip("the C module is not built")
+    from mrcnic.verbs import RemoteBuffer, SimNetwork
+
+    net = SimNetwork(seed=7)
+    a, b = net.devices
+    assert a.engine_name == b.engine_name == "c"
+    qps = []
+    for _ in range(512):
+        qa, qb = a.create_qp(), b.create_qp()
+        qa.connect(qb.export())
+        qb.connect(qa.export())
+        qps.append((qa, qb))
+    assert all(type(q.core.tx) is CTxEngine and type(q.core.rx) is CRxEngine
+               for pair in qps for q in pair)  # fmt: skip
+    assert len(a._rx_engines.engines) == 512
+    picked = [qps[0], qps[255], qps[511]]
+    bufs = [bytearray(20_000) for _ in picked]
+    want = [bytes([i + 1]) * 20_000 for i in range(len(picked))]
+    for i, ((qa, _qb), buf) in enumerate(zip(picked, bufs, strict=True)):
+        qa.post_write(i, want[i], RemoteBuffer.of(b.register(buf)))
+    got: list = []
+
+    def done() -> bool:
+        for qa, _qb in picked:
+            got.extend(qa.poll_cq())
+        return len(got) == len(picked)
+
+    net.run_until(done, max_s=1.0)
+    assert [bytes(x) for x in bufs] == want
+    assert all(qb.stats().rx_data_packets > 0 for _qa, qb in picked)
