@@ -23,6 +23,12 @@ CPU-second, the median over repetitions. Contract keys: ``send_ratio_vs_raw`` an
 ``py_recv_ratio_vs_raw``, ``rocev2_send_ratio_vs_raw``, ``rocev2_recv_ratio_vs_raw``,
 ``c_rtt200_send_ratio_vs_raw`` and ``c_rtt200_recv_ratio_vs_raw`` beside them.
 
+The raw baseline brackets every engine run: raw, engine, raw, engine, ..., raw. An engine
+run's ratio is its rate over the mean of the raw runs just before and just after it, so the
+machine's drift between runs (raw alone moved 313k-425k frames per CPU-second between runs of
+one day) divides out; a ratio key is the median of its runs' ratios, and
+``<key>_runs`` and ``<key>_spread`` (max - min) give them.
+
     make bench-nic        # = .venv/bin/python bench/bench_nic.py --out results/bench-nic.json
 
 Needs root.
@@ -200,6 +206,23 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     return out
 
 
+def paired_ratios(
+    runs: dict[str, list[dict[str, Any]]], pairs: list[tuple[str, int, int, int]], eng: str,
+    side: str,
+) -> list[float]:  # fmt: skip
+    """Each run of ``eng``: its ``side``'s frames per CPU-second over the mean of the raw runs
+    just before and after it."""
+    out = []
+    raws = runs.get("raw", [])
+    for cfg, i, before, after in pairs:
+        if cfg != eng or after >= len(raws):
+            continue
+        base = (per_cpu_s(raws[before][side]) + per_cpu_s(raws[after][side])) / 2
+        if base > 0:
+            out.append(per_cpu_s(runs[eng][i][side]) / base)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=3)
@@ -224,10 +247,18 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     load0 = os.getloadavg()[0]
     runs: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
+    # each engine run with the raw runs around it: (config, index in runs[config], raw before,
+    # raw after) as indices in runs["raw"]
+    pairs: list[tuple[str, int, int, int]] = []
+    engines = [c for c in configs if c not in ("raw", "ring")]
     setup()
     try:
         for rep in range(a.reps):
-            order = configs if rep % 2 == 0 else list(reversed(configs))
+            order = engines if rep % 2 == 0 else list(reversed(engines))
+            if "raw" in configs:  # raw before and after every engine run
+                order = ["raw", *(x for cfg in order for x in (cfg, "raw"))]
+            if "ring" in configs:
+                order.append("ring")
             for cfg in order:
                 if cfg in ("raw", "ring"):
                     r = run_raw(a.seconds, ring=cfg == "ring")
@@ -238,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     r = run_engine(cfg, a.seconds)
                 runs[cfg].append(r)
+                if cfg in engines and "raw" in configs:
+                    k = len(runs["raw"]) - 1  # the raw run before it; the next is after it
+                    pairs.append((cfg, len(runs[cfg]) - 1, k, k + 1))
                 print(
                     f"rep {rep + 1}/{a.reps} {cfg:>3}: send {per_cpu_s(r['send']):>9,.0f} "
                     f"frames/CPU-s ({r['send']['frames']:,} frames), recv "
@@ -262,23 +296,23 @@ def main(argv: list[str] | None = None) -> int:
             "payload_bytes": 4096,
             "seconds_per_run": a.seconds,
             "reps": a.reps,
-            "statistic": "median over repetitions of data frames per CPU-second of the process",
-            "order": "alternating (forward, then reversed)",
+            "statistic": "median over repetitions of data frames per CPU-second of the process; "
+            "a ratio: the median over an engine's runs of its rate over the mean of the raw runs "
+            "just before and after it",
+            "order": "raw, then each engine followed by raw; engines forward, then reversed",
             "elapsed_s": round(time.time() - started, 1),
         },
         "configs": summary,
         "runs": runs,
     }
-    raw = summary.get("raw")
     for eng, prefix in (("c", ""), ("py", "py_"), ("rocev2", "rocev2_"), ("c_rtt200", "c_rtt200_")):
-        e = summary.get(eng)
-        if raw and e:
-            result[f"{prefix}send_ratio_vs_raw"] = round(
-                e["send_frames_per_cpu_s"] / raw["send_frames_per_cpu_s"], 3
-            )
-            result[f"{prefix}recv_ratio_vs_raw"] = round(
-                e["recv_frames_per_cpu_s"] / raw["recv_frames_per_cpu_s"], 3
-            )
+        for side in ("send", "recv"):
+            ratios = paired_ratios(runs, pairs, eng, side)
+            if ratios:
+                key = f"{prefix}{side}_ratio_vs_raw"
+                result[key] = round(statistics.median(ratios), 3)
+                result[f"{key}_runs"] = [round(x, 3) for x in ratios]
+                result[f"{key}_spread"] = round(max(ratios) - min(ratios), 3)
     for k in ("send_ratio_vs_raw", "recv_ratio_vs_raw", "py_send_ratio_vs_raw",
               "py_recv_ratio_vs_raw", "rocev2_send_ratio_vs_raw",
               "rocev2_recv_ratio_vs_raw", "c_rtt200_send_ratio_vs_raw",
