@@ -26,6 +26,9 @@ def test_bench_nic_writes_its_contract_keys(tmp_path) -> None:
     for key in ("send_ratio_vs_raw", "recv_ratio_vs_raw", "c_rtt200_send_ratio_vs_raw",
                 "c_rtt200_recv_ratio_vs_raw"):  # fmt: skip
         assert d[key] > 0, key
+    # the raw baseline brackets each engine run: raw, c, raw, c_rtt200, raw
+    assert len(d["runs"]["raw"]) == 3 and len(d["send_ratio_vs_raw_runs"]) == 1
+    assert d["send_ratio_vs_raw_spread"] == 0 and "recv_ratio_vs_raw_spread" in d
     c, slow = d["runs"]["c"][0], d["runs"]["c_rtt200"][0]
     assert c["recv"]["frames"] > 0 and c["recv"]["base_rtt_s"] == pytest.approx(1e-3)
     assert slow["send"]["base_rtt_s"] == pytest.approx(200e-6)
