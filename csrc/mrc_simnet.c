@@ -424,6 +424,7 @@ static double transmit(struct mrc_simnet *n, struct mrc_simnet_link *l, double t
     double done = start + (double)len / l->bytes_per_s;
     l->busy_until = done;
     l->tx_packets++;
+    l->tx_bytes += len;
     /* high priority waits only for the packet in service (Link.transmit's approximation) */
     if (high && busy > t) {
         done = t + (double)len / l->bytes_per_s;

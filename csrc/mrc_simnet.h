@@ -58,6 +58,7 @@ struct mrc_simnet_link {
     uint8_t last_hop; /* trims become TRIMMED_LASTHOP */
     uint8_t cut;      /* scratch of mrc_simnet_cut */
     int64_t tx_packets, drops, trims, marks, losses, max_backlog;
+    int64_t tx_bytes; /* wire bytes it carried (a trimmed frame's header only) */
 };
 
 /* A NIC port: fabric.HostPort (two classes, control and trimmed headers first; never drops

@@ -98,6 +98,7 @@ class CLink:
 
     busy_until = property(lambda self: float(self._c.busy_until))
     tx_packets = property(lambda self: int(self._c.tx_packets))
+    tx_bytes = property(lambda self: int(self._c.tx_bytes))
     drops = property(lambda self: int(self._c.drops))
     trims = property(lambda self: int(self._c.trims))
     marks = property(lambda self: int(self._c.marks))

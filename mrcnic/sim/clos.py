@@ -499,6 +499,7 @@ class Permutation:
             ],  # fmt: skip
             "jain": jain_index(rates),
             "link_imbalance": link_imbalance(self.fabric),
+            "link_utilisation": link_utilisation(self.fabric, self.fabric.now),
             **fct_quantiles(fcts),
             "verified": all(bytes(d) == s for d, s in zip(self.dst, self.src, strict=True)),
             "qp_errors": len(self.qp_errors),
@@ -612,6 +613,24 @@ def link_imbalance(fabric: ClosFabric) -> float | None:
     loads = [link.tx_packets for link in fabric.fabric_links()]
     used = [n for n in loads if n]
     return round(max(loads) / statistics.mean(used), 4) if used else None
+
+
+def link_utilisation(fabric: Any, duration_s: float) -> dict[str, list[float]]:
+    """Per T0-T1 link, keyed as a ``link`` fault names it (``p0-t0-1,p0-t1-2``): the share of
+    its rate each direction carried over ``duration_s`` (the run), ``[up, down]`` (T0 -> T1,
+    T1 -> T0), wire bytes counted as they left."""
+    if not duration_s > 0:
+        return {}
+    spec = fabric.spec
+    cap = spec.path_rate / 8 * duration_s
+    out: dict[str, list[float]] = {}
+    for p in range(spec.planes):
+        for i in range(spec.t0):
+            for j in range(spec.t1):
+                up, down = fabric.up[p][i][j], fabric.down[p][j][i]
+                out[f"p{p}-t0-{i},p{p}-t1-{j}"] = [round(up.tx_bytes / cap, 4),
+                                                   round(down.tx_bytes / cap, 4)]  # fmt: skip
+    return out
 
 
 def fct_quantiles(sorted_fcts: list[float]) -> dict[str, float | None]:

@@ -42,6 +42,7 @@ from mrcnic.sim.clos import (
     flow_qp_config,
     jain_index,
     link_imbalance,
+    link_utilisation,
     make_fabric,
     merge_bins,
     recovery_s,
@@ -231,6 +232,7 @@ class ClosHosts:
         counters = fabric_counters(self.fabric, self.senders)
         return {
             "link_imbalance": link_imbalance(self.fabric),
+            "link_utilisation": link_utilisation(self.fabric, self.fabric.now),
             **counters,
             "tx_data_packets": counters["data_packets"],
             "spurious_timeouts": sum(

@@ -71,6 +71,7 @@ class Link:
         "busy_until",
         "up",
         "tx_packets",
+        "tx_bytes",
         "drops",
         "trims",
         "marks",
@@ -87,6 +88,7 @@ class Link:
         self.busy_until = 0.0
         self.up = True
         self.tx_packets = 0
+        self.tx_bytes = 0  # wire bytes it carried (a trimmed frame's header only)
         self.drops = 0  # overflow of non-trimmable data, or down
         self.trims = 0
         self.marks = 0
@@ -132,6 +134,7 @@ class Link:
         done = start + n / self.bytes_per_s
         self.busy_until = done
         self.tx_packets += 1
+        self.tx_bytes += n
         # high priority: served ahead of queued data (approximation: it waits only for the
         # packet in service, but still consumes link time, pushing the data queue back)
         if high and busy > t:

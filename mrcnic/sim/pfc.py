@@ -247,6 +247,7 @@ class PfcLink:
         "bytes_per_s",
         "up",
         "tx_packets",
+        "tx_bytes",
         "drops",
         "trims",
         "marks",
@@ -274,6 +275,7 @@ class PfcLink:
         self.bytes_per_s = spec.rate_bps / 8.0
         self.up = True
         self.tx_packets = self.drops = self.trims = self.marks = self.losses = 0
+        self.tx_bytes = 0
         self.max_backlog = 0
         self.loss = spec.loss
         self.lossless_ecn_bytes = lossless_ecn_bytes  # the lab marks lossless on every hop
@@ -354,6 +356,7 @@ class PfcLink:
             return
         self.busy = True
         self.tx_packets += 1
+        self.tx_bytes += len(frame)
         done = t + len(frame) / self.bytes_per_s
         loop = self._loop
         loop._seq += 1

@@ -111,3 +111,18 @@ def test_a_whole_fabric_runs_at_the_papers_scale_unless_told() -> None:
     assert fabric("--workload", "allreduce", "--scale", "lab") == lab
     assert fabric("--workload", "permutation", "--port-rate", "25Gbit")[0] == 25e9
     assert fabric("--scale", "paper") == paper
+
+
+def test_every_t0_t1_link_reports_its_utilisation_both_ways() -> None:
+    spec = ClosSpec(planes=2, t0=2, t1=2, hosts_per_t0=2, size=256 << 10)
+    p = Permutation(spec)
+    r = p.run()
+    util = r["link_utilisation"]
+    assert sorted(util) == sorted(
+        f"p{pl}-t0-{i},p{pl}-t1-{j}" for pl in range(2) for i in range(2) for j in range(2)
+    )
+    assert all(0.0 <= x <= 1.0 for pair in util.values() for x in pair)
+    # what the links carried, over the run, at the links' rate
+    link = p.fabric.up[0][0][1]
+    want = link.tx_bytes * 8 / (spec.path_rate * p.fabric.now)
+    assert util["p0-t0-0,p0-t1-1"][0] == round(want, 4) and want > 0

@@ -100,9 +100,12 @@ def test_the_c_fabric_delivers_what_the_python_fabric_does(seed: int, cut: float
     assert len(got["py"]) > 1000
     assert got["c"] == got["py"]  # the same frames (trimmed, marked) at the same times
     counters = ("tx_packets", "drops", "trims", "marks", "losses", "max_backlog")
+    link_counters = (*counters, "tx_bytes")
     for a, b in zip(fabs["py"].links(), fabs["c"].links(), strict=True):
         assert a.name == b.name
         assert [getattr(a, k) for k in counters] == [getattr(b, k) for k in counters], a.name
+    for a, b in zip(fabs["py"].fabric_links(), fabs["c"].fabric_links(), strict=True):
+        assert [getattr(a, k) for k in link_counters] == [getattr(b, k) for k in link_counters]
     assert fabs["c"].misrouted == fabs["py"].misrouted
     assert fabs["c"].now == fabs["py"].now
 
