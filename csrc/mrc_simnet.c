@@ -77,6 +77,8 @@ void mrc_simnet_reset(struct mrc_simnet *n) {
     n->free_head = -1;
     n->n_free = 0;
     n->pending_free = -1;
+    n->late_k = -1;
+    n->late_bytes = 0;
     for (uint32_t h = 0; h < n->n_hosts; h++) {
         for (int e = 0; e < MRC_SIM_MAX_ENGINES; e++) {
             n->hosts[h].ack_at[e] = -1.0;
@@ -554,11 +556,12 @@ static void bin_bytes(struct mrc_simnet *n, double t, int64_t placed) {
     if (placed <= 0 || n->bin_s <= 0.0) {
         return;
     }
-    double k = t / n->bin_s;
-    if (k < (double)n->n_bins) {
-        n->bins[(uint32_t)k] += placed;
-    } else {
-        n->bins_late += placed;
+    int64_t k = (int64_t)(t / n->bin_s);
+    if (k < (int64_t)n->n_bins) {
+        n->bins[k] += placed;
+    } else { /* one frame per event: the loop hands it over before the next */
+        n->late_k = k;
+        n->late_bytes += placed;
     }
 }
 
@@ -641,6 +644,10 @@ int mrc_simnet_run(struct mrc_simnet *n, double until, struct mrc_simnet_todo *t
         free_frame(n, n->pending_free);
         n->pending_free = -1;
     }
+    if (n->late_k >= 0) { /* (placed by the event that also woke Python last time) */
+        *todo = (struct mrc_simnet_todo){MRC_SIM_BINS, 0, 0, -1};
+        return MRC_SIM_BINS;
+    }
     while (n->heap_n) {
         if (n->heap[0].t > until) {
             break;
@@ -697,6 +704,10 @@ int mrc_simnet_run(struct mrc_simnet *n, double until, struct mrc_simnet_todo *t
         }
         default:
             break;
+        }
+        if (n->late_k >= 0) {
+            *todo = (struct mrc_simnet_todo){MRC_SIM_BINS, 0, 0, -1};
+            return MRC_SIM_BINS;
         }
     }
     todo->kind = MRC_SIM_IDLE;

@@ -31,6 +31,7 @@ enum {
     MRC_SIM_GATE = 3,    /* a = host: a port drained below its limit and QPs wait at its gate */
     MRC_SIM_WAKE = 4,    /* a = host, b = engine, frame = why (MRC_SIM_WAKE_RX | _TX): its
                             C engines left work for Python */
+    MRC_SIM_BINS = 5,    /* the timeline needs bin late_k: grow bins, add late_bytes there */
     MRC_SIM_WAKE_RX = 1, /* the receive engine's events, or a SACK Python must hear of */
     MRC_SIM_WAKE_TX = 2, /* the send engine's feedback */
     /* errors */
@@ -154,11 +155,13 @@ struct mrc_simnet {
     /* random.Random of the fabric (link loss) */
     uint32_t mt[624];
     uint32_t mti;
-    /* bytes the C engines placed, binned by time (bin_s > 0); later ones in bins_late */
+    /* bytes the C engines placed, binned by time (bin_s > 0); a bin beyond n_bins waits in
+     * late_k / late_bytes for the caller to grow bins (MRC_SIM_BINS) */
     int64_t *bins;
     uint32_t n_bins;
     double bin_s;
-    int64_t bins_late;
+    int64_t late_k; /* -1: none */
+    int64_t late_bytes;
     struct mrc_simnet_stats st;
 };
 

@@ -46,9 +46,10 @@ FABRICS = ("c", "py")
 ENGINES = ("c", "py")
 _HEAP_START = 1 << 16
 _MAX_START_CHUNKS = 96  # 1.7 GB of frame slots
+_BINS_START = 1 << 16  # timeline bins to begin with (they grow)
 _SLOT_LEN = 4352  # bytes per frame slot: a 4096-byte MTU's data frame (4206) and headroom
 _NO_FRAME, _NO_EVENT, _NO_ROUTE = -1, -2, -3
-_IDLE, _CALL, _DELIVER, _GATE, _WAKE = 0, 1, 2, 3, 4
+_IDLE, _CALL, _DELIVER, _GATE, _WAKE, _BINS = 0, 1, 2, 3, 4, 5
 _WAKE_RX, _WAKE_TX = 1, 2
 
 
@@ -314,11 +315,10 @@ class CClosFabric:
         self._dirty: set[tuple[int, int]] = set()
         self._waking: tuple[int, int] | None = None  # (host, QP number) being woken
         self._bins: Any = None
-        if spec.timeline_s:
-            n_bins = int(spec.max_time_s / spec.timeline_s) + 2
-            if n_bins <= 1 << 22:
-                self._bins = ffi.new("int64_t[]", n_bins)
-                c.bins, c.n_bins, c.bin_s = self._bins, n_bins, spec.timeline_s
+        if spec.timeline_s:  # grown as the run goes (_grow_bins)
+            n_bins = min(int(spec.max_time_s / spec.timeline_s) + 2, _BINS_START)
+            self._bins = ffi.new("int64_t[]", n_bins)
+            c.bins, c.n_bins, c.bin_s = self._bins, n_bins, spec.timeline_s
 
     # -- the clock and the queue ---------------------------------------------------------------
 
@@ -360,6 +360,19 @@ class CClosFabric:
         heap = self._ffi.new("struct mrc_simnet_event[]", cap)
         self._lib.mrc_simnet_grow_heap(self.c, heap, cap)
         self._heap = heap  # (the old array is freed with its last reference)
+
+    def _grow_bins(self) -> None:
+        """The timeline reached bin ``late_k``: a bigger array, and its bytes in it."""
+        c = self.c
+        k = int(c.late_k)
+        n = int(c.n_bins)
+        cap = max(2 * n, k + 1)
+        bins = self._ffi.new("int64_t[]", cap)
+        self._ffi.memmove(bins, self._bins, n * 8)
+        bins[k] += c.late_bytes
+        self._bins = bins
+        c.bins, c.n_bins = bins, cap
+        c.late_k, c.late_bytes = -1, 0
 
     def at(self, t: float, fn: Callable[[], None]) -> None:
         i = self._next_call
@@ -565,6 +578,9 @@ class CClosFabric:
                 self.gates[todo.a].drained(now)
             elif r == _WAKE:
                 self._wake(todo.a, todo.b, todo.frame, now)
+            elif r == _BINS:
+                self._grow_bins()
+                continue  # (nothing Python decides changed)
             if stop is not None and stop():
                 return
 
@@ -578,7 +594,7 @@ class CClosFabric:
 
     def placed_bins(self) -> list[int]:
         """Bytes the C engines placed per timeline bin (those of frames Python took are the
-        owner's), and beyond the last bin none (a run longer than max_time_s cannot be)."""
+        owner's)."""
         if self._bins is None:
             return []
         n = int(self.c.n_bins)

@@ -194,14 +194,16 @@ def test_the_collectives_and_the_onset_are_the_same_on_either_engine() -> None:
         assert _stable(c_engines) == _stable(py)
 
 
-def test_the_c_fabric_grows_its_pool_and_heap_without_a_difference(monkeypatch) -> None:
-    spec = replace(PAPERISH, t0=8, hosts_per_t0=4, size=1 << 20)
+def test_the_c_fabric_grows_its_pool_heap_and_bins_without_a_difference(monkeypatch) -> None:
+    spec = replace(PAPERISH, t0=8, hosts_per_t0=4, size=1 << 20, timeline_s=2e-6)
     want = _stable(run_permutation(replace(spec, fabric="py", engine="py")))
     monkeypatch.setattr(cfabric, "pool_chunks", lambda spec: 1)
     monkeypatch.setattr(cfabric, "_HEAP_START", 2048)
+    monkeypatch.setattr(cfabric, "_BINS_START", 4)
     p = Permutation(replace(spec, fabric="c", engine="c"))
     r = p.run()
     assert p.fabric.c.n_chunks > 1 and p.fabric.c.heap_cap > 2048  # it did grow
+    assert p.fabric.c.n_bins > 4 and len(r["timeline"]) > 8
     assert _stable(r) == want
 
 
