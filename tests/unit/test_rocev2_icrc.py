@@ -31,9 +31,11 @@ def _as_received(frame: bytes) -> bytes:
 
 
 def _scapy_icrc(frame: bytes) -> bytes:
-    """scapy's ICRC of a whole frame (its BTH layer's own computation)."""
-    pkt = Ether(frame)
-    assert pkt.haslayer(BTH), pkt.summary()
+    """scapy's ICRC of a whole frame (its BTH layer's own computation). The BTH is attached by
+    hand: which layer scapy binds to UDP port 4791 depends on what was imported before (our
+    own MRC layers bind it too)."""
+    pkt = Ether(frame[: layout.OFF_BTH]) / BTH(frame[layout.OFF_BTH :])
+    assert pkt.haslayer(UDP) and pkt.haslayer(BTH), pkt.summary()
     return pkt[BTH].compute_icrc(None)
 
 
