@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mrcnic.sim.clos import derangement
+from mrcnic.sim.clos import derangement, simulated
 from mrcnic.sim.scale import PAPER, SCALES, Scale
 from mrcnic.units import parse_size
 
@@ -82,15 +82,6 @@ HTSIM_DIFFERENCES = (
 #: where a run's per-packet work runs: the C fabric with the QPs on the C engines (mrc-sim's
 #: default), and the Python twins of both, the reference that gives the same output
 CORES = {"c": ("c", "c"), "python": ("py", "py")}
-_VOLATILE = ("wall_s", "cpu_s", "sim_pps", "fabric", "engine", "sim_core")
-
-
-def _stable(r: Any) -> Any:
-    if isinstance(r, dict):
-        return {k: _stable(v) for k, v in r.items() if k not in _VOLATILE}
-    if isinstance(r, list):
-        return [_stable(v) for v in r]
-    return r
 
 
 def run_one(
@@ -148,11 +139,11 @@ def measure(hosts: int, size: str, transport: str, scale: str, reps: int, twin: 
     for _ in range(reps):
         rec, out = run_one(hosts, size, transport, scale, "c")
         ours.append(rec)
-        outputs.append(_stable(out))
+        outputs.append(simulated(out))
         if twin:
             rec, out = run_one(hosts, size, transport, scale, "python")
             theirs.append(rec)
-            outputs.append(_stable(out))
+            outputs.append(simulated(out))
     rates = [r["data_packets_per_wall_s"] for r in ours]
     best = sorted(ours, key=lambda r: r["data_packets_per_wall_s"])[len(ours) // 2]
     rec = dict(best)

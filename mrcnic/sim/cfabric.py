@@ -32,6 +32,8 @@ from mrcnic.sim.fabric import (
     DATA_OVERHEAD_BYTES,
     NIC_DATA_LIMIT_FRAMES,
     LinkSpec,
+    clos_fabric_links,
+    clos_links,
     clos_path,
     frozen_gc,
 )
@@ -606,17 +608,7 @@ class CClosFabric:
         return simpfc.counters([], self.now)  # MRC: nothing is lossless, nothing pauses
 
     def fabric_links(self) -> list[CLink]:
-        out: list[CLink] = []
-        for p in range(self.spec.planes):
-            for row in self.up[p]:
-                out += row
-            for row in self.down[p]:
-                out += row
-        return out
+        return clos_fabric_links(self.up, self.down)
 
     def links(self) -> list[Any]:
-        out: list[Any] = [port for ports in self.nic for port in ports]
-        out += self.fabric_links()
-        for row in self.last:
-            out += row
-        return out
+        return clos_links(self.nic, self.up, self.down, self.last)

@@ -52,6 +52,8 @@ from mrcnic.sim.fabric import (
     Link,
     LinkSpec,
     NicGate,
+    clos_fabric_links,
+    clos_links,
     clos_path,
     host_net,
 )
@@ -298,20 +300,10 @@ class ClosFabric(EventLoop):
 
     def fabric_links(self) -> list[Link]:
         """Every T0-T1 link, both directions."""
-        out: list[Link] = []
-        for p in range(self.spec.planes):
-            for row in self.up[p]:
-                out += row
-            for row in self.down[p]:
-                out += row
-        return out
+        return clos_fabric_links(self.up, self.down)
 
     def links(self) -> list[Any]:
-        out: list[Any] = [port for ports in self.nic for port in ports]
-        out += self.fabric_links()
-        for row in self.last:
-            out += row
-        return out
+        return clos_links(self.nic, self.up, self.down, self.last)
 
 
 def make_fabric(
@@ -547,6 +539,21 @@ def add_to_bin(bins: list[int], t_s: float, bin_s: float, placed: int) -> None:
         if k >= len(bins):
             bins.extend([0] * (k + 1 - len(bins)))
         bins[k] += placed
+
+
+#: the keys of a whole-fabric result that say how the run went on the machine, not what
+#: it simulated: wall and CPU time, and which cores ran it
+VOLATILE_KEYS = ("wall_s", "cpu_s", "sim_pps", "fabric", "engine", "sim_core")
+
+
+def simulated(r: Any) -> Any:
+    """A result without its :data:`VOLATILE_KEYS` (at any depth): what the same seed must give
+    on any machine, fabric and engine."""
+    if isinstance(r, dict):
+        return {k: simulated(v) for k, v in r.items() if k not in VOLATILE_KEYS}
+    if isinstance(r, list):
+        return [simulated(v) for v in r]
+    return r
 
 
 def cores_keys(spec: ClosSpec, fabric: Any) -> dict[str, Any]:

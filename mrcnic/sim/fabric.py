@@ -338,6 +338,28 @@ def clos_path(shape: usid.ClosShape, key: bytes, host: int, port: int) -> usid.P
     return info
 
 
+def clos_fabric_links(up: Sequence[Any], down: Sequence[Any]) -> list[Any]:
+    """Every T0-T1 link of a whole Clos, both directions, plane by plane (``up[plane][t0][t1]``
+    then ``down[plane][t1][t0]``): ``ClosFabric`` and the C fabric list theirs alike."""
+    out: list[Any] = []
+    for up_p, down_p in zip(up, down, strict=True):
+        for row in up_p:
+            out += row
+        for row in down_p:
+            out += row
+    return out
+
+
+def clos_links(nic: Sequence[Any], up: Sequence[Any], down: Sequence[Any],
+               last: Sequence[Any]) -> list[Any]:  # fmt: skip
+    """Every NIC port, T0-T1 link and last hop of a whole Clos, in that order."""
+    out: list[Any] = [port for ports in nic for port in ports]
+    out += clos_fabric_links(up, down)
+    for row in last:
+        out += row
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class FabricSpec:
     planes: int = 8

@@ -24,23 +24,15 @@ import pytest
 
 from mrcnic.faultplan import parse_steps
 from mrcnic.sim import cfabric
-from mrcnic.sim.clos import ClosFabric, ClosSpec, Permutation, run_permutation
+from mrcnic.sim.clos import ClosFabric, ClosSpec, Permutation, run_permutation, simulated
 from mrcnic.sim.fabric import DATA_OVERHEAD_BYTES
 from mrcnic.sim.scale import PAPER
 from mrcnic.wire import layout, usid
 
 pytestmark = pytest.mark.skipif(not cfabric.available(), reason="the C module is not built")
 ROOT = Path(__file__).resolve().parents[2]
-_VOLATILE = ("wall_s", "cpu_s", "sim_pps", "fabric", "engine", "sim_core")
 SMALL = ClosSpec(planes=4, t0=3, t1=2, hosts_per_t0=2, size=256 << 10)
-
-
-def _stable(r: Any) -> Any:
-    if isinstance(r, dict):
-        return {k: _stable(v) for k, v in r.items() if k not in _VOLATILE}
-    if isinstance(r, list):
-        return [_stable(v) for v in r]
-    return r
+_stable = simulated
 
 
 # --- the fabrics alone ----------------------------------------------------------------------
