@@ -53,6 +53,7 @@ from mrcnic.sim.fabric import (
     LinkSpec,
     NicGate,
     clos_fabric_links,
+    clos_link_specs,
     clos_links,
     clos_path,
     host_net,
@@ -222,11 +223,8 @@ class ClosFabric(EventLoop):
         self.spec = spec
         self.shape = spec.shape
         P, T0, T1, H = spec.planes, spec.t0, spec.t1, spec.hosts
-        half = spec.prop_s / 2
-        q, ecn, trim = spec.queue_bytes, spec.ecn_bytes, spec.trim
-        up = LinkSpec(spec.path_rate, half, q, ecn, trim, False, spec.loss)
-        down = LinkSpec(spec.path_rate, half, q, ecn, trim, False)
-        last = LinkSpec(spec.port_rate_bps, 0.0, q, None, trim, True)
+        up, down, last = clos_link_specs(spec)
+        ecn = spec.ecn_bytes
         # PFC acts only on lossless frames, which only RoCEv2 sends: MRC keeps the analytic
         # links, so its runs are the same with and without --pfc
         self.pfc = spec.pfc and spec.transport == "rocev2"

@@ -31,7 +31,7 @@ OP_CNP = 0x81
 #: the opcodes whose packets carry the IBTA ICRC: RC data, RC ACK/NAK, CNP
 ICRC_OPS = frozenset((*range(0x06, 0x0C), int(layout.Opcode.RC_ACK), OP_CNP))
 
-_ONES8 = b"\xff" * 8
+_ONES8_CRC = zlib.crc32(b"\xff" * 8)  # (the 8 bytes of ones every ICRC starts with)
 _OFF_IP = layout.OFF_IPV6
 _OFF_DST = layout.OFF_DST
 _OFF_UCSUM = layout.OFF_UDP_CHECKSUM
@@ -53,7 +53,7 @@ def icrc(frame: bytes | bytearray | memoryview, end: int, dst: bytes | None = No
     u = _OFF_UCSUM - _OFF_IP
     head[u] = head[u + 1] = 0xFF  # UDP checksum
     head[_OFF_BTH - _OFF_IP + 4] = 0xFF  # BTH byte 4: FECN, BECN, reserved
-    crc = zlib.crc32(head, zlib.crc32(_ONES8))
+    crc = zlib.crc32(head, _ONES8_CRC)
     return _ICRC.pack(zlib.crc32(memoryview(frame)[_HEAD:end], crc))
 
 
