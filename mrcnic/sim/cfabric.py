@@ -486,16 +486,19 @@ class CClosFabric:
                 continue
             if qpn < 0:
                 rx.sync()  # (a region registered or withdrawn marks its host: engines_for)
-            notify = self._hosts_arr[host].notify_sacked
             for e, (q, eng) in enumerate(rx.engines.items()):
-                if qpn >= 0 and q != qpn:
-                    continue
-                qp = eng.qp
-                eng.sync_reverse()
-                if qp.state is QpState.ERROR:
-                    eng.q.dead = 1
-                notify[e] = 1 if qp._rev_probe_at is None else 0
+                if qpn < 0 or q == qpn:
+                    eng.sync_reverse()
+                    self._qp_state_to_c(host, e, eng)
         self._dirty.clear()
+
+    def _qp_state_to_c(self, host: int, e: int, eng: CRxEngine) -> None:
+        """What C reads of engine ``e``'s QP between wakes: whether it failed, and whether its
+        next SACK must wake Python (none while a reverse-EV probe round is scheduled)."""
+        qp = eng.qp
+        if qp.state is QpState.ERROR:
+            eng.q.dead = 1
+        self._hosts_arr[host].notify_sacked[e] = 1 if qp._rev_probe_at is None else 0
 
     def _wake(self, host: int, e: int, why: int, now: float) -> None:
         """Engine ``e`` of ``host`` left work (``why``: _WAKE_RX, _WAKE_TX): its events,
@@ -516,11 +519,9 @@ class CClosFabric:
                 self.wake(host, qp.qpn, now)
             finally:
                 self._waking = None
-        # what C reads of this QP after its pump (its reverse EVs change only on timers, EV
-        # probes and port status, which mark the host for _sync)
-        if qp.state is QpState.ERROR:
-            eng.q.dead = 1
-        self._hosts_arr[host].notify_sacked[e] = 1 if qp._rev_probe_at is None else 0
+        # (its reverse EVs change only on timers, EV probes and port status, which mark the
+        # host for _sync)
+        self._qp_state_to_c(host, e, eng)
 
     def flush_engines(self, host: int) -> None:
         """Before Python reads a C-engine QP of ``host`` outside a wake (a timer): its engines'
