@@ -177,6 +177,10 @@ int mrc_eq_init(struct mrc_equeue *q, uint8_t *mem, size_t mem_len, int64_t now_
     q->high_head = q->high_tail = q->high_used = 0;
     q->data_head = q->data_tail = q->data_used = 0;
     q->ll_head = q->ll_tail = q->ll_used = 0;
+    q->delay_ns = q->wire_bound_bytes = q->wire_bytes = q->wire_frames = 0;
+    q->wire_stalls = q->last_release_ns = 0;
+    q->wire_mem = NULL;
+    q->wire_size = q->wire_head = q->wire_tail = q->wire_used = 0;
     return 0;
 }
 
@@ -374,6 +378,162 @@ static void pop_head(struct mrc_equeue *q, struct ring r, uint32_t len, int cls,
     }
 }
 
+/* --- the wire (link propagation delay) -----------------------------------------------
+ * A wire record is a ring record whose frame part is the release time (int64) followed by
+ * the frame: its header length is the frame's + 8. */
+#define WIRE_TS 8u
+
+static struct ring wire_ring(struct mrc_equeue *q) {
+    return (struct ring){q->wire_mem, &q->wire_size, &q->wire_head, &q->wire_tail,
+                         &q->wire_used};
+}
+
+static int wire_on(const struct mrc_equeue *q) { return q->delay_ns > 0 || q->wire_frames > 0; }
+
+static int64_t rd64(const uint8_t *p) {
+    int64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static void wr64(uint8_t *p, int64_t v) { memcpy(p, &v, 8); }
+
+/* The wire's oldest frame: its release time, offset in wire_mem and length; 0 if empty. */
+static int wire_head(struct mrc_equeue *q, int64_t *release, uint64_t *off, uint32_t *len) {
+    struct ring w = wire_ring(q);
+    int64_t at = ring_peek(w);
+    if (at < 0) {
+        return 0;
+    }
+    *len = rd32(w.base + at) - WIRE_TS;
+    *release = rd64(w.base + at + REC_HDR);
+    *off = (uint64_t)at + REC_HDR + WIRE_TS;
+    return 1;
+}
+
+/* Move the frames the tokens let leave by now_ns from the classes onto the wire (the twin's
+ * _to_wire), in the order take() would pop them, while the bound has room. */
+static void to_wire(struct mrc_equeue *q, int64_t now_ns) {
+    refill(q, now_ns);
+    double tokens = q->tokens;
+    int64_t release = now_ns + q->delay_ns;
+    if (release < q->last_release_ns) {
+        release = q->last_release_ns; /* after a shorter delay was set: no overtaking */
+    }
+    struct ring w = wire_ring(q);
+    for (;;) {
+        struct ring r;
+        uint64_t off;
+        uint32_t len, tag;
+        int cls;
+        if (!head_frame(q, now_ns, &r, &off, &len, &cls, &tag) || (double)len > tokens) {
+            break;
+        }
+        uint8_t *at = q->wire_bytes + (int64_t)len <= q->wire_bound_bytes
+                          ? ring_reserve(w, len + WIRE_TS)
+                          : NULL; /* the ring always holds the bound (mrc_eq_wire_mem_bytes) */
+        if (at == NULL) {
+            q->wire_stalls++;
+            break;
+        }
+        wr64(at, release);
+        memcpy(at + WIRE_TS, q->mem + off, len);
+        ring_commit(w, len + WIRE_TS, 0);
+        q->wire_bytes += len;
+        q->wire_frames++;
+        q->last_release_ns = release;
+        tokens -= len;
+        pop_head(q, r, len, cls, tag);
+    }
+    q->tokens = tokens;
+}
+
+/* Pop up to max frames released by now_ns from the wire, within room bytes together: their
+ * offsets in wire_mem and lengths (valid until the next to_wire). Returns how many. */
+static size_t wire_due(struct mrc_equeue *q, int64_t now_ns, size_t max, size_t room,
+                       uint32_t *offs, uint32_t *lens) {
+    size_t n = 0, at = 0;
+    struct ring w = wire_ring(q);
+    while (n < max) {
+        int64_t release;
+        uint64_t off;
+        uint32_t len;
+        if (!wire_head(q, &release, &off, &len) || release > now_ns || len > room - at) {
+            break;
+        }
+        offs[n] = (uint32_t)off;
+        lens[n] = len;
+        at += len;
+        n++;
+        ring_pop(w, len + WIRE_TS);
+        q->wire_bytes -= len;
+        q->wire_frames--;
+    }
+    return n;
+}
+
+int64_t mrc_eq_wire_bound(const struct mrc_equeue *q, int64_t delay_ns) {
+    if (q == NULL || delay_ns < 0 || delay_ns > MRC_EQ_MAX_DELAY_NS) {
+        return -1;
+    }
+    if (delay_ns == 0) {
+        return 0;
+    }
+    double b = q->burst_bytes + q->rate_per_ns * (double)delay_ns;
+    if (!(b >= 0) || b > (double)MAX_BOUND) {
+        return -1;
+    }
+    int64_t bound = (int64_t)b + q->max_frame_bytes;
+    return bound > q->wire_bytes ? bound : q->wire_bytes;
+}
+
+size_t mrc_eq_wire_mem_bytes(const struct mrc_equeue *q, int64_t delay_ns) {
+    int64_t bound = mrc_eq_wire_bound(q, delay_ns);
+    if (bound <= 0) {
+        return 0;
+    }
+    /* a record of an n-byte frame (n >= 16) takes at most n + 8 + 15 <= 2n bytes: as
+     * ring_bytes, with room for the release times */
+    return (size_t)ring_bytes(bound + bound / 2, q->max_frame_bytes + WIRE_TS);
+}
+
+int mrc_eq_set_delay(struct mrc_equeue *q, int64_t delay_ns, uint8_t *mem, size_t mem_len) {
+    if (!initialised(q) || delay_ns < 0 || delay_ns > MRC_EQ_MAX_DELAY_NS) {
+        return -EINVAL;
+    }
+    if (delay_ns == 0) {
+        q->delay_ns = 0; /* the wire drains with its bound and block */
+        return 0;
+    }
+    size_t need = mrc_eq_wire_mem_bytes(q, delay_ns);
+    if (need == 0 || mem == NULL || mem_len < need) {
+        return -EINVAL;
+    }
+    /* move the frames in flight to the new block, oldest first */
+    uint64_t size = need, head = 0, tail = 0, used = 0;
+    struct ring nw = {mem, &size, &head, &tail, &used};
+    struct ring w = wire_ring(q);
+    int64_t at;
+    while (q->wire_mem != NULL && (at = ring_peek(w)) >= 0) {
+        uint32_t rec = rd32(w.base + at);
+        uint8_t *to = ring_reserve(nw, rec);
+        if (to == NULL) {
+            return -EINVAL; /* cannot happen: the new bound holds what is on the wire */
+        }
+        memcpy(to, w.base + at + REC_HDR, rec);
+        ring_commit(nw, rec, 0);
+        ring_pop(w, rec);
+    }
+    q->wire_mem = mem;
+    q->wire_size = size;
+    q->wire_head = head;
+    q->wire_tail = tail;
+    q->wire_used = used;
+    q->wire_bound_bytes = mrc_eq_wire_bound(q, delay_ns);
+    q->delay_ns = delay_ns;
+    return 0;
+}
+
 /* Pop up to max head frames (high first) that the tokens cover and that fit in room bytes
  * together, as the twin's dequeue loop does; their offsets in mem and lengths go to offs and
  * lens. Popped frames keep their bytes until the next enqueue, so the caller copies or sends
@@ -402,16 +562,56 @@ static size_t take(struct mrc_equeue *q, int64_t now_ns, size_t max, size_t room
     return n;
 }
 
+/* Copy out the wire's frames released by now_ns (at most max, within out_len). */
+static size_t wire_copy(struct mrc_equeue *q, int64_t now_ns, size_t max, uint8_t *out,
+                        size_t out_len, uint32_t *lens) {
+    size_t n = 0, at = 0;
+    while (n < max) {
+        uint32_t offs[MRC_EQ_SEND_BATCH];
+        size_t want = max - n < MRC_EQ_SEND_BATCH ? max - n : MRC_EQ_SEND_BATCH;
+        size_t k = wire_due(q, now_ns, want, out_len - at, offs, lens + n);
+        for (size_t j = 0; j < k; j++) {
+            memcpy(out + at, q->wire_mem + offs[j], lens[n + j]);
+            at += lens[n + j];
+        }
+        n += k;
+        if (k < want) {
+            break;
+        }
+    }
+    return n;
+}
+
+/* mrc_eq_dequeue with the wire in use (the twin's _wire_dequeue): what it released by now,
+ * then what the tokens allow onto it, then (a delay of 0 while the wire drains) what of
+ * that is released already. */
+static int wire_dequeue(struct mrc_equeue *q, int64_t now_ns, size_t max, uint8_t *out,
+                        size_t out_len, uint32_t *lens) {
+    size_t n = wire_copy(q, now_ns, max, out, out_len, lens);
+    to_wire(q, now_ns);
+    if (n < max) {
+        size_t at = 0;
+        for (size_t j = 0; j < n; j++) {
+            at += lens[j];
+        }
+        n += wire_copy(q, now_ns, max - n, out + at, out_len - at, lens + n);
+    }
+    return (int)n;
+}
+
 int mrc_eq_dequeue(struct mrc_equeue *q, int64_t now_ns, size_t max, uint8_t *out,
                    size_t out_len, uint32_t *lens) {
     if (!initialised(q) || (max > 0 && (out == NULL || lens == NULL))) {
         return -EINVAL;
     }
-    if (queued_frames(q) == 0) {
-        return 0;
-    }
     if (max > INT32_MAX) {
         max = INT32_MAX;
+    }
+    if (wire_on(q)) {
+        return wire_dequeue(q, now_ns, max, out, out_len, lens);
+    }
+    if (queued_frames(q) == 0) {
+        return 0;
     }
     refill(q, now_ns);
     size_t n = 0, at = 0;
@@ -431,11 +631,66 @@ int mrc_eq_dequeue(struct mrc_equeue *q, int64_t now_ns, size_t max, uint8_t *ou
     return (int)n;
 }
 
+/* Send the wire's frames released by now_ns on fd, in batches (as mrc_eq_send); returns
+ * how many left the wire, -1 after a batch with a failure. */
+static int wire_send_due(struct mrc_equeue *q, int fd, int64_t now_ns, int64_t *out) {
+    uint32_t offs[MRC_EQ_SEND_BATCH], lens[MRC_EQ_SEND_BATCH];
+    uint16_t idx[MRC_EQ_SEND_BATCH];
+    int total = 0;
+    for (;;) {
+        size_t n = wire_due(q, now_ns, MRC_EQ_SEND_BATCH, SIZE_MAX, offs, lens);
+        if (n == 0) {
+            return total;
+        }
+        total += (int)n;
+        for (size_t j = 0; j < n; j++) {
+            idx[j] = (uint16_t)j;
+        }
+        int64_t io[3] = {(int64_t)n, EBADF, 0};
+        int sent = 0;
+        if (fd >= 0) {
+            sent = mrc_io_send_iov(fd, q->wire_mem, (size_t)q->wire_size, offs, lens, n, idx, n,
+                                   io);
+            if (sent < 0) { /* cannot happen: every frame lies inside the wire's block */
+                sent = 0;
+                io[1] = EINVAL;
+                io[2] = 0;
+            }
+        }
+        out[0] += sent;
+        out[3] += io[2];
+        if ((int64_t)n - sent > 0) { /* what sendmmsg did not take is gone all the same */
+            out[1] += (int64_t)n - sent;
+            out[2] = io[1];
+            return -1;
+        }
+        if (n < MRC_EQ_SEND_BATCH) {
+            return total;
+        }
+    }
+}
+
+/* mrc_eq_send with the wire in use: as wire_dequeue, each part sent as it leaves. Returns
+ * the frames that left the wire. */
+static int wire_send(struct mrc_equeue *q, int fd, int64_t now_ns, int64_t *out) {
+    int a = wire_send_due(q, fd, now_ns, out);
+    if (a < 0) {
+        return (int)(out[0] + out[1]);
+    }
+    to_wire(q, now_ns);
+    int b = wire_send_due(q, fd, now_ns, out);
+    (void)b;
+    return (int)(out[0] + out[1]);
+}
+
 int mrc_eq_send(struct mrc_equeue *q, int fd, int64_t now_ns, int64_t *out) {
     if (!initialised(q) || out == NULL) {
         return -EINVAL;
     }
     out[0] = out[1] = out[2] = out[3] = 0;
+    if (wire_on(q)) {
+        return wire_send(q, fd, now_ns, out);
+    }
     if (queued_frames(q) == 0) {
         return 0;
     }
@@ -487,18 +742,8 @@ int mrc_eq_send(struct mrc_equeue *q, int fd, int64_t now_ns, int64_t *out) {
     return total;
 }
 
-int64_t mrc_eq_next_send_ns(struct mrc_equeue *q, int64_t now_ns) {
-    if (!initialised(q)) {
-        return -1;
-    }
-    struct ring r;
-    uint64_t off;
-    uint32_t len, tag;
-    int cls;
-    if (!head_frame(q, now_ns, &r, &off, &len, &cls, &tag)) {
-        /* only paused lossless frames (or nothing): look again when the pause ends */
-        return q->lossless_frames > 0 ? q->paused_until_ns : -1;
-    }
+/* The time the tokens cover len bytes (now_ns if they do), as the twin's int arithmetic. */
+static int64_t tokens_cover_ns(struct mrc_equeue *q, int64_t now_ns, uint32_t len) {
     refill(q, now_ns);
     double missing = (double)len - q->tokens;
     if (missing <= 0) {
@@ -516,8 +761,55 @@ int64_t mrc_eq_next_send_ns(struct mrc_equeue *q, int64_t now_ns) {
     return now_ns + w + 1;
 }
 
+/* mrc_eq_next_send_ns with the wire in use: the sooner of the wire's next release and the
+ * time the head frame may go onto the wire (when the wire has room for it; else the next
+ * release makes room). */
+static int64_t wire_next_ns(struct mrc_equeue *q, int64_t now_ns) {
+    int64_t next = -1, release;
+    uint64_t woff;
+    uint32_t wlen;
+    if (wire_head(q, &release, &woff, &wlen)) {
+        next = release > now_ns ? release : now_ns;
+    }
+    struct ring r;
+    uint64_t off;
+    uint32_t len, tag;
+    int cls;
+    int64_t t = -1;
+    if (head_frame(q, now_ns, &r, &off, &len, &cls, &tag)) {
+        if (q->wire_bytes + (int64_t)len <= q->wire_bound_bytes) {
+            t = tokens_cover_ns(q, now_ns, len);
+        }
+    } else if (q->lossless_frames > 0) {
+        t = q->paused_until_ns;
+    }
+    if (t >= 0 && (next < 0 || t < next)) {
+        next = t;
+    }
+    return next;
+}
+
+int64_t mrc_eq_next_send_ns(struct mrc_equeue *q, int64_t now_ns) {
+    if (!initialised(q)) {
+        return -1;
+    }
+    struct ring r;
+    uint64_t off;
+    uint32_t len, tag;
+    int cls;
+    if (wire_on(q)) {
+        return wire_next_ns(q, now_ns);
+    }
+    if (!head_frame(q, now_ns, &r, &off, &len, &cls, &tag)) {
+        /* only paused lossless frames (or nothing): look again when the pause ends */
+        return q->lossless_frames > 0 ? q->paused_until_ns : -1;
+    }
+    return tokens_cover_ns(q, now_ns, len);
+}
+
 int64_t mrc_eq_fast_budget(struct mrc_equeue *q, int64_t now_ns) {
-    if (!initialised(q) || queued_frames(q) > 0 || (q->ll_size > 0 && paused(q, now_ns))) {
+    if (!initialised(q) || queued_frames(q) > 0 || (q->ll_size > 0 && paused(q, now_ns)) ||
+        wire_on(q)) {
         return -1;
     }
     refill(q, now_ns);
@@ -541,7 +833,7 @@ int64_t mrc_eq_flush(struct mrc_equeue *q) {
     if (!initialised(q)) {
         return 0;
     }
-    int64_t n = queued_frames(q);
+    int64_t n = queued_frames(q) + q->wire_frames;
     struct ring r = ll_ring(q);
     int64_t at;
     while ((at = ring_peek(r)) >= 0) { /* give the in-ports their lossless bytes back */
@@ -553,5 +845,7 @@ int64_t mrc_eq_flush(struct mrc_equeue *q) {
     q->high_head = q->high_tail = q->high_used = 0;
     q->data_head = q->data_tail = q->data_used = 0;
     q->ll_head = q->ll_tail = q->ll_used = 0;
+    q->wire_bytes = q->wire_frames = 0;
+    q->wire_head = q->wire_tail = q->wire_used = 0;
     return n;
 }

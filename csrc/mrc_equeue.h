@@ -31,7 +31,17 @@
  * on every hop). Service: high, then lossless unless paused (now < paused_until_ns, set by
  * the caller from the PAUSE frames the port receives), then data: strict priority, as a NIC
  * serves its lossless queue. While paused, fast_budget is -1 (a lossless frame must not
- * leave at once). */
+ * leave at once).
+ *
+ * Link propagation delay (the wire; mrc_eq_set_delay, delay_ns > 0): a frame the token
+ * bucket lets leave at now does not go out at once but onto the wire, a FIFO of frames
+ * each released at now + delay_ns (never before the frame ahead of it: a link does not
+ * reorder), and leaves the port when released. The wire is bounded by wire_bound_bytes of
+ * frames (what the bucket can put on it within one delay, plus a frame); a frame that does
+ * not fit waits in its class (counted in wire_stalls; it takes a late caller to happen).
+ * Nothing leaves at once while the wire is in use (fast_budget -1). Frames on the wire are
+ * not queued (depth, ECN and PFC count the classes only); a flush drops them too (the
+ * link went down with them in flight). The twin does the same with the same numbers. */
 
 enum {
     MRC_EQ_QUEUED = 0,
@@ -39,7 +49,8 @@ enum {
     MRC_EQ_TRIMMED = 2,
     MRC_EQ_DROPPED = 3,
     MRC_EQ_HIGH = 4,
-    MRC_EQ_SEND_BATCH = 64 /* frames per sendmmsg in mrc_eq_send */
+    MRC_EQ_SEND_BATCH = 64, /* frames per sendmmsg in mrc_eq_send */
+    MRC_EQ_MAX_DELAY_NS = 1000000000 /* longest one-way delay mrc_eq_set_delay takes (1 s) */
 };
 
 struct mrc_equeue {
@@ -81,6 +92,15 @@ struct mrc_equeue {
     uint64_t high_size, high_head, high_tail, high_used;
     uint64_t data_size, data_head, data_tail, data_used;
     uint64_t ll_size, ll_head, ll_tail, ll_used;
+    /* the wire (mrc_eq_set_delay; mrc_eq_init empties it and sets delay_ns = 0) */
+    int64_t delay_ns;         /* one-way delay of the link: read-only, set by mrc_eq_set_delay */
+    int64_t wire_bound_bytes; /* frame bytes the wire may hold */
+    int64_t wire_bytes;       /* frame bytes on the wire */
+    int64_t wire_frames;
+    int64_t wire_stalls;      /* times the bound kept a frame in its class */
+    int64_t last_release_ns;  /* release time of the wire's newest frame */
+    uint8_t *wire_mem;
+    uint64_t wire_size, wire_head, wire_tail, wire_used;
 };
 
 /* Bytes of memory the queue needs for these bounds (0 if a bound is <= 0 or absurd). */
@@ -130,6 +150,24 @@ int64_t mrc_eq_fast_budget(struct mrc_equeue *q, int64_t now_ns);
 /* The twin's consume: tokens -= nbytes (frames that left without queueing). */
 void mrc_eq_consume(struct mrc_equeue *q, int64_t nbytes);
 
-/* Drop everything queued; returns how many frames. */
+/* Drop everything queued and on the wire; returns how many frames. */
 int64_t mrc_eq_flush(struct mrc_equeue *q);
+
+/* The wire bound a delay of delay_ns gives q: 0 for 0; for more, what the bucket can put on
+ * the wire within the delay plus the longest frame, (int64)(burst_bytes + rate_per_ns *
+ * delay_ns) + max_frame_bytes, and never less than the frames on the wire now; -1 if
+ * delay_ns is out of range or the bound is absurd. */
+int64_t mrc_eq_wire_bound(const struct mrc_equeue *q, int64_t delay_ns);
+
+/* Bytes of memory mrc_eq_set_delay needs for delay_ns (0 for a delay of 0: the wire keeps
+ * its block until it drains), or 0 if out of range. */
+size_t mrc_eq_wire_mem_bytes(const struct mrc_equeue *q, int64_t delay_ns);
+
+/* Set the link's one-way delay (0..MRC_EQ_MAX_DELAY_NS). For delay_ns > 0, mem (mem_len >=
+ * mrc_eq_wire_mem_bytes(q, delay_ns), owned by the caller) becomes the wire and the frames
+ * on the old one move to it in order (the caller may free the old block after the call);
+ * for 0, mem is not used: frames still on the wire leave as they were due and new frames
+ * leave at once once it is empty. Frames already on the wire keep their release times.
+ * Returns 0, or -EINVAL (nothing changed). */
+int mrc_eq_set_delay(struct mrc_equeue *q, int64_t delay_ns, uint8_t *mem, size_t mem_len);
 #endif

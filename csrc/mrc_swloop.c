@@ -78,7 +78,7 @@ static int64_t serve(struct mrc_sw *sw, int64_t now, struct mrc_sw_event *ev) {
     for (uint32_t i = 0; i < sw->n_ports; i++) {
         struct mrc_sw_port *p = &sw->ports[i];
         struct mrc_equeue *q = p->q;
-        if (q->high_frames + q->data_frames + q->lossless_frames == 0) {
+        if (q->high_frames + q->data_frames + q->lossless_frames + q->wire_frames == 0) {
             continue;
         }
         if (!p->up || p->tx_fd < 0) {

@@ -20,7 +20,7 @@ from lab.fabric.status import format_stats, format_status, status, switch_stats
 from lab.fabric.topology import Plan
 from lab.workloads import calibrate
 from mrcnic import plugins
-from mrcnic.units import size_in, time_in
+from mrcnic.units import size_in, time_arg, time_in
 
 MAIN_EPILOG = """\
 examples:
@@ -77,6 +77,15 @@ def _topology_flags(p: argparse.ArgumentParser) -> None:
         "--switch", choices=("python", "kernel"), help="mrc-switch processes or the kernel [python]"
     )
     g.add_argument(
+        "--delay",
+        type=time_arg,
+        dest="delay_s",
+        metavar="TIME",
+        help="python switches: one-way propagation delay of every switch-to-switch link, "
+        "both directions, e.g. 2ms, 500us (plain: seconds); a path's round trip gains 4x it "
+        "(topology key delay_us) [0]",
+    )
+    g.add_argument(
         "--pfc",
         action="store_true",
         default=None,
@@ -109,6 +118,7 @@ def _params(args: argparse.Namespace):
         block=args.block,
         switch=args.switch,
         pfc=args.pfc,
+        delay_us=None if args.delay_s is None else args.delay_s * 1e6,
     )
     if auto and args.cmd != "calibrate":  # measured (root) or cached; `plan` only reads the cache
         cal = calibrate.get(params, measure=args.cmd == "up", echo=_stderr)
@@ -292,6 +302,27 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--clear", action="store_true", help="back to the lab's link rate")
 
     p = cmd(
+        "delay",
+        "add one-way propagation delay to a link, both directions (python switches: "
+        "mrc-switch holds the frames, through its control socket)",
+        "examples:\n  mrc-lab delay p0-t0-0 p0-t1-0 2ms\n"
+        "  mrc-lab delay p0-t0-0 p0-t1-0 --clear   # back to the lab's own (--delay of up)\n"
+        "a host link (h0 p0-t0-0) gets it on the T0's side only: the NIC sends straight into "
+        "its veth\n",
+    )
+    _name_flag(p)
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument(
+        "time",
+        nargs="?",
+        type=time_arg,
+        metavar="TIME",
+        help="one-way delay: 2ms, 500us, 0 (plain: seconds), at most 1 s",
+    )
+    p.add_argument("--clear", action="store_true", help="back to the lab's own delay")
+
+    p = cmd(
         "reboot",
         "stop a switch, wait, start it again with its unchanged static config",
         "example:\n  mrc-lab reboot p0-t1-0 --down-ms 2000\n",
@@ -461,6 +492,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     state = lifecycle.up(
         params, progress, keep_on_error=args.keep_on_error, switch_procs=args.switch_procs
     )
+    from lab.fabric.host import lab_base_rtt_s  # here: it loads the NIC (~0.3 s to import)
+
     st = status(state, with_faults=False)
     c = st["counts"]
     print(
@@ -473,6 +506,12 @@ def cmd_up(args: argparse.Namespace) -> int:
             else ""
         )
         + ("; PFC on (lossless RoCEv2 data)" if params.pfc else "")
+        + (
+            f"; {params.delay_us / 1000:g} ms one-way on switch-to-switch links "
+            f"(base RTT {lab_base_rtt_s(params) * 1000:.1f} ms)"
+            if params.delay_us
+            else ""
+        )
     )
     print(f"  hosts      {', '.join(h.name for h in plan.hosts())}  (namespaces {params.name}-hN)")
     print(f"  mgmt       {plan.mgmt_prefix} on bridge {plan.ifname('br')} in {params.name}-mgmt")
@@ -568,6 +607,13 @@ def cmd_shape(args: argparse.Namespace) -> int:
         f.shape_clear(args.a, args.b)
     else:
         f.shape(args.a, args.b, args.rate)
+    return 0
+
+
+def cmd_delay(args: argparse.Namespace) -> int:
+    if (args.time is None) == (not args.clear):
+        raise LabError("give a TIME (e.g. 2ms) or --clear, not both and not neither")
+    Faults(load(args.name)).delay(args.a, args.b, None if args.clear else args.time)
     return 0
 
 
@@ -707,6 +753,7 @@ COMMANDS = {
     "flap": cmd_flap,
     "loss": cmd_loss,
     "shape": cmd_shape,
+    "delay": cmd_delay,
     "reboot": cmd_reboot,
     "port": cmd_port,
     "experiment": cmd_experiment,

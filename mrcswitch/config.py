@@ -28,6 +28,8 @@ MIN_TRIM_BYTES = layout.FRAME_HEADERS_SIZE + layout.MRC_DATA_HEADERS_SIZE  # 102
 DEFAULT_BLOCK = "fcbb:bb00::/32"
 USID_BITS = 16
 MAX_FRAME_BYTES = 65535
+# The longest one-way link delay a port takes (csrc/mrc_equeue.h MRC_EQ_MAX_DELAY_NS).
+MAX_DELAY_NS = 1_000_000_000
 IFNAMSIZ = 16  # Linux interface names hold at most 15 characters
 # Receive ring per port, when rx_ring_frames is not given: RX_RING_BURST_S of traffic at the
 # fastest port's rate, within [MIN, DEFAULT] bytes. A lab of 96 ports at 100 Mb/s then holds
@@ -68,6 +70,9 @@ class PortConfig:
     # source guard: frames in through this port must come from this prefix (a T0's host
     # port: the host's own addresses), else dropped as spoofed_source; None: no guard
     source_prefix: tuple[int, int] | None = None  # (network as a 128-bit int, length)
+    # one-way propagation delay of the link out of this port (frames leave the queue at the
+    # paced rate, then arrive this much later); 0: none
+    delay_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +230,7 @@ _PORT_FIELDS = {
     "last_hop",
     "trim_bytes",
     "source_prefix",
+    "delay_ns",
 }
 
 
@@ -370,6 +376,9 @@ def _port(raw: Any, i: int, max_frame: int) -> PortConfig:
                 where + "source_prefix", f"not an IPv6 prefix with zero host bits: {exc}"
             ) from None
         guard = (int(net.network_address), net.prefixlen)
+    delay_ns = _int(raw, "delay_ns", where, default=0)
+    if delay_ns > MAX_DELAY_NS:
+        raise ConfigError(where + "delay_ns", f"must be <= {MAX_DELAY_NS} (1 s), got {delay_ns}")
     return PortConfig(
         name=name,
         interface=interface,
@@ -386,6 +395,7 @@ def _port(raw: Any, i: int, max_frame: int) -> PortConfig:
         last_hop=last_hop,
         trim_bytes=trim_bytes,
         source_prefix=guard,
+        delay_ns=delay_ns,
     )
 
 

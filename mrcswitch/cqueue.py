@@ -50,6 +50,7 @@ class CEgressQueue:
         "_dequeue",
         "_send",
         "_keep_in",
+        "_wire_mem",
     )
 
     def __init__(
@@ -110,6 +111,9 @@ class CEgressQueue:
         self._enqueue = lib.mrc_eq_enqueue_in
         self._dequeue = lib.mrc_eq_dequeue
         self._send = lib.mrc_eq_send
+        self._wire_mem = None  # the wire's block (mrc_eq_set_delay), kept alive here
+        if cfg.delay_ns:
+            self.set_delay(cfg.delay_ns)
 
     # --- the twin's API -------------------------------------------------------------------
 
@@ -120,7 +124,46 @@ class CEgressQueue:
 
     def __len__(self) -> int:
         q = self.ptr
-        return q.high_frames + q.data_frames + q.lossless_frames
+        return q.high_frames + q.data_frames + q.lossless_frames + q.wire_frames
+
+    # --- the wire (link propagation delay) ------------------------------------------------
+
+    def wire_bound(self, delay_ns: int) -> int:
+        """The wire bound a delay gives (EgressQueue.wire_bound)."""
+        b = _mod.lib.mrc_eq_wire_bound(self.ptr, delay_ns)
+        if b < 0:
+            raise ValueError(f"delay_ns {delay_ns}: must be 0..{_mod.lib.MRC_EQ_MAX_DELAY_NS}")
+        return b
+
+    def set_delay(self, delay_ns: int) -> None:
+        """The link's one-way delay from now on (EgressQueue.set_delay): a new wire block
+        for a delay > 0, the frames in flight moved to it by C."""
+        lib, ffi = _mod.lib, _mod.ffi
+        self.wire_bound(delay_ns)  # the range check, with the twin's message
+        mem = ffi.NULL
+        need = lib.mrc_eq_wire_mem_bytes(self.ptr, delay_ns) if delay_ns else 0
+        if need:
+            mem = ffi.new("uint8_t[]", need)
+        if lib.mrc_eq_set_delay(self.ptr, delay_ns, mem, need) != 0:
+            raise ValueError(f"mrc_equeue: cannot set a delay of {delay_ns} ns")
+        if need:
+            self._wire_mem = mem
+
+    @property
+    def delay_ns(self) -> int:
+        return self.ptr.delay_ns
+
+    @property
+    def wire_bytes(self) -> int:
+        return self.ptr.wire_bytes
+
+    @property
+    def wire_bound_bytes(self) -> int:
+        return self.ptr.wire_bound_bytes
+
+    @property
+    def wire_stalls(self) -> int:
+        return self.ptr.wire_stalls
 
     @property
     def lossless_bytes(self) -> int:
@@ -213,12 +256,13 @@ class CEgressQueue:
     def next_send_ns(self, now_ns: int) -> int | None:
         """When the head frame may leave (now_ns if already), or None if the queue is empty."""
         q = self.ptr
-        if q.high_frames + q.data_frames + q.lossless_frames == 0:
+        if q.high_frames + q.data_frames + q.lossless_frames + q.wire_frames == 0:
             return None
         return _mod.lib.mrc_eq_next_send_ns(q, now_ns)
 
     def flush(self) -> int:
-        """Drop everything queued (the link went down); returns how many frames."""
+        """Drop everything queued and on the wire (the link went down); returns how many
+        frames."""
         return _mod.lib.mrc_eq_flush(self.ptr)
 
     # --- C only ---------------------------------------------------------------------------
@@ -267,4 +311,4 @@ def make_egress_queue(
             cfg, lblen, now_ns, max_frame_bytes=max_frame_bytes, lossless=lossless,
             in_bytes=in_bytes,
         )  # fmt: skip
-    return EgressQueue(cfg, lblen, now_ns, lossless, in_bytes)
+    return EgressQueue(cfg, lblen, now_ns, lossless, in_bytes, max_frame_bytes)

@@ -13,7 +13,9 @@ The control socket (``--control PATH``, a unix stream socket) takes one JSON lin
 connection and answers one: ``{"op": "stop", "switch": NAME}`` stops exactly that switch
 (its sockets closed, a last stats file with ``"ready": false``), ``{"op": "start",
 "switch": NAME}`` starts it again from its config file (a switch reboot), ``{"op":
-"list"}`` lists the switches and whether each runs. SIGTERM or SIGINT stops them all.
+"delay", "switch": NAME, "port": PORT, "delay_ns": N}`` sets the one-way delay of the link
+out of that port (until the switch restarts from its config), ``{"op": "list"}`` lists the
+switches and whether each runs. SIGTERM or SIGINT stops them all.
 
 Opening and closing AF_PACKET sockets with rings waits for RCU grace periods in the kernel:
 about 75 ms to close a T1's ports and 25-50 ms to open them on the project's machines. The
@@ -187,10 +189,19 @@ class SwitchHost:
         name = msg.get("switch")
         if op == "list":
             return {"ok": True, "switches": {n: n in self.switches for n in self.order}}
-        if op not in ("stop", "start"):
-            return {"ok": False, "error": f"unknown op {op!r} (stop, start, list)"}
+        if op not in ("stop", "start", "delay"):
+            return {"ok": False, "error": f"unknown op {op!r} (stop, start, delay, list)"}
         if name not in self.paths:
             return {"ok": False, "error": f"no switch {name!r} in this process"}
+        if op == "delay":
+            sw = self.switches.get(name)
+            if sw is None:
+                return {"ok": False, "error": f"{name} is stopped"}
+            try:
+                done = sw.set_delay(str(msg.get("port")), msg.get("delay_ns"))  # type: ignore[arg-type]
+            except ValueError as exc:
+                return {"ok": False, "error": str(exc)}
+            return {"ok": True, "switch": name, "result": done}
         try:
             result = self.stop_switch(name) if op == "stop" else self.start_switch(name)
         except (ConfigError, OSError) as exc:

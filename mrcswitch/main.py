@@ -6,12 +6,13 @@ one process (:class:`mrcswitch.host.SwitchHost`); ``python -m mrcswitch.main`` i
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
 
 from .config import ConfigError, load_config
-from .host import SwitchHost
+from .host import SwitchHost, control
 from .switch import Switch
 
 
@@ -22,17 +23,28 @@ def main(argv: list[str] | None = None) -> int:
         "process: --config more than once, each config naming its netns).",
     )
     ap.add_argument(
-        "--config", required=True, action="append",
+        "--config", action="append",
         help="TOML or JSON (.json) switch config; more than once: one process serves them all",
     )  # fmt: skip
     ap.add_argument("--check", action="store_true", help="validate the config(s) and exit")
     ap.add_argument(
         "--control", default=None,
-        help="unix socket taking stop/start/list requests for single switches (JSON lines); "
+        help="unix socket taking stop/start/delay/list requests for single switches (JSON "
+        "lines); "
         "implies the serving of several switches even with one --config",
+    )  # fmt: skip
+    ap.add_argument(
+        "--request", metavar="JSON",
+        help="with --control: send this one request to a running process and print its "
+        "answer, e.g. '{\"op\": \"delay\", \"switch\": \"p0-t1-0\", \"port\": \"dn0\", "
+        "\"delay_ns\": 2000000}' (ops: stop, start, delay, list); exit 1 if refused",
     )  # fmt: skip
     ap.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
     args = ap.parse_args(argv)
+    if args.request is not None:
+        return _request(ap, args)
+    if not args.config:
+        ap.error("--config is required (or --control SOCK --request JSON)")
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper(), logging.INFO),
         format="%(asctime)s mrc-switch %(levelname)s %(message)s",
@@ -60,6 +72,25 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         sw.close()
     return 0
+
+
+def _request(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """One control request to a running process (mrcswitch.host.control)."""
+    if not args.control or args.config:
+        ap.error("--request goes with --control SOCK and no --config")
+    try:
+        msg = json.loads(args.request)
+    except ValueError as exc:
+        ap.error(f"--request: not JSON: {exc}")
+    if not isinstance(msg, dict):
+        ap.error('--request: must be a JSON object, e.g. \'{"op": "list"}\'')
+    try:
+        reply = control(args.control, msg)
+    except (OSError, ValueError) as exc:
+        print(f"mrc-switch: control socket {args.control}: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(reply))
+    return 0 if reply.get("ok") else 1
 
 
 def _main_host(args: argparse.Namespace) -> int:

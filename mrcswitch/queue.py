@@ -26,6 +26,15 @@ trimmed, each tagged with the port it came in on: ``in_bytes[in_port]`` (one lis
 the switch's queues) sums what each in-port has queued anywhere, and a frame that would take
 its in-port above ``in_limit_bytes`` (XOFF + headroom) is dropped and counted in
 ``lossless_drops``, which correct headroom keeps at 0 (docs/pfc.md).
+
+With a link propagation delay (:meth:`EgressQueue.set_delay`, ``delay_ns`` > 0), a frame the
+token bucket lets leave goes onto the *wire* instead, a FIFO of frames each released
+``delay_ns`` later (never before the frame ahead: a link does not reorder), and leaves the
+port when released. The wire holds at most ``wire_bound_bytes`` of frames (what the bucket
+can put on it within one delay, plus a frame); a frame that does not fit waits in its class
+(``wire_stalls``). Nothing leaves at once while the wire is in use (``fast_budget`` -1).
+Frames on the wire are not queued: depth, ECN and PFC count the classes only; ``len()``
+counts both (what the port still has to deliver); ``flush`` drops both.
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ from mrcnic.wire import layout
 from mrcnic.wire.layout import dscp_ecn
 from mrcnic.wire.trim import TrimRule, overflows
 
-from .config import LosslessClass, PortConfig
+from .config import MAX_DELAY_NS, MAX_FRAME_BYTES, LosslessClass, PortConfig
 
 __all__ = ["EgressQueue", "Verdict", "dscp_ecn"]
 
@@ -88,11 +97,19 @@ class EgressQueue:
         "_buffer",
         "_high_buffer",
         "_trim",
+        "max_frame_bytes",
+        "delay_ns",
+        "wire",
+        "wire_bytes",
+        "wire_bound_bytes",
+        "wire_stalls",
+        "_last_release_ns",
     )
 
     def __init__(
         self, cfg: PortConfig, lblen: int = 32, now_ns: int = 0,
         lossless: LosslessClass | None = None, in_bytes: MutableSequence[int] | None = None,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
     ) -> None:  # fmt: skip
         self.cfg = cfg
         self.lblen = lblen
@@ -118,13 +135,114 @@ class EgressQueue:
         self._buffer = cfg.buffer_bytes
         self._high_buffer = cfg.high_buffer_bytes
         self._trim = TrimRule(cfg.trimming, cfg.last_hop, cfg.trim_bytes, lblen)
+        self.max_frame_bytes = max_frame_bytes
+        self.delay_ns = 0
+        self.wire: deque[tuple[int, bytearray]] = deque()  # (release time, frame)
+        self.wire_bytes = 0
+        self.wire_bound_bytes = 0
+        self.wire_stalls = 0
+        self._last_release_ns = 0
+        if cfg.delay_ns:
+            self.set_delay(cfg.delay_ns)
 
     @property
     def depth_bytes(self) -> int:
         return self.high_bytes + self.data_bytes + self.lossless_bytes
 
     def __len__(self) -> int:
-        return len(self.high) + len(self.data) + len(self.lossless)
+        return len(self.high) + len(self.data) + len(self.lossless) + len(self.wire)
+
+    # --- the wire (link propagation delay) ------------------------------------------------
+    def wire_bound(self, delay_ns: int) -> int:
+        """The wire bound a delay gives (mrc_eq_wire_bound): 0 for 0, else what the bucket
+        can put on the wire within the delay plus the longest frame, never less than what is
+        on the wire now."""
+        if not 0 <= delay_ns <= MAX_DELAY_NS:
+            raise ValueError(f"delay_ns {delay_ns}: must be 0..{MAX_DELAY_NS}")
+        if delay_ns == 0:
+            return 0
+        bound = int(self._burst + self._rate_per_ns * delay_ns) + self.max_frame_bytes
+        return max(bound, self.wire_bytes)
+
+    def set_delay(self, delay_ns: int) -> None:
+        """The link's one-way delay from now on (frames on the wire keep their release
+        times; with 0 they drain and new frames leave at once once the wire is empty)."""
+        bound = self.wire_bound(delay_ns)
+        if delay_ns:
+            self.wire_bound_bytes = bound
+        self.delay_ns = delay_ns
+
+    def _wire_on(self) -> bool:
+        return self.delay_ns > 0 or bool(self.wire)
+
+    def _wire_due(self, now_ns: int, max_frames: int, out: list[bytearray]) -> None:
+        wire = self.wire
+        while wire and len(out) < max_frames and wire[0][0] <= now_ns:
+            f = wire.popleft()[1]
+            self.wire_bytes -= len(f)
+            out.append(f)
+
+    def _to_wire(self, now_ns: int) -> None:
+        """Frames the tokens let leave by now go onto the wire, in dequeue's order, while
+        the bound has room."""
+        self._refill(now_ns)
+        release = max(now_ns + self.delay_ns, self._last_release_ns)
+        tokens = self._tokens
+        while True:
+            head = self._head(now_ns)
+            if head is None or len(head) > tokens:
+                break
+            n = len(head)
+            if self.wire_bytes + n > self.wire_bound_bytes:
+                self.wire_stalls += 1
+                break
+            self._pop_head(now_ns)
+            self.wire.append((release, head))
+            self.wire_bytes += n
+            self._last_release_ns = release
+            tokens -= n
+        self._tokens = tokens
+
+    def _head(self, now_ns: int) -> bytearray | None:
+        """The frame dequeue would serve next (high, lossless unless paused, data)."""
+        if self.high:
+            return self.high[0]
+        if self.lossless and now_ns >= self.paused_until_ns:
+            return self.lossless[0][0]
+        if self.data:
+            return self.data[0]
+        return None
+
+    def _pop_head(self, now_ns: int) -> None:
+        if self.high:
+            self.high_bytes -= len(self.high.popleft())
+        elif self.lossless and now_ns >= self.paused_until_ns:
+            f, in_port = self.lossless.popleft()
+            self.lossless_bytes -= len(f)
+            if in_port >= 0:
+                self._in_bytes[in_port] -= len(f)
+        else:
+            self.data_bytes -= len(self.data.popleft())
+
+    def _wire_dequeue(self, now_ns: int, max_frames: int) -> list[bytearray]:
+        out: list[bytearray] = []
+        self._wire_due(now_ns, max_frames, out)
+        self._to_wire(now_ns)
+        self._wire_due(now_ns, max_frames, out)  # a delay of 0 while the wire drains
+        return out
+
+    def _wire_next_ns(self, now_ns: int) -> int | None:
+        nxt = max(self.wire[0][0], now_ns) if self.wire else None
+        head = self._head(now_ns)
+        t = None
+        if head is not None:
+            if self.wire_bytes + len(head) <= self.wire_bound_bytes:
+                t = self._tokens_cover_ns(now_ns, len(head))
+        elif self.lossless:
+            t = self.paused_until_ns
+        if t is not None and (nxt is None or t < nxt):
+            nxt = t
+        return nxt
 
     def _note_depth(self) -> None:
         d = self.high_bytes + self.data_bytes + self.lossless_bytes
@@ -199,6 +317,8 @@ class EgressQueue:
     def dequeue(self, now_ns: int, max_frames: int = 64) -> list[bytearray]:
         """Frames the link may carry by now: high class first, then lossless (unless
         paused), then data, within the token bucket."""
+        if self.delay_ns > 0 or self.wire:
+            return self._wire_dequeue(now_ns, max_frames)
         out: list[bytearray] = []
         if not (self.high or self.data or self.lossless):
             return out
@@ -241,7 +361,7 @@ class EgressQueue:
         within this budget has exactly the fate enqueue + dequeue would give it at now_ns
         (an empty queue neither marks nor trims), so the switch sends such frames straight
         from its receive buffer and calls :meth:`consume` with their bytes."""
-        if self.high or self.data or self.lossless:
+        if self.high or self.data or self.lossless or self.delay_ns > 0 or self.wire:
             return -1
         if self._ll is not None and now_ns < self.paused_until_ns:
             return -1  # paused: a lossless frame must not leave at once
@@ -269,6 +389,8 @@ class EgressQueue:
 
     def next_send_ns(self, now_ns: int) -> int | None:
         """When the head frame may leave (now_ns if already), or None if the queue is empty."""
+        if self.delay_ns > 0 or self.wire:
+            return self._wire_next_ns(now_ns)
         if self.high:
             n = len(self.high[0])
         elif self.lossless and now_ns >= self.paused_until_ns:
@@ -279,6 +401,9 @@ class EgressQueue:
             return self.paused_until_ns  # only paused lossless frames: when the pause ends
         else:
             return None
+        return self._tokens_cover_ns(now_ns, n)
+
+    def _tokens_cover_ns(self, now_ns: int, n: int) -> int:
         self._refill(now_ns)
         missing = n - self._tokens
         if missing <= 0:
@@ -286,7 +411,8 @@ class EgressQueue:
         return now_ns + int(missing / self._rate_per_ns) + 1
 
     def flush(self) -> int:
-        """Drop everything queued (the link went down); returns how many frames."""
+        """Drop everything queued and on the wire (the link went down); returns how many
+        frames."""
         n = len(self)
         for f, in_port in self.lossless:  # the in-ports get their lossless bytes back
             if in_port >= 0:
@@ -294,5 +420,6 @@ class EgressQueue:
         self.high.clear()
         self.data.clear()
         self.lossless.clear()
-        self.high_bytes = self.data_bytes = self.lossless_bytes = 0
+        self.wire.clear()
+        self.high_bytes = self.data_bytes = self.lossless_bytes = self.wire_bytes = 0
         return n

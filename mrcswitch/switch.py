@@ -310,6 +310,23 @@ class Switch:
         self._probe_due = now + int(LINK_PROBE_INTERVAL_S * (1.0 + fraction) * 1e9)
         self._stats_due = now + int(self.cfg.stats_interval_s * (1.0 + fraction) * 1e9)
 
+    def set_delay(self, port: str, delay_ns: int) -> dict:
+        """The one-way propagation delay of the link out of ``port`` (its name or interface)
+        from now on, until a restart reads the config again: frames already on the wire keep
+        their release times. ValueError names what is wrong."""
+        names = {p.cfg.name: p for p in self.ports} | {p.cfg.interface: p for p in self.ports}
+        p = names.get(port)
+        if p is None:
+            known = ", ".join(sorted({q.cfg.name for q in self.ports}))
+            raise ValueError(f"{self.cfg.name} has no port {port!r} (ports: {known})")
+        if isinstance(delay_ns, bool) or not isinstance(delay_ns, int):
+            raise ValueError(f"delay_ns must be an integer, not {delay_ns!r}")
+        was = p.queue.delay_ns
+        p.queue.set_delay(delay_ns)  # its range check names the bounds
+        self.path.refresh_budget(p, time.monotonic_ns())  # nothing leaves at once if delayed
+        log.info("port %s: one-way delay %d ns (was %d ns)", p.cfg.name, delay_ns, was)
+        return {"port": p.cfg.name, "delay_ns": delay_ns, "was_ns": was}
+
     @property
     def cloop(self) -> cloop.CLoop | None:
         """The C event loop of this switch's ports, when C runs them."""

@@ -19,6 +19,9 @@ shape A B --clear             back to the link-rate tbf (kernel switch ports) or
 reboot SWITCH                 python: SIGTERM the recorded PID, wait, start it again with the
                               same config; kernel: every port down, wait, ports up + tables
 port down|up HOST PLANE       ``ip -n NS link set dev IF down|up`` on the host's NIC port
+delay A B TIME                ``mrc-switch --control SOCK --request '{"op": "delay", ...}'``
+                              at each switch end (python switches: they hold the frames)
+delay A B --clear             the same request with the lab's own delay (``--delay`` of up)
 ============================  =============================================================
 """
 
@@ -37,6 +40,7 @@ from lab.fabric.status import loss_table, read_namespace
 from lab.fabric.switchmode import switch_mode
 from lab.fabric.topology import KIND_HOST, KIND_T0, KIND_T1, Link, Port
 from mrcnic import units
+from mrcswitch.config import MAX_DELAY_NS
 
 Printer = Callable[[str], None]
 
@@ -153,6 +157,41 @@ class Faults:
         if node.kind not in (KIND_T0, KIND_T1):
             raise LabError(f"{switch} is not a switch")
         self.mode.reboot(self.state, node, down_ms, self.echo, self._ip_lines)
+
+    # --- propagation delay (mrc-switch) ----------------------------------------------------
+    def delay(self, a: str, b: str, delay_s: float | None) -> None:
+        """One-way delay ``delay_s`` (None: back to the lab's own) on the link a-b, in each
+        direction a switch sends: both ends of a switch-to-switch link, the T0's end of a
+        host link (the host's NIC sends straight into its veth)."""
+        if self.state.switch_mode != "python":
+            raise LabError(
+                "a link delay needs python switches (mrc-switch holds the frames; this kernel "
+                "has no netem to do it on a veth): bring the lab up without --switch kernel"
+            )
+        if delay_s is not None and not 0 <= delay_s <= MAX_DELAY_NS / 1e9:
+            raise LabError(f"delay {delay_s} s: must be in [0, {MAX_DELAY_NS / 1e9:g} s]")
+        link = self.link(a, b)
+        from lab.fabric import pyswitch  # the python mode's control calls
+
+        for end in (link.a, link.b):
+            kind = self.plan.parse_node(end.node).kind
+            if kind not in (KIND_T0, KIND_T1):
+                self.echo(f"# {end.node} {end.ifname}: a host's own port, no delay there")
+                continue
+            rec = self.state.processes.get(end.node)
+            if rec is None or rec.control is None:
+                raise LabError(
+                    f"{end.node} runs in a process of its own, without a control socket "
+                    "(mrc-lab up --switch-procs 0): its delay is only the lab's --delay"
+                )
+            lab_ns = 0 if link.kind == "host-t0" else self.plan.params.delay_ns
+            ns = lab_ns if delay_s is None else round(delay_s * 1e9)
+            port = end.ifname.removeprefix(self.plan.prefix)
+            self.echo(argv_text(pyswitch.control_command(rec, "delay", port=port, delay_ns=ns)))
+            pyswitch.hosted_request(rec, "delay", port=port, delay_ns=ns)
+
+    def delay_clear(self, a: str, b: str) -> None:
+        self.delay(a, b, None)
 
     # --- NIC port ------------------------------------------------------------------------
     def port(self, host: str, plane: int, up: bool) -> None:

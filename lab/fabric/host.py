@@ -22,11 +22,13 @@ from mrcnic.verbs import Device
 def lab_base_rtt_s(params: Any, mtu_bytes: int = 4096, software_s: float = 0.6e-3) -> float:
     """Unloaded RTT between hosts under different T0s of a lab: a full data frame and a
     control frame, store-and-forward over four links each way, plus ``software_s`` for the
-    software switches and NICs on the way (measured: ``mrc-bench lat``)."""
+    software switches and NICs on the way (measured: ``mrc-bench lat``), plus the
+    propagation delay of the two switch-to-switch links each way (``delay_us``)."""
     rate = params.rate_mbit * 1e6
     data_bits = (mtu_bytes + 106) * 8
     ctrl_bits = 140 * 8
-    return 4 * data_bits / rate + 4 * ctrl_bits / rate + software_s
+    propagation_s = 4 * getattr(params, "delay_us", 0.0) * 1e-6
+    return 4 * data_bits / rate + 4 * ctrl_bits / rate + software_s + propagation_s
 
 
 @dataclass

@@ -11,9 +11,11 @@ A topology file holds the same keys (dashes or underscores both accepted), e.g.:
     hosts_per_t0: 2
     rate_mbit: 100
 
-Rates and buffer sizes read like everywhere else in mrc (``mrcnic.units``): a plain number is
-in the key's unit (Mbit/s, KiB), a spelled-out one is converted: ``rate_mbit: 1G`` is 1000,
-``buffer_kb: 1.5M`` is 1536, and the flags ``--rate-mbit`` and ``--buffer-kb`` take the same.
+Rates, buffer sizes and times read like everywhere else in mrc (``mrcnic.units``): a plain
+number is in the key's unit (Mbit/s, KiB, us), a spelled-out one is converted: ``rate_mbit:
+1G`` is 1000, ``buffer_kb: 1.5M`` is 1536, ``delay_us: 2ms`` is 2000, and the flags
+``--rate-mbit`` and ``--buffer-kb`` take the same (``--delay`` takes a time: ``2ms``, or plain
+seconds as mrc-sim's ``--delay``).
 Command-line flags given explicitly win over the file.
 """
 
@@ -31,6 +33,7 @@ import yaml
 from mrcnic.errors import MrcError
 from mrcnic.units import UnitsError, in_unit
 from mrcnic.wire.usid import MAX_INDEX, MAX_PLANES, UsidError, UsidFormat
+from mrcswitch.config import MAX_DELAY_NS
 
 # Every namespace of a lab is "<name>-<node>"; every interface "<name>-<suffix>" (<= 15
 # characters), every nft table "<name>-...". A name is "mrc" + up to 6 lowercase letters or
@@ -41,6 +44,7 @@ DEFAULT_NAME = "mrc"
 # IPv6 40 + UDP 8 + BTH 12 + METH 4 + TS 8 + RETH 16 + ImmDt 4 + 4096 payload + ICRC 4 = 4192.
 MIN_MTU = 4192
 SWITCH_MODES = ("python", "kernel")
+MAX_DELAY_US = MAX_DELAY_NS // 1000
 
 
 class ParamError(MrcError, ValueError):
@@ -67,6 +71,10 @@ class LabParams:
     # python switches: a lossless class with priority flow control (802.1Qbb) for RoCEv2's
     # data (docs/pfc.md); veth has no PFC, so the kernel mode cannot have it
     pfc: bool = False
+    # python switches: one-way propagation delay of every switch-to-switch link, both
+    # directions (T0 -> T1 and T1 -> T0), in microseconds; a path's round trip gains 4x it.
+    # The kernel here has no netem, so it is mrc-switch that holds frames (docs/lab.md)
+    delay_us: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_RE.match(self.name):
@@ -119,6 +127,14 @@ class LabParams:
                 "pfc needs python switches: the kernel's veth has no priority flow control "
                 "(no PAUSE frames, no lossless class); drop --switch kernel or --pfc"
             )
+        d = self.delay_us
+        if isinstance(d, bool) or not isinstance(d, int | float) or not 0 <= d <= MAX_DELAY_US:
+            raise ParamError(f"delay_us must be a time in [0, 1 s], not {d!r}")
+        if d and self.switch == "kernel":
+            raise ParamError(
+                "a link delay needs python switches: this kernel has no netem to hold frames "
+                "on a veth, mrc-switch holds them on its egress; drop --switch kernel or --delay"
+            )
 
     @property
     def rate_bps(self) -> int:
@@ -132,6 +148,11 @@ class LabParams:
     def ecn_threshold_bytes(self) -> int:
         """Where python switches start marking CE (ecn_kb, or half the buffer)."""
         return self.ecn_kb * 1024 if self.ecn_kb is not None else self.buffer_bytes // 2
+
+    @property
+    def delay_ns(self) -> int:
+        """The switch-to-switch links' one-way delay in ns (mrc-switch's ``delay_ns``)."""
+        return round(self.delay_us * 1000)
 
     @property
     def host_count(self) -> int:
@@ -160,6 +181,7 @@ UNIT_KEYS = {
     "rate_mbit": ("rate", 1e6, False),
     "buffer_kb": ("size", 1024, True),
     "ecn_kb": ("size", 1024, True),
+    "delay_us": ("time", 1e-6, False),
 }
 
 

@@ -52,7 +52,8 @@ def pfc_config(params: Any) -> dict[str, int]:
     frame = params.mtu + 14
     xoff, xon = xoff_xon_bytes(params.buffer_bytes, frame)
     burst = max(2 * max(frame, 1518), params.rate_bps // 16000)  # config.py's default burst
-    headroom = headroom_bytes(params.rate_bps, PFC_REACTION_S, 0.0, frame) + burst
+    one_way_s = getattr(params, "delay_us", 0.0) * 1e-6  # frames in flight on a delayed link
+    headroom = headroom_bytes(params.rate_bps, PFC_REACTION_S, one_way_s, frame) + burst
     return {"xoff_bytes": xoff, "xon_bytes": xon, "headroom_bytes": headroom}
 
 
@@ -76,9 +77,13 @@ def switch_config(
         last_hop = node.kind == KIND_T0 and port.role == "down"
         # a T0's host port takes only the host's own source address (anti-spoofing)
         guard = {"source_prefix": host_source_prefix(plan, port)} if last_hop else {}
+        # switch-to-switch links carry the lab's delay (a host's own port cannot: its NIC
+        # sends straight into the veth)
+        delay = {"delay_ns": p.delay_ns} if p.delay_ns and not last_hop else {}
         ports.append(
             {
                 **guard,
+                **delay,
                 "name": port.ifname.removeprefix(plan.prefix),
                 "interface": port.ifname,
                 "peer": port.peer,
@@ -210,9 +215,22 @@ def start_group(
     ]  # fmt: skip
 
 
-def hosted_request(rec: ProcessRecord, op: str) -> dict:
-    """``op`` ("stop", "start") for the switch of ``rec`` through its process's control
-    socket; LabError if the process is gone or refuses."""
+def control_request(rec: ProcessRecord, op: str, **fields: Any) -> dict[str, Any]:
+    """The control request ``op`` with ``fields`` for the switch of ``rec`` (what
+    :func:`hosted_request` sends)."""
+    return {"op": op, "switch": rec.node, **fields}
+
+
+def control_command(rec: ProcessRecord, op: str, **fields: Any) -> list[str]:
+    """The mrc-switch command line that sends that request (what a fault prints)."""
+    assert rec.control is not None
+    msg = json.dumps(control_request(rec, op, **fields))
+    return [*switch_command(), "--control", rec.control, "--request", msg]
+
+
+def hosted_request(rec: ProcessRecord, op: str, **fields: Any) -> dict:
+    """``op`` ("stop", "start", "delay") for the switch of ``rec`` through its process's
+    control socket; LabError if the process is gone or refuses."""
     # here, not at the top: mrcswitch.host loads the whole switch (0.10 s to import,
     # python -X importtime, 2026-11-27), and every mrc-lab command imports this module
     from mrcswitch.host import control
@@ -220,7 +238,7 @@ def hosted_request(rec: ProcessRecord, op: str) -> dict:
     if rec.control is None or not rec.is_alive():
         raise LabError(f"the process serving {rec.node} (pid {rec.pid}) is not running")
     try:
-        reply = control(rec.control, {"op": op, "switch": rec.node})
+        reply = control(rec.control, control_request(rec, op, **fields))
     except (OSError, ValueError) as e:
         raise LabError(f"{rec.node}: control socket {rec.control}: {e}") from None
     if not reply.get("ok"):

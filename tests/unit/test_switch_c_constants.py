@@ -15,7 +15,7 @@ import socket
 import pytest
 
 from mrcnic.io import batch as batch_io
-from mrcswitch import cloop, cqueue, fastpath, fcache, pipeline
+from mrcswitch import cloop, config, cqueue, fastpath, fcache, pipeline
 from mrcswitch.queue import Verdict
 
 
@@ -82,11 +82,12 @@ def test_twin_structs_have_the_c_fields():
 
 
 def test_egress_queue_verdicts_and_send_batch(lib):
-    codes = _c_names(lib, "MRC_EQ_") - {"MRC_EQ_SEND_BATCH"}
+    codes = _c_names(lib, "MRC_EQ_") - {"MRC_EQ_SEND_BATCH", "MRC_EQ_MAX_DELAY_NS"}
     assert {f"MRC_EQ_{v.name}" for v in Verdict} == codes
     for v in Verdict:
         assert v == getattr(lib, f"MRC_EQ_{v.name}"), v
     assert cqueue.SEND_BATCH == lib.MRC_EQ_SEND_BATCH
+    assert config.MAX_DELAY_NS == lib.MRC_EQ_MAX_DELAY_NS
 
 
 def test_io_max_batch_is_what_one_c_receive_takes(lib):

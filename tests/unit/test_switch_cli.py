@@ -40,3 +40,18 @@ def test_old_module_path_still_runs(tmp_path):
                        capture_output=True, text=True)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "OK" in r.stdout
+
+
+def test_request_needs_control_and_json(tmp_path):
+    def req(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "mrcswitch.main", *args],
+                              capture_output=True, text=True)  # fmt: skip
+
+    r = req("--request", '{"op": "list"}')
+    assert r.returncode == 2 and "--control" in r.stderr
+    r = req("--control", str(tmp_path / "c.sock"), "--request", "{not json")
+    assert r.returncode == 2 and "not JSON" in r.stderr
+    r = req("--control", str(tmp_path / "c.sock"), "--request", '{"op": "list"}')
+    assert r.returncode == 1 and "control socket" in r.stderr  # nothing listens there
+    r = req()
+    assert r.returncode == 2 and "--config is required" in r.stderr

@@ -491,3 +491,179 @@ def test_lossless_class_matches_the_twin_step_by_step(cfg, ll_buffer, in_limit, 
             c.lossless_bytes, c.ptr.lossless_frames, c.lossless_drops)  # fmt: skip
         assert list(in_py) == list(in_c)
         assert sum(in_py) == sum(len(f) for f, p in py.lossless if p >= 0)
+
+
+# --- the wire: link propagation delay ---------------------------------------------------------
+
+
+def make_delay_pair(cfg: PortConfig, max_frame: int):
+    py = EgressQueue(cfg, 32, 0, max_frame_bytes=max_frame)
+    return py, cqueue.CEgressQueue(cfg, 32, 0, max_frame_bytes=max_frame)
+
+
+def assert_same_wire(py: EgressQueue, c: cqueue.CEgressQueue) -> None:
+    assert_same_state(py, c)
+    assert (py.delay_ns, py.wire_bytes, py.wire_bound_bytes, py.wire_stalls, len(py.wire)) == (
+        c.delay_ns, c.wire_bytes, c.wire_bound_bytes, c.wire_stalls, c.ptr.wire_frames)  # fmt: skip
+
+
+wire_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("enq"), st.integers(0, 50_000), frame_spec),
+        st.tuples(st.just("enq"), st.integers(0, 50_000), frame_spec),
+        st.tuples(st.just("enq"), st.integers(0, 50_000), frame_spec),
+        st.tuples(st.just("deq"), st.integers(0, 3_000_000), st.integers(1, 70)),
+        st.tuples(st.just("next"), st.integers(0, 1_000_000), st.just(0)),
+        st.tuples(st.just("budget"), st.integers(0, 1_000_000), st.just(0)),
+        st.tuples(
+            st.just("delay"),
+            st.integers(0, 1_000_000),
+            st.sampled_from([0, 0, 1, 10_000, 300_000, 2_000_000]),
+        ),  # fmt: skip
+        st.tuples(st.just("flush"), st.integers(0, 10), st.just(0)),
+    ),
+    min_size=10,
+    max_size=80,
+)
+
+
+@settings(max_examples=250, deadline=None)
+@given(cfg_strategy, st.sampled_from([0, 5_000, 1_000_000]), wire_ops)
+def test_the_wire_matches_the_twin_step_by_step(cfg, delay0, ops):
+    """Frames out, release order, counters and next_send_ns of the C wire against the twin,
+    through delays set, shortened, cleared while frames are in flight, and flushes."""
+    py, c = make_delay_pair(cfg, 2600)
+    py.set_delay(delay0)
+    c.set_delay(delay0)
+    now = 0
+    for op in ops:
+        now += op[1]
+        if op[0] == "enq":
+            f = frame(op[2])
+            if len(f) <= 2600:
+                fc = bytearray(f)
+                assert c.enqueue(fc, now) is py.enqueue(f, now)
+                assert fc == f
+        elif op[0] == "deq":
+            assert [bytes(x) for x in c.dequeue(now, op[2])] == [
+                bytes(x) for x in py.dequeue(now, op[2])
+            ]
+        elif op[0] == "next":
+            assert c.next_send_ns(now) == py.next_send_ns(now)
+        elif op[0] == "budget":
+            assert c.fast_budget(now) == py.fast_budget(now)
+        elif op[0] == "delay":
+            py.set_delay(op[2])
+            c.set_delay(op[2])
+        else:
+            assert c.flush() == py.flush()
+        assert_same_wire(py, c)
+
+
+@pytest.mark.parametrize("impl", ["py", "c"])
+def test_a_frame_arrives_one_delay_after_it_leaves(impl):
+    """At 8 Mb/s a 1,000-byte frame takes 1 ms to send; with 5 ms of delay the second frame
+    of a back-to-back pair leaves the port 1 ms after the first, both 5 ms late."""
+    cfg = port_cfg(rate_bps=8_000_000, buffer_bytes=20_000, burst_bytes=1000)
+    q = EgressQueue(cfg, 32, 0, max_frame_bytes=2600) if impl == "py" else \
+        cqueue.CEgressQueue(cfg, 32, 0, max_frame_bytes=2600)  # fmt: skip
+    q.set_delay(5_000_000)
+    assert q.fast_budget(0) == -1  # nothing leaves at once over a delayed link
+    frames = []
+    for i in range(2):
+        f = bytearray(1000)
+        set_tc(f, Dscp.NO_TRIM, Ecn.NOT_ECT)
+        f[100] = i
+        frames.append(f)
+        assert q.enqueue(bytearray(f), 0) is Verdict.QUEUED
+    assert q.dequeue(0, 64) == []  # the first is on the wire, the second waits for tokens
+    assert q.depth_bytes == 1000 and len(q) == 2 and q.wire_bytes == 1000
+    assert q.next_send_ns(0) == 1_000_001  # tokens for the second before the first lands
+    assert q.dequeue(1_000_001, 64) == []
+    assert q.wire_bytes == 2000 and q.depth_bytes == 0
+    assert q.next_send_ns(1_000_001) == 5_000_000
+    assert q.dequeue(4_999_999, 64) == []
+    assert q.dequeue(5_000_000, 64) == [frames[0]]
+    assert q.next_send_ns(5_000_000) == 6_000_001
+    assert q.dequeue(6_000_001, 64) == [frames[1]]
+    assert len(q) == 0 and q.next_send_ns(6_000_001) is None
+    assert q.wire_stalls == 0
+
+
+@pytest.mark.parametrize("impl", ["py", "c"])
+def test_a_shorter_delay_never_reorders_and_zero_drains_back_to_the_fast_path(impl):
+    cfg = port_cfg(rate_bps=10**9, buffer_bytes=100_000, burst_bytes=50_000)
+    q = EgressQueue(cfg, 32, 0, max_frame_bytes=2600) if impl == "py" else \
+        cqueue.CEgressQueue(cfg, 32, 0, max_frame_bytes=2600)  # fmt: skip
+    q.set_delay(1_000_000)
+    mk = []
+    for i in range(6):
+        f = bytearray(500)
+        set_tc(f, Dscp.NO_TRIM, Ecn.NOT_ECT)
+        f[100] = i
+        mk.append(f)
+    for f in mk[:3]:
+        q.enqueue(bytearray(f), 0)
+    assert q.dequeue(0, 64) == []  # three on the wire until 1 ms
+    q.set_delay(10_000)  # shorter: new frames must still land after the three
+    for f in mk[3:]:
+        q.enqueue(bytearray(f), 100)
+    assert q.dequeue(200_000, 64) == []
+    assert q.dequeue(1_000_000, 64) == mk
+    q.set_delay(0)
+    assert q.fast_budget(1_000_000) > 0  # the wire is empty: frames may leave at once again
+    assert q.flush() == 0
+
+
+@pytest.mark.parametrize("impl", ["py", "c"])
+def test_frames_in_flight_die_with_the_link_and_paced_callers_never_stall(impl):
+    cfg = port_cfg(rate_bps=100_000_000, buffer_bytes=60_000, burst_bytes=12_500)
+    q = EgressQueue(cfg, 32, 0, max_frame_bytes=4200) if impl == "py" else \
+        cqueue.CEgressQueue(cfg, 32, 0, max_frame_bytes=4200)  # fmt: skip
+    q.set_delay(4_000_000)
+    assert q.wire_bound_bytes == 12_500 + 50_000 + 4200  # burst + rate x delay + a frame
+    now, out = 0, 0
+    for _ in range(2000):  # a saturated link, a caller on time: the bound never binds
+        while q.depth_bytes + 4100 <= 60_000:
+            f = bytearray(4100)
+            set_tc(f, Dscp.NO_TRIM, Ecn.NOT_ECT)
+            assert q.enqueue(f, now) is Verdict.QUEUED
+        out += len(q.dequeue(now, 64))
+        now = q.next_send_ns(now)
+    assert q.wire_stalls == 0 and out > 900
+    on_wire = q.ptr.wire_frames if impl == "c" else len(q.wire)
+    assert on_wire > 5 and q.wire_bytes > 5 * 4100  # a delay's worth of frames in flight
+    held = len(q)
+    assert held > on_wire  # and more queued behind them
+    assert q.flush() == held  # the link went down: queued and in flight, all gone
+    assert len(q) == 0 and q.wire_bytes == 0
+
+
+def test_set_delay_refuses_out_of_range_and_changes_nothing():
+    for q in (EgressQueue(port_cfg(), 32, 0), cqueue.CEgressQueue(port_cfg(), 32, 0)):
+        for bad in (-1, 1_000_000_001):
+            with pytest.raises(ValueError):
+                q.set_delay(bad)
+        assert q.delay_ns == 0 and q.fast_budget(0) > 0
+
+
+def test_send_holds_frames_until_their_release():
+    cfg = port_cfg(rate_bps=10**9, buffer_bytes=60_000, burst_bytes=30_000)
+    py, c = make_delay_pair(cfg, 2600)
+    py.set_delay(50_000)
+    c.set_delay(50_000)
+    a, b = unix_pair()
+    with a, b:
+        for i in range(20):
+            f = bytearray(random.Random(i).randbytes(300 + i))
+            set_tc(f, Dscp.CONTROL if i % 5 == 0 else Dscp.NO_TRIM, Ecn.NOT_ECT)
+            assert c.enqueue(bytearray(f), 0) is py.enqueue(f, 0)
+        for now in (0, 49_999, 50_000, 80_000, 200_000):
+            want = twin_send(py, now)
+            n, sent, failed, err, nbytes = c.send(a.fileno(), now)
+            assert (n, sent, failed, err) == (len(want), len(want), 0, 0)
+            assert drain(b) == [bytes(x) for x in want]
+            assert_same_wire(py, c)
+            if now < 50_000:
+                assert want == []
+        assert len(py) == len(c) == 0

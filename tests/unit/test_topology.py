@@ -281,3 +281,33 @@ def test_host_info_for_the_nic() -> None:
     d = plan.to_dict()
     assert len(d["templates"]) == 4 * 3
     json.dumps(d)
+
+
+def test_delay_reaches_the_switch_to_switch_ports_only() -> None:
+    config = pytest.importorskip("mrcswitch.config")
+    plan = Plan(LabParams(planes=2, t0=2, t1=2, hosts_per_t0=2, delay_us=1500))
+    for node in plan.switches():
+        cfg = config.config_from_dict(pyswitch.switch_config(plan, node, "/tmp/x.json"))
+        for p in cfg.ports:
+            assert p.delay_ns == (0 if p.last_hop else 1_500_000), (node.name, p.name)
+    plain = Plan(LabParams(planes=2))
+    node = next(iter(plain.switches()))
+    assert all("delay_ns" not in p for p in pyswitch.switch_config(plain, node, "/x")["ports"])
+
+
+def test_delay_params_units_bounds_and_modes() -> None:
+    from lab.fabric.host import lab_base_rtt_s
+
+    assert resolve(None, delay_us="2ms").delay_us == 2000
+    assert LabParams(delay_us=2.5).delay_ns == 2500
+    for bad in (-1, 1_000_001, True, "x"):
+        with pytest.raises(ParamError, match="delay_us"):
+            LabParams(delay_us=bad)
+    with pytest.raises(ParamError, match="python switches"):
+        LabParams(switch="kernel", delay_us=100)
+    # the NICs' base RTT and PFC's headroom count the frames in flight on the delayed links
+    assert lab_base_rtt_s(LabParams(delay_us=1000)) == pytest.approx(
+        lab_base_rtt_s(LabParams()) + 4e-3
+    )
+    slow = pyswitch.pfc_config(LabParams(pfc=True, delay_us=5000))["headroom_bytes"]
+    assert slow - pyswitch.pfc_config(LabParams(pfc=True))["headroom_bytes"] == 125_000
