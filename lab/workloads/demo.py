@@ -33,7 +33,7 @@ from lab.fabric.progress import Progress
 from lab.fabric.state import LabState, exists
 from lab.proc import analysis as an
 from lab.proc.benchrun import WriteRun, WriteSpec, bench_available, run_write
-from lab.proc.cpu import cpu_verdict
+from lab.proc.cpu import CPU_BOUND_LABEL, cpu_verdict
 from lab.proc.schedule import Step
 from lab.workloads import calibrate
 from mrcnic.units import size_arg, time_arg, time_in
@@ -164,10 +164,12 @@ def _cpu_bound_cell(res: dict[str, Any]) -> str:
             ),
         }
     m, n = res.get("machine_busy_fraction"), res.get("nic_core_fraction_max")
+    w = res.get("cpu_pressure_fraction")
     figs = ", ".join(
         x
         for x in (
             f"{m:.0%} busy" if isinstance(m, int | float) else "",
+            f"wait {w:.0%}" if isinstance(w, int | float) else "",
             f"NIC {n:.0%}" if isinstance(n, int | float) else "",
         )
         if x
@@ -263,7 +265,7 @@ def render_screen(doc: dict[str, Any], width: int = 56, unicode: bool = True) ->
     lines.append(row("bytes written", cells_b))
     lines.append(row("QP errors", cells_qp))
     lines.append(row("CPU, 1 core = 100% (sw: switches)", cells_cpu))
-    lines.append(row("CPU-bound (>=85% busy, NIC>=90%)", cells_bound))
+    lines.append(row(CPU_BOUND_LABEL, cells_bound))
     thr = [
         f"{(runs[k].get('analysis') or {}).get('threshold_fraction', 0):.0%}"
         if runs[k].get("analysis")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import time
 
 import pytest
 
@@ -36,31 +37,44 @@ def meas(rate=100.0, fps=20_000.0, busy=0.94, idle=0.04, nic=0.40, flows=1, **kw
 
 
 @pytest.mark.parametrize(
-    ("machine", "nic", "bound"),
+    ("machine", "nic", "pressure", "switch", "bound"),
     [
-        (0.84, 0.89, False),
-        (0.85, 0.10, True),  # machine at the threshold
-        (0.10, 0.90, True),  # one NIC process at the threshold
-        (None, 0.95, True),
-        (0.99, None, True),
-        (None, None, False),  # nothing measured says nothing
+        (0.84, 0.89, 0.13, 0.89, False),
+        (0.85, 0.10, None, None, True),  # machine at the threshold
+        (0.10, 0.90, None, None, True),  # one NIC process at the threshold
+        (0.10, 0.10, 0.14, None, True),  # a task waited for a CPU 14% of the time
+        (0.10, 0.10, None, 0.90, True),  # the (shared) switch process at a core
+        (0.81, 0.88, 0.20, None, True),  # busy, not saturated: the wait for a CPU shows it
+        (0.76, 0.48, 0.25, 0.53, True),  # 2 planes at 1 Gb/s: 0.29 of capacity (docs/bench.md)
+        (None, 0.95, None, None, True),
+        (0.99, None, None, None, True),
+        (None, None, None, None, False),  # nothing measured says nothing
     ],
 )
-def test_cpu_bound_rule(machine, nic, bound) -> None:
-    assert cpu.cpu_bound(machine, nic) is bound
+def test_cpu_bound_rule(machine, nic, pressure, switch, bound) -> None:
+    assert cpu.cpu_bound(machine, nic, pressure, switch) is bound
 
 
 def test_cpu_verdict_from_bench_percentages_and_the_warning_line() -> None:
     v = cpu.cpu_verdict(92.1, [38.5, None, 33.7])
     assert v["cpu_bound"] is True
     assert v["machine_busy_fraction"] == 0.921 and v["nic_core_fraction_max"] == 0.385
-    assert v["cpu_bound_thresholds"] == {"machine_busy_fraction": 0.85, "nic_core_fraction": 0.9}
+    assert v["cpu_bound_thresholds"] == {
+        "machine_busy_fraction": 0.85,
+        "nic_core_fraction": 0.9,
+        "cpu_pressure_fraction": 0.14,
+        "switch_core_fraction": 0.9,
+    }
     warn = cpu.cpu_warning(v)
     assert warn and "WARNING: CPU-bound" in warn and "92% busy" in warn
     ok = cpu.cpu_verdict(60.0, [95.0])
     assert ok["cpu_bound"] is True and "95% of a core" in cpu.cpu_warning(ok)
     assert cpu.cpu_warning(cpu.cpu_verdict(50.0, [40.0, 30.0])) is None
     assert cpu.cpu_verdict(None, [])["cpu_bound"] is False
+    waited = cpu.cpu_verdict(40.0, [40.0], 0.25, 60.0)
+    assert waited["cpu_bound"] and waited["switch_core_fraction_max"] == 0.6
+    assert "waited for a CPU 25% of the time" in cpu.cpu_warning(waited)
+    assert "busiest switch process 60%" in cpu.cpu_warning(waited)
 
 
 def _pair_result(**kw) -> dict:
@@ -119,7 +133,9 @@ def test_costs_per_frame_come_from_the_measurement() -> None:
 def test_rate_choice_keeps_the_machine_at_the_headroom_target() -> None:
     m = meas(fps=20_000, busy=0.94, idle=0.04, nic=0.40)
     # target machine 0.85 x 0.75 = 0.6375: (0.6375 - 0.04) x 2 / (0.9 x 2 / 20000) fps
-    fps = (0.6375 - 0.04) / 0.90 * 20_000
+    target = cpu.CPU_BOUND_MACHINE * cal.HEADROOM
+    assert target == pytest.approx(0.6375)
+    fps = (target - 0.04) / 0.90 * 20_000
     assert cal.target_fps(m) == pytest.approx(fps)
     assert cal.carried_fps(m) == pytest.approx((0.85 - 0.04) / 0.90 * 20_000)
     per_mbit = cal.fps_per_mbit(8, 4202.0)
@@ -127,7 +143,7 @@ def test_rate_choice_keeps_the_machine_at_the_headroom_target() -> None:
     r = cal.choose_rate(m)
     assert r == cal.floor2(fps / per_mbit) and 40 < r < 60
     # the result keeps the predicted load at or under the target
-    assert m.idle_busy + m.machine_core_s_per_frame * r * per_mbit / m.cpus <= 0.6375
+    assert m.idle_busy + m.machine_core_s_per_frame * r * per_mbit / m.cpus <= target
 
 
 def test_rate_choice_caps_floors_and_respects_the_nic_limit() -> None:
@@ -341,3 +357,20 @@ def test_after_the_first_step_a_failed_step_at_most_halves_the_rate() -> None:
     spoiled = meas(rate=44, fps=10_400, busy=0.94, idle=0.05, nic=0.45)  # others ran meanwhile
     assert cal.next_rate([first, spoiled]) >= 22
     assert cal.next_rate([first]) < 100  # the first step may drop further than half
+
+
+def test_self_meter_reads_cpu_pressure_and_the_busiest_switch_process() -> None:
+    import os
+
+    m = cpu.SelfCpuMeter([os.getpid()])  # this process stands in for a switch process
+    m.start()
+    t = time.monotonic()
+    while time.monotonic() - t < 0.2:  # busy: this process is its own "switch" at ~a core
+        pass
+    got = m.stop()
+    assert got.switch_cpu_percent_max is not None and got.switch_cpu_percent_max > 50
+    if cpu.cpu_pressure_us() is None:
+        assert got.cpu_pressure_fraction is None  # no PSI: not measured, never guessed
+    else:
+        assert got.cpu_pressure_fraction is not None and 0 <= got.cpu_pressure_fraction <= 1
+    assert set(got.to_json()) >= {"switch_cpu_percent_max", "cpu_pressure_fraction"}

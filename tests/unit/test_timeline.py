@@ -422,9 +422,16 @@ def test_cpu_meter_busy_between_uses_the_samples_inside_the_window() -> None:
     from lab.proc.cpu import ChildrenCpuMeter as CpuMeter
 
     m = CpuMeter(None)  # type: ignore[arg-type]  # busy_between needs only the samples
-    # (unix time, busy jiffies, total jiffies): idle until t=2, then fully busy
-    m.samples = [(0.0, 0, 0), (1.0, 0, 100), (2.0, 0, 200), (3.0, 100, 300), (4.0, 200, 400)]
+    # (unix time, busy jiffies, total jiffies, CPU pressure us): idle until t=2, then fully
+    # busy, with a task waiting for a CPU a quarter of the time from t=3
+    m.samples = [(0.0, 0, 0, 0), (1.0, 0, 100, 0), (2.0, 0, 200, 0), (3.0, 100, 300, 0),
+                 (4.0, 200, 400, 250_000)]  # fmt: skip
     assert m.busy_between(2.0, 4.0) == pytest.approx(1.0)
     assert m.busy_between(0.5, 2.5) == pytest.approx(0.0)  # from t=1 to t=2
     assert m.busy_between(1.0, 3.0) == pytest.approx(0.5)
     assert m.busy_between(3.5, 3.9) is None  # no two samples inside
+    assert m.pressure_between(3.0, 4.0) == pytest.approx(0.25)
+    assert m.pressure_between(2.0, 4.0) == pytest.approx(0.125)
+    assert m.pressure_between(3.5, 3.9) is None
+    m.samples = [(0.0, 0, 0, None), (1.0, 0, 100, None)]  # a kernel without PSI
+    assert m.pressure_between(0.0, 1.0) is None

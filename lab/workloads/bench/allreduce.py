@@ -580,5 +580,10 @@ def _result(
         # data packets sent once each (retransmissions not counted; warm-up included, as
         # above): retransmissions / tx_data_packets is the retransmission rate
         "tx_data_packets": sum(q["tx_data_packets"] for f in finals for q in f.get("qp", [])),
-        **cpu.cpu_verdict(cpu0.get("machine_cpu_percent"), cpu_ranks),
+        **cpu.cpu_verdict(
+            cpu0.get("machine_cpu_percent"),
+            cpu_ranks,
+            cpu0.get("cpu_pressure_fraction"),
+            cpu0.get("switch_cpu_percent_max"),
+        ),
     }

@@ -315,5 +315,10 @@ def result(
         "timeouts": sum(q["timeouts"] for q in qps),
         "spurious_timeouts": sum(q.get("spurious_timeouts", 0) for q in qps),
         "tx_data_packets": sum(q["tx_data_packets"] for q in qps),
-        **cpu.cpu_verdict(cpu0.get("machine_cpu_percent"), cpu_ranks),
+        **cpu.cpu_verdict(
+            cpu0.get("machine_cpu_percent"),
+            cpu_ranks,
+            cpu0.get("cpu_pressure_fraction"),
+            cpu0.get("switch_cpu_percent_max"),
+        ),
     }

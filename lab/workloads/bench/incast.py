@@ -456,18 +456,21 @@ def cpu_keys(
     """``cpu_bound`` by mrc-bench's rule (lab.workloads.bench.common.cpu_verdict) over the window in
     which every flow ran (the whole phase when there is none): the machine's busy share from
     ``meter`` (lab.proc.cpu.ChildrenCpuMeter), and every NIC process of every write."""
-    busy = None
+    busy = pressure = None
     if window is not None:
         lo = window["window_start_unix_s"]
         busy = meter.busy_between(lo, lo + window["window_s"])
+        pressure = meter.pressure_between(lo, lo + window["window_s"])
     if busy is None and meter.result:
         busy = meter.result.machine_busy_percent / 100
+    if pressure is None and meter.result:
+        pressure = meter.result.cpu_pressure_fraction
     nics: list[float | None] = []
     for r in results:
         if r:
             nics += [_num(r.get("cpu_percent_client")), _num(r.get("cpu_percent_server"))]
     machine = None if busy is None else round(100 * busy, 1)
-    return {"machine_cpu_percent": machine, **cpu.cpu_verdict(machine, nics)}
+    return {"machine_cpu_percent": machine, **cpu.cpu_verdict(machine, nics, pressure)}
 
 
 # --- the incast ----------------------------------------------------------------------------------

@@ -599,7 +599,12 @@ def _result(
         "nic": {"client": nic.stats(), "server": res.get("nic")},
         "pps_per_core_client": _pps_per_core(nic.stats(), cpu.cpu_percent, duration),
         "pps_per_core_server": _pps_per_core(res.get("nic"), scpu.get("cpu_percent"), duration),
-        **cpu_verdict(cpu.machine_cpu_percent, [cpu.cpu_percent, scpu.get("cpu_percent")]),
+        **cpu_verdict(
+            cpu.machine_cpu_percent,
+            [cpu.cpu_percent, scpu.get("cpu_percent")],
+            cpu.cpu_pressure_fraction,
+            cpu.switch_cpu_percent_max,
+        ),
     }
     # peak: the best 100 ms bin of completed bytes (the average when the run is shorter)
     peak = bc.peak_bps(run.events, run.t_start, run.t_end, 0.1) if run.events else 0.0

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lab.fabric.faults import Faults
+from lab.proc.cpu import CPU_BOUND_RULE
 from lab.views import plot
 from lab.workloads.experiments.base import (
     Context,
@@ -446,9 +447,8 @@ def _notes(conds: dict, setup: dict[str, Any]) -> str:
         cvs = [conds[c]["mrc"][key(0.0)]["cv"] for c in conds]
         cv_txt = ", ".join(f"{x:.2f}" for x in cvs if x is not None)
         out.append(
-            f"{bound} of {n} runs were CPU-bound (machine >= 85% busy or a NIC process >= 90% "
-            "of a core)" + (f"; cv of MRC's lossless busbw across repetitions {cv_txt}" if
-                           cv_txt else "")
+            f"{bound} of {n} runs were CPU-bound ({CPU_BOUND_RULE})"
+            + (f"; cv of MRC's lossless busbw across repetitions {cv_txt}" if cv_txt else "")
         )  # fmt: skip
     return "; ".join(out)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.fabric.paths import REPO
+from lab.proc.cpu import CPU_BOUND_LABEL
 from lab.proc.schedule import Step
 from lab.workloads import calibrate
 from lab.workloads.soak.config import TITLES
@@ -145,7 +146,7 @@ def render_summary(doc: dict[str, Any]) -> str:
         lines.append(row(label, [_dist_cell(x["step_time_s"][part]) for x in r]))
     lines.append(
         row(
-            "CPU-bound (>=85% busy, NIC>=90%)",
+            CPU_BOUND_LABEL,
             [
                 f"{'YES' if x.get('cpu_bound') else 'no'} ({x.get('machine_cpu_percent')}% busy)"
                 for x in r
