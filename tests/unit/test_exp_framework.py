@@ -110,3 +110,24 @@ def test_flaps_schedule_and_verdict():
     assert c["p50_change"] == 0.0 and flaps.judge(c, same)[0] == "reproduced"
     slow = jobs.step_figures(summary(steady_rows(20, dur=0.6)))
     assert flaps.judge(flaps.compare(ctl, slow), slow)[0] == "partly"
+
+
+def test_paper_bdp_delay_gives_a_lab_path_the_simulated_forms_bdp() -> None:
+    """The loss experiment's lab delay: a path then holds what the claims' simulated forms
+    state for the paper's scale (mrcnic.sim.scale.PAPER), at any calibrated rate."""
+    from lab.fabric.paths import RESULTS
+
+    b = base
+    paper = b.paper_bdp_packets_per_path()
+    sim = RESULTS / "experiments" / "sim" / "loss.json"
+    if sim.exists():  # the same figure as the committed simulated form's setup
+        assert round(paper, 2) == json.loads(sim.read_text())["setup"]["bdp_packets_per_path"]
+    for rate in (3.3, 14, 45, 100):
+        p = LabParams(rate_mbit=rate)
+        assert b.bdp_packets_per_path(p) < 7  # the undelayed lab: a few packets
+        d = b.paper_delay_us(p)
+        q = p.with_overrides(delay_us=d)
+        assert paper <= b.bdp_packets_per_path(q) < paper + 0.05
+        setup = b.setup_of(q)
+        assert setup["delay_us_per_t0_t1_link"] == d and setup["paper_bdp_packets_per_path"]
+    assert "delay_us_per_t0_t1_link" not in b.setup_of(LabParams())

@@ -41,6 +41,8 @@ from lab.fabric.params import LabParams
 from lab.fabric.state import LabState, exists
 from lab.proc.benchrun import bench_argv, parse_json_output
 from lab.workloads import calibrate
+from mrcnic.sim.clos import ClosSpec
+from mrcnic.sim.scale import PAPER
 
 VERDICTS = ("reproduced", "partly", "not reproduced")
 RESULT_KEYS = ("claim", "paper", "setup", "mrc", "rocev2", "metrics", "verdict", "why")
@@ -158,17 +160,53 @@ def machine() -> dict[str, Any]:
 # --- labs -----------------------------------------------------------------------------------
 
 
-def lab_params(ctx: Context, **shape: Any) -> LabParams:
+def lab_params(ctx: Context, *, paper_bdp: bool = False, **shape: Any) -> LabParams:
     """The experiment's lab: ``shape`` (planes, t0, t1, hosts_per_t0, pfc, switch, ...) at the
     context's rate, or at the rate this machine carries fabric-bound for that shape (the
-    data path issue's calibration, measured once per boot and cached)."""
+    data path issue's calibration, measured once per boot and cached). ``paper_bdp``: the
+    switch-to-switch links get the delay that makes a path hold the paper's BDP in packets
+    at that rate (:func:`paper_delay_us`)."""
     params = LabParams(name=ctx.lab_name, **shape)
     if ctx.rate_mbit is not None:
-        return params.with_overrides(rate_mbit=ctx.rate_mbit)
-    cal_params = params.with_overrides(switch="python", pfc=False)
-    cal = calibrate.get(cal_params, echo=ctx.echo)
-    ctx.echo(f"  {cal.line()}")
-    return params.with_overrides(rate_mbit=cal.rate_mbit)
+        params = params.with_overrides(rate_mbit=ctx.rate_mbit)
+    else:
+        cal_params = params.with_overrides(switch="python", pfc=False)
+        cal = calibrate.get(cal_params, echo=ctx.echo)
+        ctx.echo(f"  {cal.line()}")
+        params = params.with_overrides(rate_mbit=cal.rate_mbit)
+    if paper_bdp:
+        delay_us = paper_delay_us(params)
+        params = params.with_overrides(delay_us=delay_us)
+        ctx.echo(
+            f"  links delayed {delay_us / 1000:g} ms one way (T0-T1, both directions): a path "
+            f"holds {bdp_packets_per_path(params):.1f} packets in flight, the paper's "
+            f"{paper_bdp_packets_per_path():.1f}"
+        )
+    return params
+
+
+def paper_bdp_packets_per_path() -> float:
+    """A path's BDP in packets at the paper's proportions: the simulator's paper scale
+    (mrcnic.sim.scale.PAPER: 100 Gb/s, a data packet and its ACK across a T1), as the
+    claims' simulated forms state it (their ``bdp_packets_per_path``)."""
+    spec = ClosSpec(port_rate_bps=PAPER.port_rate_bps, prop_s=PAPER.prop_s,
+                    queue_bytes=PAPER.queue_bytes, ecn_bytes=PAPER.ecn_bytes)  # fmt: skip
+    return PAPER.port_rate_bps / 8 * spec.base_rtt_s / (spec.mtu + HEADER_BYTES)
+
+
+def bdp_packets_per_path(params: LabParams) -> float:
+    """A lab path's BDP in packets: a link's rate over the base RTT across the T1 tier."""
+    return params.rate_mbit * 1e6 / 8 * lab_base_rtt_s(params) / (4096 + HEADER_BYTES)
+
+
+def paper_delay_us(params: LabParams) -> float:
+    """The one-way delay of each switch-to-switch link (``mrc-lab up --delay``) that makes a
+    path of this lab hold the paper's BDP in packets (4 such links per round trip; 0 if the
+    lab's own RTT already holds that much), in whole microseconds."""
+    frame_bits = (4096 + HEADER_BYTES) * 8
+    want_rtt_s = paper_bdp_packets_per_path() * frame_bits / (params.rate_mbit * 1e6)
+    own_rtt_s = lab_base_rtt_s(params.with_overrides(delay_us=0.0))
+    return float(max(0, math.ceil((want_rtt_s - own_rtt_s) / 4 * 1e6)))
 
 
 @contextlib.contextmanager
@@ -200,6 +238,12 @@ def setup_of(params: LabParams, base_rtt_s: float | None = None, **extra: Any) -
     if base_rtt_s is None:
         base_rtt_s = lab_base_rtt_s(params)
     bdp_bytes = rate / 8 * base_rtt_s
+    if params.delay_us:
+        extra = {
+            "delay_us_per_t0_t1_link": params.delay_us,
+            "paper_bdp_packets_per_path": round(paper_bdp_packets_per_path(), 2),
+            **extra,
+        }
     return {
         "hosts": params.host_count,
         "planes": params.planes,

@@ -2,7 +2,10 @@
 QP holds near line rate at 0.1% and keeps about a third at 1%; RoCEv2 with one QP keeps
 about half at 0.1% and is unusable at 1%.
 
-The default lab (4 hosts, 8 planes of 2 T0 + 2 T1). Loss is random (nft ``numgen``) on every
+The default lab (4 hosts, 8 planes of 2 T0 + 2 T1), its T0-T1 links delayed so that a path
+holds the paper's BDP in packets (``mrc-lab up --delay``; base.paper_delay_us: ~28 packets,
+where the undelayed lab holds ~5, so a go-back-N rewind costs what it costs at the paper's
+scale). Loss is random (nft ``numgen``) on every
 T0-T1 link, both directions, as the paper induced it in the fabric: a packet between hosts
 under different T0s crosses two such links, so each link drops ``1 - sqrt(1 - P)`` (about
 P/2) and the path drops P; ACKs and NACKs are lost as often as data. The ring runs
@@ -274,7 +277,7 @@ def _args(coll: str, hosts: str, size: str, iters: int, t: str, timeout_s: float
 
 
 def run(ctx: Context, res: Result) -> None:
-    params = lab_params(ctx)
+    params = lab_params(ctx, paper_bdp=True)
     reps = ctx.repetitions(2)
     sizes = QUICK_SIZES if ctx.quick else SIZES
     iters = QUICK_ITERS if ctx.quick else ITERS
@@ -333,12 +336,13 @@ def run(ctx: Context, res: Result) -> None:
             timeout_rule=f"{TIMEOUT_FACTOR:g}x the transport's slowest lossless iteration, "
             f"at least {QUICK_MIN_TIMEOUT_S if ctx.quick else MIN_TIMEOUT_S:g} s",
             scale_note=(
-                "Links run ~1000x slower than production and a path holds a few packets in "
-                "flight (BDP in packets above), with retransmission timeouts a few RTTs "
-                "long: a go-back-N rewind or a timeout costs RoCEv2 far less time here than "
-                "at 100-400 Gb/s with microsecond RTTs and millisecond timeouts. 4 ranks, "
-                "not 64; a RoCEv2 QP rides one of 8 planes, so compare each transport with "
-                "its own lossless run."
+                "Links run ~1000x slower than production; the T0-T1 links' propagation delay "
+                "(delay_us_per_t0_t1_link, held by mrc-switch) makes a path hold the paper's "
+                "BDP in packets (bdp_packets_per_path, paper_bdp_packets_per_path), so a "
+                "go-back-N rewind resends as many packets as there; retransmission timeouts "
+                "stay a few RTTs long (milliseconds in production). 4 ranks, not 64; a "
+                "RoCEv2 QP rides one of 8 planes, so compare each transport with its own "
+                "lossless run."
             ),
         )
     _summarise(ctx, res, runs)
@@ -433,11 +437,17 @@ def _notes(conds: dict, setup: dict[str, Any]) -> str:
     mr = resent_per_loss(ar["mrc"][one]["retx_rate"], 1.0, ar["mrc"][zero]["retx_rate"])
     if rr is not None and mr is not None:
         bdp = setup.get("bdp_packets_per_path")
+        paper = setup.get("paper_bdp_packets_per_path")
         out.append(
             f"at 1% the all-reduce's RoCEv2 QPs resent {rr:.1f} packets per packet lost "
             f"(go-back-N rewinds what is in flight"
             + (f": {bdp:g} packets per path here" if bdp else "")
-            + f"), MRC {mr:.1f} (selective); at the paper's scale a path holds hundreds"
+            + f"), MRC {mr:.1f} (selective)"
+            + (
+                f"; the links' delay gives a path the paper's {paper:g} packets in flight"
+                if paper
+                else "; at the paper's scale a path holds tens of packets"
+            )
         )
     n = sum(conds[c][t][p]["runs"] for c in conds for t in conds[c] for p in conds[c][t])
     bound = sum(
