@@ -562,17 +562,23 @@ static size_t take(struct mrc_equeue *q, int64_t now_ns, size_t max, size_t room
     return n;
 }
 
-/* Copy out the wire's frames released by now_ns (at most max, within out_len). */
-static size_t wire_copy(struct mrc_equeue *q, int64_t now_ns, size_t max, uint8_t *out,
-                        size_t out_len, uint32_t *lens) {
-    size_t n = 0, at = 0;
+/* How a batch of frames is popped: take() from the classes, wire_due() from the wire; the
+ * offsets it gives are into the block the caller names with it. */
+typedef size_t (*pick_fn)(struct mrc_equeue *q, int64_t now_ns, size_t max, size_t room,
+                          uint32_t *offs, uint32_t *lens);
+
+/* Pop up to max frames with pick and copy them from base to out (within out_len, from
+ * *at on), in chunks of a stack array of offsets; *at moves past them. Returns how many. */
+static size_t copy_out(struct mrc_equeue *q, pick_fn pick, const uint8_t *base, int64_t now_ns,
+                       size_t max, uint8_t *out, size_t out_len, size_t *at, uint32_t *lens) {
+    size_t n = 0;
     while (n < max) {
         uint32_t offs[MRC_EQ_SEND_BATCH];
         size_t want = max - n < MRC_EQ_SEND_BATCH ? max - n : MRC_EQ_SEND_BATCH;
-        size_t k = wire_due(q, now_ns, want, out_len - at, offs, lens + n);
+        size_t k = pick(q, now_ns, want, out_len - *at, offs, lens + n);
         for (size_t j = 0; j < k; j++) {
-            memcpy(out + at, q->wire_mem + offs[j], lens[n + j]);
-            at += lens[n + j];
+            memcpy(out + *at, base + offs[j], lens[n + j]);
+            *at += lens[n + j];
         }
         n += k;
         if (k < want) {
@@ -587,15 +593,10 @@ static size_t wire_copy(struct mrc_equeue *q, int64_t now_ns, size_t max, uint8_
  * that is released already. */
 static int wire_dequeue(struct mrc_equeue *q, int64_t now_ns, size_t max, uint8_t *out,
                         size_t out_len, uint32_t *lens) {
-    size_t n = wire_copy(q, now_ns, max, out, out_len, lens);
+    size_t at = 0;
+    size_t n = copy_out(q, wire_due, q->wire_mem, now_ns, max, out, out_len, &at, lens);
     to_wire(q, now_ns);
-    if (n < max) {
-        size_t at = 0;
-        for (size_t j = 0; j < n; j++) {
-            at += lens[j];
-        }
-        n += wire_copy(q, now_ns, max - n, out + at, out_len - at, lens + n);
-    }
+    n += copy_out(q, wire_due, q->wire_mem, now_ns, max - n, out, out_len, &at, lens + n);
     return (int)n;
 }
 
@@ -614,31 +615,23 @@ int mrc_eq_dequeue(struct mrc_equeue *q, int64_t now_ns, size_t max, uint8_t *ou
         return 0;
     }
     refill(q, now_ns);
-    size_t n = 0, at = 0;
-    while (n < max) { /* in chunks of a stack array of offsets */
-        uint32_t offs[MRC_EQ_SEND_BATCH];
-        size_t want = max - n < MRC_EQ_SEND_BATCH ? max - n : MRC_EQ_SEND_BATCH;
-        size_t k = take(q, now_ns, want, out_len - at, offs, lens + n);
-        for (size_t j = 0; j < k; j++) {
-            memcpy(out + at, q->mem + offs[j], lens[n + j]);
-            at += lens[n + j];
-        }
-        n += k;
-        if (k < want) {
-            break;
-        }
-    }
-    return (int)n;
+    size_t at = 0;
+    return (int)copy_out(q, take, q->mem, now_ns, max, out, out_len, &at, lens);
 }
 
-/* Send the wire's frames released by now_ns on fd, in batches (as mrc_eq_send); returns
- * how many left the wire, -1 after a batch with a failure. */
-static int wire_send_due(struct mrc_equeue *q, int fd, int64_t now_ns, int64_t *out) {
+/* Pop frames with pick and send them on fd straight from base (base_len bytes), a batch
+ * of MRC_EQ_SEND_BATCH per sendmmsg, while a batch is full and fully sent (fd < 0: every
+ * frame fails with EBADF). A frame the kernel refuses is gone all the same: out[0] += sent,
+ * out[1] += failed, out[2] = errno of the last failure, out[3] += bytes sent. Returns the
+ * frames popped. */
+static int send_out(struct mrc_equeue *q, pick_fn pick, const uint8_t *base, size_t base_len,
+                    int fd, int64_t now_ns, int64_t *out) {
     uint32_t offs[MRC_EQ_SEND_BATCH], lens[MRC_EQ_SEND_BATCH];
     uint16_t idx[MRC_EQ_SEND_BATCH];
     int total = 0;
     for (;;) {
-        size_t n = wire_due(q, now_ns, MRC_EQ_SEND_BATCH, SIZE_MAX, offs, lens);
+        /* a batch: the twin's dequeue(now_ns, MRC_EQ_SEND_BATCH), sent from the block */
+        size_t n = pick(q, now_ns, MRC_EQ_SEND_BATCH, SIZE_MAX, offs, lens);
         if (n == 0) {
             return total;
         }
@@ -649,9 +642,8 @@ static int wire_send_due(struct mrc_equeue *q, int fd, int64_t now_ns, int64_t *
         int64_t io[3] = {(int64_t)n, EBADF, 0};
         int sent = 0;
         if (fd >= 0) {
-            sent = mrc_io_send_iov(fd, q->wire_mem, (size_t)q->wire_size, offs, lens, n, idx, n,
-                                   io);
-            if (sent < 0) { /* cannot happen: every frame lies inside the wire's block */
+            sent = mrc_io_send_iov(fd, base, base_len, offs, lens, n, idx, n, io);
+            if (sent < 0) { /* cannot happen: every frame lies inside the block */
                 sent = 0;
                 io[1] = EINVAL;
                 io[2] = 0;
@@ -659,10 +651,10 @@ static int wire_send_due(struct mrc_equeue *q, int fd, int64_t now_ns, int64_t *
         }
         out[0] += sent;
         out[3] += io[2];
-        if ((int64_t)n - sent > 0) { /* what sendmmsg did not take is gone all the same */
+        if ((int64_t)n > sent) { /* whatever sendmmsg did not take is gone all the same */
             out[1] += (int64_t)n - sent;
             out[2] = io[1];
-            return -1;
+            return total;
         }
         if (n < MRC_EQ_SEND_BATCH) {
             return total;
@@ -670,76 +662,26 @@ static int wire_send_due(struct mrc_equeue *q, int fd, int64_t now_ns, int64_t *
     }
 }
 
-/* mrc_eq_send with the wire in use: as wire_dequeue, each part sent as it leaves. Returns
- * the frames that left the wire. */
-static int wire_send(struct mrc_equeue *q, int fd, int64_t now_ns, int64_t *out) {
-    int a = wire_send_due(q, fd, now_ns, out);
-    if (a < 0) {
-        return (int)(out[0] + out[1]);
-    }
-    to_wire(q, now_ns);
-    int b = wire_send_due(q, fd, now_ns, out);
-    (void)b;
-    return (int)(out[0] + out[1]);
-}
-
 int mrc_eq_send(struct mrc_equeue *q, int fd, int64_t now_ns, int64_t *out) {
     if (!initialised(q) || out == NULL) {
         return -EINVAL;
     }
     out[0] = out[1] = out[2] = out[3] = 0;
-    if (wire_on(q)) {
-        return wire_send(q, fd, now_ns, out);
+    if (wire_on(q)) { /* as wire_dequeue, each part sent as it leaves the wire */
+        size_t len = (size_t)q->wire_size;
+        int n = send_out(q, wire_due, q->wire_mem, len, fd, now_ns, out);
+        if (out[1] == 0) {
+            to_wire(q, now_ns);
+            n += send_out(q, wire_due, q->wire_mem, len, fd, now_ns, out);
+        }
+        return n;
     }
     if (queued_frames(q) == 0) {
         return 0;
     }
     refill(q, now_ns);
     size_t mem_len = (size_t)(q->high_size + q->data_size + q->ll_size);
-    uint32_t offs[MRC_EQ_SEND_BATCH], lens[MRC_EQ_SEND_BATCH];
-    uint16_t idx[MRC_EQ_SEND_BATCH];
-    int total = 0;
-    for (;;) {
-        /* a batch: the twin's dequeue(now_ns, MRC_EQ_SEND_BATCH), sent from the rings */
-        size_t n = take(q, now_ns, MRC_EQ_SEND_BATCH, SIZE_MAX, offs, lens);
-        for (size_t j = 0; j < n; j++) {
-            idx[j] = (uint16_t)j;
-        }
-        total += (int)n;
-        if (n == 0) {
-            break;
-        }
-        int64_t io[3];
-        int64_t failed;
-        int sent;
-        if (fd < 0) {
-            sent = 0;
-            failed = (int64_t)n;
-            io[1] = EBADF;
-            io[2] = 0;
-        } else {
-            sent = mrc_io_send_iov(fd, q->mem, mem_len, offs, lens, n, idx, n, io);
-            if (sent < 0) { /* cannot happen: every frame lies inside mem */
-                sent = 0;
-                io[0] = (int64_t)n;
-                io[1] = EINVAL;
-                io[2] = 0;
-            }
-            /* whatever sendmmsg did not take is gone all the same */
-            failed = (int64_t)n - sent;
-        }
-        out[0] += sent;
-        out[3] += io[2];
-        if (failed > 0) {
-            out[1] += failed;
-            out[2] = io[1];
-            break;
-        }
-        if (n < MRC_EQ_SEND_BATCH) {
-            break;
-        }
-    }
-    return total;
+    return send_out(q, take, q->mem, mem_len, fd, now_ns, out);
 }
 
 /* The time the tokens cover len bytes (now_ns if they do), as the twin's int arithmetic. */

@@ -317,41 +317,20 @@ class EgressQueue:
     def dequeue(self, now_ns: int, max_frames: int = 64) -> list[bytearray]:
         """Frames the link may carry by now: high class first, then lossless (unless
         paused), then data, within the token bucket."""
-        if self.delay_ns > 0 or self.wire:
+        if self._wire_on():
             return self._wire_dequeue(now_ns, max_frames)
         out: list[bytearray] = []
         if not (self.high or self.data or self.lossless):
             return out
         self._refill(now_ns)
         tokens = self._tokens
-        high, data, lossless = self.high, self.data, self.lossless
-        ll_open = now_ns >= self.paused_until_ns
         while len(out) < max_frames:
-            if high:
-                n = len(high[0])
-                if n > tokens:
-                    break
-                out.append(high.popleft())
-                self.high_bytes -= n
-            elif lossless and ll_open:
-                f, in_port = lossless[0]
-                n = len(f)
-                if n > tokens:
-                    break
-                lossless.popleft()
-                out.append(f)
-                self.lossless_bytes -= n
-                if in_port >= 0:
-                    self._in_bytes[in_port] -= n
-            elif data:
-                n = len(data[0])
-                if n > tokens:
-                    break
-                out.append(data.popleft())
-                self.data_bytes -= n
-            else:
+            head = self._head(now_ns)
+            if head is None or len(head) > tokens:
                 break
-            tokens -= n
+            self._pop_head(now_ns)
+            out.append(head)
+            tokens -= len(head)
         self._tokens = tokens
         return out
 
@@ -361,7 +340,7 @@ class EgressQueue:
         within this budget has exactly the fate enqueue + dequeue would give it at now_ns
         (an empty queue neither marks nor trims), so the switch sends such frames straight
         from its receive buffer and calls :meth:`consume` with their bytes."""
-        if self.high or self.data or self.lossless or self.delay_ns > 0 or self.wire:
+        if self.high or self.data or self.lossless or self._wire_on():
             return -1
         if self._ll is not None and now_ns < self.paused_until_ns:
             return -1  # paused: a lossless frame must not leave at once
@@ -389,19 +368,12 @@ class EgressQueue:
 
     def next_send_ns(self, now_ns: int) -> int | None:
         """When the head frame may leave (now_ns if already), or None if the queue is empty."""
-        if self.delay_ns > 0 or self.wire:
+        if self._wire_on():
             return self._wire_next_ns(now_ns)
-        if self.high:
-            n = len(self.high[0])
-        elif self.lossless and now_ns >= self.paused_until_ns:
-            n = len(self.lossless[0][0])
-        elif self.data:
-            n = len(self.data[0])
-        elif self.lossless:
-            return self.paused_until_ns  # only paused lossless frames: when the pause ends
-        else:
-            return None
-        return self._tokens_cover_ns(now_ns, n)
+        head = self._head(now_ns)
+        if head is None:  # only paused lossless frames: when the pause ends
+            return self.paused_until_ns if self.lossless else None
+        return self._tokens_cover_ns(now_ns, len(head))
 
     def _tokens_cover_ns(self, now_ns: int, n: int) -> int:
         self._refill(now_ns)

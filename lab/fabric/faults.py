@@ -33,7 +33,7 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 
-from lab.fabric import kernel_switch
+from lab.fabric import kernel_switch, pyswitch
 from lab.fabric.netns import LabError, argv_text, run, sleep_until
 from lab.fabric.state import LabState
 from lab.fabric.status import loss_table, read_namespace
@@ -171,8 +171,6 @@ class Faults:
         if delay_s is not None and not 0 <= delay_s <= MAX_DELAY_NS / 1e9:
             raise LabError(f"delay {delay_s} s: must be in [0, {MAX_DELAY_NS / 1e9:g} s]")
         link = self.link(a, b)
-        from lab.fabric import pyswitch  # the python mode's control calls
-
         for end in (link.a, link.b):
             kind = self.plan.parse_node(end.node).kind
             if kind not in (KIND_T0, KIND_T1):
@@ -184,7 +182,7 @@ class Faults:
                     f"{end.node} runs in a process of its own, without a control socket "
                     "(mrc-lab up --switch-procs 0): its delay is only the lab's --delay"
                 )
-            lab_ns = 0 if link.kind == "host-t0" else self.plan.params.delay_ns
+            lab_ns = pyswitch.port_delay_ns(self.plan.params, last_hop=link.kind == "host-t0")
             ns = lab_ns if delay_s is None else round(delay_s * 1e9)
             port = end.ifname.removeprefix(self.plan.prefix)
             self.echo(argv_text(pyswitch.control_command(rec, "delay", port=port, delay_ns=ns)))

@@ -57,6 +57,13 @@ def pfc_config(params: Any) -> dict[str, int]:
     return {"xoff_bytes": xoff, "xon_bytes": xon, "headroom_bytes": headroom}
 
 
+def port_delay_ns(params: Any, last_hop: bool) -> int:
+    """The lab's one-way delay on the link out of a switch port: every switch-to-switch link
+    carries ``--delay``; a T0's port to its host none (the NIC's own direction cannot, it
+    sends straight into its veth, so neither does this one)."""
+    return 0 if last_hop else params.delay_ns
+
+
 def host_source_prefix(plan: Plan, port: Port) -> str:
     """The prefix a T0's downlink accepts as source: its host's address on the port's plane
     (``block:T0:DL::``, the block and two uSIDs long)."""
@@ -77,9 +84,8 @@ def switch_config(
         last_hop = node.kind == KIND_T0 and port.role == "down"
         # a T0's host port takes only the host's own source address (anti-spoofing)
         guard = {"source_prefix": host_source_prefix(plan, port)} if last_hop else {}
-        # switch-to-switch links carry the lab's delay (a host's own port cannot: its NIC
-        # sends straight into the veth)
-        delay = {"delay_ns": p.delay_ns} if p.delay_ns and not last_hop else {}
+        delay_ns = port_delay_ns(p, last_hop)
+        delay = {"delay_ns": delay_ns} if delay_ns else {}
         ports.append(
             {
                 **guard,

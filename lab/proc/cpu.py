@@ -49,6 +49,14 @@ def cpu_pressure_us() -> int | None:
     return None
 
 
+def pressure_fraction(before_us: int | None, after_us: int | None, wall_s: float) -> float | None:
+    """The share (0..1) of ``wall_s`` during which a task waited for a CPU, from two
+    :func:`cpu_pressure_us` readings (None if either is, or no time passed)."""
+    if before_us is None or after_us is None or wall_s <= 0:
+        return None
+    return round((after_us - before_us) / 1e6 / wall_s, 4)
+
+
 def _stat_cpu_fields() -> list[int]:
     """The jiffies of /proc/stat's first line (all CPUs): user, nice, system, idle, iowait,
     irq, softirq, steal, guest, guest_nice."""
@@ -141,9 +149,7 @@ class SelfCpuMeter:
             each = [v - a.switches_s.get(pid, 0.0) for pid, v in b.switches_s.items()]
             switches = round(100 * sum(each) / wall, 1)
             busiest = round(100 * max(each) / wall, 1) if each else None
-        pressure = None
-        if a.pressure_us is not None and b.pressure_us is not None:
-            pressure = round((b.pressure_us - a.pressure_us) / 1e6 / wall, 4)
+        pressure = pressure_fraction(a.pressure_us, b.pressure_us, wall)
         return SelfCpu(
             cpu_percent=round(100 * (b.self_s - a.self_s) / wall, 1),
             machine_cpu_percent=round(100 * (1 - idle / total), 1) if total > 0 else None,
@@ -223,10 +229,10 @@ class ChildrenCpuMeter:
         for a CPU (/proc/pressure/cpu), from the samples closest inside the window (None:
         fewer than two samples, or no PSI)."""
         inside = [x for x in self.samples if t0_unix_s <= x[0] <= t1_unix_s and x[3] is not None]
-        if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+        if len(inside) < 2:
             return None
         a, b = inside[0], inside[-1]
-        return round((b[3] - a[3]) / 1e6 / (b[0] - a[0]), 4)  # type: ignore[operator]
+        return pressure_fraction(a[3], b[3], b[0] - a[0])
 
     def _switch_cpu(self) -> dict[int, float]:
         out = {}
@@ -258,10 +264,7 @@ class ChildrenCpuMeter:
         busy, total = machine_busy_ticks()
         d_busy, d_total = busy - self._machine[0], total - self._machine[1]
         cores = os.cpu_count() or 1
-        pressure_us = cpu_pressure_us()
-        pressure = None
-        if pressure_us is not None and self._pressure is not None and wall > 0:
-            pressure = round((pressure_us - self._pressure) / 1e6 / wall, 4)
+        pressure = pressure_fraction(self._pressure, cpu_pressure_us(), wall)
         self.result = ChildrenCpu(
             wall_s=round(wall, 3),
             cores=cores,

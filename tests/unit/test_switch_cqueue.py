@@ -501,6 +501,21 @@ def make_delay_pair(cfg: PortConfig, max_frame: int):
     return py, cqueue.CEgressQueue(cfg, 32, 0, max_frame_bytes=max_frame)
 
 
+def one_queue(impl: str, cfg: PortConfig, max_frame: int):
+    """The twin ("py") or the C queue ("c") alone, for the tests both must pass."""
+    if impl == "py":
+        return EgressQueue(cfg, 32, 0, max_frame_bytes=max_frame)
+    return cqueue.CEgressQueue(cfg, 32, 0, max_frame_bytes=max_frame)
+
+
+def plain_frame(n: int, tag: int = 0) -> bytearray:
+    """An n-byte data frame of the untrimmable class, byte 100 = tag."""
+    f = bytearray(n)
+    set_tc(f, Dscp.NO_TRIM, Ecn.NOT_ECT)
+    f[100] = tag
+    return f
+
+
 def assert_same_wire(py: EgressQueue, c: cqueue.CEgressQueue) -> None:
     assert_same_state(py, c)
     assert (py.delay_ns, py.wire_bytes, py.wire_bound_bytes, py.wire_stalls, len(py.wire)) == (
@@ -565,16 +580,11 @@ def test_a_frame_arrives_one_delay_after_it_leaves(impl):
     """At 8 Mb/s a 1,000-byte frame takes 1 ms to send; with 5 ms of delay the second frame
     of a back-to-back pair leaves the port 1 ms after the first, both 5 ms late."""
     cfg = port_cfg(rate_bps=8_000_000, buffer_bytes=20_000, burst_bytes=1000)
-    q = EgressQueue(cfg, 32, 0, max_frame_bytes=2600) if impl == "py" else \
-        cqueue.CEgressQueue(cfg, 32, 0, max_frame_bytes=2600)  # fmt: skip
+    q = one_queue(impl, cfg, 2600)
     q.set_delay(5_000_000)
     assert q.fast_budget(0) == -1  # nothing leaves at once over a delayed link
-    frames = []
-    for i in range(2):
-        f = bytearray(1000)
-        set_tc(f, Dscp.NO_TRIM, Ecn.NOT_ECT)
-        f[100] = i
-        frames.append(f)
+    frames = [plain_frame(1000, i) for i in range(2)]
+    for f in frames:
         assert q.enqueue(bytearray(f), 0) is Verdict.QUEUED
     assert q.dequeue(0, 64) == []  # the first is on the wire, the second waits for tokens
     assert q.depth_bytes == 1000 and len(q) == 2 and q.wire_bytes == 1000
@@ -593,15 +603,9 @@ def test_a_frame_arrives_one_delay_after_it_leaves(impl):
 @pytest.mark.parametrize("impl", ["py", "c"])
 def test_a_shorter_delay_never_reorders_and_zero_drains_back_to_the_fast_path(impl):
     cfg = port_cfg(rate_bps=10**9, buffer_bytes=100_000, burst_bytes=50_000)
-    q = EgressQueue(cfg, 32, 0, max_frame_bytes=2600) if impl == "py" else \
-        cqueue.CEgressQueue(cfg, 32, 0, max_frame_bytes=2600)  # fmt: skip
+    q = one_queue(impl, cfg, 2600)
     q.set_delay(1_000_000)
-    mk = []
-    for i in range(6):
-        f = bytearray(500)
-        set_tc(f, Dscp.NO_TRIM, Ecn.NOT_ECT)
-        f[100] = i
-        mk.append(f)
+    mk = [plain_frame(500, i) for i in range(6)]
     for f in mk[:3]:
         q.enqueue(bytearray(f), 0)
     assert q.dequeue(0, 64) == []  # three on the wire until 1 ms
@@ -618,16 +622,13 @@ def test_a_shorter_delay_never_reorders_and_zero_drains_back_to_the_fast_path(im
 @pytest.mark.parametrize("impl", ["py", "c"])
 def test_frames_in_flight_die_with_the_link_and_paced_callers_never_stall(impl):
     cfg = port_cfg(rate_bps=100_000_000, buffer_bytes=60_000, burst_bytes=12_500)
-    q = EgressQueue(cfg, 32, 0, max_frame_bytes=4200) if impl == "py" else \
-        cqueue.CEgressQueue(cfg, 32, 0, max_frame_bytes=4200)  # fmt: skip
+    q = one_queue(impl, cfg, 4200)
     q.set_delay(4_000_000)
     assert q.wire_bound_bytes == 12_500 + 50_000 + 4200  # burst + rate x delay + a frame
     now, out = 0, 0
     for _ in range(2000):  # a saturated link, a caller on time: the bound never binds
         while q.depth_bytes + 4100 <= 60_000:
-            f = bytearray(4100)
-            set_tc(f, Dscp.NO_TRIM, Ecn.NOT_ECT)
-            assert q.enqueue(f, now) is Verdict.QUEUED
+            assert q.enqueue(plain_frame(4100), now) is Verdict.QUEUED
         out += len(q.dequeue(now, 64))
         now = q.next_send_ns(now)
     assert q.wire_stalls == 0 and out > 900

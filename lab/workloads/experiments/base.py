@@ -55,6 +55,7 @@ PAPER_SCALE = {  # the production fabric the paper's figures come from (MRC-BRIE
     "tiers": "two-tier Clos per plane",
 }
 HEADER_BYTES = 106  # Eth + IPv6 + UDP + BTH + METH + TS + RETH + ICRC (docs/wire.md)
+FRAME_BYTES = 4096 + HEADER_BYTES  # a full data frame of the lab's 4096-byte MTU payload
 
 Printer = Callable[[str], None]
 
@@ -194,16 +195,19 @@ def paper_bdp_packets_per_path() -> float:
     return PAPER.port_rate_bps / 8 * spec.base_rtt_s / (spec.mtu + HEADER_BYTES)
 
 
-def bdp_packets_per_path(params: LabParams) -> float:
-    """A lab path's BDP in packets: a link's rate over the base RTT across the T1 tier."""
-    return params.rate_mbit * 1e6 / 8 * lab_base_rtt_s(params) / (4096 + HEADER_BYTES)
+def bdp_packets_per_path(params: LabParams, base_rtt_s: float | None = None) -> float:
+    """A lab path's BDP in packets: a link's rate over the base RTT across the T1 tier
+    (``base_rtt_s``, else the lab's own: lab_base_rtt_s)."""
+    if base_rtt_s is None:
+        base_rtt_s = lab_base_rtt_s(params)
+    return params.rate_mbit * 1e6 / 8 * base_rtt_s / FRAME_BYTES
 
 
 def paper_delay_us(params: LabParams) -> float:
     """The one-way delay of each switch-to-switch link (``mrc-lab up --delay``) that makes a
     path of this lab hold the paper's BDP in packets (4 such links per round trip; 0 if the
     lab's own RTT already holds that much), in whole microseconds."""
-    frame_bits = (4096 + HEADER_BYTES) * 8
+    frame_bits = FRAME_BYTES * 8
     want_rtt_s = paper_bdp_packets_per_path() * frame_bits / (params.rate_mbit * 1e6)
     own_rtt_s = lab_base_rtt_s(params.with_overrides(delay_us=0.0))
     return float(max(0, math.ceil((want_rtt_s - own_rtt_s) / 4 * 1e6)))
@@ -232,12 +236,8 @@ def lab_up(ctx: Context, params: LabParams) -> Iterator[LabState]:
 def setup_of(params: LabParams, base_rtt_s: float | None = None, **extra: Any) -> dict[str, Any]:
     """The ``setup`` key: the lab's scale (paths between T0s, BDP and buffer in packets) and
     the paper's beside it."""
-    mtu_payload = 4096
-    frame = mtu_payload + HEADER_BYTES
-    rate = params.rate_mbit * 1e6
     if base_rtt_s is None:
         base_rtt_s = lab_base_rtt_s(params)
-    bdp_bytes = rate / 8 * base_rtt_s
     if params.delay_us:
         extra = {
             "delay_us_per_t0_t1_link": params.delay_us,
@@ -253,8 +253,8 @@ def setup_of(params: LabParams, base_rtt_s: float | None = None, **extra: Any) -
         "link_rate_mbit": params.rate_mbit,
         "host_rate_mbit": params.rate_mbit * params.planes,
         "base_rtt_s": round(base_rtt_s, 6),
-        "bdp_packets_per_path": round(bdp_bytes / frame, 2),
-        "buffer_packets": round(params.buffer_bytes / frame, 2),
+        "bdp_packets_per_path": round(bdp_packets_per_path(params, base_rtt_s), 2),
+        "buffer_packets": round(params.buffer_bytes / FRAME_BYTES, 2),
         "switch": params.switch,
         "pfc": params.pfc,
         "paper_scale": PAPER_SCALE,
