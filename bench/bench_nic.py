@@ -10,14 +10,17 @@ CPU 0 and the receiver to CPU 1), run in alternating order for ``--reps`` repeti
   4 in flight, acknowledged by the coalescing rule (the QPs' base RTT is the NIC's default,
   1 ms: SACKs every 4 packets, or 125 us after the last unacknowledged one);
 - ``py``: the same with the Python engine, its twin (``MRC_NIC_ENGINE=py``);
-- ``rocev2``: the same writes on the RoCEv2 baseline's QP (go-back-N, its Python code on any
-  engine): what a baseline frame costs beside an MRC one;
+- ``rocev2``: the same writes on the RoCEv2 baseline's QP (go-back-N; on the C engine its data
+  path is csrc/mrc_roce.c, since 2026-11-29): what a baseline frame costs beside an MRC one;
 - ``c_rtt200``: ``c`` with a 200 us base RTT (the setting until 2026-11-24): a 25 us delayed
   ACK, shorter than the time between two receive wake-ups, so each batch's last packets get a
   SACK and a wake-up of their own; kept to show what that costs;
 - ``ring`` (not by default): the raw receiver on a TPACKET_V3 ring.
 
-Each side reports data frames and its own CPU-seconds (user + system); the figure is frames per
+Each side reports data frames (the sender every data frame it handed over, new or resent, as the
+receiver counts every one it got; until 2026-11-29 the sender counted new ones only, which a
+go-back-N sender resending half its frames made look half as fast) and its own CPU-seconds
+(user + system); the figure is frames per
 CPU-second, the median over repetitions. Contract keys: ``send_ratio_vs_raw`` and
 ``recv_ratio_vs_raw`` (C engine / raw C, same run); ``py_send_ratio_vs_raw``,
 ``py_recv_ratio_vs_raw``, ``rocev2_send_ratio_vs_raw``, ``rocev2_recv_ratio_vs_raw``,

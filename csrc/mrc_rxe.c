@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "mrc_psnwin.h"
+#include "mrc_roce.h"
 #include "mrc_txe.h"
 #include "mrc_crc.h"
 #include "mrc_wire.h"
@@ -248,7 +249,7 @@ static void send_sack(struct mrc_rxe_qp *q, uint32_t op, uint32_t psn, uint32_t 
 
 /* --- placement (MemoryTable.place) --------------------------------------------------------- */
 
-static struct mrc_rxe_region *find_region(struct mrc_rxe_regions *mem, uint32_t rkey) {
+struct mrc_rxe_region *mrc_rxe_find_region(struct mrc_rxe_regions *mem, uint32_t rkey) {
     for (uint32_t i = 0; i < mem->n; i++) {
         if (mem->r[i].rkey == rkey) {
             return &mem->r[i];
@@ -312,7 +313,7 @@ static int message_fits(const struct mrc_rxe_region *r, uint64_t hi, uint64_t st
  * 3 out of bounds: a byte of the packet, or of its whole message, outside the region) */
 static int place(struct mrc_rxe_regions *mem, uint32_t rkey, uint64_t va, const uint8_t *src,
                  uint32_t n, uint32_t op, uint32_t length, uint32_t mtu) {
-    struct mrc_rxe_region *r = find_region(mem, rkey);
+    struct mrc_rxe_region *r = mrc_rxe_find_region(mem, rkey);
     if (r == NULL) {
         return 1;
     }
@@ -643,13 +644,14 @@ int mrc_rxe_dispatch(struct mrc_rxe_dev *d, const uint8_t *buf, const uint32_t *
         uint32_t j = (uint32_t)found;
         int r = 0;
         struct mrc_rxe_qp *q = d->qp[j];
-        if (q->dead || (d->txq[j] != NULL && d->txq[j]->dead)) {
+        if (d->roce[j] != NULL) { /* a RoCEv2 QP: every frame to its engine */
+            r = mrc_roce_frame(d->roce[j], d->mem, f, len, now_s, d->out);
+        } else if (q->dead || (d->txq[j] != NULL && d->txq[j]->dead)) {
             /* failed earlier in this batch: as the twin, whose QP is in ERROR by now */
             q->st.rx_closed++;
             done[i] = 1;
             continue;
-        }
-        if (op >= MRC_WIRE_OP_WRITE_FIRST && op <= MRC_WIRE_OP_WRITE_ONLY_IMM) {
+        } else if (op >= MRC_WIRE_OP_WRITE_FIRST && op <= MRC_WIRE_OP_WRITE_ONLY_IMM) {
             r = mrc_rxe_frame(q, d->mem, f, len, now_s, d->out);
         } else if ((op == MRC_WIRE_OP_SACK || op == MRC_WIRE_OP_ACK) && d->txq[j] != NULL) {
             r = mrc_txe_frame(d->txq[j], f, len, now_s);

@@ -16,6 +16,7 @@
 
 struct mrc_psnwin;
 struct mrc_txe_qp;
+struct mrc_roce_qp;
 
 /* One registered memory region: the placement rule of mrcnic.transport.memory. */
 struct mrc_rxe_region {
@@ -32,6 +33,9 @@ struct mrc_rxe_regions {
     uint32_t n;
     uint32_t cap;
 };
+
+/* The region of R_Key rkey, or NULL. */
+struct mrc_rxe_region *mrc_rxe_find_region(struct mrc_rxe_regions *mem, uint32_t rkey);
 
 /* A control-frame template of one reverse EV: Ethernet + IPv6 + UDP headers (payload
  * length, UDP length and checksum zero; DSCP CONTROL, ECT0) and the UDP pseudo-header sum
@@ -165,6 +169,7 @@ struct mrc_rxe_dev {
     uint32_t qpn[1024];
     struct mrc_rxe_qp *qp[1024];
     struct mrc_txe_qp *txq[1024]; /* the same QP's send engine (its SACKs), or NULL */
+    struct mrc_roce_qp *roce[1024]; /* a RoCEv2 QP's engine (qp[i] and txq[i] NULL), or NULL */
     int16_t slot[2048];           /* the index: QP number's slot -> its entry, -1 empty */
     struct mrc_rxe_regions *mem;
     struct mrc_rxe_out *out;
@@ -181,7 +186,8 @@ int32_t mrc_rxe_dev_find(const struct mrc_rxe_dev *d, uint32_t qpn);
 
 /* A receive batch: frame i at buf + offs[i], lens[i] bytes (a length above slot_len means
  * the kernel cut it). Each frame goes to the QP its BTH names (data frames to its receive
- * engine, SACKs and ACKs to its send engine, mrc_txe_frame); done[i] = 1 when an engine
+ * engine, SACKs and ACKs to its send engine, mrc_txe_frame; every frame of a RoCEv2 QP to
+ * mrc_roce_frame); done[i] = 1 when an engine
  * took it, 0 when the shell's per-frame path must (control frames, QPs without an engine),
  * 2 when it was cut (too big). Returns how many frames were looked at: fewer than n when
  * the output or an event array filled up (the shell drains it and calls again with the

@@ -37,9 +37,9 @@ size_t mrc_trim_header_end(const uint8_t *f, size_t len) {
     return end <= len ? end : 0;
 }
 
-/* usid.final_destination: shift the carrier after the block left by one uSID until the
- * bits after its first uSID are all zero. */
-static void final_destination(const uint8_t *dst, int lblen, uint8_t *out) {
+/* shift the carrier after the block left by one uSID until the bits after its first uSID are
+ * all zero */
+void mrc_usid_final(const uint8_t *dst, int lblen, uint8_t *out) {
     memcpy(out, dst, ADDR_SIZE);
     size_t lb = (size_t)lblen / 8;
     if (lb + USID_SIZE >= ADDR_SIZE) {
@@ -85,7 +85,7 @@ size_t mrc_trim_cut(const uint8_t *frame, size_t len, uint8_t *t, int32_t keep_b
     t[MRC_WIRE_OFF_PAYLOAD_LENGTH + 1] = t[MRC_WIRE_OFF_UDP_LENGTH + 1] = (uint8_t)(ulen & 0xFF);
     t[MRC_WIRE_OFF_UDP_CHECKSUM] = t[MRC_WIRE_OFF_UDP_CHECKSUM + 1] = 0;
     uint8_t final[ADDR_SIZE];
-    final_destination(t + MRC_WIRE_OFF_DST, lblen, final);
+    mrc_usid_final(t + MRC_WIRE_OFF_DST, lblen, final);
     int32_t c = mrc_udp6_checksum(t + MRC_WIRE_OFF_SRC, ADDR_SIZE, final, ADDR_SIZE, t + OFF_UDP,
                                   ulen);
     t[MRC_WIRE_OFF_UDP_CHECKSUM] = (uint8_t)(c >> 8);

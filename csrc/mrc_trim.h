@@ -18,4 +18,8 @@ size_t mrc_trim_header_end(const uint8_t *frame, size_t len);
  * caller checks the DSCP (TrimRule.overflow: only TRIMMABLE and TRIMMABLE_RETX are cut). */
 size_t mrc_trim_cut(const uint8_t *frame, size_t len, uint8_t *out, int32_t keep_bytes,
                     int last_hop, int lblen);
+
+/* usid.final_destination: the 16-byte address dst shifted (lblen-bit locator block, 16-bit
+ * uSIDs) until nothing follows its active uSID, into out: what the destination sees. */
+void mrc_usid_final(const uint8_t *dst, int lblen, uint8_t *out);
 #endif

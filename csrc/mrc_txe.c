@@ -355,8 +355,9 @@ static uint32_t build(struct mrc_txe_qp *q, uint8_t *f, int32_t slot, uint32_t o
     return OFF_UDP + ulen;
 }
 
-/* Room for one more frame on any port: MRC_TXE_SENT (0), or why not */
-static int out_room(const struct mrc_txe_out *out) {
+/* --- the output (mrc_txe.h) --- */
+
+int mrc_txe_out_room(const struct mrc_txe_out *out) {
     if (out->ports == NULL) {
         return out->n < out->cap ? MRC_TXE_SENT : MRC_TXE_OUT_FULL;
     }
@@ -368,8 +369,7 @@ static int out_room(const struct mrc_txe_out *out) {
     return MRC_TXE_SENT;
 }
 
-/* Where the next frame on `plane` goes (out_room said there is room) */
-static uint8_t *out_frame(struct mrc_txe_out *out, uint32_t plane) {
+uint8_t *mrc_txe_out_frame(struct mrc_txe_out *out, uint32_t plane) {
     if (out->ports == NULL) {
         return out->buf + (size_t)out->n * out->slot_len;
     }
@@ -377,7 +377,7 @@ static uint8_t *out_frame(struct mrc_txe_out *out, uint32_t plane) {
     return p->buf + (size_t)((p->head + p->n) % p->cap) * p->slot_len;
 }
 
-static void out_commit(struct mrc_txe_out *out, uint32_t plane, uint32_t len) {
+void mrc_txe_out_commit(struct mrc_txe_out *out, uint32_t plane, uint32_t len) {
     if (out->ports == NULL) {
         out->plane[out->n] = (uint8_t)plane;
         out->len[out->n++] = len;
@@ -404,9 +404,9 @@ static int send_record(struct mrc_txe_qp *q, struct mrc_txe_rec *r, double now_s
     uint64_t ts_ns = ts_of(now_s);
     struct mrc_txe_msg *m = &q->msgs[r->msg & (q->msg_cap - 1)];
     uint32_t plane = q->plane_of[slot];
-    out_commit(out, plane,
-               build(q, out_frame(out, plane), slot, r->opcode, r->psn, m, r->offset, r->length,
-                     ts_ns, 1));
+    uint8_t *f = mrc_txe_out_frame(out, plane);
+    mrc_txe_out_commit(out, plane,
+                       build(q, f, slot, r->opcode, r->psn, m, r->offset, r->length, ts_ns, 1));
     if (!r->ever_rtx && r->lost_by >= LOST_BY_TIMEOUT && r->lost_by <= LOST_BY_EV_ORDER) {
         uint32_t i = (uint32_t)(q->recov_count % q->recov_cap);
         q->recov_delay[i] = now_s - r->first_sent_s;
@@ -453,7 +453,7 @@ int mrc_txe_send(struct mrc_txe_qp *q, double now_s, double cwnd_bytes,
                 i++;
                 continue;
             }
-            int room = out_room(out);
+            int room = mrc_txe_out_room(out);
             if (room != MRC_TXE_SENT) {
                 res = room;
                 break;
@@ -526,7 +526,7 @@ int mrc_txe_send(struct mrc_txe_qp *q, double now_s, double cwnd_bytes,
         } else {
             op = OP_MIDDLE;
         }
-        int room = out_room(out);
+        int room = mrc_txe_out_room(out);
         if (room != MRC_TXE_SENT) {
             if (first && m->has_imm) {
                 q->wimm_outstanding--;
@@ -551,7 +551,8 @@ int mrc_txe_send(struct mrc_txe_qp *q, double now_s, double cwnd_bytes,
         }
         uint32_t psn = q->snd_nxt;
         uint32_t plane = q->plane_of[slot];
-        out_commit(out, plane, build(q, out_frame(out, plane), slot, op, psn, m, off, n, ts_ns, 0));
+        uint8_t *f = mrc_txe_out_frame(out, plane);
+        mrc_txe_out_commit(out, plane, build(q, f, slot, op, psn, m, off, n, ts_ns, 0));
         struct mrc_txe_rec *r = rec_at(q, psn);
         *r = (struct mrc_txe_rec){.sent_s = now_s, .first_sent_s = now_s, .to_sent_s = -1.0,
                                   .tx_ts_ns = ts_ns, .recovery = -1, .msg = q->m_seg,

@@ -135,6 +135,16 @@ struct mrc_txe_out {
     uint32_t n_ports;
 };
 
+/* Room for one more frame on every port: MRC_TXE_SENT (0), else MRC_TXE_OUT_FULL or
+ * MRC_TXE_PORT_FULL. */
+int mrc_txe_out_room(const struct mrc_txe_out *out);
+
+/* Where the next frame on `plane` is built (mrc_txe_out_room said there is room). */
+uint8_t *mrc_txe_out_frame(struct mrc_txe_out *out, uint32_t plane);
+
+/* The frame built at mrc_txe_out_frame(out, plane), len bytes, joins the output. */
+void mrc_txe_out_commit(struct mrc_txe_out *out, uint32_t plane, uint32_t len);
+
 struct mrc_txe_stats {
     int64_t tx_data_packets, tx_data_bytes, retransmissions, rx_sacks, rx_nacks;
     int64_t rx_stale_nacks, sack_losses, spurious_retransmissions, spurious_timeouts;

@@ -76,6 +76,16 @@ enum {
     MRC_WIRE_OP_ACK = 0xD1,
     MRC_WIRE_OP_SACK = 0xDC,
     MRC_WIRE_OP_NACK = 0xDD,
+    /* the RC opcodes of the RoCEv2 baseline: data RC_WRITE_FIRST..RC_WRITE_ONLY_IMM */
+    MRC_WIRE_OP_RC_WRITE_FIRST = 0x06,
+    MRC_WIRE_OP_RC_WRITE_MIDDLE = 0x07,
+    MRC_WIRE_OP_RC_WRITE_LAST = 0x08,
+    MRC_WIRE_OP_RC_WRITE_LAST_IMM = 0x09,
+    MRC_WIRE_OP_RC_WRITE_ONLY = 0x0A,
+    MRC_WIRE_OP_RC_WRITE_ONLY_IMM = 0x0B,
+    MRC_WIRE_OP_RC_ACK = 0x11,
+    MRC_WIRE_DEFAULT_PKEY = 0xFFFF,
+    MRC_WIRE_BTH_FLAG_BECN = 0x40, /* in BTH byte 4 (above the destination QP) */
 
     /* BTH bits beyond the flags byte's TS */
     MRC_WIRE_BTH_FLAG_RTX = 0x20,         /* in the byte at OFF_BTH_FLAGS: a retransmission */

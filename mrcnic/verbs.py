@@ -383,6 +383,20 @@ class Device:
         #: PFC frames: ``on_pfc(port, frame, now_s)`` (the I/O shell pauses that port)
         self.on_pfc: Callable[[int, Any, float], None] | None = None
         self._rx_port = 0
+        #: the burst a RoCEv2 QP's pacing may send at once (RoceQueuePair.pace_burst_s)
+        self.pace_burst_s = 0.0
+
+    def set_pace_burst(self, seconds: float) -> None:
+        """Let every RoCEv2 QP of the device (and every one made later) send up to
+        ``seconds`` of its rate at once: an I/O shell that wakes at a coarser tick than one
+        frame's time sets its tick, so a paced QP hands over a tick's frames per wake (its
+        port's pacer still spaces them on the wire). MRC QPs have no pacing of their own."""
+        if not seconds >= 0:
+            raise ValueError(f"a pacing burst is >= 0 seconds, got {seconds!r}")
+        self.pace_burst_s = seconds
+        for core in self._cores:
+            if hasattr(core, "pace_burst_s"):
+                core.pace_burst_s = seconds
 
     def register(
         self,
@@ -430,9 +444,19 @@ class Device:
             if prof is not None:
                 config = prof.apply(config)
         rate = sum(self.port_rates_bps) if transport == "mrc" else max(self.port_rates_bps)
-        # an MRC QP's engines: chosen here, once (connect() builds them)
-        kw = {"engines": self._engine_choice} if transport == "mrc" else {}
+        # an MRC QP's engines: chosen here, once (connect() builds them); a RoCEv2 QP on the
+        # C engine is the twin's C-backed form, served by the same dispatch
+        kw: dict[str, Any] = {}
+        if transport == "mrc":
+            kw["engines"] = self._engine_choice
+        elif self._rx_engines is not None:
+            from mrcnic.rocev2.c_engine import CRoceQueuePair
+
+            cls = CRoceQueuePair
+            kw["engines"] = self._rx_engines
         core = cls(qpn, self.net, self.memory, rate, config, **kw)
+        if transport == "rocev2":
+            core.pace_burst_s = self.pace_burst_s
         qp = QP(self, core)
         qp.transport = transport
         for prof in (ev_profile, cc_profile):

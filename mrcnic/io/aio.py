@@ -219,6 +219,11 @@ class AioNic:
         # sockets) a LoopTimer made on first use
         self._timer: LoopTimer | FdTimer | None = None
         self.pace_tick_s = PACE_TICK_S
+        # a RoCEv2 QP paces itself (DCQCN's rate, or its port's): in bursts of one tick, as
+        # the port's pacer, so it does not cost a wake-up per frame
+        set_burst = getattr(device, "set_pace_burst", None)
+        if set_burst is not None:
+            set_burst(PACE_TICK_S)
         self.timer_fires = 0
         self.timer_late_sum_s = 0.0
         self.timer_late_max_s = 0.0

@@ -133,6 +133,25 @@ _ACK_LEN = _BTH_SIZE + layout.AETH_SIZE + _ICRC_SIZE
 _CNP_LEN = _BTH_SIZE + CNP_RESERVED_SIZE + _ICRC_SIZE
 
 
+#: why the responder refused a request (csrc/mrc_roce.h MRC_ROCE_WHY_*)
+WHY_SEQUENCE, WHY_ACCESS, WHY_LENGTH, WHY_PLACE = 1, 2, 3, 4
+
+
+def refusal_why(
+    why: int, status: PlaceStatus = PlaceStatus.OK, rkey: int = 0, va: int = 0, length: int = 0
+) -> str:
+    """The words of a refusal, as the QP's error reason says them."""
+    if why == WHY_SEQUENCE:
+        return "opcode out of sequence"
+    if why == WHY_ACCESS:
+        return (
+            f"incoming write refused ({status.name}: R_Key {rkey:#x}, VA {va:#x}, {length} bytes)"
+        )
+    if why == WHY_LENGTH:
+        return "payload does not match the RETH length"
+    return f"placement refused ({status.name})"
+
+
 class _Msg:
     __slots__ = ("wr_id", "buf", "length", "va", "rkey", "imm", "next_off", "last_psn")
 
@@ -227,6 +246,11 @@ class RoceQueuePair(Outbox):
         self._nak_rewound: int | None = None  # PSN of the last NAK rewind, until progress
         self._next_tx_s = 0.0
         self._pace_blocked = False
+        #: how far behind the clock the pacing may fall, in seconds at the current rate: the
+        #: burst it may send at once (0: one packet, the sans-I/O default). An I/O shell that
+        #: wakes at a coarser tick sets its tick here (verbs.Device.set_pace_burst), so a QP
+        #: paced at line rate hands over a tick's frames per wake, not one frame per wake.
+        self.pace_burst_s = 0.0
         # responder
         self._epsn = 0
         self._nak_outstanding = False
@@ -317,7 +341,10 @@ class RoceQueuePair(Outbox):
     ) -> None:
         """Queue an RDMA Write (with immediate if ``imm`` is given) of ``local`` to the peer."""
         buf = checked_write(self.qpn, self.state, local, remote_va, rkey, imm)
-        self._sendq.append(_Msg(wr_id, buf, remote_va, rkey, imm))
+        self._queue_write(_Msg(wr_id, buf, remote_va, rkey, imm))
+
+    def _queue_write(self, msg: _Msg) -> None:
+        self._sendq.append(msg)
 
     def port_status(self, port: int, up: bool, now_s: float) -> None:
         """Noted, nothing more: a RoCEv2 QP does not fail over.  If its port is down its
@@ -372,8 +399,10 @@ class RoceQueuePair(Outbox):
         a = self._ack_deadline
         if a is not None and (t is None or a < t):
             t = a
-        if self._pace_blocked and (t is None or self._next_tx_s < t):
-            t = self._next_tx_s
+        if self._pace_blocked:
+            p = self._next_tx_s + self.pace_burst_s  # (a burst's worth of time at once)
+            if t is None or p < t:
+                t = p
         return t
 
     def handle_timer(self, now_s: float) -> None:
@@ -396,7 +425,7 @@ class RoceQueuePair(Outbox):
                 f"(retry_cnt {self.config.retry_cnt}, local ACK timeout "
                 f"{self.ack_timeout_s * 1e3:.3g} ms)",
                 now_s,
-                failed=self._pkts[0][1] if self._pkts else None,
+                failed=self._oldest_msg(),
             )
             return
         self._retries += 1
@@ -418,17 +447,14 @@ class RoceQueuePair(Outbox):
         self._pace_blocked = False
         if self.state is not QpState.READY:
             return out
-        rate = self.port_rate_bps
+        rate = self._pace_rate_bps(now_s)
         dc = self.dcqcn
-        if dc is not None and dc.active:
-            dc.advance(now_s)
-            if dc.rate_bps < rate:
-                rate = dc.rate_bps
         pkts = self._pkts
         window = self.window_psns
         st = self.stats
         port = self.plane
         down = not self._port_up[port]
+        sent_bytes = 0
         while True:
             idx = (self.snd_nxt - self.snd_una) & PSN_MASK
             if idx >= window:
@@ -453,15 +479,30 @@ class RoceQueuePair(Outbox):
             self.snd_nxt = (psn + 1) & PSN_MASK
             if self._deadline is None:
                 self._deadline = now_s + self._current_timeout()
-            # pace at the current rate; a token bucket one packet deep
+            # pace at the current rate; a token bucket one packet (or pace_burst_s) deep
             tx_s = len(frame) * 8 / rate
+            lag = tx_s if tx_s > self.pace_burst_s else self.pace_burst_s
             nxt = self._next_tx_s
-            if nxt < now_s - tx_s:
-                nxt = now_s - tx_s
+            if nxt < now_s - lag:
+                nxt = now_s - lag
             self._next_tx_s = nxt + tx_s
-            if dc is not None and dc.active:
-                dc.on_sent(len(frame), now_s)
+            sent_bytes += len(frame)
+        # DCQCN's byte counter once per call (the C engine's way): the same events as per
+        # frame, as every frame of the call has the same now_s and the rate used is the one
+        # read above; bytes counted after an increase ended recovery are reset by the next cut
+        if sent_bytes and dc is not None and dc.active:
+            dc.on_sent(sent_bytes, now_s)
         return out
+
+    def _pace_rate_bps(self, now_s: float) -> float:
+        """The rate to pace at now: the port's, or DCQCN's below it."""
+        rate = self.port_rate_bps
+        dc = self.dcqcn
+        if dc is not None and dc.active:
+            dc.advance(now_s)
+            if dc.rate_bps < rate:
+                rate = dc.rate_bps
+        return rate
 
     def _segment(self) -> bool:
         """Cut the next packet of the send queue (PSN ``snd_max``)."""
@@ -632,7 +673,7 @@ class RoceQueuePair(Outbox):
         first = reth
         last = op in _LAST_OPS
         if first == self._rx_in_msg:  # FIRST inside a message, or MIDDLE/LAST outside one
-            self._refuse(SYN_NAK_INVALID_REQUEST, psn, "opcode out of sequence", now_s)
+            self._refuse(SYN_NAK_INVALID_REQUEST, psn, refusal_why(WHY_SEQUENCE), now_s)
             return
         off = _PREFIX + _BTH_SIZE
         if first:
@@ -640,13 +681,8 @@ class RoceQueuePair(Outbox):
             off += _RETH_SIZE
             status = self.memory.check(rkey, va, length)
             if status is not PlaceStatus.OK:
-                self._refuse(
-                    SYN_NAK_REMOTE_ACCESS,
-                    psn,
-                    f"incoming write refused ({status.name}: R_Key {rkey:#x}, VA {va:#x}, "
-                    f"{length} bytes)",
-                    now_s,
-                )
+                why = refusal_why(WHY_ACCESS, status, rkey, va, length)
+                self._refuse(SYN_NAK_REMOTE_ACCESS, psn, why, now_s)
                 return
             self._rx_va, self._rx_rkey, self._rx_len, self._rx_got = va, rkey, length, 0
         imm = None
@@ -656,18 +692,14 @@ class RoceQueuePair(Outbox):
         plen = end - _ICRC_SIZE - off
         got = self._rx_got + plen
         if got > self._rx_len or (last and got != self._rx_len):
-            self._refuse(
-                SYN_NAK_INVALID_REQUEST, psn, "payload does not match the RETH length", now_s
-            )
+            self._refuse(SYN_NAK_INVALID_REQUEST, psn, refusal_why(WHY_LENGTH), now_s)
             return
         if plen:
             status = self.memory.place(
                 self._rx_rkey, self._rx_va + self._rx_got, memoryview(data)[off : end - _ICRC_SIZE]
             )
             if status is not PlaceStatus.OK:  # e.g. deregistered in the middle of a message
-                self._refuse(
-                    SYN_NAK_REMOTE_ACCESS, psn, f"placement refused ({status.name})", now_s
-                )
+                self._refuse(SYN_NAK_REMOTE_ACCESS, psn, refusal_why(WHY_PLACE, status), now_s)
                 return
         self._rx_got = got
         st.rx_placed_bytes += plen
@@ -692,6 +724,10 @@ class RoceQueuePair(Outbox):
         ERROR as an IB responder does (class C error)."""
         self.stats.rx_refused += 1
         self._send_ack(syndrome, psn)
+        self._refused(syndrome, psn, why, now_s)
+
+    def _refused(self, syndrome: int, psn: int, why: str, now_s: float) -> None:
+        """The error of a refused request (its NAK is sent)."""
         status = (
             WcStatus.REMOTE_ACCESS_ERROR
             if syndrome == SYN_NAK_REMOTE_ACCESS
@@ -717,7 +753,8 @@ class RoceQueuePair(Outbox):
                 return
             if d:
                 self._ack_to((psn - 1) & PSN_MASK, now_s)  # a NAK acknowledges what precedes
-            m = self._pkts[0][1]
+            m = self._oldest_msg()
+            assert m is not None  # (d < snd_max - snd_una: a packet is outstanding)
             if syn == SYN_NAK_REMOTE_ACCESS:
                 status, what = WcStatus.REMOTE_ACCESS_ERROR, "remote access error"
             else:
@@ -781,7 +818,7 @@ class RoceQueuePair(Outbox):
                     f"PSN {psn} NAKed (sequence error) after {self._retries} retries "
                     f"(retry_cnt {self.config.retry_cnt})",
                     now_s,
-                    failed=self._pkts[0][1] if self._pkts else None,
+                    failed=self._oldest_msg(),
                 )
                 return
             self._retries += 1
@@ -794,6 +831,18 @@ class RoceQueuePair(Outbox):
 
     # -- errors ---------------------------------------------------------------------------------
 
+    def _oldest_msg(self) -> _Msg | None:
+        """The write of the oldest unacknowledged packet, if one is cut."""
+        return self._pkts[0][1] if self._pkts else None
+
+    def _flush_writes(self) -> list[_Msg]:
+        """Every write posted and not completed, oldest first, forgotten."""
+        msgs = list(self._msgs) + [m for m in self._sendq if m.next_off == 0]
+        self._msgs.clear()
+        self._sendq.clear()
+        self._pkts.clear()
+        return msgs
+
     def _fatal(
         self, status: WcStatus, reason: str, now_s: float, failed: _Msg | None = None
     ) -> None:
@@ -801,12 +850,9 @@ class RoceQueuePair(Outbox):
             return
         self._transition(QpInput.FATAL)
         self._events.append(QpErrorEvent(self.qpn, status, reason, now_s))
-        for m in list(self._msgs) + [m for m in self._sendq if m.next_off == 0]:
+        for m in self._flush_writes():
             s = status if m is failed else WcStatus.FLUSHED
             self._events.append(WriteCompleted(m.wr_id, s, m.length, now_s))
-        self._msgs.clear()
-        self._sendq.clear()
-        self._pkts.clear()
         self.snd_nxt = self.snd_max = self.snd_una
         self._deadline = None
         self._ack_deadline = None

@@ -168,9 +168,10 @@ class RxEngines:
         self.ctrl: list[tuple[int, bytes]] = []
         self._done = ffi.new("int8_t[]", 256)
 
-    def add(self, eng: CRxEngine) -> bool:
-        """Serve ``eng``'s QP; False when the device already serves MAX_QPS (that QP then
-        runs the Python path)."""
+    def add(self, eng: Any) -> bool:
+        """Serve ``eng``'s QP (a :class:`CRxEngine`, or a RoCEv2 QP's entry,
+        ``mrcnic.rocev2.c_engine.RoceEngine``); False when the device already serves MAX_QPS
+        (an MRC QP then runs the Python path, a RoCEv2 QP takes its frames one by one)."""
         if len(self.engines) >= self.MAX_QPS:
             return False
         self.engines[eng.qp.qpn] = eng
@@ -187,6 +188,7 @@ class RxEngines:
             d.qpn[i] = qpn
             d.qp[i] = eng.q
             d.txq[i] = eng.txq
+            d.roce[i] = eng.roce
         d.n = len(self.engines)
         self._lib.mrc_rxe_dev_index(d)
 
@@ -211,10 +213,7 @@ class RxEngines:
         them."""
         self.sync()
         for eng in self.engines.values():
-            eng.qp.evs.now_s = now_s
-            eng.sync_reverse()
-            if eng.qp.state is QpState.ERROR:
-                eng.q.dead = 1
+            eng.prepare(now_s)
 
     def dispatch(
         self,
@@ -241,7 +240,7 @@ class RxEngines:
             rest += dev.n_rest
             self.flush()
             for eng in self.engines.values():  # what the send engines read (SACKs)
-                eng.qp.tx.after_batch(now_s)
+                eng.after_batch(now_s)
             start += k
             if dev.stopped:  # a control frame of an engine's QP: its turn is now
                 dev.stopped = 0
@@ -308,6 +307,7 @@ class CRxEngine:
         #: the QP's C send engine's struct, which the receive batch hands SACKs to (NULL:
         #: the QP sends with the Python twin, which takes its SACKs through receive_frame)
         self.txq = txq or ffi.NULL
+        self.roce = ffi.NULL  # (an MRC QP: no RoCEv2 engine)
         # the C counters, by the QpStats field each one adds to (the same names)
         self._counters = CounterSink(ffi, "struct mrc_rxe_stats")
         evs = qp.evs
@@ -348,6 +348,16 @@ class CRxEngine:
         self._rev_sig: tuple = ()
         self.sync_reverse()
         self.out = dev.out_struct
+
+    def prepare(self, now_s: float) -> None:
+        """Before a batch: the clock, reverse-EV states and QP state as Python has them."""
+        self.qp.evs.now_s = now_s
+        self.sync_reverse()
+        if self.qp.state is QpState.ERROR:
+            self.q.dead = 1
+
+    def after_batch(self, now_s: float) -> None:
+        self.qp.tx.after_batch(now_s)
 
     def reverse_ev(self, plane: int) -> int:
         """The reverse EV for a control frame Python sends: one round robin, the C side's."""

@@ -17,6 +17,7 @@ from mrcnic.rocev2 import qp as roce_qp
 from mrcnic.sim import fabric
 from mrcnic.transport import frames as mrc_qp
 from mrcnic.wire import BTH, METH, RETH, ImmDt, MrcPacket, Opcode, TimestampExt, layout, trim, usid
+from mrcnic.wire import rocev2 as roce_wire
 from mrcnic.wire.layout import Dscp, Ecn
 from mrcswitch import config as sw_config
 from mrcswitch import pipeline, queue
@@ -89,6 +90,13 @@ C_FACTS: dict[str, int] = {
     "MRC_WIRE_OP_WRITE_LAST": Opcode.WRITE_LAST,
     "MRC_WIRE_OP_WRITE_LAST_IMM": Opcode.WRITE_LAST_IMM,
     "MRC_WIRE_OP_WRITE_ONLY_IMM": Opcode.WRITE_ONLY_IMM,
+    **{
+        f"MRC_WIRE_OP_{m.name}": int(m)
+        for m in Opcode
+        if m.name.startswith("RC_WRITE_") or m.name == "RC_ACK"
+    },
+    "MRC_WIRE_DEFAULT_PKEY": layout.DEFAULT_PKEY,
+    "MRC_WIRE_BTH_FLAG_BECN": layout.BTH_FLAG_BECN,
 }
 
 
@@ -107,6 +115,13 @@ C_COPIES: dict[str, int] = {
     "MRC_FWD_OFF_PLEN": layout.OFF_PAYLOAD_LENGTH,
     "MRC_FWD_OFF_HOP": layout.OFF_HOP_LIMIT,
     "MRC_FWD_OFF_DST": layout.OFF_DST,
+    # csrc/mrc_roce.h: the RoCEv2 facts of mrcnic.wire.rocev2
+    "MRC_ROCE_OP_CNP": roce_wire.OP_CNP,
+    "MRC_ROCE_CNP_RESERVED_SIZE": roce_wire.CNP_RESERVED_SIZE,
+    "MRC_ROCE_SYN_ACK": roce_wire.SYN_ACK,
+    "MRC_ROCE_SYN_NAK_PSN_SEQ": roce_wire.SYN_NAK_PSN_SEQ,
+    "MRC_ROCE_SYN_NAK_INVALID_REQUEST": roce_wire.SYN_NAK_INVALID_REQUEST,
+    "MRC_ROCE_SYN_NAK_REMOTE_ACCESS": roce_wire.SYN_NAK_REMOTE_ACCESS,
 }
 
 

@@ -215,12 +215,14 @@ async def engine_send(
 
     async with AioNic(dev, [ifname]) as nic:
         end = time.monotonic() + seconds
-        c0, n0, t0 = process_cpu_s(), st.tx_data_packets, time.monotonic()
+        # every data frame handed over, new or resent (the receiver counts every data frame it
+        # gets): what the CPU paid for; a go-back-N sender resends a good share
+        c0, n0, t0 = process_cpu_s(), st.tx_data_packets + st.retransmissions, time.monotonic()
         nic.on_progress = post
         post(t0)
         nic.kick()
         await nic.wait_for(lambda: time.monotonic() >= end, timeout_s=seconds + 5)
-        c1, n1, t1 = process_cpu_s(), st.tx_data_packets, time.monotonic()
+        c1, n1, t1 = process_cpu_s(), st.tx_data_packets + st.retransmissions, time.monotonic()
         nic.on_progress = None
         await nic.wait_for(lambda: posted == done or qp.core.state.name == "ERROR", 5)
         nic_stats = nic.stats()
