@@ -28,7 +28,7 @@ help:
 	@echo "make bench-transport  transport core pps and mrc-sim goodput -> results/bench-transport.json"
 	@echo "make bench-nscc       NSCC on oversubscribed/lossy/incast sim fabrics -> results/bench-nscc.json"
 	@echo "make bench-switch     mrc-switch vs kernel seg6local forwarding -> results/bench-switch.json"
-	@echo "make bench-lab-cpu    machine CPU per delivered frame, python vs kernel switches -> results/bench-lab-cpu.json (root)"
+	@echo "make bench-lab-cpu    machine CPU per delivered frame, python vs kernel switches, vs the floor -> results/bench-lab-cpu.json (root)"
 	@echo "make bench-nic        NIC frames per CPU-second, C and Python engines and the RoCEv2 QP vs raw AF_PACKET -> results/bench-nic.json (root)"
 	@echo "make bench-sim        mrc-sim's speed over a whole fabric: permutations of 16, 128, 1,024 hosts -> results/bench-sim.json"
 	@echo "make fuzz        1e6 hostile frames per target into NICs (both engines) and a switch -> results/fuzz.json (root)"
@@ -123,9 +123,11 @@ reproduce: setup
 	$(PY) -m lab.cli experiment all $(EXP_ARGS)
 	$(PY) -m lab.cli experiment all --sim $(EXP_ARGS)
 
-# One write on python vs kernel switches: whole-machine CPU per delivered frame (root)
+# One write on python vs kernel switches, MRC and RoCEv2, and the machine's floor: whole-machine
+# CPU per delivered frame (root). LAB_CPU_ARGS="--rate-mbit 10 --configs floor,kernel"
+LAB_CPU_ARGS ?=
 bench-lab-cpu: setup
-	$(PY) bench/bench_lab_cpu.py --out results/bench-lab-cpu.json
+	$(PY) bench/bench_lab_cpu.py --out results/bench-lab-cpu.json $(LAB_CPU_ARGS)
 
 # Lab: pass topology flags through LAB_ARGS, e.g. make lab-up LAB_ARGS="--planes 2 --switch kernel"
 LAB_ARGS ?=

@@ -12,7 +12,15 @@ each run on a lab brought up for it and taken down after it:
 - ``python``: python switches as the lab runs them by default (``mrc-lab up``'s
   ``--switch-procs`` default: shared processes, see docs/switch.md);
 - ``python_per_process``: one mrc-switch process per switch (``--switch-procs 0``);
-- ``python_hold``: shared processes with receive coalescing (``MRC_SWITCH_HOLD_US``).
+- ``python_hold``: shared processes with receive coalescing (``MRC_SWITCH_HOLD_US``);
+- ``kernel_rocev2`` / ``python_rocev2``: the RoCEv2 baseline's write instead (8 QPs, one per
+  plane, as the demo runs it) on kernel / default python switches;
+- ``floor``: the machine's floor for the same frames over the same topology: kernel switches,
+  no NIC and no switch process; a minimal C sender in h0 sends one full-MTU data frame per
+  plane over and over, paced at 0.95 of the link rate and woken at most once per millisecond
+  (as the NIC's pacer), and a minimal C receiver in h3 counts (``lab/workloads/bench/floor.py``,
+  ``csrc/mrc_raw.c``). Every other row's ``ratio_vs_floor`` is its machine CPU per delivered
+  frame over the floor's (contract key).
 
 Per run: the machine's CPU-seconds (``/proc/stat``, every process on the machine, over the
 write as mrc-bench measures it) per delivered data frame (the receiving NIC's frames), the
@@ -40,6 +48,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -47,15 +56,29 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lab.fabric import lifecycle
+from lab.fabric.host import LabHost
 from lab.fabric.netns import LabError, have_net_admin
-from lab.fabric.params import resolve
+from lab.fabric.params import LabParams, resolve
 from lab.fabric.state import LabState, exists
 from lab.proc.benchrun import WriteSpec, bench_argv, run_write
+from lab.proc.cpu import machine_busy_ticks
 from lab.proc.env import env_added
+from mrcnic.verbs import RemoteBuffer
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"
 HOPS = 3  # h0 -> h3: T0, T1, T0
-CONFIGS = ("kernel", "python", "python_per_process", "python_hold")
+CONFIGS = (
+    "floor",
+    "kernel",
+    "python",
+    "python_per_process",
+    "python_hold",
+    "kernel_rocev2",
+    "python_rocev2",
+)
+ROCEV2_QPS = 8  # the baseline's writes: one QP per plane
+FLOOR_RATE_FRACTION = 0.95  # the floor's senders pace at this share of the link rate
 
 
 def say(text: str) -> None:
@@ -111,9 +134,9 @@ def wakeups(docs: dict[int, dict[str, Any]]) -> dict[str, int]:
 
 def config_env(name: str, a: argparse.Namespace) -> tuple[str, int, dict[str, str]]:
     """-> (switch mode, switch_procs, environment for the switch processes)."""
-    if name == "kernel":
+    if name in ("kernel", "kernel_rocev2", "floor"):
         return "kernel", 0, {}
-    if name == "python":
+    if name in ("python", "python_rocev2"):
         return "python", lifecycle.switch_procs_default(), {}
     if name == "python_per_process":
         return "python", 0, {"MRC_SWITCH_HOLD_US": "0"}
@@ -140,9 +163,117 @@ def lat_run(state: LabState, a: argparse.Namespace) -> dict[str, Any] | None:
         return None
 
 
+def floor_frames(src: LabHost, dst: LabHost) -> list[bytes]:
+    """One full-MTU data frame per plane from ``src`` to ``dst``, as the RoCEv2 baseline's QP
+    bound to that plane builds it (its plane's kernel switches route it to ``dst``)."""
+    frames = []
+    for plane in range(len(src.ifnames)):
+        qa = src.device.create_qp(src.transport_qp_config("rocev2", plane), "rocev2")
+        qb = dst.device.create_qp(dst.transport_qp_config("rocev2", plane), "rocev2")
+        qa.connect(qb.export())
+        qb.connect(qa.export())
+        mtu = qa.core.mtu
+        qa.post_write(0, bytes(mtu), RemoteBuffer.of(dst.device.register(bytearray(mtu))))
+        port, frame = qa.core.frames_to_send(1.0)[0]
+        if port != plane:
+            raise RuntimeError(f"bench_lab_cpu: the floor's frame for plane {plane} left on {port}")
+        frames.append(bytes(frame))
+    return frames
+
+
+def floor_run(a: argparse.Namespace) -> dict[str, Any]:
+    """The floor: kernel switches, a paced C sender in h0 and a C receiver in h3."""
+    params = resolve(None, name=a.name, switch="kernel", rate_mbit=a.rate_mbit)
+    if exists(a.name):
+        lifecycle.down(a.name)
+    idle_before = wait_quiet()
+    state = lifecycle.up(params, switch_procs=0)
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        time.sleep(1.0)
+        src, dst = LabHost.from_state(state, "h0"), LabHost.from_state(state, "h3")
+        frames = floor_frames(src, dst)
+        # a little under the link rate: tbf's accounting differs from the frame's length by a
+        # little, and at exactly the rate its queue would only grow (14% lost at 100 Mb/s)
+        rate_fps = FLOOR_RATE_FRACTION * params.rate_mbit * 1e6 / (8 * len(frames[0]))
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump([fr.hex() for fr in frames], f)
+        mod = [sys.executable, "-m", "lab.workloads.bench.floor"]
+        rx = subprocess.Popen(
+            ["ip", "netns", "exec", dst.namespace, *mod, "recv", "--ifnames",
+             ",".join(dst.ifnames), "--seconds", str(a.duration)],
+            cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        procs.append(rx)
+        assert rx.stdout is not None
+        json.loads(rx.stdout.readline())  # ready
+        busy0 = machine_busy_ticks()
+        tx = subprocess.Popen(
+            ["ip", "netns", "exec", src.namespace, *mod, "send", "--ifnames",
+             ",".join(src.ifnames), "--frames", f.name, "--rate-fps", f"{rate_fps:.3f}",
+             "--seconds", str(a.duration)],
+            cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        procs.append(tx)
+        out, _ = tx.communicate(timeout=a.duration + 30)
+        busy1 = machine_busy_ticks()
+        sent = json.loads(out.strip().splitlines()[-1])
+        rout, _ = rx.communicate(timeout=2 * a.duration + 30)
+        got = json.loads(rout.strip().splitlines()[-1])
+        os.unlink(f.name)
+    finally:
+        for p in procs:  # (ours, by PID: a side still running after an error)
+            if p.poll() is None:
+                p.kill()
+                p.wait(5)
+        lifecycle.down(a.name)
+    hz = os.sysconf("SC_CLK_TCK")
+    machine_s = (busy1[0] - busy0[0]) / hz
+    delivered = got["frames"]
+    capacity = rate_fps * len(frames) * sent["elapsed_s"]
+    out_row = {
+        "config": "floor",
+        "switch": "kernel",
+        "switch_procs": None,
+        "switch_processes": 0,
+        "env": {},
+        "idle_before": idle_before,
+        "error": None if delivered else "the floor's receiver got nothing",
+        "goodput_fraction": round(delivered / capacity, 4) if capacity else None,
+        "verified": None,
+        "cpu_bound": None,
+        "duration_s": sent["elapsed_s"],
+        "machine_cpu_percent": round(100 * (busy1[0] - busy0[0]) / (busy1[1] - busy0[1]), 1)
+        if busy1[1] > busy0[1]
+        else None,
+        "machine_cpu_s": round(machine_s, 3),
+        "delivered_frames": delivered,
+        "data_frames_sent": sent["frames"],
+        "machine_cpu_s_per_frame": machine_s / delivered if delivered else None,
+        "nic_cpu_percent": [
+            round(100 * sent["cpu_s"] / max(sent["elapsed_s"], 1e-9), 1),
+            round(100 * got["cpu_s"] / max(got["elapsed_s"], 1e-9), 1),
+        ],
+        "switch_cpu_s": None,
+        "switch_us_per_frame_hop": None,
+        "switch_wakeups": None,
+        "wakeups_per_frame": None,
+        "lat_us_typical": None,
+        "lat_us_p99": None,
+        "rate_fps_per_port": round(rate_fps, 3),
+        "frame_bytes": len(frames[0]),
+    }
+    m = out_row["machine_cpu_s_per_frame"]
+    say(f"    floor: delivered {delivered} of {sent['frames']} sent, machine "
+        f"{m * 1e6 if m else float('nan'):.1f} us/frame")  # fmt: skip
+    return out_row
+
+
 def one_run(name: str, a: argparse.Namespace) -> dict[str, Any]:
+    if name == "floor":
+        return floor_run(a)
     mode, procs, env = config_env(name, a)
-    params = resolve(None, name=a.name, switch=mode)
+    params = resolve(None, name=a.name, switch=mode, rate_mbit=a.rate_mbit)
     with env_added(env):
         if exists(a.name):
             lifecycle.down(a.name)
@@ -151,7 +282,9 @@ def one_run(name: str, a: argparse.Namespace) -> dict[str, Any]:
     try:
         time.sleep(1.0)
         docs0 = stats_files(state)
-        spec = WriteSpec("h0", "h3", a.size, a.duration, None, 1, "mrc", None)
+        rocev2 = name.endswith("_rocev2")
+        spec = WriteSpec("h0", "h3", a.size, a.duration, None, ROCEV2_QPS if rocev2 else 1,
+                         "rocev2" if rocev2 else "mrc", None)  # fmt: skip
         run = run_write(state, spec, echo=say)
         time.sleep(0.7)  # the stats files are rewritten every 0.5 s
         docs1 = stats_files(state)
@@ -183,6 +316,7 @@ def one_run(name: str, a: argparse.Namespace) -> dict[str, Any]:
         "error": run.error,
         "goodput_fraction": r.get("goodput_fraction"),
         "verified": r.get("verified"),
+        "cpu_bound": r.get("cpu_bound"),
         "duration_s": dur,
         "machine_cpu_percent": mpct,
         "machine_cpu_s": round(machine_s, 3) if machine_s is not None else None,
@@ -235,7 +369,10 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "lat_us_typical_median": med("lat_us_typical", 2),
         "lat_us_typical_runs": [r["lat_us_typical"] for r in runs],
         "lat_us_p99_median": med("lat_us_p99", 2),
-        "verified_all": all(bool(r.get("verified")) for r in runs),
+        "verified_all": all(bool(r.get("verified")) for r in runs if r.get("verified") is not None)
+        if any(r.get("verified") is not None for r in runs)
+        else None,  # (the floor verifies nothing: None)
+        "cpu_bound_runs": sum(1 for r in runs if r.get("cpu_bound")),
     }
 
 
@@ -247,6 +384,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=6.0, help="seconds per write")
     ap.add_argument("--lat-iters", type=int, default=1000, help="mrc-bench lat writes; 0: none")
     ap.add_argument("--hold-us", type=float, default=100.0, help="python_hold's hold (us)")
+    ap.add_argument(
+        "--rate-mbit", type=float, default=None,
+        help="link rate, Mb/s (default: the lab's, 100); a rate the machine carries keeps the "
+        "runs fabric-bound (mrc-lab calibrate)",
+    )  # fmt: skip
     ap.add_argument("--configs", default=",".join(CONFIGS), help=f"subset of {CONFIGS}")
     ap.add_argument("--out", default=str(RESULTS / "bench-lab-cpu.json"))
     a = ap.parse_args(argv)
@@ -295,6 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         "hold_us": a.hold_us,
         "reps": a.reps,
         "hops": HOPS,
+        "rate_mbit": a.rate_mbit if a.rate_mbit is not None else LabParams().rate_mbit,
         "wall_s": round(time.monotonic() - t0, 1),
         "goal": {"machine_cpu_ratio_python_vs_kernel": 2.0},
         "configs": {c: summarise(rs) for c, rs in runs.items()},
@@ -314,8 +457,12 @@ def main(argv: list[str] | None = None) -> int:
         if base is not None and cs[c]["lat_us_typical_median"] is not None
         else None
         for c in configs
-        if c.startswith("python") and c != "python_per_process"
+        if c.startswith("python") and c != "python_per_process" and not c.endswith("_rocev2")
     }
+    fl = (cs.get("floor") or {}).get("machine_cpu_s_per_frame_median")
+    for c in configs:  # contract key: machine CPU per delivered frame over the floor's
+        m = cs[c]["machine_cpu_s_per_frame_median"]
+        cs[c]["ratio_vs_floor"] = round(m / fl, 3) if m and fl else None
     out["added_latency_note"] = (
         "(median 64 B write latency - that of python_per_process) / 6: a write's latency "
         "crosses 3 switches each way (data, then its ACK)"
@@ -330,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
             f"(x{s['machine_cpu_ratio_vs_kernel']} kernel), switches "
             f"{s['switch_us_per_frame_hop_median']} us/frame/hop, goodput "
             f"{s['goodput_fraction_median']}, wakeups/frame {s['wakeups_per_frame_median']}, "
-            f"lat {s['lat_us_typical_median']} us"
+            f"lat {s['lat_us_typical_median']} us, x{s['ratio_vs_floor']} the floor"
         )
     say(f"machine_cpu_ratio_python_vs_kernel = {ratio} (goal <= 2.0)")
     say(f"added latency per hop (us): {out['added_latency_per_hop_us']}")

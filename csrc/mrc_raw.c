@@ -21,7 +21,8 @@ static int64_t now_ns(void) {
 
 int mrc_raw_send(const struct mrc_raw_cfg *cfg, struct mrc_raw_result *res) {
     if (cfg == NULL || res == NULL || cfg->frame == NULL || cfg->frame_len == 0 ||
-        cfg->batch == 0 || cfg->batch > MRC_RAW_MAX_BATCH || cfg->duration_ns <= 0) {
+        cfg->batch == 0 || cfg->batch > MRC_RAW_MAX_BATCH || cfg->duration_ns <= 0 ||
+        !(cfg->rate_fps >= 0) || cfg->tick_ns < 0) {
         return -EINVAL;
     }
     memset(res, 0, sizeof(*res));
@@ -37,9 +38,28 @@ int mrc_raw_send(const struct mrc_raw_cfg *cfg, struct mrc_raw_result *res) {
     int64_t t0 = now_ns();
     int64_t end = t0 + cfg->duration_ns;
     int64_t t = t0;
+    int64_t offered = 0; /* paced: frames sent or refused */
     while (t < end) {
-        int r = sendmmsg(cfg->fd, msgs, cfg->batch, MSG_DONTWAIT);
+        uint32_t n = cfg->batch;
+        if (cfg->rate_fps > 0) {
+            int64_t due = (int64_t)((double)(t - t0) * cfg->rate_fps / 1e9) + 1 - offered;
+            if (due <= 0) { /* sleep until the next frame is due, and at least a tick */
+                int64_t at = t0 + (int64_t)((double)offered * 1e9 / cfg->rate_fps);
+                if (at < t + cfg->tick_ns) {
+                    at = t + cfg->tick_ns;
+                }
+                struct timespec ts = {.tv_sec = at / 1000000000, .tv_nsec = at % 1000000000};
+                clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+                t = now_ns();
+                continue;
+            }
+            n = due < (int64_t)n ? (uint32_t)due : n;
+        }
+        int r = sendmmsg(cfg->fd, msgs, n, MSG_DONTWAIT);
         res->calls++;
+        if (cfg->rate_fps > 0) {
+            offered += r > 0 ? r : (r < 0 && errno != EINTR ? (int64_t)n : 0);
+        }
         if (r > 0) {
             res->frames += r;
             res->bytes += (int64_t)r * cfg->frame_len;

@@ -16,6 +16,9 @@ struct mrc_raw_cfg {
     uint32_t block_size;    /* receive: TPACKET_V3 block size (a multiple of the page size) */
     uint32_t block_nr;      /* receive: blocks in the ring; 0: recvmmsg instead */
     uint32_t slot_len;      /* receive with recvmmsg: bytes per frame slot */
+    double rate_fps;        /* send: frames per second (0: as fast as the kernel takes them) */
+    int64_t tick_ns;        /* send, paced: sleep at least this long between sends (a NIC
+                             * pacer's tick: the frames due in it go in one sendmmsg) */
 };
 
 struct mrc_raw_result {
@@ -27,8 +30,9 @@ struct mrc_raw_result {
     int32_t last_errno;
 };
 
-/* Send cfg->frame until cfg->duration_ns has passed. Returns 0 or -errno (-EINVAL for bad
- * arguments: nothing sent). */
+/* Send cfg->frame until cfg->duration_ns has passed; with rate_fps > 0 paced at that rate
+ * (a frame the kernel refuses counts as sent and lost, as on a wire). Returns 0 or -errno
+ * (-EINVAL for bad arguments: nothing sent). */
 int mrc_raw_send(const struct mrc_raw_cfg *cfg, struct mrc_raw_result *res);
 
 /* Count every frame that arrives on cfg->fd (a bound AF_PACKET socket) until

@@ -146,10 +146,9 @@ static int cut(struct mrc_roce_qp *q) {
     struct mrc_roce_msg *m = msg_at(q, q->m_seg);
     uint32_t off = m->next_off;
     uint32_t n = m->length - off < q->mtu ? m->length - off : q->mtu;
-    if (off == 0) {
-        m->first_psn = q->seg_psn;
-    }
     m->next_off = off + n;
+    m->cut++;
+    m->end_psn = (q->seg_psn + 1) & MASK;
     if (off + n >= m->length) {
         m->last_psn = q->seg_psn;
         m->has_last = 1;
@@ -159,28 +158,24 @@ static int cut(struct mrc_roce_qp *q) {
     return 1;
 }
 
-/* packets cut of message m so far */
-static uint32_t packets_of(const struct mrc_roce_qp *q, const struct mrc_roce_msg *m) {
-    if (m->has_last) {
-        return ((m->last_psn - m->first_psn) & MASK) + 1;
-    }
-    return (m->next_off + q->mtu - 1) / q->mtu;
-}
-
-static int holds(const struct mrc_roce_qp *q, const struct mrc_roce_msg *m, uint32_t psn) {
-    return (m->has_last || m->next_off) && ((psn - m->first_psn) & MASK) < packets_of(q, m);
+/* How far back from the end of message m's packets cut so far PSN psn is (1: its last one),
+ * or 0 when m holds no such packet. Unambiguous however long m is: the PSNs asked about are
+ * outstanding, so fewer than half the PSN space behind the newest. */
+static uint64_t back_of(const struct mrc_roce_msg *m, uint32_t psn) {
+    uint32_t d = (m->end_psn - psn - 1) & MASK;
+    return m->cut && d < HALF && (uint64_t)d < m->cut ? (uint64_t)d + 1 : 0;
 }
 
 uint64_t mrc_roce_msg_of(struct mrc_roce_qp *q, uint32_t psn) {
     uint64_t k = q->cur;
-    if (k >= q->m_done && k < q->m_tail && holds(q, msg_at(q, k), psn)) {
+    if (k >= q->m_done && k < q->m_tail && back_of(msg_at(q, k), psn)) {
         return k;
     }
-    if (k + 1 >= q->m_done && k + 1 < q->m_tail && holds(q, msg_at(q, k + 1), psn)) {
+    if (k + 1 >= q->m_done && k + 1 < q->m_tail && back_of(msg_at(q, k + 1), psn)) {
         return q->cur = k + 1;
     }
     for (k = q->m_done; k < q->m_tail; k++) { /* after a rewind */
-        if (holds(q, msg_at(q, k), psn)) {
+        if (back_of(msg_at(q, k), psn)) {
             return q->cur = k;
         }
     }
@@ -197,7 +192,9 @@ static double current_timeout(const struct mrc_roce_qp *q) {
 static uint32_t build(struct mrc_roce_qp *q, uint8_t *f, uint32_t psn, uint32_t idx,
                       uint32_t *payload) {
     struct mrc_roce_msg *m = msg_at(q, mrc_roce_msg_of(q, psn));
-    uint32_t off = ((psn - m->first_psn) & MASK) * q->mtu;
+    uint64_t off64 = (m->cut - back_of(m, psn)) * (uint64_t)q->mtu;
+    uint32_t off = off64 < m->length ? (uint32_t)off64 : m->length; /* (always: off64 < length,
+                                                                      * or 0 for an empty write) */
     uint32_t n = m->length - off < q->mtu ? m->length - off : q->mtu;
     int first = off == 0, last = off + n >= m->length;
     uint32_t op;

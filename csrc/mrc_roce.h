@@ -46,7 +46,8 @@ struct mrc_roce_msg {
     uint32_t length;
     uint32_t imm;
     uint32_t next_off;  /* bytes segmented */
-    uint32_t first_psn; /* set when its first packet is cut */
+    uint64_t cut;       /* packets cut (a write may have more than the PSN space holds) */
+    uint32_t end_psn;   /* the PSN after its last packet cut */
     uint32_t last_psn;  /* set when its last packet is cut (has_last) */
     uint8_t has_imm;
     uint8_t has_last;

@@ -169,7 +169,8 @@ struct mrc_rxe_dev {
     uint32_t qpn[1024];
     struct mrc_rxe_qp *qp[1024];
     struct mrc_txe_qp *txq[1024]; /* the same QP's send engine (its SACKs), or NULL */
-    struct mrc_roce_qp *roce[1024]; /* a RoCEv2 QP's engine (qp[i] and txq[i] NULL), or NULL */
+    struct mrc_roce_qp *roce[1024]; /* a RoCEv2 QP's engine (qp[i] and txq[i] NULL), or NULL;
+                                     * (the simulator's C fabric, mrc_simnet.c, has MRC QPs only) */
     int16_t slot[2048];           /* the index: QP number's slot -> its entry, -1 empty */
     struct mrc_rxe_regions *mem;
     struct mrc_rxe_out *out;

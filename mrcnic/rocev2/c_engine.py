@@ -188,7 +188,7 @@ class CRoceQueuePair(RoceQueuePair):
         e.buf = raw_pointer(self._ffi, view) if len(view) else self._ffi.NULL
         e.va, e.rkey, e.length = msg.va, msg.rkey, msg.length
         e.imm, e.has_imm = msg.imm or 0, msg.imm is not None
-        e.next_off = e.has_last = 0
+        e.next_off = e.has_last = e.cut = 0
         self._cmsgs.append(msg)
         self._views.append(view)
         c.m_tail += 1

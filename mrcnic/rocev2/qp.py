@@ -130,6 +130,8 @@ _IPV6_VERSION = layout.IPV6_VERSION
 _IPPROTO_UDP = layout.IPPROTO_UDP
 _UDP_SIZE = layout.UDP_SIZE
 _ACK_LEN = _BTH_SIZE + layout.AETH_SIZE + _ICRC_SIZE
+#: the largest payload per packet: UDP's 16-bit length holds UDP, BTH, RETH, ImmDt and ICRC too
+MAX_MTU_BYTES = 0xFFFF - (_UDP_SIZE + _BTH_SIZE + _RETH_SIZE + _IMM_SIZE + _ICRC_SIZE)
 _CNP_LEN = _BTH_SIZE + CNP_RESERVED_SIZE + _ICRC_SIZE
 
 
@@ -196,6 +198,11 @@ class RoceQueuePair(Outbox):
             )
         if cfg.mtu_bytes < 1 or cfg.ack_every < 1 or line_rate_bps <= 0:
             raise ValueError("mtu_bytes, ack_every and line_rate_bps must be positive")
+        if cfg.mtu_bytes > MAX_MTU_BYTES:
+            raise ValueError(
+                f"mtu_bytes {cfg.mtu_bytes}: at most {MAX_MTU_BYTES} (a packet's UDP length, "
+                "headers and ICRC included, is 16 bits)"
+            )
         self.qpn = qpn
         self.net = net
         self.config = cfg

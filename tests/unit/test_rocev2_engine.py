@@ -24,11 +24,12 @@ SHAPE = usid.ClosShape(planes=2, t0=2, t1=2, hosts_per_t0=2)
 MEM = 1 << 18
 
 
-def _pair(engine: str, seed: int, **opts):
+def _pair(engine: str, seed: int, start_psn: int | None = None, **opts):
     a = Device(host_net(SHAPE, 0), 100e6, seed=seed, engine=engine)
     b = Device(host_net(SHAPE, 2), 100e6, seed=seed, engine=engine)
     cc = tuple(opts.items())
-    cfg = QpConfig(base_rtt_s=1e-3, seed=seed, start_psn=(seed * 7919) & 0xFFFFFF, cc_options=cc)
+    psn = (seed * 7919) & 0xFFFFFF if start_psn is None else start_psn
+    cfg = QpConfig(base_rtt_s=1e-3, seed=seed, start_psn=psn, cc_options=cc)
     qa, qb = a.create_qp(cfg, transport="rocev2"), b.create_qp(cfg, transport="rocev2")
     qa.connect(QpAttributes.from_json(qb.export()))
     qb.connect(QpAttributes.from_json(qa.export()))
@@ -70,9 +71,9 @@ def _deliver(dev: Device, frames: list[bytes], t: float, batch: bool) -> None:
     dev.receive_batch(ring, len(frames), t)
 
 
-def _run(engine: str, seed: int, batch: bool = False, **opts) -> dict:
+def _run(engine: str, seed: int, batch: bool = False, start_psn: int | None = None, **opts) -> dict:
     rng = random.Random(seed)
-    a, b, qa, qb, ma, mb = _pair(engine, seed, **opts)
+    a, b, qa, qb, ma, mb = _pair(engine, seed, start_psn, **opts)
     ra, rb = RemoteBuffer.of(ma), RemoteBuffer.of(mb)
     p = rng.choice([0.0, 0.05, 0.2])
     for i in range(rng.randrange(1, 40)):
@@ -146,6 +147,13 @@ def test_the_engines_agree_with_the_paper_dcqcn_no_nak_retries_and_a_delayed_ack
 ) -> None:
     opts = {"dcqcn_profile": "paper", "nak_retries": False, "ack_delay_s": 2e-4}
     _same(_run("c", seed, **opts), _run("py", seed, **opts))
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(46, 50))
+def test_the_engines_agree_across_the_psn_wrap(seed: int) -> None:
+    start = 0xFFFFFF - 7 * (seed - 45)  # the PSNs wrap to 0 within the first writes
+    _same(_run("c", seed, start_psn=start), _run("py", seed, start_psn=start))
 
 
 @needs_c
