@@ -50,8 +50,12 @@ $(STAMP): $(SETUP_INPUTS)
 	$(PY) -c "import mrcnic._mrcfast" || { echo "C module mrcnic._mrcfast failed to build"; exit 1; }
 	@touch $(STAMP)
 
+# The unit tests on every core (pytest-xdist; they share no state), then the rest (the lab
+# tests: one at a time, as each brings up its own lab and measures the machine)
+UNIT_WORKERS ?= auto
 test: setup
-	$(PY) -m pytest -q -rs tests
+	$(PY) -m pytest -q -rs -n $(UNIT_WORKERS) tests/unit
+	$(PY) -m pytest -q -rs --ignore=tests/unit tests
 
 test-fast: setup
 	$(PY) -m pytest -q -rs -m "not slow" tests
