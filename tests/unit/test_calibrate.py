@@ -363,12 +363,18 @@ def test_self_meter_reads_cpu_pressure_and_the_busiest_switch_process() -> None:
     import os
 
     m = cpu.SelfCpuMeter([os.getpid()])  # this process stands in for a switch process
+    c0, t0 = time.process_time(), time.monotonic()
     m.start()
     t = time.monotonic()
-    while time.monotonic() - t < 0.2:  # busy: this process is its own "switch" at ~a core
+    while time.monotonic() - t < 0.3:  # busy: this process is its own "switch"
         pass
     got = m.stop()
-    assert got.switch_cpu_percent_max is not None and got.switch_cpu_percent_max > 50
+    # what it read is this process's share of a core over the window, as the process itself
+    # counts it (other work on the machine, other test workers included, lowers both alike);
+    # the tolerance is /proc's clock-tick granularity over 0.3 s
+    own = 100 * (time.process_time() - c0) / (time.monotonic() - t0)
+    assert got.switch_cpu_percent_max is not None and got.switch_cpu_percent_max > 20
+    assert abs(got.switch_cpu_percent_max - own) < 15, (got.switch_cpu_percent_max, own)
     if cpu.cpu_pressure_us() is None:
         assert got.cpu_pressure_fraction is None  # no PSI: not measured, never guessed
     else:
