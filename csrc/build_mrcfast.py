@@ -44,6 +44,9 @@ ffibuilder.set_source(
     extra_compile_args=[
         "-O2",
         "-ffp-contract=off",
+        # exported functions may still be inlined within their file (mrc_txe.c's output
+        # helpers, which mrc_roce.c calls too, sit on the send loop's per-frame path)
+        "-fno-semantic-interposition",
         "-std=c11",
         "-Wall",
         "-Wextra",

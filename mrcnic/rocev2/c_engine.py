@@ -32,7 +32,7 @@ from mrcnic.transport.qp_types import (
     WriteCompleted,
 )
 from mrcnic.transport.rx_engine import CounterSink, RxEngines, c_module, raw_pointer
-from mrcnic.transport.tx_engine import OUT_FRAMES
+from mrcnic.transport.tx_engine import FramesOut
 from mrcnic.wire import layout
 
 from .config import RoceConfig
@@ -165,6 +165,7 @@ class CRoceQueuePair(RoceQueuePair):
         c.seg_psn = self.snd_una
         c.port_down = 0 if self._port_up[self.plane] else 1
         self._grow(FIRST_MSG_CAP)
+        self._fo = FramesOut(ffi, self.mtu, ffi.new)
         self._registered = self._engines.add(RoceEngine(self))
 
     def _grow(self, cap: int) -> None:
@@ -224,17 +225,15 @@ class CRoceQueuePair(RoceQueuePair):
             return out
         rate = self._pace_rate_bps(now_s)
         dc = self.dcqcn
-        o = self._out()
+        # (lossless data goes back as bytes: the pacer keeps it in the class PFC pauses, which
+        # the ports' C queues do not know)
+        fo = self._fo
+        o = fo.aim(self._engines.port_queues, self.planes, not self.config.lossless)
         lib = self._lib
         while True:
             r = lib.mrc_roce_send(c, now_s, rate, o)
-            if o.n:
-                view, slot = self._view, self._slot_len
-                lens, planes = self._out_len, self._out_plane
-                for i in range(o.n):
-                    off = i * slot
-                    out.append((planes[i], view[off : off + lens[i]]))
-                o.n = 0
+            fo.take(out)
+            o.n = 0
             if r != lib.MRC_TXE_OUT_FULL:
                 break
         sent = c.sent_bytes
@@ -244,35 +243,6 @@ class CRoceQueuePair(RoceQueuePair):
                 dc.on_sent(sent, now_s)
             self.fold_counters()
         return out
-
-    def _out(self) -> Any:
-        """The send output: the ports' C queues when the I/O shell has them, else a buffer."""
-        o = getattr(self, "_o", None)
-        ffi = self._ffi
-        if o is None:
-            self._slot_len = slot = (self.mtu + 112 + 63) & ~63
-            self._out_buf = ffi.new("uint8_t[]", OUT_FRAMES * slot)
-            self._out_len = ffi.new("uint32_t[]", OUT_FRAMES)
-            self._out_plane = ffi.new("uint8_t[]", OUT_FRAMES)
-            o = self._o = ffi.new(
-                "struct mrc_txe_out *",
-                {"buf": self._out_buf, "slot_len": slot, "cap": OUT_FRAMES, "n": 0,
-                 "len": self._out_len, "plane": self._out_plane},
-            )  # fmt: skip
-            self._view = ffi.buffer(self._out_buf)
-        pq = self._engines.port_queues
-        # (lossless data goes back as bytes: the pacer keeps it in the class PFC pauses, which
-        # the ports' C queues do not know)
-        if (
-            pq is not None
-            and not self.config.lossless
-            and pq.slot_len >= self._slot_len
-            and pq.n == self.planes
-        ):
-            o.ports, o.n_ports = pq.array, pq.n  # straight into the ports' queues
-        else:
-            o.ports, o.n_ports = ffi.NULL, 0
-        return o
 
     # -- receiving ------------------------------------------------------------------------------
 

@@ -49,6 +49,44 @@ MSG_CAP = MAX_OUTSTANDING_WRITES  # writes posted and not completed (a power of 
 RECOVERY_LOG = 65536  # PySendEngine._recoveries' length
 OUT_FRAMES = 64  # data frames per mrc_txe_send call before the shell drains them
 _HDR = struct.Struct(">6s6sHIHBB16s16sHHHH")  # Ethernet, IPv6, UDP: a template's 62 bytes
+
+
+class FramesOut:
+    """A send engine's data output (``struct mrc_txe_out``): OUT_FRAMES slots the shell takes
+    back as bytes, or, when the I/O shell has them, the ports' C queues. ``alloc(ctype, n)``
+    makes its arrays (the engine's own allocator, so they count in its state)."""
+
+    def __init__(self, ffi: Any, mtu: int, alloc: Any) -> None:
+        self._ffi = ffi
+        self.slot_len = slot = (mtu + 112 + 63) & ~63  # (headers and extensions: 112 at most)
+        self.buf = alloc("uint8_t[]", OUT_FRAMES * slot)
+        self.lens = alloc("uint32_t[]", OUT_FRAMES)
+        self.planes = alloc("uint8_t[]", OUT_FRAMES)
+        self.out = ffi.new(
+            "struct mrc_txe_out *",
+            {"buf": self.buf, "slot_len": slot, "cap": OUT_FRAMES, "n": 0, "len": self.lens,
+             "plane": self.planes},
+        )  # fmt: skip
+        self.view = ffi.buffer(self.buf)
+
+    def aim(self, pq: Any, planes: int, queues_ok: bool = True) -> Any:
+        """The output for the next send: straight into the ports' queues ``pq`` when there are
+        as many as ``planes``, their slots hold a frame and ``queues_ok``; else the slots."""
+        o = self.out
+        if queues_ok and pq is not None and pq.slot_len >= self.slot_len and pq.n == planes:
+            o.ports, o.n_ports = pq.array, pq.n
+        else:
+            o.ports, o.n_ports = self._ffi.NULL, 0
+        return o
+
+    def take(self, frames: list[tuple[int, Any]]) -> None:
+        """Append the frames in the slots to ``frames`` as ``(port, bytes)``."""
+        view, slot, lens, planes = self.view, self.slot_len, self.lens, self.planes
+        for i in range(self.out.n):
+            off = i * slot
+            frames.append((planes[i], view[off : off + lens[i]]))
+
+
 # struct mrc_txe_qp's srtt, rttvar, min_rtt, rtt_peak, rto, has_srtt, rtt_measured (in order)
 _RTT = struct.Struct("=5d2B")
 
@@ -181,16 +219,8 @@ class CTxEngine:
         q.srtt = qp._srtt or 0.0
         q.ev_order_ok, q.reo_mult, q.rack_sent_s = 1, 1, -1.0  # (PySendEngine's first values)
         # data frames out
-        self._slot_len = (qp.mtu + 112 + 63) & ~63
-        self._out_buf = arr("uint8_t[]", OUT_FRAMES * self._slot_len)
-        self._out_len = arr("uint32_t[]", OUT_FRAMES)
-        self._out_plane = arr("uint8_t[]", OUT_FRAMES)
-        self.out = ffi.new(
-            "struct mrc_txe_out *",
-            {"buf": self._out_buf, "slot_len": self._slot_len, "cap": OUT_FRAMES, "n": 0,
-             "len": self._out_len, "plane": self._out_plane},
-        )  # fmt: skip
-        self._view = ffi.buffer(self._out_buf)
+        self._fo = FramesOut(ffi, qp.mtu, arr)
+        self.out = self._fo.out
         self._deadline = ffi.new("double *")
         #: where the data frames go instead of back to the caller as bytes, when set (the
         #: simulator's C fabric: ``sink.frames(list)`` for frames already in ``out``, then
@@ -321,15 +351,8 @@ class CTxEngine:
         rel = evs._skip_release
         q.rel_head = rel[0][0] if rel else -1
         cc = qp.cc
-        o = self.out
-        pq = self._engines.port_queues
-        if pq is not None and pq.slot_len >= self._slot_len and pq.n == qp.planes:
-            o.ports, o.n_ports = pq.array, pq.n  # straight into the ports' queues
-        else:
-            o.ports, o.n_ports = self._ffi.NULL, 0
-        view = self._view
-        slot_len = self._slot_len
-        lens, planes = self._out_len, self._out_plane
+        fo = self._fo
+        o = fo.aim(self._engines.port_queues, qp.planes)
         sink = self.sink
         if sink is not None and out:
             sink.frames(out)  # (what came first leaves first)
@@ -340,9 +363,7 @@ class CTxEngine:
                 if o.n:
                     sink.engine_out(o)
             else:
-                for i in range(o.n):
-                    off = i * slot_len
-                    out.append((planes[i], view[off : off + lens[i]]))
+                fo.take(out)
             o.n = 0
             if r == lib.MRC_TXE_OUT_FULL:
                 continue  # (PORT_FULL: the pacer lets frames go first)

@@ -34,7 +34,7 @@ def _emit(d: dict[str, Any]) -> None:
     print(json.dumps(d), flush=True)
 
 
-def _loops(fn_name: str, socks: list[Any], fields: list[dict[str, Any]]) -> dict[str, Any]:
+def raw_loops(fn_name: str, socks: list[Any], fields: list[dict[str, Any]]) -> dict[str, Any]:
     """Run one mrc_raw loop per socket, each in its own thread (the C loop releases the GIL)."""
     from mrcnic import _mrcfast  # the C core only: a pure-Python build has no floor
 
@@ -62,6 +62,7 @@ def _loops(fn_name: str, socks: list[Any], fields: list[dict[str, Any]]) -> dict
     return {
         "frames": sum(r.frames for r in ress),
         "frames_per_port": [r.frames for r in ress],
+        "bytes": sum(r.bytes for r in ress),
         "errors": sum(r.errors for r in ress),
         "calls": sum(r.calls for r in ress),
         "cpu_s": c1 - c0,
@@ -87,7 +88,7 @@ def send(ifnames: list[str], frames: list[bytes], rate_fps: float, seconds: floa
     ]
     socks = [open_tx_socket(n) for n in ifnames]
     return {"role": "floor-send", "rate_fps_per_port": rate_fps,
-            **_loops("mrc_raw_send", socks, fields)}  # fmt: skip
+            **raw_loops("mrc_raw_send", socks, fields)}  # fmt: skip
 
 
 def recv(ifnames: list[str], seconds: float) -> dict:
@@ -97,7 +98,7 @@ def recv(ifnames: list[str], seconds: float) -> dict:
         for _ in ifnames
     ]
     _emit({"role": "floor-recv", "ready": True})
-    return {"role": "floor-recv", **_loops("mrc_raw_recv", socks, fields)}
+    return {"role": "floor-recv", **raw_loops("mrc_raw_recv", socks, fields)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from lab.proc.cpu import process_cpu_s
+from lab.workloads.bench.floor import raw_loops
 from mrcnic.io.afpacket import open_rx_socket, open_tx_socket
 from mrcnic.io.aio import AioNic, run
 from mrcnic.transport.qp_types import NetConfig, PortAddr, QpAttributes, QpConfig
@@ -80,26 +81,11 @@ def data_frame(mac: bytes, peer_mac: bytes) -> bytes:
 
 def _raw_run(fn_name: str, sock: Any, cfg_fields: dict[str, Any]) -> dict[str, Any]:
     """Run one of csrc/mrc_raw.c's loops on ``sock`` (closed after) and time its CPU."""
-    # the C core only here: a pure-Python build (MRC_PURE_PYTHON, no compiler) has none
-    from mrcnic import _mrcfast
-
-    ffi, lib = _mrcfast.ffi, _mrcfast.lib
-    cfg = ffi.new("struct mrc_raw_cfg *", {"fd": sock.fileno(), **cfg_fields})
-    res = ffi.new("struct mrc_raw_result *")
-    c0 = process_cpu_s()
-    r = getattr(lib, fn_name)(cfg, res)
-    c1 = process_cpu_s()
-    sock.close()
-    if r < 0:
-        raise OSError(-r, os.strerror(-r))
-    return {
-        "frames": res.frames,
-        "bytes": res.bytes,
-        "cpu_s": c1 - c0,
-        "elapsed_s": res.elapsed_ns / 1e9,
-        "calls": res.calls,
-        "errors": res.errors,
-    }
+    r = raw_loops(fn_name, [sock], [cfg_fields])
+    if r["failed"]:
+        raise OSError(-r["failed"][0], os.strerror(-r["failed"][0]))
+    keys = ("frames", "bytes", "cpu_s", "elapsed_s", "calls", "errors")
+    return {k: r[k] for k in keys}
 
 
 def raw_send(ifname: str, seconds: float, frame: bytes, batch: int = 64) -> dict[str, Any]:
