@@ -47,8 +47,11 @@ def test_a_paced_send_never_outruns_its_rate_and_batches_per_tick() -> None:
         # by construction: at most the frames due by the end (one ahead of the clock)
         assert offered <= rate * res.elapsed_ns / 1e9 + 1
         assert offered >= 0.5 * rate * res.elapsed_ns / 1e9  # (a starved machine: generous)
-        # one send per tick (rate x tick = 5 frames each, and the first), not one per frame
-        assert res.calls <= res.elapsed_ns / tick_ns + 4 < offered
+        # a send per tick (rate x tick = 5 frames each), not one per frame. A tick may take two
+        # calls when the socket is full (a partial send: the drain thread starved by a second
+        # test worker), so the bound is twice the ticks: still well under one call per frame.
+        ticks = res.elapsed_ns / tick_ns
+        assert res.calls <= 2 * ticks + 4 < offered
     finally:
         a.close()
         t.join()
