@@ -2,6 +2,7 @@
  * Python it is the twin of; the order of checks and counters follows it exactly. */
 #include "mrc_rxe.h"
 
+#include <errno.h>
 #include <string.h>
 
 #include "mrc_psnwin.h"
@@ -349,7 +350,7 @@ static void event(struct mrc_rxe_qp *q, int32_t kind, uint32_t a, uint32_t b, ui
 static void deliver(struct mrc_rxe_qp *q, double now_s) {
     uint16_t msn = q->rx_msn;
     for (;;) {
-        struct mrc_rxe_msg *m = &q->msgs[msn % MRC_RXE_MSN_WINDOW];
+        struct mrc_rxe_msg *m = &q->msgs[msn & (q->msg_cap - 1)];
         if (!m->done) {
             break;
         }
@@ -371,7 +372,7 @@ static void ce_note(struct mrc_rxe_qp *q, uint32_t ev, int ce) {
     }
     if (ce) {
         if (i == q->n_ce) {
-            if (q->n_ce >= MRC_RXE_CE_EVS) {
+            if (q->n_ce >= q->ce_cap) { /* (ce_cap is CE_EVS by then: the shell grew it) */
                 q->n_ce = 0; /* keyed by an EV from the wire: bounded, starts over */
                 i = 0;
             }
@@ -442,6 +443,16 @@ int mrc_rxe_frame(struct mrc_rxe_qp *q, struct mrc_rxe_regions *mem, const uint8
     uint32_t psn = w2 & MASK;
     uint32_t ev = (uint32_t)f[OFF_UDP] << 24 | (uint32_t)f[OFF_UDP + 1] << 16 | (ip_w0 & 0xFFFF);
     int ce = ((ip_w0 >> 20) & 3) == 3;
+    uint32_t ahead = (msn - q->rx_msn) & 0xFFFF;
+    if (ahead < MRC_RXE_MSN_WINDOW && ahead >= q->msg_cap) {
+        q->want |= MRC_RXE_WANT_MSGS;
+    }
+    if (ce && q->n_ce >= q->ce_cap && q->ce_cap < MRC_RXE_CE_EVS) {
+        q->want |= MRC_RXE_WANT_CE;
+    }
+    if (q->want) {
+        return -1; /* nothing counted yet: the shell gives the tables room, then calls again */
+    }
     uint32_t plane = ev % q->planes;
     q->st.rx_data_packets++;
     if (ce) {
@@ -504,7 +515,7 @@ int mrc_rxe_frame(struct mrc_rxe_qp *q, struct mrc_rxe_regions *mem, const uint8
     q->st.rx_placed_packets++;
     q->st.rx_placed_bytes += plen;
     q->received_bytes += plen;
-    struct mrc_rxe_msg *m = &q->msgs[msn % MRC_RXE_MSN_WINDOW];
+    struct mrc_rxe_msg *m = &q->msgs[msn & (q->msg_cap - 1)];
     if (imm) {
         /* Responder._rx_imm_check */
         uint32_t ahead_n = (rqmsn - q->rx_rqmsn) & 0xFFFF;
@@ -657,6 +668,9 @@ int mrc_rxe_dispatch(struct mrc_rxe_dev *d, const uint8_t *buf, const uint32_t *
             r = mrc_txe_frame(d->txq[j], f, len, now_s);
         }
         if (r < 0) {
+            if (q != NULL && q->want) {
+                d->grow = j + 1;
+            }
             break;
         }
         done[i] = (int8_t)r;
@@ -669,4 +683,42 @@ int mrc_rxe_dispatch(struct mrc_rxe_dev *d, const uint8_t *buf, const uint32_t *
         }
     }
     return (int)i;
+}
+
+/* --- moving the tables (mrc_rxe.h) ------------------------------------------------------------ */
+
+static inline int msg_open(const struct mrc_rxe_msg *m) {
+    return m->bytes || m->done || m->has_imm;
+}
+
+int mrc_rxe_move(struct mrc_rxe_qp *q, const struct mrc_rxe_mem *to) {
+    uint32_t cap = to->msg_cap;
+    if (to->msgs == NULL || to->ce == NULL || cap == 0 || (cap & (cap - 1)) ||
+        cap > MRC_RXE_MSN_WINDOW || to->ce_cap == 0 || to->ce_cap > MRC_RXE_CE_EVS ||
+        (to->msgs == q->msgs && cap != q->msg_cap) || (to->ce == q->ce && to->ce_cap != q->ce_cap)) {
+        return -EINVAL;
+    }
+    if (q->n_ce > to->ce_cap) {
+        return -ENOSPC;
+    }
+    if (to->msgs != q->msgs) {
+        for (uint32_t k = cap; k < q->msg_cap; k++) { /* (a smaller table: what it leaves) */
+            if (msg_open(&q->msgs[(uint16_t)(q->rx_msn + k) & (q->msg_cap - 1)])) {
+                return -ENOSPC;
+            }
+        }
+        for (uint32_t k = 0; k < q->msg_cap && k < cap; k++) {
+            uint16_t msn = (uint16_t)(q->rx_msn + k);
+            to->msgs[msn & (cap - 1)] = q->msgs[msn & (q->msg_cap - 1)];
+        }
+    }
+    if (to->ce != q->ce && q->n_ce) {
+        memcpy(to->ce, q->ce, (size_t)q->n_ce * sizeof(*q->ce));
+    }
+    q->msgs = to->msgs;
+    q->msg_cap = cap;
+    q->ce = to->ce;
+    q->ce_cap = to->ce_cap;
+    q->want = 0;
+    return 0;
 }

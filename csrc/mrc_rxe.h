@@ -60,11 +60,13 @@ enum {
     MRC_RXE_EV_IMM = 1,        /* a = imm, b = length, c = rqmsn: ImmReceived */
     MRC_RXE_EV_WIMM_FATAL = 2, /* a = write-with-imm messages in flight: REMOTE_OP_ERROR */
     MRC_RXE_EV_REFUSED = 3,    /* a = PSN, b = R_Key, c = PlaceStatus: REMOTE_ACCESS_ERROR */
-    MRC_RXE_MAX_EVENTS = 256,
+    MRC_RXE_MAX_EVENTS = 64, /* per QP between two flushes (the shell drains them when full) */
     MRC_RXE_MAX_SRCS = 16,
     MRC_RXE_MAX_REVERSE = 128,
     MRC_RXE_CE_EVS = 4096,
-    MRC_RXE_MSN_WINDOW = 16384
+    MRC_RXE_MSN_WINDOW = 16384,
+    MRC_RXE_WANT_MSGS = 1, /* a message msg_cap or more ahead of rx_msn (within the window) */
+    MRC_RXE_WANT_CE = 2    /* a CE mark with ce_cap EVs already marking */
 };
 
 struct mrc_rxe_event {
@@ -75,7 +77,7 @@ struct mrc_rxe_event {
     double t_s;
 };
 
-/* Per-message state, indexed by msn % MRC_RXE_MSN_WINDOW (live MSNs are within the window). */
+/* Per-message state, indexed by msn % msg_cap (live MSNs are within msg_cap of rx_msn). */
 struct mrc_rxe_msg {
     uint32_t bytes;  /* placed so far (0: none, or complete) */
     uint32_t imm;
@@ -108,8 +110,11 @@ struct mrc_rxe_qp {
     uint32_t n_srcs;
     uint8_t srcs[16][16];          /* the peer's source address per plane */
     struct mrc_psnwin *win;        /* the tracking window (mrcnic.fast.PsnWindow's struct) */
-    struct mrc_rxe_msg *msgs;      /* MRC_RXE_MSN_WINDOW entries */
-    struct mrc_rxe_ce *ce;         /* MRC_RXE_CE_EVS entries */
+    struct mrc_rxe_msg *msgs;      /* msg_cap entries */
+    struct mrc_rxe_ce *ce;         /* ce_cap entries */
+    uint32_t msg_cap;              /* a power of two, <= MRC_RXE_MSN_WINDOW */
+    uint32_t ce_cap;               /* <= MRC_RXE_CE_EVS */
+    uint8_t want;                  /* MRC_RXE_WANT_*: a frame needs bigger tables (-1) */
     struct mrc_rxe_tmpl *tmpl;     /* n_reverse templates, in reverse-EV order */
     uint32_t n_reverse;
     uint8_t reverse_bad[128];      /* per reverse EV: its probes went unanswered */
@@ -136,14 +141,15 @@ struct mrc_rxe_qp {
     uint32_t reverse_k[16];
     /* events for the shell */
     uint32_t n_events;
-    struct mrc_rxe_event events[256];
+    struct mrc_rxe_event events[64];
     struct mrc_rxe_stats st;
 };
 
 /* One frame for qp (its destination QP is q->qpn: the shell demultiplexed it). Returns 1
  * when the frame was a data frame and is done with (placed, refused or counted), 0 when it
  * is not a data frame of an acceptable header (the shell's control path takes it), -1 when
- * the output or event array is full (nothing done: the shell drains and calls again). */
+ * the output or event array is full, or when its tables are too small for it (q->want set:
+ * the shell moves them, mrc_rxe_move); nothing done then: the shell calls again. */
 int mrc_rxe_frame(struct mrc_rxe_qp *q, struct mrc_rxe_regions *mem, const uint8_t *frame,
                   uint32_t n, double now_s, struct mrc_rxe_out *out);
 
@@ -156,6 +162,20 @@ int mrc_rxe_ack_timer(struct mrc_rxe_qp *q, double now_s, struct mrc_rxe_out *ou
  * trigger). Returns 1, or -1 when out is full. */
 int mrc_rxe_ack(struct mrc_rxe_qp *q, uint32_t op, uint32_t ev, uint64_t ts, int ce,
                 uint32_t plane, struct mrc_rxe_out *out);
+
+/* Where a receive engine's tables move (mrc_rxe_move): bigger when it asks (q->want), back
+ * to small at rest; a table that stays passes its pointer and length. */
+struct mrc_rxe_mem {
+    struct mrc_rxe_msg *msgs;
+    uint32_t msg_cap; /* a power of two, <= MRC_RXE_MSN_WINDOW */
+    struct mrc_rxe_ce *ce;
+    uint32_t ce_cap;  /* 1 .. MRC_RXE_CE_EVS */
+};
+
+/* Move q's tables to `to` (each message's state re-indexed by its MSN) and clear q->want.
+ * Returns 0, -EINVAL for a bad length, -ENOSPC when a message in progress or a marking EV
+ * does not fit (nothing moved then). */
+int mrc_rxe_move(struct mrc_rxe_qp *q, const struct mrc_rxe_mem *to);
 
 enum {
     MRC_RXE_MAX_QPS = 1024, /* QPs a device serves with C engines (struct mrc_rxe_dev) */
@@ -177,6 +197,8 @@ struct mrc_rxe_dev {
     uint32_t n_rest; /* set by mrc_rxe_dispatch: frames it looked at and did not take */
     uint8_t stopped; /* set by mrc_rxe_dispatch: it stopped after a frame of an engine's QP
                       * that it did not take (the last one it looked at) */
+    uint32_t grow;   /* set by mrc_rxe_dispatch: 1 + the entry whose receive engine stopped
+                      * it for bigger tables (its q->want), 0 none */
 };
 
 /* Build the QP-number index of d's first n entries (after they changed). */

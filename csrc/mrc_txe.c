@@ -2,6 +2,7 @@
  * Python it is the twin of; the order of steps, counters and feedback follows it exactly. */
 #include "mrc_txe.h"
 
+#include <errno.h>
 #include <string.h>
 
 #include "mrc_checksum.h"
@@ -576,6 +577,12 @@ int mrc_txe_send(struct mrc_txe_qp *q, double now_s, double cwnd_bytes,
         }
         q->snd_nxt = (psn + 1) & MASK;
     }
+    if (limit < window - 1 && q->rec_cap < q->rec_max && q->m_seg != q->m_tail &&
+        (double)q->inflight_bytes < cwnd_bytes && ((q->snd_nxt - q->snd_una) & MASK) >= limit) {
+        q->resume_new = 1; /* the engine's own bound stopped it: go on here in bigger rings */
+        q->resume_in_order = (uint8_t)in_order;
+        return MRC_TXE_GROW;
+    }
     return MRC_TXE_SENT;
 }
 
@@ -620,7 +627,7 @@ static int spurious(struct mrc_txe_qp *q, struct mrc_txe_rec *r, uint32_t ev, ui
     }
     r->spurious = 1;
     if (r->recovery >= 0 && r->losses == 1 &&
-        (uint64_t)r->recovery + q->recov_cap > q->recov_count) {
+        (uint64_t)r->recovery + q->recov_cap >= q->recov_count) {
         q->recov_spur[(uint64_t)r->recovery % q->recov_cap] = 1;
     }
     if (r->lost_by == LOST_BY_EV_ORDER) {
@@ -1148,4 +1155,147 @@ void mrc_txe_reset(struct mrc_txe_qp *q) {
     q->rtxq_n = 0;
     q->m_done = q->m_seg = q->m_tail;
     q->dead = 1;
+}
+
+/* --- moving the rings (mrc_txe.h) ------------------------------------------------------------ */
+
+static int pow2(uint32_t x) {
+    return x != 0 && (x & (x - 1)) == 0;
+}
+
+static inline int ord_live(struct mrc_txe_qp *q, const struct mrc_txe_ord *o) {
+    struct mrc_txe_rec *r = rec_get(q, o->psn);
+    return r != NULL && r->tx_ts_ns == o->ts; /* order_push's compaction rule */
+}
+
+static inline int rtxq_live(struct mrc_txe_qp *q, uint32_t psn) {
+    struct mrc_txe_rec *r = rec_get(q, psn);
+    return r != NULL && r->lost; /* rtxq_compact's rule */
+}
+
+int mrc_txe_move(struct mrc_txe_qp *q, const struct mrc_txe_mem *to) {
+    uint32_t R = to->rec_cap;
+    if (!pow2(to->msg_cap) || !pow2(R) || R < 2 || !pow2(to->fifo_cap) || !pow2(to->ord_cap) ||
+        !pow2(to->rtxq_cap) || !pow2(to->recov_cap) || to->heap_cap == 0 || to->fb_cap == 0 ||
+        to->msgs == NULL || to->recs == NULL || to->work == NULL || to->fifo == NULL ||
+        to->heap == NULL || to->ord == NULL || to->rtxq == NULL || to->fb == NULL ||
+        to->recov_delay == NULL || to->recov_spur == NULL) {
+        return -EINVAL;
+    }
+    if ((to->recs == q->recs && (to->fifo != q->fifo || to->heap != q->heap ||
+                                 to->ord != q->ord || to->rtxq != q->rtxq || R != q->rec_cap ||
+                                 to->work != q->work)) ||
+        (to->msgs == q->msgs && to->msg_cap != q->msg_cap) ||
+        (to->recov_delay == q->recov_delay) != (to->recov_spur == q->recov_spur) ||
+        (to->recov_delay == q->recov_delay && to->recov_cap != q->recov_cap) ||
+        (to->fb == q->fb && to->fb_cap != q->fb_cap)) {
+        return -EINVAL; /* an array that stays keeps its length; the queues move with the
+                           records they index */
+    }
+    /* what is live, counted against the new rings first: nothing moves unless all fits */
+    uint32_t span = (q->snd_nxt - q->snd_una) & MASK, live = 0;
+    for (uint32_t k = 0; k < span; k++) {
+        live += rec_get(q, (q->snd_una + k) & MASK) != NULL;
+    }
+    uint32_t nf = 0, nh = 0, no = 0, nr = 0;
+    for (uint32_t i = 0; i < q->fifo_n; i++) {
+        nf += timer_live(q, &q->fifo[(q->fifo_head + i) & (q->fifo_cap - 1)]);
+    }
+    for (uint32_t i = 0; i < q->heap_n; i++) {
+        nh += timer_live(q, &q->heap[i]);
+    }
+    for (uint32_t i = 0; i < q->ord_n; i++) {
+        no += ord_live(q, &q->ord[(q->ord_head + i) & (q->ord_cap - 1)]);
+    }
+    for (uint32_t i = 0; i < q->rtxq_n; i++) {
+        nr += rtxq_live(q, q->rtxq[(q->rtxq_head + i) & (q->rtxq_cap - 1)]);
+    }
+    if (live != q->n_live || span >= R || q->m_tail - q->m_done > to->msg_cap ||
+        nf > to->fifo_cap || nh > to->heap_cap || no > to->ord_cap || nr > to->rtxq_cap ||
+        q->n_fb > to->fb_cap || to->fb_cap < 2 * R + 8) {
+        return -ENOSPC;
+    }
+    /* the writes, by number */
+    if (to->msgs != q->msgs) {
+        for (uint64_t i = q->m_done; i < q->m_tail; i++) {
+            to->msgs[i & (to->msg_cap - 1)] = q->msgs[i & (q->msg_cap - 1)];
+        }
+    }
+    /* the recovery log: its newest entries, at their numbers modulo the new length */
+    if (to->recov_delay != q->recov_delay) {
+        uint64_t n = q->recov_count, keep = q->recov_cap < to->recov_cap ? q->recov_cap
+                                                                           : to->recov_cap;
+        for (uint64_t i = n > keep ? n - keep : 0; i < n; i++) {
+            to->recov_delay[i % to->recov_cap] = q->recov_delay[i % q->recov_cap];
+            to->recov_spur[i % to->recov_cap] = q->recov_spur[i % q->recov_cap];
+        }
+    }
+    if (to->fb != q->fb && q->n_fb) {
+        memcpy(to->fb, q->fb, (size_t)q->n_fb * sizeof(*q->fb));
+    }
+    if (to->recs != q->recs) { /* the queues below, compacted while the old records decide */
+        uint32_t k = 0;
+        for (uint32_t i = 0; i < q->fifo_n; i++) {
+            struct mrc_txe_timer t = q->fifo[(q->fifo_head + i) & (q->fifo_cap - 1)];
+            if (timer_live(q, &t)) {
+                to->fifo[k++] = t;
+            }
+        }
+        q->fifo_head = 0;
+        q->fifo_n = k;
+        k = 0;
+        for (uint32_t i = 0; i < q->heap_n; i++) {
+            if (timer_live(q, &q->heap[i])) {
+                to->heap[k++] = q->heap[i];
+            }
+        }
+        q->heap_n = k;
+        for (uint32_t i = k / 2 + 1; i-- > 0;) {
+            heap_down(to->heap, k, i);
+        }
+        k = 0;
+        for (uint32_t i = 0; i < q->ord_n; i++) {
+            struct mrc_txe_ord o = q->ord[(q->ord_head + i) & (q->ord_cap - 1)];
+            if (ord_live(q, &o)) {
+                to->ord[k++] = o;
+            }
+        }
+        q->ord_head = 0;
+        q->ord_n = k;
+        k = 0;
+        for (uint32_t i = 0; i < q->rtxq_n; i++) {
+            uint32_t psn = q->rtxq[(q->rtxq_head + i) & (q->rtxq_cap - 1)];
+            if (rtxq_live(q, psn)) {
+                to->rtxq[k++] = psn;
+            }
+        }
+        q->rtxq_head = 0;
+        q->rtxq_n = k;
+        for (uint32_t j = 0; j < span; j++) {
+            uint32_t psn = (q->snd_una + j) & MASK;
+            struct mrc_txe_rec *r = rec_get(q, psn);
+            if (r != NULL) {
+                to->recs[psn & (R - 1)] = *r;
+            }
+        }
+    }
+    q->msgs = to->msgs;
+    q->msg_cap = to->msg_cap;
+    q->recs = to->recs;
+    q->rec_cap = R;
+    q->work = to->work;
+    q->fifo = to->fifo;
+    q->fifo_cap = to->fifo_cap;
+    q->heap = to->heap;
+    q->heap_cap = to->heap_cap;
+    q->ord = to->ord;
+    q->ord_cap = to->ord_cap;
+    q->rtxq = to->rtxq;
+    q->rtxq_cap = to->rtxq_cap;
+    q->fb = to->fb;
+    q->fb_cap = to->fb_cap;
+    q->recov_delay = to->recov_delay;
+    q->recov_spur = to->recov_spur;
+    q->recov_cap = to->recov_cap;
+    return 0;
 }

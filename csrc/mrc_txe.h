@@ -48,6 +48,8 @@ enum {
     MRC_TXE_RELEASE = 2,   /* a SKIP rotation ends here: release it (Python) and call again */
     MRC_TXE_NO_EV = 3,     /* no EV to send on */
     MRC_TXE_PORT_FULL = 4, /* a port's queue is full: the pacer must let frames go first */
+    MRC_TXE_GROW = 5,      /* rec_cap - 1 PSNs are outstanding and rec_max allows more: move
+                              to bigger rings (mrc_txe_move) and call again */
     MRC_TXE_MAX_GROUPS = 16,
     MRC_TXE_MAX_SRCS = 16
 };
@@ -189,6 +191,7 @@ struct mrc_txe_qp {
     /* the scoreboard */
     struct mrc_txe_rec *recs;
     uint32_t rec_cap; /* a power of two: at most rec_cap - 1 PSNs outstanding */
+    uint32_t rec_max; /* the rec_cap the shell grows to on MRC_TXE_GROW (<= rec_cap: fixed) */
     uint32_t n_live;
     uint32_t snd_una, snd_nxt;
     int64_t inflight_bytes;
@@ -222,6 +225,38 @@ struct mrc_txe_qp {
     uint8_t dead;
     struct mrc_txe_stats st;
 };
+
+/* Where a QP's rings move (mrc_txe_move): the shell allocates them, bigger when the engine
+ * asks (MRC_TXE_GROW; a post beyond msg_cap; a recovery log about to wrap) and smaller at
+ * rest; a ring that stays passes its current pointer and capacity. Every cap is a power of
+ * two but heap_cap and fb_cap; work holds 2 * rec_cap. */
+struct mrc_txe_mem {
+    struct mrc_txe_msg *msgs;
+    uint32_t msg_cap;
+    struct mrc_txe_rec *recs;
+    uint32_t rec_cap;
+    uint32_t *work;
+    struct mrc_txe_timer *fifo;
+    uint32_t fifo_cap;
+    struct mrc_txe_timer *heap;
+    uint32_t heap_cap;
+    struct mrc_txe_ord *ord;
+    uint32_t ord_cap;
+    uint32_t *rtxq;
+    uint32_t rtxq_cap;
+    struct mrc_txe_fb *fb;
+    uint32_t fb_cap;
+    double *recov_delay;
+    uint8_t *recov_spur;
+    uint32_t recov_cap;
+};
+
+/* Move q's rings to `to`: every live entry re-indexed (records by PSN, writes by number, the
+ * recovery log's newest entries), the timer, order and repair queues compacted to their live
+ * entries as a full ring would be, pending feedback kept. Returns 0, -EINVAL for a cap that
+ * is not a power of two or too small for its partners, -ENOSPC when what is live does not
+ * fit (nothing moved then). The old arrays are the caller's to free. */
+int mrc_txe_move(struct mrc_txe_qp *q, const struct mrc_txe_mem *to);
 
 /* Seed the twister from Python's random.Random.getstate(): 624 words and the index. */
 void mrc_txe_mt_load(struct mrc_txe_qp *q, const uint32_t *state, uint32_t index);

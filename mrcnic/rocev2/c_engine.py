@@ -32,7 +32,6 @@ from mrcnic.transport.qp_types import (
     WriteCompleted,
 )
 from mrcnic.transport.rx_engine import CounterSink, RxEngines, c_module, raw_pointer
-from mrcnic.transport.tx_engine import FramesOut
 from mrcnic.wire import layout
 
 from .config import RoceConfig
@@ -165,7 +164,7 @@ class CRoceQueuePair(RoceQueuePair):
         c.seg_psn = self.snd_una
         c.port_down = 0 if self._port_up[self.plane] else 1
         self._grow(FIRST_MSG_CAP)
-        self._fo = FramesOut(ffi, self.mtu, ffi.new)
+        self._fo = self._engines.frames_out(self.mtu)
         self._registered = self._engines.add(RoceEngine(self))
 
     def _grow(self, cap: int) -> None:

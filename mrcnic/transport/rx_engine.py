@@ -17,6 +17,7 @@ The send side has its own C engine (``mrcnic.transport.tx_engine``); this module
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from itertools import compress
 from typing import TYPE_CHECKING, Any
 
 from mrcnic.transport.frames import DSCP_CTRL_ECT0, MSN_WINDOW
+from mrcnic.transport.frames_out import FramesOut
 from mrcnic.transport.memory import Access, MemoryTable
 from mrcnic.transport.qp_types import ImmReceived, QpState, WcStatus
 from mrcnic.transport.responder import REVERSE_PROBE_RTOS_FIRST, refusal_reason
@@ -34,6 +36,8 @@ if TYPE_CHECKING:
 ENGINES = ("c", "py")
 _CTRL_SLOT = 128  # bytes per control frame slot (a SACK frame is 118)
 _OUT_CAP = 256
+FIRST_RX_MSGS = 64  # a receive engine's tables at rest: messages in progress (a power of two)
+FIRST_CE_EVS = 16  # and EVs marking CE
 _HDR = struct.Struct(">6s6sHIHBB16s16sHHHH")  # Ethernet, IPv6, UDP: a template's 62 bytes
 
 
@@ -167,6 +171,17 @@ class RxEngines:
         self.port_queues: Any = None
         self.ctrl: list[tuple[int, bytes]] = []
         self._done = ffi.new("int8_t[]", 256)
+        self._frames_out: dict[int, Any] = {}
+
+    def frames_out(self, mtu: int) -> Any:
+        """The send engines' output slots for frames of ``mtu`` payload bytes
+        (``FramesOut``): one per size for the whole device, since a send call hands
+        its frames over before it returns (about 270 KB at a 4 KiB MTU, which per QP was most
+        of an idle QP's state)."""
+        fo = self._frames_out.get(mtu)
+        if fo is None:
+            fo = self._frames_out[mtu] = FramesOut(self._ffi, mtu, self._ffi.new)
+        return fo
 
     def add(self, eng: Any) -> bool:
         """Serve ``eng``'s QP (a :class:`CRxEngine`, or a RoCEv2 QP's entry,
@@ -239,6 +254,9 @@ class RxEngines:
             )
             rest += dev.n_rest
             self.flush()
+            if dev.grow:  # an engine's table was too small for the frame it stopped at
+                list(self.engines.values())[dev.grow - 1].grow()
+                dev.grow = 0
             for eng in self.engines.values():  # what the send engines read (SACKs)
                 eng.after_batch(now_s)
             start += k
@@ -290,7 +308,7 @@ class CRxEngine:
     :class:`mrcnic.transport.responder.PyRecvEngine`, behind the same interface)."""
 
     def state_bytes(self) -> int:
-        """Bytes of the C state this engine allocated for its QP."""
+        """Bytes of the C state this engine holds for its QP now (its tables as they are)."""
         ffi = self._ffi
         return sum(ffi.sizeof(a) for a in (self.q[0], self._msgs, self._ce, self._tmpl))
 
@@ -326,9 +344,10 @@ class CRxEngine:
         for i, s in enumerate(srcs):
             ffi.memmove(q.srcs[i], s, 16)
         q.win = qp.rxwin.win._w  # type: ignore[attr-defined]  # the C build's window; the same window object the Python responder would use
-        self._msgs = zeroed(m)("struct mrc_rxe_msg[]", MSN_WINDOW)
-        self._ce = zeroed(m)("struct mrc_rxe_ce[]", 4096)
-        q.msgs, q.ce = self._msgs, self._ce
+        self._new = zeroed(m)
+        self._msgs = self._ce = ffi.NULL  # (the tables: _move, sized by what is in flight)
+        self._move(FIRST_RX_MSGS, FIRST_CE_EVS)
+        self._rest_msn = -1  # rx_msn when the tables last tried to shrink
         rev = list(evs.reverse)
         self._tmpl = ffi.new("struct mrc_rxe_tmpl[]", max(1, len(rev)))
         for i, ev in enumerate(rev):
@@ -348,6 +367,42 @@ class CRxEngine:
         self._rev_sig: tuple = ()
         self.sync_reverse()
         self.out = dev.out_struct
+
+    def _move(self, msg_cap: int, ce_cap: int) -> bool:
+        """Tables of these lengths for the messages in progress and the EVs marking CE
+        (``mrc_rxe_move``); False when what is in them does not fit."""
+        q = self.q
+        msgs = self._msgs if msg_cap == q.msg_cap else self._new("struct mrc_rxe_msg[]", msg_cap)
+        ce = self._ce if ce_cap == q.ce_cap else self._new("struct mrc_rxe_ce[]", ce_cap)
+        to = self._ffi.new("struct mrc_rxe_mem *", {"msgs": msgs, "msg_cap": msg_cap, "ce": ce,
+                                                    "ce_cap": ce_cap})  # fmt: skip
+        r = self._lib.mrc_rxe_move(q, to)
+        if r == 0:
+            self._msgs, self._ce = msgs, ce
+            return True
+        if r != -errno.ENOSPC:
+            raise RuntimeError(f"mrc_rxe_move refused the tables: {os.strerror(-r)}")
+        return False
+
+    def grow(self) -> None:
+        """A frame found a table too small (``q.want``): twice that table."""
+        q = self.q
+        lib = self._lib
+        msg_cap, ce_cap = q.msg_cap, q.ce_cap
+        if q.want & lib.MRC_RXE_WANT_MSGS:
+            msg_cap = min(2 * msg_cap, MSN_WINDOW)
+        if q.want & lib.MRC_RXE_WANT_CE:
+            ce_cap = min(2 * ce_cap, lib.MRC_RXE_CE_EVS)
+        if not self._move(msg_cap, ce_cap):  # (what is in them always fits bigger ones)
+            raise RuntimeError(f"QP {self.qp.qpn}: the C receive engine's tables did not grow")
+
+    def _at_rest(self) -> None:
+        """Messages completed since the last look: the first sizes again, if what is in
+        progress fits (the C side checks)."""
+        q = self.q
+        self._rest_msn = q.rx_msn
+        self._move(FIRST_RX_MSGS if q.msg_cap > FIRST_RX_MSGS else q.msg_cap,
+                   FIRST_CE_EVS if q.n_ce <= FIRST_CE_EVS else q.ce_cap)  # fmt: skip
 
     def prepare(self, now_s: float) -> None:
         """Before a batch: the clock, reverse-EV states and QP state as Python has them."""
@@ -402,9 +457,13 @@ class CRxEngine:
     # -- per batch -------------------------------------------------------------------------
 
     def _run(self, call: Any, *args: Any) -> int:
-        """A C call that may find the output full: drain and call again, then hand over."""
+        """A C call that may find the output full (drain) or a table too small (grow): call
+        again, then hand over."""
         while (r := call(*args)) < 0:
-            self.dev.flush()
+            if self.q.want:
+                self.grow()
+            else:
+                self.dev.flush()
         self.dev.flush()
         return r
 
@@ -460,5 +519,7 @@ class CRxEngine:
             self._counters.add_buffer(self._st_buf, qp.stats)
             if placed:
                 self.dev.harvest()  # (the regions' bytes_placed: only placement adds to them)
+        if q.msg_cap + q.ce_cap > FIRST_RX_MSGS + FIRST_CE_EVS and q.rx_msn != self._rest_msn:
+            self._at_rest()
         if qp.state is QpState.ERROR:
             q.dead = 1

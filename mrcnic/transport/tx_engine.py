@@ -12,12 +12,20 @@ The Python requester (``mrcnic.transport.requester``) is the twin: tests/unit/te
 drives both with the same writes, SACKs, NACKs, losses and timers and compares the frames,
 events and counters. Limits of the C engine (the QP runs the Python requester beyond them):
 ``spray="bag"`` (the default) only; per QP at most REC_CAP - 1 PSNs outstanding and
-MSG_CAP writes posted and not completed (a post beyond raises); about 5 MB of state per QP
-allocated, resident only as far as it is used (csrc/mrc_mem.c).
+MSG_CAP writes posted and not completed (a post beyond raises).
+
+A QP's rings are sized by what it uses: they start small (FIRST_REC_CAP records and the
+queues that go with them, FIRST_MSG_CAP writes, FIRST_RECOVERY_LOG repairs), double when the
+engine asks (MRC_TXE_GROW), a post finds the ring full or the recovery log would wrap, and
+the records and writes go back to their first size when the QP is at rest
+(``mrc_txe_move`` re-indexes what is live). The data frames' output slots are the device's,
+shared by its QPs (``RxEngines.frames_out``).
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import struct
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -44,47 +52,13 @@ from mrcnic.transport.rx_engine import CounterSink, RxEngines, raw_pointer, zero
 if TYPE_CHECKING:
     from mrcnic.transport.engine import SendHost
 
-REC_CAP = 8192  # PSNs in flight + 1 (a power of two)
-MSG_CAP = MAX_OUTSTANDING_WRITES  # writes posted and not completed (a power of two)
+REC_CAP = 8192  # PSNs in flight + 1, at most (a power of two)
+MSG_CAP = MAX_OUTSTANDING_WRITES  # writes posted and not completed, at most (a power of two)
 RECOVERY_LOG = 65536  # PySendEngine._recoveries' length
-OUT_FRAMES = 64  # data frames per mrc_txe_send call before the shell drains them
+FIRST_REC_CAP = 16  # the rings' sizes at rest (powers of two)
+FIRST_MSG_CAP = 16
+FIRST_RECOVERY_LOG = 16
 _HDR = struct.Struct(">6s6sHIHBB16s16sHHHH")  # Ethernet, IPv6, UDP: a template's 62 bytes
-
-
-class FramesOut:
-    """A send engine's data output (``struct mrc_txe_out``): OUT_FRAMES slots the shell takes
-    back as bytes, or, when the I/O shell has them, the ports' C queues. ``alloc(ctype, n)``
-    makes its arrays (the engine's own allocator, so they count in its state)."""
-
-    def __init__(self, ffi: Any, mtu: int, alloc: Any) -> None:
-        self._ffi = ffi
-        self.slot_len = slot = (mtu + 112 + 63) & ~63  # (headers and extensions: 112 at most)
-        self.buf = alloc("uint8_t[]", OUT_FRAMES * slot)
-        self.lens = alloc("uint32_t[]", OUT_FRAMES)
-        self.planes = alloc("uint8_t[]", OUT_FRAMES)
-        self.out = ffi.new(
-            "struct mrc_txe_out *",
-            {"buf": self.buf, "slot_len": slot, "cap": OUT_FRAMES, "n": 0, "len": self.lens,
-             "plane": self.planes},
-        )  # fmt: skip
-        self.view = ffi.buffer(self.buf)
-
-    def aim(self, pq: Any, planes: int, queues_ok: bool = True) -> Any:
-        """The output for the next send: straight into the ports' queues ``pq`` when there are
-        as many as ``planes``, their slots hold a frame and ``queues_ok``; else the slots."""
-        o = self.out
-        if queues_ok and pq is not None and pq.slot_len >= self.slot_len and pq.n == planes:
-            o.ports, o.n_ports = pq.array, pq.n
-        else:
-            o.ports, o.n_ports = self._ffi.NULL, 0
-        return o
-
-    def take(self, frames: list[tuple[int, Any]]) -> None:
-        """Append the frames in the slots to ``frames`` as ``(port, bytes)``."""
-        view, slot, lens, planes = self.view, self.slot_len, self.lens, self.planes
-        for i in range(self.out.n):
-            off = i * slot
-            frames.append((planes[i], view[off : off + lens[i]]))
 
 
 # struct mrc_txe_qp's srtt, rttvar, min_rtt, rtt_peak, rto, has_srtt, rtt_measured (in order)
@@ -144,7 +118,7 @@ class CTxEngine:
             keep.append(a)
             return a
 
-        self.arrays = keep  # (state_bytes)
+        self.arrays = keep  # (state_bytes, with the rings and the groups)
 
         q = self.q = ffi.new("struct mrc_txe_qp *")
         self._st_buf = ffi.buffer(ffi.addressof(q.st))  # (the counters, read per batch)
@@ -189,28 +163,20 @@ class CTxEngine:
             setattr(q, name, a)
         assert len(evs.path_evidence_s) == npaths
         # spraying: the groups and bags as the EV table has them, its RNG's state
-        q.grp = self._grp = arr("int32_t[]", 16 * n)
-        q.bag = self._bag = arr("int32_t[]", 16 * n)
+        self._grp = self._bag = ffi.NULL  # (room for the groups there are: push_groups)
+        self._new = new
         q.rr, q.tx_count = evs._rr, evs.tx_count
         state = evs._rng.getstate()[1]
         lib.mrc_txe_mt_load(q, arr("uint32_t[]", state[:624]), state[624])
         self._groups_ref: Any = None
         self.push_groups()
-        # messages, scoreboard, queues, logs, feedback
-        q.msgs, q.msg_cap = arr("struct mrc_txe_msg[]", MSG_CAP), MSG_CAP
-        # the posted writes not completed, by ring index (a dict: a list of MSG_CAP slots was
+        # messages, scoreboard, queues, logs, feedback: rings that grow and shrink (_move)
+        self._rings: dict[str, Any] = {}
+        self._move(FIRST_REC_CAP, FIRST_MSG_CAP, FIRST_RECOVERY_LOG, first=True)
+        q.rec_max = REC_CAP
+        # the posted writes not completed, by number (a dict: a list of MSG_CAP slots was
         # 256 KiB resident per QP, idle or not)
         self._objs: dict[int, TxMessage] = {}
-        q.recs, q.rec_cap = arr("struct mrc_txe_rec[]", REC_CAP), REC_CAP
-        q.work = arr("uint32_t[]", 2 * REC_CAP)
-        q.fifo, q.fifo_cap = arr("struct mrc_txe_timer[]", 2 * REC_CAP), 2 * REC_CAP
-        q.heap, q.heap_cap = arr("struct mrc_txe_timer[]", REC_CAP), REC_CAP
-        q.ord, q.ord_cap = arr("struct mrc_txe_ord[]", 2 * REC_CAP), 2 * REC_CAP
-        q.rtxq, q.rtxq_cap = arr("uint32_t[]", 2 * REC_CAP), 2 * REC_CAP
-        q.recov_delay = arr("double[]", RECOVERY_LOG)
-        q.recov_spur = arr("uint8_t[]", RECOVERY_LOG)
-        q.recov_cap = RECOVERY_LOG
-        q.fb, q.fb_cap = arr("struct mrc_txe_fb[]", 2 * REC_CAP + 64), 2 * REC_CAP + 64
         sb = qp.sb
         q.snd_una = q.snd_nxt = sb.snd_nxt
         q.rto, q.min_rtt, q.rtt_peak = qp._rto, qp._min_rtt, qp._rtt_peak
@@ -218,8 +184,8 @@ class CTxEngine:
         q.has_srtt = qp._srtt is not None
         q.srtt = qp._srtt or 0.0
         q.ev_order_ok, q.reo_mult, q.rack_sent_s = 1, 1, -1.0  # (PySendEngine's first values)
-        # data frames out
-        self._fo = FramesOut(ffi, qp.mtu, arr)
+        # data frames out: the device's slots
+        self._fo = dev.frames_out(qp.mtu)
         self.out = self._fo.out
         self._deadline = ffi.new("double *")
         #: where the data frames go instead of back to the caller as bytes, when set (the
@@ -235,6 +201,10 @@ class CTxEngine:
         evs = self.qp.evs
         q = self.q
         n = q.nslots
+        room = max(1, len(evs._groups)) * n
+        if self._grp == self._ffi.NULL or len(self._grp) < room:  # group g at g * n
+            q.grp = self._grp = self._new("int32_t[]", room)
+            q.bag = self._bag = self._new("int32_t[]", room)
         grp, bag = self._grp, self._bag
         for g, (slots, b) in enumerate(zip(evs._groups, evs._bags, strict=True)):
             q.grp_n[g] = len(slots)
@@ -278,27 +248,87 @@ class CTxEngine:
     # -- messages ------------------------------------------------------------------------------
 
     def state_bytes(self) -> int:
-        """Bytes of the C state this engine allocated for its QP."""
+        """Bytes of the C state this engine holds for its QP now (its rings as they are)."""
         ffi = self._ffi
-        return ffi.sizeof(self.q[0]) + sum(ffi.sizeof(a) for a in self.arrays)
+        arrays = (*self.arrays, *self._rings.values(), self._grp, self._bag)
+        return ffi.sizeof(self.q[0]) + sum(ffi.sizeof(a) for a in arrays)
+
+    def _move(self, rec_cap: int, msg_cap: int, recov_cap: int, *, first: bool = False) -> bool:
+        """Give the QP rings of these sizes (``mrc_txe_move`` re-indexes what is live into
+        them); False when what is live does not fit (nothing changed then)."""
+        q = self.q
+        new = self._new
+        was = self._rings
+        rings = dict(was)
+        if first or rec_cap != q.rec_cap:
+            rings.update(
+                recs=new("struct mrc_txe_rec[]", rec_cap),
+                work=new("uint32_t[]", 2 * rec_cap),
+                fifo=new("struct mrc_txe_timer[]", 2 * rec_cap),
+                heap=new("struct mrc_txe_timer[]", rec_cap),
+                ord=new("struct mrc_txe_ord[]", 2 * rec_cap),
+                rtxq=new("uint32_t[]", 2 * rec_cap),
+                fb=new("struct mrc_txe_fb[]", 2 * rec_cap + 16),  # (mrc_txe.c room(): 2 x + 8)
+            )
+        if first or msg_cap != q.msg_cap:
+            rings["msgs"] = new("struct mrc_txe_msg[]", msg_cap)
+        if first or recov_cap != q.recov_cap:
+            rings["recov_delay"] = new("double[]", recov_cap)
+            rings["recov_spur"] = new("uint8_t[]", recov_cap)
+        to = self._ffi.new("struct mrc_txe_mem *", {
+            "msgs": rings["msgs"], "msg_cap": len(rings["msgs"]),
+            "recs": rings["recs"], "rec_cap": len(rings["recs"]), "work": rings["work"],
+            "fifo": rings["fifo"], "fifo_cap": len(rings["fifo"]),
+            "heap": rings["heap"], "heap_cap": len(rings["heap"]),
+            "ord": rings["ord"], "ord_cap": len(rings["ord"]),
+            "rtxq": rings["rtxq"], "rtxq_cap": len(rings["rtxq"]),
+            "fb": rings["fb"], "fb_cap": len(rings["fb"]),
+            "recov_delay": rings["recov_delay"], "recov_spur": rings["recov_spur"],
+            "recov_cap": len(rings["recov_delay"]),
+        })  # fmt: skip
+        r = self._lib.mrc_txe_move(q, to)
+        if r == 0:
+            self._rings = rings  # (the old arrays go with their last reference)
+            return True
+        if r != -errno.ENOSPC:
+            raise RuntimeError(f"mrc_txe_move refused the rings: {os.strerror(-r)}")
+        return False
+
+    def _grow(self, rec_cap: int, msg_cap: int, recov_cap: int) -> None:
+        """Bigger rings: what is live always fits, unless the engine's state is broken; then
+        stop loudly rather than ask again forever."""
+        if not self._move(rec_cap, msg_cap, recov_cap):
+            q = self.q
+            raise RuntimeError(
+                f"QP {self.qp.qpn}: the C send engine's live entries do not fit bigger rings "
+                f"({q.n_live} records live, PSNs {q.snd_una}..{q.snd_nxt}): a bug, please report"
+            )
+
+    def _at_rest(self) -> None:
+        """Nothing outstanding and nothing posted: back to the first sizes (the recovery
+        log is history the QP reports, loss_recovery_s: it keeps its length)."""
+        q = self.q
+        if q.m_done == q.m_tail and not q.n_live and not q.rtxq_n and not q.n_fb:
+            self._move(FIRST_REC_CAP, FIRST_MSG_CAP, q.recov_cap)
 
     def post(self, msg: TxMessage) -> None:
         q = self.q
         i = q.m_tail
-        if i - q.m_done >= MSG_CAP:
-            raise TxLimitError(
-                f"QP {self.qp.qpn}: {MSG_CAP} writes posted and not completed (the C "
-                "engine's limit); poll completions before posting more"
-            )
-        k = i & (MSG_CAP - 1)
-        e = q.msgs[k]
+        if i - q.m_done >= q.msg_cap:
+            if q.msg_cap >= MSG_CAP:
+                raise TxLimitError(
+                    f"QP {self.qp.qpn}: {MSG_CAP} writes posted and not completed (the C "
+                    "engine's limit); poll completions before posting more"
+                )
+            self._grow(q.rec_cap, 2 * q.msg_cap, q.recov_cap)
+        e = q.msgs[i & (q.msg_cap - 1)]
         e.buf = raw_pointer(self._ffi, msg.buf)
         e.va, e.rkey, e.length = msg.remote_va, msg.rkey, msg.length
         e.has_imm = msg.imm is not None
         e.imm = msg.imm or 0
         e.next_off, e.last_psn = 0, -1
         e.msn, e.rqmsn = msg.msn, msg.rqmsn
-        self._objs[k] = msg  # its buf (a memoryview) keeps the bytes alive and in place
+        self._objs[i] = msg  # its buf (a memoryview) keeps the bytes alive and in place
         q.m_tail = i + 1
 
     def messages(self) -> list[TxMessage]:
@@ -306,14 +336,14 @@ class CTxEngine:
         q = self.q
         out = []
         for i in range(q.m_done, q.m_tail):
-            m = self._objs.get(i & (MSG_CAP - 1))
+            m = self._objs.get(i)
             if m is not None:
                 out.append(m)
         return out
 
     def first_message(self) -> TxMessage | None:
         q = self.q
-        return self._objs.get(q.m_done & (MSG_CAP - 1)) if q.m_done != q.m_tail else None
+        return self._objs.get(q.m_done) if q.m_done != q.m_tail else None
 
     @property
     def idle(self) -> bool:
@@ -357,6 +387,9 @@ class CTxEngine:
         if sink is not None and out:
             sink.frames(out)  # (what came first leaves first)
             out.clear()
+        # each repair this call may send can add to the recovery log: never let it wrap early
+        while q.recov_count + q.rtxq_n > q.recov_cap and q.recov_cap < RECOVERY_LOG:
+            self._grow(q.rec_cap, q.msg_cap, 2 * q.recov_cap)
         while True:
             r = lib.mrc_txe_send(q, now_s, cc.cwnd_bytes, o)
             if sink is not None:
@@ -367,6 +400,9 @@ class CTxEngine:
             o.n = 0
             if r == lib.MRC_TXE_OUT_FULL:
                 continue  # (PORT_FULL: the pacer lets frames go first)
+            if r == lib.MRC_TXE_GROW:  # twice the records (and the queues that go with them)
+                self._grow(2 * q.rec_cap, q.msg_cap, q.recov_cap)
+                continue
             if r == lib.MRC_TXE_RELEASE:
                 evs.tx_count = q.tx_count
                 evs.now_s = now_s
@@ -417,6 +453,7 @@ class CTxEngine:
     def reset(self) -> None:
         self._lib.mrc_txe_reset(self.q)
         self._objs = {}
+        self._at_rest()
 
     def after_batch(self, now_s: float) -> None:
         """After a receive batch: the SACKs it handed this engine leave their feedback."""
@@ -457,6 +494,8 @@ class CTxEngine:
         if n:
             q.n_fb = 0
             self._replay(n, now_s)
+            if q.m_done == q.m_tail and q.rec_cap + q.msg_cap > FIRST_REC_CAP + FIRST_MSG_CAP:
+                self._at_rest()
         elif batch and not (q.st.rx_malformed or q.st.rx_foreign or q.st.rx_closed):
             return
         self._stats()
@@ -489,8 +528,7 @@ class CTxEngine:
                 if evs.events:
                     qp._drain_ev_events()
             elif k == fb_complete:
-                j = f.ts & (MSG_CAP - 1)
-                m = self._objs.pop(j, None)
+                m = self._objs.pop(f.ts, None)
                 if m is not None:
                     m.done = True
                     qp._events.append(WriteCompleted(m.wr_id, WcStatus.SUCCESS, m.length, now_s))
@@ -513,10 +551,10 @@ class CTxEngine:
                 qp.peer = QpAttributes(**{**asdict(qp.peer), "window_psns": f.a})  # type: ignore[arg-type]  # connected
             elif k == lib.MRC_TXE_FB_NACK_FATAL:
                 self._stats()
-                qp._nack_fatal(f.a, f.b, self._objs[f.ts & (MSG_CAP - 1)], now_s)
+                qp._nack_fatal(f.a, f.b, self._objs[f.ts], now_s)
             elif k == lib.MRC_TXE_FB_RETRY:
                 self._stats()
-                qp._retry_exceeded(f.a, f.b, self._objs[f.ts & (MSG_CAP - 1)], now_s)
+                qp._retry_exceeded(f.a, f.b, self._objs[f.ts], now_s)
 
     def _loss(self, cc: Any, cause: str, f: Any, now_s: float) -> None:
         """``cc.on_loss`` for the lost packet of feedback record ``f`` (its slot; ``b`` the

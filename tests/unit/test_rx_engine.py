@@ -9,7 +9,9 @@ from dataclasses import asdict, replace
 import pytest
 
 from mrcnic import wire
+from mrcnic.io.batch import RecvRing
 from mrcnic.sim.fabric import host_net
+from mrcnic.transport import rx_engine
 from mrcnic.transport.qp_types import QpAttributes, QpConfig, QpErrorEvent
 from mrcnic.transport.rx_engine import c_module as _c_module
 from mrcnic.transport.rx_engine import engine_from_env
@@ -55,33 +57,68 @@ def _mutate(frame: bytes, rng: random.Random) -> list[bytes]:
     return [frame]
 
 
-def _run(engine: str, seed: int) -> dict:
+def _run(engine: str, seed: int, batch: bool = False, rounds: int = 1) -> dict:
+    """``batch``: the frames arrive in receive batches (the C engine's dispatch), not one by
+    one. ``rounds`` > 1: that many rounds of writes, each delivered whole (shuffled, some
+    duplicated or marked CE, none lost) before the next is posted."""
     rng = random.Random(seed)
     a, b, qa, qb, mr = _pair(engine, seed)
     rb = RemoteBuffer.of(mr)
-    if rng.random() < 0.3:
+    if rounds == 1 and rng.random() < 0.3:
         qa.post_write(99, b"y" * 64, RemoteBuffer(rb.va + 7, rb.rkey ^ 1, 64))  # bad R_Key
-    for i in range(12):
-        n = rng.choice([100, 4096, 9000, 20000])
-        off = rng.randrange(0, (1 << 18) - n)
-        imm = rng.randrange(1 << 32) if rng.random() < 0.4 else None
-        data = bytes(rng.randrange(256) for _ in range(64)) * (n // 64) + b"x" * (n % 64)
-        qa.post_write(i, data, RemoteBuffer(rb.va + off, rb.rkey, n), imm=imm)
     t = 1.0
     out: list = []
-    frames = [f for _p, f in a.frames_to_send(t)]
-    pending: list[bytes] = []
-    for f in frames:
-        pending += _mutate(f, rng)
-    rng.shuffle(pending)  # sprayed: any order
-    for f in pending:
-        t += 1e-5
-        b.receive_frame(f, t)
-        out.append([bytes(x) for _p, x in b.control_frames_to_send()])
-        if rng.random() < 0.2:
-            t += 2e-3  # the delayed ACK fires
-            b.handle_timer(t)
-            out.append([bytes(x) for _p, x in b.control_frames_to_send()])
+    ring = RecvRing(9216, 64)
+
+    def ctrl() -> None:  # b's control frames: recorded, and with rounds, to the sender
+        got = [bytes(x) for _p, x in b.control_frames_to_send()]
+        out.append(got)
+        if rounds > 1:
+            for f in got:
+                a.receive_frame(f, t)
+
+    for r in range(rounds):
+        for i in range(12):
+            n = rng.choice([100, 4096, 9000, 20000])
+            off = rng.randrange(0, (1 << 18) - n)
+            imm = rng.randrange(1 << 32) if rng.random() < 0.4 else None
+            data = bytes(rng.randrange(256) for _ in range(64)) * (n // 64) + b"x" * (n % 64)
+            qa.post_write(r * 12 + i, data, RemoteBuffer(rb.va + off, rb.rkey, n), imm=imm)
+        for _turn in range(1 if rounds == 1 else 400):
+            frames = [f for _p, f in a.frames_to_send(t)]
+            if rounds > 1 and not frames and qa.core.idle:
+                break  # (this round's writes are all acknowledged)
+            pending: list[bytes] = []
+            for f in frames:
+                if rounds == 1:
+                    pending += _mutate(f, rng)
+                else:
+                    g = bytearray(f)
+                    if rng.random() < 0.25:
+                        g[layout.OFF_TC_LO] |= 0x30  # CE
+                    pending += [bytes(g)] * (1 + (rng.random() < 0.1))
+            rng.shuffle(pending)  # sprayed: any order
+            while pending:
+                t += 1e-5
+                if batch:
+                    k = rng.randrange(1, 65)
+                    got, pending = pending[:k], pending[k:]
+                    for i, f in enumerate(got):
+                        ring.view[i * 9216 : i * 9216 + len(f)] = f
+                        ring.lens[i] = len(f)
+                    b.receive_batch(ring, len(got), t)
+                else:
+                    b.receive_frame(pending.pop(0), t)
+                ctrl()
+                if rng.random() < 0.2:
+                    t += 2e-3  # the delayed ACK fires
+                    b.handle_timer(t)
+                    ctrl()
+            if rounds > 1:
+                t += 2e-3
+                b.handle_timer(t)
+                ctrl()
+                a.handle_timer(t)
     return {
         "ctrl": out,
         "events": [repr(e) for e in qb.poll_events()] + [repr(e) for e in qb.poll_recv()],
@@ -291,3 +328,36 @@ def test_the_engines_agree_on_refusals(order) -> None:
     for k in ("ctrl", "events", "stats", "memory", "state", "errors"):
         assert c[k] == py[k], k
     assert c["state"] == "ERROR"
+
+
+@needs_c
+@pytest.mark.parametrize("rounds", [1, 4])
+@pytest.mark.parametrize("batch", [False, True])
+@pytest.mark.parametrize("seed", range(8))
+def test_tables_that_start_at_one_entry_grow_and_shrink_as_the_twin_runs(
+    seed: int, batch: bool, rounds: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The receive engine's tables start small and grow when a frame needs them
+    (``mrc_rxe_move``, from the per-frame path and from a receive batch's dispatch): with
+    one entry each at first, every run moves them many times, and still does what the Python
+    responder does, frame for frame."""
+    monkeypatch.setattr(rx_engine, "FIRST_RX_MSGS", 1)
+    monkeypatch.setattr(rx_engine, "FIRST_CE_EVS", 1)
+    moves = []
+    real = rx_engine.CRxEngine._move
+
+    def counted(self, msg_cap: int, ce_cap: int) -> bool:
+        moves.append((self.q.msg_cap, msg_cap, self.q.ce_cap, ce_cap))
+        return real(self, msg_cap, ce_cap)
+
+    monkeypatch.setattr(rx_engine.CRxEngine, "_move", counted)
+    c, py = _run("c", seed, batch, rounds), _run("py", seed, batch, rounds)
+    assert c["stats"] == py["stats"]
+    assert c["events"] == py["events"]
+    assert c["memory"] == py["memory"] and c["placed"] == py["placed"]
+    assert c["ctrl"] == py["ctrl"]
+    assert any(new > old > 0 for old, new, _o, _n in moves)  # messages' table grew
+    assert any(new < old for old, new, _o, _n in moves)  # and went back as messages completed
+    if rounds > 1:  # grew again later, at MSNs its first sizes no longer start at; and the
+        assert sum(new > old > 0 for old, new, _o, _n in moves) > 2 * 4  # CE table grew
+        assert any(new > old > 0 for _o, _n, old, new in moves)

@@ -14,6 +14,7 @@ import pytest
 from mrcnic import wire
 from mrcnic.io.batch import RecvRing
 from mrcnic.sim.fabric import host_net
+from mrcnic.transport import tx_engine
 from mrcnic.transport.cc import (
     LOSS_SACK,
     LOSS_TIMEOUT,
@@ -273,6 +274,63 @@ def test_congestion_control_is_told_the_same_by_both_engines(seed: int, cc: str)
     hostile = seed % 3 == 2
     c, py = _run("c", seed, hostile=hostile, cc=cc), _run("py", seed, hostile=hostile, cc=cc)
     assert c["trace"] == py["trace"], _first_difference(c["trace"], py["trace"])
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(16))
+def test_rings_that_start_tiny_grow_and_shrink_as_the_twin_runs(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The send engine's rings start small, grow when it asks (MRC_TXE_GROW; a post to a full
+    ring of writes; a recovery log about to wrap) and go back to their first sizes at rest,
+    every live entry re-indexed (``mrc_txe_move``). Started at 2 records, 1 write and 1
+    repair, every run moves them many times, and still sends what the Python requester
+    sends, frame for frame, with the same repair times and memory."""
+    monkeypatch.setattr(tx_engine, "FIRST_REC_CAP", 2)
+    monkeypatch.setattr(tx_engine, "FIRST_MSG_CAP", 1)
+    monkeypatch.setattr(tx_engine, "FIRST_RECOVERY_LOG", 1)
+    moves: list = []
+    real = tx_engine.CTxEngine._move
+
+    def counted(self, rec_cap: int, msg_cap: int, recov_cap: int, **kw: bool) -> bool:
+        q = self.q
+        moves.append((q.rec_cap, rec_cap, q.msg_cap, msg_cap, q.recov_cap, recov_cap))
+        return real(self, rec_cap, msg_cap, recov_cap, **kw)
+
+    monkeypatch.setattr(tx_engine.CTxEngine, "_move", counted)
+    hostile = seed % 4 == 3
+    c, py = _run("c", seed, hostile=hostile), _run("py", seed, hostile=hostile)
+    assert c["trace"] == py["trace"], _first_difference(c["trace"], py["trace"])
+    assert c["ev"] == py["ev"]
+    assert c["recovery"] == py["recovery"]
+    assert c["memory"] == py["memory"]
+    assert c["idle"] == py["idle"]
+    assert any(b > a for a, b, *_ in moves[1:])  # records grew
+    assert any(b > a for _r, _s, a, b, _x, _y in moves[1:])  # and the ring of writes
+
+
+@needs_c
+def test_the_tiny_rings_shrink_and_the_recovery_log_grows(monkeypatch) -> None:
+    """Across the runs above, the rings went back to their first sizes at rest, and the
+    recovery log grew rather than forget a repair."""
+    monkeypatch.setattr(tx_engine, "FIRST_REC_CAP", 2)
+    monkeypatch.setattr(tx_engine, "FIRST_MSG_CAP", 1)
+    monkeypatch.setattr(tx_engine, "FIRST_RECOVERY_LOG", 1)
+    moves: list = []
+    real = tx_engine.CTxEngine._move
+
+    def counted(self, rec_cap: int, msg_cap: int, recov_cap: int, first: bool = False) -> bool:
+        was = self.q.rec_cap
+        ok = real(self, rec_cap, msg_cap, recov_cap, first=first)
+        moves.append((first, was, rec_cap, msg_cap, recov_cap, ok))
+        return ok
+
+    monkeypatch.setattr(tx_engine.CTxEngine, "_move", counted)
+    for seed in range(16):
+        _run("c", seed)
+    assert any(not first and was > 2 and (rec, msg, ok) == (2, 1, True)
+               for first, was, rec, msg, _recov, ok in moves)  # fmt: skip
+    assert max(recov for *_, recov, _ok in moves) >= 8
 
 
 @needs_c
