@@ -419,6 +419,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--reps", type=int, default=None, help="repetitions [the experiment's]")
     p.add_argument(
+        "--cpu-bound-repeats",
+        type=int,
+        default=None,
+        metavar="N",
+        help="when a result has CPU-bound runs, run the experiment again at half the link "
+        "rate, up to N times (the report lists every attempt) [2; 0 with --quick]",
+    )
+    p.add_argument(
         "--sim",
         action="store_true",
         help="the claim's simulated form: mrc-sim's whole fabric at the paper's proportions, "
@@ -718,7 +726,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     ctx = Context(
         quick=args.quick, out_dir=out, lab_name=args.lab,
         rate_mbit=None if args.rate_mbit == calibrate.AUTO else float(args.rate_mbit),
-        reps=args.reps, sim=args.sim,
+        reps=args.reps, sim=args.sim, cpu_bound_repeats=args.cpu_bound_repeats,
     )  # fmt: skip
     if args.sim:
         ctx.out_dir = registry.sim_out(out)

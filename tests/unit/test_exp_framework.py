@@ -46,6 +46,59 @@ def test_a_failing_experiment_is_recorded_not_hidden(tmp_path):
     assert "lab exploded" in d["extra"]["error"] and "lab exploded" in d["why"]
 
 
+def _cpu_limited_above(limit_mbit: float, rates: list):
+    """An experiment whose runs are CPU-bound above ``limit_mbit``: two repetitions per
+    transport, each flagged as a real one would be (``cpu_bound_runs``)."""
+
+    def run(ctx, res):
+        rate = ctx.rate_mbit if ctx.rate_mbit is not None else 40.0  # (its "calibrated" rate)
+        rates.append(rate)
+        res.setup = {"link_rate_mbit": rate}
+        res.mrc = {"tiers": {"a": {"cpu_bound_runs": [rate > limit_mbit, False]}}}
+        res.rocev2 = {"cpu_bound_runs": 1 if rate > limit_mbit else 0}
+        res.judge("reproduced" if rate <= limit_mbit else "partly", f"at {rate:g}")
+
+    return run
+
+
+def test_cpu_bound_runs_are_counted_wherever_a_result_records_them():
+    assert registry.cpu_bound_runs({"cpu_bound_runs": [True, False, True]}) == 2
+    assert (
+        registry.cpu_bound_runs({"x": [{"cpu_bound_runs": 3}, {"y": {"cpu_bound_runs": []}}]}) == 3
+    )
+    assert registry.cpu_bound_runs({"cpu_bound": True, "runs": [1, 2]}) == 0
+
+
+def test_an_experiment_with_cpu_bound_runs_runs_again_at_half_the_rate(tmp_path):
+    rates: list = []
+    spec = registry.Spec("cpu", 98, "c", {"text": "p"}, _cpu_limited_above(12.0, rates))
+    res = registry.run(spec, Context(out_dir=tmp_path, echo=lambda _t: None))
+    assert rates == [40.0, 20.0, 10.0]  # two repeats, the second one fabric-bound
+    d = json.loads((tmp_path / "cpu.json").read_text())
+    assert d["verdict"] == res.verdict == "reproduced" and d["setup"]["link_rate_mbit"] == 10.0
+    assert [t["cpu_bound_runs"] for t in d["extra"]["cpu_bound_repeats"]] == [2, 2, 0]
+    assert "2 at 40 Mb/s, 2 at 20 Mb/s): 0 at 10 Mb/s" in d["why"]
+    assert "still CPU-bound" not in d["why"]
+    text = report.render(report.load_all(tmp_path), tmp_path)
+    assert (
+        "run 3 times for CPU-bound runs" in text and "20 Mb/s: 2 CPU-bound run(s), partly" in text
+    )
+
+
+def test_cpu_bound_repeats_stop_at_their_limit_and_say_so(tmp_path):
+    rates: list = []
+    spec = registry.Spec("cpu", 98, "c", {"text": "p"}, _cpu_limited_above(1.0, rates))
+    res = registry.run(spec, Context(out_dir=tmp_path, echo=lambda _t: None, cpu_bound_repeats=1))
+    assert rates == [40.0, 20.0]
+    assert "still CPU-bound" in res.why
+    rates.clear()
+    registry.run(spec, Context(out_dir=tmp_path, echo=lambda _t: None, quick=True))
+    assert rates == [40.0]  # quick (the suite's): no repeats unless asked
+    assert "cpu_bound_repeats" not in json.loads((tmp_path / "cpu.json").read_text()).get(
+        "extra", {}
+    )
+
+
 def test_report_renders_every_result_with_its_verdict(tmp_path):
     for n, v in ((2, "reproduced"), (1, "not reproduced")):
         r = Result(f"e{n}", n, f"claim {n}", {"text": f"paper {n}"})

@@ -77,6 +77,9 @@ class Context:
     rate_mbit: float | None = None  # None: calibrated for each lab shape (cached per boot)
     reps: int | None = None  # None: the experiment's own (1 when quick)
     sim: bool = False  # the simulated form (mrc-sim's whole fabric), not the lab
+    #: how often an experiment with CPU-bound runs is repeated, each time at half the link
+    #: rate (registry.run); None: 2 for a full run, 0 for a quick one (the suite's budget)
+    cpu_bound_repeats: int | None = None
 
     def repetitions(self, full: int) -> int:
         if self.reps is not None:

@@ -130,6 +130,9 @@ def render(
             _fmt(h.get(k)) for k in ("paper_mrc", "paper_rocev2") if h.get(k) is not None
         )
         kind = "quick" if d.get("quick") else "full"
+        tried = (d.get("extra") or {}).get("cpu_bound_repeats") or []
+        if tried:
+            kind += f", run {len(tried)} times for CPU-bound runs"
         err = " (ERROR)" if (d.get("extra") or {}).get("error") else ""
         lines.append(
             f"| {d.get('number')} | [{d.get('name')}](#claim-{d.get('number')}) | "
@@ -167,6 +170,11 @@ def render(
             lines += ["", "```", *d["commands"], "```"]
         if (d.get("extra") or {}).get("error"):
             lines += ["", f"**Error:** `{d['extra']['error']}`"]
+        tried = (d.get("extra") or {}).get("cpu_bound_repeats") or []
+        if tried:
+            steps = "; ".join(f"{t['rate_mbit']:g} Mb/s: {t['cpu_bound_runs']} CPU-bound run(s), "
+                              f"{t['verdict']}" for t in tried)  # fmt: skip
+            lines += ["", f"**Run again for CPU-bound runs** (the last is the verdict's): {steps}."]
         if d.get("name") in sim_by:
             lines += _sim_section(sim_by[d["name"]])
     return "\n".join(lines) + "\n"
