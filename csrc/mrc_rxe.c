@@ -339,6 +339,9 @@ static int place(struct mrc_rxe_regions *mem, uint32_t rkey, uint64_t va, const 
 
 static void event(struct mrc_rxe_qp *q, int32_t kind, uint32_t a, uint32_t b, uint32_t c,
                   double t) {
+    if (q->n_events >= MRC_RXE_MAX_EVENTS) {
+        return; /* (unreachable: deliver() stops first, the others have room checked) */
+    }
     struct mrc_rxe_event *e = &q->events[q->n_events++];
     e->kind = kind;
     e->a = a;
@@ -347,11 +350,21 @@ static void event(struct mrc_rxe_qp *q, int32_t kind, uint32_t a, uint32_t b, ui
     e->t_s = t;
 }
 
+/* Messages complete in MSN order: each done one from rx_msn on, with its ImmReceived. When
+ * the events are full (more writes with immediate were waiting than there is room for), it
+ * stops there, deliver_pending set: the shell drains the events and calls mrc_rxe_resume,
+ * and no frame is taken before (their events come after these, as in the twin). */
 static void deliver(struct mrc_rxe_qp *q, double now_s) {
     uint16_t msn = q->rx_msn;
+    q->deliver_pending = 0;
     for (;;) {
         struct mrc_rxe_msg *m = &q->msgs[msn & (q->msg_cap - 1)];
         if (!m->done) {
+            break;
+        }
+        if (m->has_imm && q->n_events >= MRC_RXE_MAX_EVENTS) {
+            q->deliver_pending = 1;
+            q->deliver_t_s = now_s;
             break;
         }
         m->done = 0;
@@ -392,6 +405,9 @@ int mrc_rxe_frame(struct mrc_rxe_qp *q, struct mrc_rxe_regions *mem, const uint8
     if (q->dead) {
         q->st.rx_closed++;
         return 1;
+    }
+    if (q->deliver_pending && mrc_rxe_resume(q)) {
+        return -1; /* what completed earlier is reported first */
     }
     if (out->n + 2 > out->cap || q->n_events + 1 > MRC_RXE_MAX_EVENTS) {
         return -1;
@@ -563,6 +579,13 @@ int mrc_rxe_frame(struct mrc_rxe_qp *q, struct mrc_rxe_regions *mem, const uint8
     return 1;
 }
 
+int mrc_rxe_resume(struct mrc_rxe_qp *q) {
+    if (q->deliver_pending) {
+        deliver(q, q->deliver_t_s);
+    }
+    return q->deliver_pending;
+}
+
 int mrc_rxe_ack_timer(struct mrc_rxe_qp *q, double now_s, struct mrc_rxe_out *out) {
     if (!q->ack_armed || q->ack_deadline_s > now_s) {
         return 0;
@@ -628,6 +651,7 @@ int mrc_rxe_dispatch(struct mrc_rxe_dev *d, const uint8_t *buf, const uint32_t *
                      int8_t *done) {
     uint32_t i = 0;
     d->n_rest = 0;
+    d->grow = 0;
     uint32_t nq = d->n < MRC_RXE_LEN(d->qpn) ? d->n : MRC_RXE_LEN(d->qpn);
     for (; i < n; i++) {
         uint32_t len = lens[i];
@@ -691,6 +715,15 @@ static inline int msg_open(const struct mrc_rxe_msg *m) {
     return m->bytes || m->done || m->has_imm;
 }
 
+int mrc_rxe_fits(const struct mrc_rxe_qp *q, uint32_t msg_cap) {
+    for (uint32_t k = msg_cap; k < q->msg_cap; k++) { /* (a smaller table: what it leaves) */
+        if (msg_open(&q->msgs[(uint16_t)(q->rx_msn + k) & (q->msg_cap - 1)])) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 int mrc_rxe_move(struct mrc_rxe_qp *q, const struct mrc_rxe_mem *to) {
     uint32_t cap = to->msg_cap;
     if (to->msgs == NULL || to->ce == NULL || cap == 0 || (cap & (cap - 1)) ||
@@ -702,10 +735,8 @@ int mrc_rxe_move(struct mrc_rxe_qp *q, const struct mrc_rxe_mem *to) {
         return -ENOSPC;
     }
     if (to->msgs != q->msgs) {
-        for (uint32_t k = cap; k < q->msg_cap; k++) { /* (a smaller table: what it leaves) */
-            if (msg_open(&q->msgs[(uint16_t)(q->rx_msn + k) & (q->msg_cap - 1)])) {
-                return -ENOSPC;
-            }
+        if (!mrc_rxe_fits(q, cap)) {
+            return -ENOSPC;
         }
         for (uint32_t k = 0; k < q->msg_cap && k < cap; k++) {
             uint16_t msn = (uint16_t)(q->rx_msn + k);

@@ -115,6 +115,8 @@ struct mrc_rxe_qp {
     uint32_t msg_cap;              /* a power of two, <= MRC_RXE_MSN_WINDOW */
     uint32_t ce_cap;               /* <= MRC_RXE_CE_EVS */
     uint8_t want;                  /* MRC_RXE_WANT_*: a frame needs bigger tables (-1) */
+    uint8_t deliver_pending;       /* completed messages wait for room in events[] */
+    double deliver_t_s;            /* when they completed (their events' time) */
     struct mrc_rxe_tmpl *tmpl;     /* n_reverse templates, in reverse-EV order */
     uint32_t n_reverse;
     uint8_t reverse_bad[128];      /* per reverse EV: its probes went unanswered */
@@ -153,6 +155,10 @@ struct mrc_rxe_qp {
 int mrc_rxe_frame(struct mrc_rxe_qp *q, struct mrc_rxe_regions *mem, const uint8_t *frame,
                   uint32_t n, double now_s, struct mrc_rxe_out *out);
 
+/* Deliver the completed messages that waited for room in the events (deliver_pending), at
+ * the time they completed. Returns 1 while some still wait (drain the events, call again). */
+int mrc_rxe_resume(struct mrc_rxe_qp *q);
+
 /* The delayed-ACK timer: when due, the SACK for the last unacknowledged packet (if any is
  * pending). Returns 1 if a SACK was queued, 0 if not, -1 when out is full. */
 int mrc_rxe_ack_timer(struct mrc_rxe_qp *q, double now_s, struct mrc_rxe_out *out);
@@ -171,6 +177,10 @@ struct mrc_rxe_mem {
     struct mrc_rxe_ce *ce;
     uint32_t ce_cap;  /* 1 .. MRC_RXE_CE_EVS */
 };
+
+/* 1 when every message in progress is within msg_cap of rx_msn (a table of that length holds
+ * them: mrc_rxe_move would take it), else 0; stops at the first one beyond. */
+int mrc_rxe_fits(const struct mrc_rxe_qp *q, uint32_t msg_cap);
 
 /* Move q's tables to `to` (each message's state re-indexed by its MSN) and clear q->want.
  * Returns 0, -EINVAL for a bad length, -ENOSPC when a message in progress or a marking EV

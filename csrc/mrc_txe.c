@@ -1193,7 +1193,8 @@ int mrc_txe_move(struct mrc_txe_qp *q, const struct mrc_txe_mem *to) {
                            records they index */
     }
     /* what is live, counted against the new rings first: nothing moves unless all fits */
-    uint32_t span = (q->snd_nxt - q->snd_una) & MASK, live = 0;
+    /* (no live record: nothing to look for, even where a reset left snd_una behind) */
+    uint32_t span = q->n_live ? (q->snd_nxt - q->snd_una) & MASK : 0, live = 0;
     for (uint32_t k = 0; k < span; k++) {
         live += rec_get(q, (q->snd_una + k) & MASK) != NULL;
     }

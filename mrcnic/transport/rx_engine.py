@@ -397,12 +397,15 @@ class CRxEngine:
             raise RuntimeError(f"QP {self.qp.qpn}: the C receive engine's tables did not grow")
 
     def _at_rest(self) -> None:
-        """Messages completed since the last look: the first sizes again, if what is in
-        progress fits (the C side checks)."""
+        """Messages completed since the last look: the first sizes again when what is in
+        progress fits them (asked of C first, which stops at the first message beyond: cheap
+        under load, and nothing allocated in vain)."""
         q = self.q
         self._rest_msn = q.rx_msn
-        self._move(FIRST_RX_MSGS if q.msg_cap > FIRST_RX_MSGS else q.msg_cap,
-                   FIRST_CE_EVS if q.n_ce <= FIRST_CE_EVS else q.ce_cap)  # fmt: skip
+        msg_cap = FIRST_RX_MSGS if self._lib.mrc_rxe_fits(q, FIRST_RX_MSGS) else q.msg_cap
+        ce_cap = FIRST_CE_EVS if q.n_ce <= FIRST_CE_EVS else q.ce_cap
+        if (msg_cap, ce_cap) != (q.msg_cap, q.ce_cap):
+            self._move(msg_cap, ce_cap)
 
     def prepare(self, now_s: float) -> None:
         """Before a batch: the clock, reverse-EV states and QP state as Python has them."""
@@ -494,7 +497,7 @@ class CRxEngine:
         q = self.q
         qp = self.qp
         lib = self._lib
-        if q.n_events:
+        while q.n_events:  # (more, when completed messages waited for room in them)
             for i in range(q.n_events):
                 e = q.events[i]
                 if e.kind == lib.MRC_RXE_EV_IMM:
@@ -509,6 +512,8 @@ class CRxEngine:
                 elif e.kind == lib.MRC_RXE_EV_REFUSED:
                     qp._fatal(WcStatus.REMOTE_ACCESS_ERROR, refusal_reason(e.a, e.b, e.c), e.t_s)
             q.n_events = 0
+            if q.deliver_pending:
+                lib.mrc_rxe_resume(q)
         if q.sacked:
             q.sacked = 0
             if qp._rev_probe_at is None and qp.peer is not None:
@@ -519,7 +524,8 @@ class CRxEngine:
             self._counters.add_buffer(self._st_buf, qp.stats)
             if placed:
                 self.dev.harvest()  # (the regions' bytes_placed: only placement adds to them)
-        if q.msg_cap + q.ce_cap > FIRST_RX_MSGS + FIRST_CE_EVS and q.rx_msn != self._rest_msn:
+        if (q.msg_cap + q.ce_cap > FIRST_RX_MSGS + FIRST_CE_EVS and q.rx_msn != self._rest_msn
+                and not q.want):  # fmt: skip
             self._at_rest()
         if qp.state is QpState.ERROR:
             q.dead = 1

@@ -452,8 +452,7 @@ class CTxEngine:
 
     def reset(self) -> None:
         self._lib.mrc_txe_reset(self.q)
-        self._objs = {}
-        self._at_rest()
+        self._objs = {}  # (the rings shrink at the next flush: this may run inside one)
 
     def after_batch(self, now_s: float) -> None:
         """After a receive batch: the SACKs it handed this engine leave their feedback."""

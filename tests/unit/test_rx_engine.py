@@ -22,10 +22,19 @@ needs_c = pytest.mark.skipif(_c_module() is None, reason="the C module is not bu
 SHAPE = usid.ClosShape(planes=2, t0=2, t1=2, hosts_per_t0=2)
 
 
-def _pair(engine: str, seed: int) -> tuple[Device, Device, object, object, object]:
+def _pair(
+    engine: str, seed: int, others: bool = False, **cfg_fields: object
+) -> tuple[Device, Device, object, object, object]:
+    """``others``: the receiving device serves two more QPs first (an MRC and a RoCEv2 one),
+    so that the pair's engine is not the device's first entry."""
     a = Device(host_net(SHAPE, 0), 100e6, seed=seed, engine="py")
     b = Device(host_net(SHAPE, 2), 100e6, seed=seed, engine=engine)
-    cfg = QpConfig(base_rtt_s=1e-3, seed=seed, start_psn=(seed * 7919) & 0xFFFFFF)
+    cfg = QpConfig(base_rtt_s=1e-3, seed=seed, start_psn=(seed * 7919) & 0xFFFFFF, **cfg_fields)
+    if others:
+        for transport in ("mrc", "rocev2"):
+            oa, ob = a.create_qp(cfg, transport), b.create_qp(cfg, transport)
+            oa.connect(QpAttributes.from_json(ob.export()))
+            ob.connect(QpAttributes.from_json(oa.export()))
     qa, qb = a.create_qp(cfg), b.create_qp(cfg)
     qa.connect(QpAttributes.from_json(qb.export()))
     qb.connect(QpAttributes.from_json(qa.export()))
@@ -57,12 +66,14 @@ def _mutate(frame: bytes, rng: random.Random) -> list[bytes]:
     return [frame]
 
 
-def _run(engine: str, seed: int, batch: bool = False, rounds: int = 1) -> dict:
+def _run(
+    engine: str, seed: int, batch: bool = False, rounds: int = 1, others: bool = False
+) -> dict:
     """``batch``: the frames arrive in receive batches (the C engine's dispatch), not one by
     one. ``rounds`` > 1: that many rounds of writes, each delivered whole (shuffled, some
     duplicated or marked CE, none lost) before the next is posted."""
     rng = random.Random(seed)
-    a, b, qa, qb, mr = _pair(engine, seed)
+    a, b, qa, qb, mr = _pair(engine, seed, others)
     rb = RemoteBuffer.of(mr)
     if rounds == 1 and rng.random() < 0.3:
         qa.post_write(99, b"y" * 64, RemoteBuffer(rb.va + 7, rb.rkey ^ 1, 64))  # bad R_Key
@@ -347,17 +358,64 @@ def test_tables_that_start_at_one_entry_grow_and_shrink_as_the_twin_runs(
     real = rx_engine.CRxEngine._move
 
     def counted(self, msg_cap: int, ce_cap: int) -> bool:
-        moves.append((self.q.msg_cap, msg_cap, self.q.ce_cap, ce_cap))
-        return real(self, msg_cap, ce_cap)
+        was = (self.q.msg_cap, msg_cap, self.q.ce_cap, ce_cap)
+        if real(self, msg_cap, ce_cap):
+            moves.append(was)
+            return True
+        return False
 
     monkeypatch.setattr(rx_engine.CRxEngine, "_move", counted)
-    c, py = _run("c", seed, batch, rounds), _run("py", seed, batch, rounds)
+    others = seed % 2 == 1  # (the pair's engine behind two others on its device)
+    c, py = _run("c", seed, batch, rounds, others), _run("py", seed, batch, rounds, others)
     assert c["stats"] == py["stats"]
     assert c["events"] == py["events"]
     assert c["memory"] == py["memory"] and c["placed"] == py["placed"]
     assert c["ctrl"] == py["ctrl"]
     assert any(new > old > 0 for old, new, _o, _n in moves)  # messages' table grew
-    assert any(new < old for old, new, _o, _n in moves)  # and went back as messages completed
-    if rounds > 1:  # grew again later, at MSNs its first sizes no longer start at; and the
-        assert sum(new > old > 0 for old, new, _o, _n in moves) > 2 * 4  # CE table grew
-        assert any(new > old > 0 for _o, _n, old, new in moves)
+    if rounds > 1:  # went back as the messages completed, grew again later, at MSNs its
+        assert any(new < old for old, new, _o, _n in moves)  # first sizes no longer start at
+        assert sum(new > old > 0 for old, new, _o, _n in moves) > 2 * 4
+        assert any(new > old > 0 for _o, _n, old, new in moves)  # and the CE table grew
+
+
+@needs_c
+@pytest.mark.parametrize("batch", [False, True])
+def test_more_writes_with_immediate_completing_at_once_than_a_batch_has_events_for(
+    batch: bool,
+) -> None:
+    """100 one-packet writes with immediate (the peer allows 128 in flight) arrive with the
+    first one last: its packet completes all 100 at once, more than the 64 events the C
+    engine reports between two flushes. It reports them in rounds (deliver_pending,
+    mrc_rxe_resume), the same 100 ImmReceived in the same order as the Python responder,
+    and takes nothing past its arrays."""
+
+    def run(engine: str) -> dict:
+        a, b, qa, qb, mr = _pair(engine, 5, max_wimm_inflight=128)
+        rb = RemoteBuffer.of(mr)
+        for i in range(100):
+            qa.post_write(i, bytes([i]) * 64, RemoteBuffer(rb.va + 64 * i, rb.rkey, 64), imm=i)
+        frames = [f for _p, f in a.frames_to_send(1.0)]
+        assert len(frames) == 100
+        frames = frames[1:] + frames[:1]
+        if batch:
+            ring = RecvRing(9216, 64)
+            for start in range(0, 100, 64):
+                got = frames[start : start + 64]
+                for i, f in enumerate(got):
+                    ring.view[i * 9216 : i * 9216 + len(f)] = f
+                    ring.lens[i] = len(f)
+                b.receive_batch(ring, len(got), 1.001)
+        else:
+            for f in frames:
+                b.receive_frame(f, 1.001)
+        return {
+            "recv": [repr(e) for e in qb.poll_recv(1000)],
+            "events": [repr(e) for e in qb.poll_events()],
+            "stats": asdict(qb.core.stats),
+            "memory": bytes(mr.buffer),
+        }
+
+    c, py = run("c"), run("py")
+    assert len(c["recv"]) == 100 and c["recv"] == py["recv"]
+    assert c["events"] == py["events"] and c["stats"] == py["stats"]
+    assert c["memory"] == py["memory"]
