@@ -47,14 +47,14 @@ def test_a_failing_experiment_is_recorded_not_hidden(tmp_path):
 
 
 def _cpu_limited_above(limit_mbit: float, rates: list):
-    """An experiment whose runs are CPU-bound above ``limit_mbit``: two repetitions per
-    transport, each flagged as a real one would be (``cpu_bound_runs``)."""
+    """An experiment whose runs are CPU-bound above ``limit_mbit`` (one of MRC's two runs
+    only above twice that), each flagged as a real one would be (``cpu_bound_runs``)."""
 
     def run(ctx, res):
         rate = ctx.rate_mbit if ctx.rate_mbit is not None else 40.0  # (its "calibrated" rate)
         rates.append(rate)
         res.setup = {"link_rate_mbit": rate}
-        res.mrc = {"tiers": {"a": {"cpu_bound_runs": [rate > limit_mbit, False]}}}
+        res.mrc = {"tiers": {"a": {"cpu_bound_runs": [rate > limit_mbit, rate > 2 * limit_mbit]}}}
         res.rocev2 = {"cpu_bound_runs": 1 if rate > limit_mbit else 0}
         res.judge("reproduced" if rate <= limit_mbit else "partly", f"at {rate:g}")
 
@@ -76,8 +76,8 @@ def test_an_experiment_with_cpu_bound_runs_runs_again_at_half_the_rate(tmp_path)
     assert rates == [40.0, 20.0, 10.0]  # two repeats, the second one fabric-bound
     d = json.loads((tmp_path / "cpu.json").read_text())
     assert d["verdict"] == res.verdict == "reproduced" and d["setup"]["link_rate_mbit"] == 10.0
-    assert [t["cpu_bound_runs"] for t in d["extra"]["cpu_bound_repeats"]] == [2, 2, 0]
-    assert "2 at 40 Mb/s, 2 at 20 Mb/s): 0 at 10 Mb/s" in d["why"]
+    assert [t["cpu_bound_runs"] for t in d["extra"]["cpu_bound_repeats"]] == [3, 2, 0]
+    assert "run 3 times for CPU-bound runs (3 at 40 Mb/s, 2 at 20 Mb/s, 0 at 10 Mb/s)" in d["why"]
     assert "still CPU-bound" not in d["why"]
     text = report.render(report.load_all(tmp_path), tmp_path)
     assert (
@@ -85,12 +85,21 @@ def test_an_experiment_with_cpu_bound_runs_runs_again_at_half_the_rate(tmp_path)
     )
 
 
+def test_cpu_bound_repeats_stop_when_a_lower_rate_does_not_help(tmp_path):
+    rates: list = []
+    spec = registry.Spec("cpu", 98, "c", {"text": "p"}, _cpu_limited_above(1.0, rates))
+    res = registry.run(spec, Context(out_dir=tmp_path, echo=lambda _t: None, cpu_bound_repeats=5))
+    assert rates == [40.0, 20.0]  # 20 was as CPU-bound as 40: no third try
+    assert [t["chosen"] for t in res.extra["cpu_bound_repeats"]] == [True, False]
+
+
 def test_cpu_bound_repeats_stop_at_their_limit_and_say_so(tmp_path):
     rates: list = []
     spec = registry.Spec("cpu", 98, "c", {"text": "p"}, _cpu_limited_above(1.0, rates))
     res = registry.run(spec, Context(out_dir=tmp_path, echo=lambda _t: None, cpu_bound_repeats=1))
     assert rates == [40.0, 20.0]
-    assert "still CPU-bound" in res.why
+    assert "still CPU-bound" in res.why and "a lower rate did not make fewer" in res.why
+    assert res.setup["link_rate_mbit"] == 40.0  # (as CPU-bound at 20: the faster run is kept)
     rates.clear()
     registry.run(spec, Context(out_dir=tmp_path, echo=lambda _t: None, quick=True))
     assert rates == [40.0]  # quick (the suite's): no repeats unless asked

@@ -122,32 +122,45 @@ def run(spec: Spec, ctx: Context) -> Result:
     if repeats is None:
         repeats = 0 if ctx.quick else 2
     res = _run_once(spec, ctx)
-    tried: list[dict[str, Any]] = []
-    while not ctx.sim and len(tried) < repeats:
-        n = cpu_bound_runs({k: getattr(res, k) for k in ("mrc", "rocev2", "metrics")})
+    tries = [(res, _cpu_bound(res))]
+    while not ctx.sim and len(tries) <= repeats:
+        res, n = tries[-1]
         rate = (res.setup or {}).get("link_rate_mbit")
         if not n or not rate or res.extra.get("error"):
             break
-        tried.append({"rate_mbit": rate, "cpu_bound_runs": n, "verdict": res.verdict})
+        if len(tries) > 1 and n >= tries[-2][1]:
+            break  # a lower rate did not help: what binds is the lab's fixed cost, not its rate
         slower = round(rate * SLOWER, 3)
         ctx.echo(f"  {n} CPU-bound run(s) at {rate:g} Mb/s: the experiment again at "
                  f"{slower:g} Mb/s")  # fmt: skip
         res = _run_once(spec, replace(ctx, rate_mbit=slower))
-    if tried:
-        n = cpu_bound_runs({k: getattr(res, k) for k in ("mrc", "rocev2", "metrics")})
-        last = (res.setup or {}).get("link_rate_mbit")
+        tries.append((res, _cpu_bound(res)))
+    # the verdict's: the attempt with the fewest CPU-bound runs, the fastest of those
+    best = min(range(len(tries)), key=lambda i: (tries[i][1], i))
+    res, n = tries[best]
+    if len(tries) > 1:
         res.extra["cpu_bound_repeats"] = [
-            *tried,
-            {"rate_mbit": last, "cpu_bound_runs": n, "verdict": res.verdict},
-        ]
-        before = ", ".join(f"{t['cpu_bound_runs']} at {t['rate_mbit']:g} Mb/s" for t in tried)
-        res.why += (f"; run again at lower link rates after CPU-bound runs ({before}): "
-                    f"{n} at {last:g} Mb/s, the rate of this verdict")  # fmt: skip
+            {"rate_mbit": (r.setup or {}).get("link_rate_mbit"), "cpu_bound_runs": k,
+             "verdict": r.verdict, "chosen": i == best}
+            for i, (r, k) in enumerate(tries)
+        ]  # fmt: skip
+        each = ", ".join(f"{t['cpu_bound_runs']} at {t['rate_mbit']:g} Mb/s"
+                         for t in res.extra["cpu_bound_repeats"])  # fmt: skip
+        rate = (res.setup or {}).get("link_rate_mbit")
+        res.why += (f"; run {len(tries)} times for CPU-bound runs ({each}): this verdict is "
+                    f"the run at {rate:g} Mb/s")  # fmt: skip
         if n:
-            res.why += " (still CPU-bound: this verdict rests on runs the CPU limited)"
+            res.why += " (still CPU-bound: it rests on runs the CPU limited"
+            if tries[-1][1] >= tries[-2][1]:
+                res.why += "; a lower rate did not make fewer of them"
+            res.why += ")"
     path = res.write(ctx.out_dir)
     ctx.echo(f"  verdict: {res.verdict} ({res.why})\n  wrote {path} in {res.elapsed_s:.0f} s")
     return res
+
+
+def _cpu_bound(res: Result) -> int:
+    return cpu_bound_runs({"mrc": res.mrc, "rocev2": res.rocev2, "metrics": res.metrics})
 
 
 def _run_once(spec: Spec, ctx: Context) -> Result:

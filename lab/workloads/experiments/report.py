@@ -173,8 +173,9 @@ def render(
         tried = (d.get("extra") or {}).get("cpu_bound_repeats") or []
         if tried:
             steps = "; ".join(f"{t['rate_mbit']:g} Mb/s: {t['cpu_bound_runs']} CPU-bound run(s), "
-                              f"{t['verdict']}" for t in tried)  # fmt: skip
-            lines += ["", f"**Run again for CPU-bound runs** (the last is the verdict's): {steps}."]
+                              f"{t['verdict']}{' (this verdict)' if t.get('chosen') else ''}"
+                              for t in tried)  # fmt: skip
+            lines += ["", f"**Run again for CPU-bound runs:** {steps}."]
         if d.get("name") in sim_by:
             lines += _sim_section(sim_by[d["name"]])
     return "\n".join(lines) + "\n"
