@@ -122,6 +122,14 @@ def summarise_rep(
         "window_s": None if window is None else window["window_s"],
         "start_skew_s": None if window is None else window["start_skew_s"],
         "verified": bool(results) and all(bool(r and r.get("verified")) for r in results),
+        # why a pair was not verified: its errors (a QP error, a write that failed or timed
+        # out) and where its region first differed from what was written, if it did
+        "errors": [str(e) for r in got for e in (r.get("errors") or [])][:4],
+        "first_mismatches": [
+            (r.get("verify") or {}).get("first_mismatch")
+            for r in got
+            if (r.get("verify") or {}).get("first_mismatch") is not None
+        ][:4],
         "qp_errors": sum(int(r.get("qp_errors") or 0) for r in got),
         "missing_pairs": len(results) - len(got),
         "cpu_bound": any(bool(r.get("cpu_bound")) for r in got),
