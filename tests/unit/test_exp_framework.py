@@ -9,6 +9,7 @@ import json
 import pytest
 
 from lab.fabric.params import LabParams
+from lab.proc.slower import cpu_bound_runs
 from lab.workloads.experiments import base, flaps, jobs, registry, report, t1_reboot
 from lab.workloads.experiments.base import Context, Result
 
@@ -62,11 +63,9 @@ def _cpu_limited_above(limit_mbit: float, rates: list):
 
 
 def test_cpu_bound_runs_are_counted_wherever_a_result_records_them():
-    assert registry.cpu_bound_runs({"cpu_bound_runs": [True, False, True]}) == 2
-    assert (
-        registry.cpu_bound_runs({"x": [{"cpu_bound_runs": 3}, {"y": {"cpu_bound_runs": []}}]}) == 3
-    )
-    assert registry.cpu_bound_runs({"cpu_bound": True, "runs": [1, 2]}) == 0
+    assert cpu_bound_runs({"cpu_bound_runs": [True, False, True]}) == 2
+    assert cpu_bound_runs({"x": [{"cpu_bound_runs": 3}, {"y": {"cpu_bound_runs": []}}]}) == 3
+    assert cpu_bound_runs({"cpu_bound": True, "runs": [1, 2]}) == 0
 
 
 def test_an_experiment_with_cpu_bound_runs_runs_again_at_half_the_rate(tmp_path):

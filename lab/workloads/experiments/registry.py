@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from lab.proc.slower import attempts, cpu_bound_runs, repeat_slower
 from lab.workloads.experiments.base import DEFAULT_OUT, Context, Result
 
 # module names under lab/experiments, in the order of the claims (issue 15)
@@ -91,26 +92,6 @@ def find(name: str) -> Spec:
     raise KeyError(f"no experiment {name!r} (known: {names}; or 'all')")
 
 
-#: a repeat after CPU-bound runs runs at this share of the link rate they ran at
-SLOWER = 0.5
-
-
-def cpu_bound_runs(x: Any) -> int:
-    """How many runs a result (or any part of it) flags CPU-bound: the sum of every
-    ``cpu_bound_runs`` in it, a list of flags or a count, as the experiments record them."""
-    if isinstance(x, dict):
-        n = 0
-        for k, v in x.items():
-            if k == "cpu_bound_runs":
-                n += sum(1 for f in v if f) if isinstance(v, list) else int(v or 0)
-            else:
-                n += cpu_bound_runs(v)
-        return n
-    if isinstance(x, list):
-        return sum(cpu_bound_runs(v) for v in x)
-    return 0
-
-
 def run(spec: Spec, ctx: Context) -> Result:
     """Run one experiment and write its JSON (and PNG). A run the CPU limited measures the
     machine, not the fabric: when the result has CPU-bound runs, the whole experiment runs
@@ -121,34 +102,25 @@ def run(spec: Spec, ctx: Context) -> Result:
     repeats = ctx.cpu_bound_repeats
     if repeats is None:
         repeats = 0 if ctx.quick else 2
-    res = _run_once(spec, ctx)
-    tries = [(res, _cpu_bound(res))]
-    while not ctx.sim and len(tries) <= repeats:
-        res, n = tries[-1]
-        rate = (res.setup or {}).get("link_rate_mbit")
-        if not n or not rate or res.extra.get("error"):
-            break
-        if len(tries) > 1 and n >= tries[-2][1]:
-            break  # a lower rate did not help: what binds is the lab's fixed cost, not its rate
-        slower = round(rate * SLOWER, 3)
-        ctx.echo(f"  {n} CPU-bound run(s) at {rate:g} Mb/s: the experiment again at "
-                 f"{slower:g} Mb/s")  # fmt: skip
-        res = _run_once(spec, replace(ctx, rate_mbit=slower))
-        tries.append((res, _cpu_bound(res)))
-    # the verdict's: the attempt with the fewest CPU-bound runs, the fastest of those
-    best = min(range(len(tries)), key=lambda i: (tries[i][1], i))
+
+    def once(rate_mbit: float | None) -> Result:
+        return _run_once(spec, ctx if rate_mbit is None else replace(ctx, rate_mbit=rate_mbit))
+
+    def counted(r: Result) -> int:
+        if r.extra.get("error"):
+            return 0  # (an experiment that failed is not run again)
+        return cpu_bound_runs({"mrc": r.mrc, "rocev2": r.rocev2, "metrics": r.metrics})
+
+    def rate_of(r: Result) -> float | None:
+        return (r.setup or {}).get("link_rate_mbit")
+
+    tries, best = repeat_slower(once, rate_of, counted, 0 if ctx.sim else repeats, ctx.echo)
     res, n = tries[best]
     if len(tries) > 1:
-        res.extra["cpu_bound_repeats"] = [
-            {"rate_mbit": (r.setup or {}).get("link_rate_mbit"), "cpu_bound_runs": k,
-             "verdict": r.verdict, "chosen": i == best}
-            for i, (r, k) in enumerate(tries)
-        ]  # fmt: skip
-        each = ", ".join(f"{t['cpu_bound_runs']} at {t['rate_mbit']:g} Mb/s"
-                         for t in res.extra["cpu_bound_repeats"])  # fmt: skip
-        rate = (res.setup or {}).get("link_rate_mbit")
+        res.extra["cpu_bound_repeats"] = made = attempts(tries, best, rate_of, lambda r: r.verdict)
+        each = ", ".join(f"{t['cpu_bound_runs']} at {t['rate_mbit']:g} Mb/s" for t in made)
         res.why += (f"; run {len(tries)} times for CPU-bound runs ({each}): this verdict is "
-                    f"the run at {rate:g} Mb/s")  # fmt: skip
+                    f"the run at {rate_of(res):g} Mb/s")  # fmt: skip
         if n:
             res.why += " (still CPU-bound: it rests on runs the CPU limited"
             if tries[-1][1] >= tries[-2][1]:
@@ -157,10 +129,6 @@ def run(spec: Spec, ctx: Context) -> Result:
     path = res.write(ctx.out_dir)
     ctx.echo(f"  verdict: {res.verdict} ({res.why})\n  wrote {path} in {res.elapsed_s:.0f} s")
     return res
-
-
-def _cpu_bound(res: Result) -> int:
-    return cpu_bound_runs({"mrc": res.mrc, "rocev2": res.rocev2, "metrics": res.metrics})
 
 
 def _run_once(spec: Spec, ctx: Context) -> Result:
