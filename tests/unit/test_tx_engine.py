@@ -276,6 +276,27 @@ def test_congestion_control_is_told_the_same_by_both_engines(seed: int, cc: str)
     assert c["trace"] == py["trace"], _first_difference(c["trace"], py["trace"])
 
 
+def _tiny_rings(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+    """The C send engine's rings started at 2 records, 1 write and 1 repair; returns the list
+    every later move of any engine is recorded in (sizes before and asked, and whether made)."""
+    monkeypatch.setattr(tx_engine, "FIRST_REC_CAP", 2)
+    monkeypatch.setattr(tx_engine, "FIRST_MSG_CAP", 1)
+    monkeypatch.setattr(tx_engine, "FIRST_RECOVERY_LOG", 1)
+    moves: list[dict] = []
+    real = tx_engine.CTxEngine._move
+
+    def counted(self, rec_cap: int, msg_cap: int, recov_cap: int, first: bool = False) -> bool:
+        q = self.q
+        was = {"rec": q.rec_cap, "msg": q.msg_cap, "recov": q.recov_cap}
+        ok = real(self, rec_cap, msg_cap, recov_cap, first=first)
+        if not first:  # (an engine's first rings are not a move)
+            moves.append({"was": was, "rec": rec_cap, "msg": msg_cap, "recov": recov_cap, "ok": ok})
+        return ok
+
+    monkeypatch.setattr(tx_engine.CTxEngine, "_move", counted)
+    return moves
+
+
 @needs_c
 @pytest.mark.parametrize("seed", range(16))
 def test_rings_that_start_tiny_grow_and_shrink_as_the_twin_runs(
@@ -286,19 +307,7 @@ def test_rings_that_start_tiny_grow_and_shrink_as_the_twin_runs(
     every live entry re-indexed (``mrc_txe_move``). Started at 2 records, 1 write and 1
     repair, every run moves them many times, and still sends what the Python requester
     sends, frame for frame, with the same repair times and memory."""
-    monkeypatch.setattr(tx_engine, "FIRST_REC_CAP", 2)
-    monkeypatch.setattr(tx_engine, "FIRST_MSG_CAP", 1)
-    monkeypatch.setattr(tx_engine, "FIRST_RECOVERY_LOG", 1)
-    moves: list = []
-    real = tx_engine.CTxEngine._move
-
-    def counted(self, rec_cap: int, msg_cap: int, recov_cap: int, first: bool = False) -> bool:
-        q = self.q
-        if not first:  # (an engine's first rings are not a move)
-            moves.append((q.rec_cap, rec_cap, q.msg_cap, msg_cap, q.recov_cap, recov_cap))
-        return real(self, rec_cap, msg_cap, recov_cap, first=first)
-
-    monkeypatch.setattr(tx_engine.CTxEngine, "_move", counted)
+    moves = _tiny_rings(monkeypatch)
     hostile = seed % 4 == 3
     c, py = _run("c", seed, hostile=hostile), _run("py", seed, hostile=hostile)
     assert c["trace"] == py["trace"], _first_difference(c["trace"], py["trace"])
@@ -306,32 +315,19 @@ def test_rings_that_start_tiny_grow_and_shrink_as_the_twin_runs(
     assert c["recovery"] == py["recovery"]
     assert c["memory"] == py["memory"]
     assert c["idle"] == py["idle"]
-    assert any(b > a for a, b, *_ in moves)  # records grew
-    assert any(b > a for _r, _s, a, b, _x, _y in moves)  # and the ring of writes
+    assert any(m["rec"] > m["was"]["rec"] for m in moves)  # records grew
+    assert any(m["msg"] > m["was"]["msg"] for m in moves)  # and the ring of writes
 
 
 @needs_c
 def test_the_tiny_rings_shrink_and_the_recovery_log_grows(monkeypatch) -> None:
     """Across the runs above, the rings went back to their first sizes at rest, and the
     recovery log grew rather than forget a repair."""
-    monkeypatch.setattr(tx_engine, "FIRST_REC_CAP", 2)
-    monkeypatch.setattr(tx_engine, "FIRST_MSG_CAP", 1)
-    monkeypatch.setattr(tx_engine, "FIRST_RECOVERY_LOG", 1)
-    moves: list = []
-    real = tx_engine.CTxEngine._move
-
-    def counted(self, rec_cap: int, msg_cap: int, recov_cap: int, first: bool = False) -> bool:
-        was = self.q.rec_cap
-        ok = real(self, rec_cap, msg_cap, recov_cap, first=first)
-        moves.append((first, was, rec_cap, msg_cap, recov_cap, ok))
-        return ok
-
-    monkeypatch.setattr(tx_engine.CTxEngine, "_move", counted)
+    moves = _tiny_rings(monkeypatch)
     for seed in range(16):
         _run("c", seed)
-    assert any(not first and was > 2 and (rec, msg, ok) == (2, 1, True)
-               for first, was, rec, msg, _recov, ok in moves)  # fmt: skip
-    assert max(recov for *_, recov, _ok in moves) >= 8
+    assert any(m["was"]["rec"] > 2 and (m["rec"], m["msg"], m["ok"]) == (2, 1, True) for m in moves)
+    assert max(m["recov"] for m in moves if m["ok"]) >= 8
 
 
 @needs_c
