@@ -248,23 +248,27 @@ static void arm(struct mrc_txe_qp *q, struct mrc_txe_rec *r, double deadline) {
     timer_push(q, deadline, q->seq, r->psn, tail == NULL || tail->deadline_s <= deadline);
 }
 
-static void order_push(struct mrc_txe_qp *q, uint32_t psn, uint64_t ts) {
-    uint32_t m = q->ord_cap - 1;
-    if (q->ord_n == q->ord_cap) { /* keep the entries that can still matter */
-        uint32_t k = 0;
-        for (uint32_t i = 0; i < q->ord_n; i++) {
-            struct mrc_txe_ord o = q->ord[(q->ord_head + i) & m];
-            struct mrc_txe_rec *r = rec_get(q, o.psn);
-            if (r != NULL && r->tx_ts_ns == o.ts) {
-                q->ord[(q->ord_head + k++) & m] = o;
-            }
+/* The send-order list keeps the entries that can still matter: its packet's latest send */
+static void ord_compact(struct mrc_txe_qp *q) {
+    uint32_t k = 0, m = q->ord_cap - 1;
+    for (uint32_t i = 0; i < q->ord_n; i++) {
+        struct mrc_txe_ord o = q->ord[(q->ord_head + i) & m];
+        struct mrc_txe_rec *r = rec_get(q, o.psn);
+        if (r != NULL && r->tx_ts_ns == o.ts) {
+            q->ord[(q->ord_head + k++) & m] = o;
         }
-        q->ord_n = k;
-        if (k == q->ord_cap) {
+    }
+    q->ord_n = k;
+}
+
+static void order_push(struct mrc_txe_qp *q, uint32_t psn, uint64_t ts) {
+    if (q->ord_n == q->ord_cap) {
+        ord_compact(q);
+        if (q->ord_n == q->ord_cap) {
             return; /* unreachable: one live entry per outstanding PSN at most */
         }
     }
-    q->ord[(q->ord_head + q->ord_n++) & m] = (struct mrc_txe_ord){ts, psn};
+    q->ord[(q->ord_head + q->ord_n++) & (q->ord_cap - 1)] = (struct mrc_txe_ord){ts, psn};
 }
 
 static void rtxq_compact(struct mrc_txe_qp *q) {
@@ -1163,16 +1167,6 @@ static int pow2(uint32_t x) {
     return x != 0 && (x & (x - 1)) == 0;
 }
 
-static inline int ord_live(struct mrc_txe_qp *q, const struct mrc_txe_ord *o) {
-    struct mrc_txe_rec *r = rec_get(q, o->psn);
-    return r != NULL && r->tx_ts_ns == o->ts; /* order_push's compaction rule */
-}
-
-static inline int rtxq_live(struct mrc_txe_qp *q, uint32_t psn) {
-    struct mrc_txe_rec *r = rec_get(q, psn);
-    return r != NULL && r->lost; /* rtxq_compact's rule */
-}
-
 int mrc_txe_move(struct mrc_txe_qp *q, const struct mrc_txe_mem *to) {
     uint32_t R = to->rec_cap;
     if (!pow2(to->msg_cap) || !pow2(R) || R < 2 || !pow2(to->fifo_cap) || !pow2(to->ord_cap) ||
@@ -1198,23 +1192,21 @@ int mrc_txe_move(struct mrc_txe_qp *q, const struct mrc_txe_mem *to) {
     for (uint32_t k = 0; k < span; k++) {
         live += rec_get(q, (q->snd_una + k) & MASK) != NULL;
     }
-    uint32_t nf = 0, nh = 0, no = 0, nr = 0;
-    for (uint32_t i = 0; i < q->fifo_n; i++) {
-        nf += timer_live(q, &q->fifo[(q->fifo_head + i) & (q->fifo_cap - 1)]);
-    }
-    for (uint32_t i = 0; i < q->heap_n; i++) {
-        nh += timer_live(q, &q->heap[i]);
-    }
-    for (uint32_t i = 0; i < q->ord_n; i++) {
-        no += ord_live(q, &q->ord[(q->ord_head + i) & (q->ord_cap - 1)]);
-    }
-    for (uint32_t i = 0; i < q->rtxq_n; i++) {
-        nr += rtxq_live(q, q->rtxq[(q->rtxq_head + i) & (q->rtxq_cap - 1)]);
-    }
     if (live != q->n_live || span >= R || q->m_tail - q->m_done > to->msg_cap ||
-        nf > to->fifo_cap || nh > to->heap_cap || no > to->ord_cap || nr > to->rtxq_cap ||
         q->n_fb > to->fb_cap || to->fb_cap < 2 * R + 8) {
         return -ENOSPC;
+    }
+    if (to->recs != q->recs) {
+        /* the queues keep only their live entries, as a full ring does (what they would pop
+         * stays the same); then they fit, or nothing moves */
+        fifo_compact(q);
+        heap_compact(q);
+        ord_compact(q);
+        rtxq_compact(q);
+        if (q->fifo_n > to->fifo_cap || q->heap_n > to->heap_cap || q->ord_n > to->ord_cap ||
+            q->rtxq_n > to->rtxq_cap) {
+            return -ENOSPC;
+        }
     }
     /* the writes, by number */
     if (to->msgs != q->msgs) {
@@ -1234,44 +1226,20 @@ int mrc_txe_move(struct mrc_txe_qp *q, const struct mrc_txe_mem *to) {
     if (to->fb != q->fb && q->n_fb) {
         memcpy(to->fb, q->fb, (size_t)q->n_fb * sizeof(*q->fb));
     }
-    if (to->recs != q->recs) { /* the queues below, compacted while the old records decide */
-        uint32_t k = 0;
+    if (to->recs != q->recs) { /* the compacted queues from their heads to index 0 */
         for (uint32_t i = 0; i < q->fifo_n; i++) {
-            struct mrc_txe_timer t = q->fifo[(q->fifo_head + i) & (q->fifo_cap - 1)];
-            if (timer_live(q, &t)) {
-                to->fifo[k++] = t;
-            }
+            to->fifo[i] = q->fifo[(q->fifo_head + i) & (q->fifo_cap - 1)];
         }
-        q->fifo_head = 0;
-        q->fifo_n = k;
-        k = 0;
-        for (uint32_t i = 0; i < q->heap_n; i++) {
-            if (timer_live(q, &q->heap[i])) {
-                to->heap[k++] = q->heap[i];
-            }
-        }
-        q->heap_n = k;
-        for (uint32_t i = k / 2 + 1; i-- > 0;) {
-            heap_down(to->heap, k, i);
-        }
-        k = 0;
         for (uint32_t i = 0; i < q->ord_n; i++) {
-            struct mrc_txe_ord o = q->ord[(q->ord_head + i) & (q->ord_cap - 1)];
-            if (ord_live(q, &o)) {
-                to->ord[k++] = o;
-            }
+            to->ord[i] = q->ord[(q->ord_head + i) & (q->ord_cap - 1)];
         }
-        q->ord_head = 0;
-        q->ord_n = k;
-        k = 0;
         for (uint32_t i = 0; i < q->rtxq_n; i++) {
-            uint32_t psn = q->rtxq[(q->rtxq_head + i) & (q->rtxq_cap - 1)];
-            if (rtxq_live(q, psn)) {
-                to->rtxq[k++] = psn;
-            }
+            to->rtxq[i] = q->rtxq[(q->rtxq_head + i) & (q->rtxq_cap - 1)];
         }
-        q->rtxq_head = 0;
-        q->rtxq_n = k;
+        if (q->heap_n) {
+            memcpy(to->heap, q->heap, (size_t)q->heap_n * sizeof(*q->heap));
+        }
+        q->fifo_head = q->ord_head = q->rtxq_head = 0;
         for (uint32_t j = 0; j < span; j++) {
             uint32_t psn = (q->snd_una + j) & MASK;
             struct mrc_txe_rec *r = rec_get(q, psn);

@@ -253,9 +253,10 @@ struct mrc_txe_mem {
 
 /* Move q's rings to `to`: every live entry re-indexed (records by PSN, writes by number, the
  * recovery log's newest entries), the timer, order and repair queues compacted to their live
- * entries as a full ring would be, pending feedback kept. Returns 0, -EINVAL for a cap that
- * is not a power of two or too small for its partners, -ENOSPC when what is live does not
- * fit (nothing moved then). The old arrays are the caller's to free. */
+ * entries as a full ring is (the same functions), pending feedback kept. Returns 0, -EINVAL
+ * for a cap that is not a power of two or too small for its partners, -ENOSPC when what is
+ * live does not fit (nothing moved then; the queues may be compacted in place, which changes
+ * nothing they give). The old arrays are the caller's to free. */
 int mrc_txe_move(struct mrc_txe_qp *q, const struct mrc_txe_mem *to);
 
 /* Seed the twister from Python's random.Random.getstate(): 624 words and the index. */

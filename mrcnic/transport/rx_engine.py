@@ -172,6 +172,7 @@ class RxEngines:
         self.ctrl: list[tuple[int, bytes]] = []
         self._done = ffi.new("int8_t[]", 256)
         self._frames_out: dict[int, Any] = {}
+        self._entries: list[Any] = []
 
     def frames_out(self, mtu: int) -> Any:
         """The send engines' output slots for frames of ``mtu`` payload bytes
@@ -199,6 +200,7 @@ class RxEngines:
 
     def _rebuild(self) -> None:
         d = self.dev
+        self._entries = list(self.engines.values())  # (by the dispatch's entry index)
         for i, (qpn, eng) in enumerate(self.engines.items()):
             d.qpn[i] = qpn
             d.qp[i] = eng.q
@@ -255,7 +257,7 @@ class RxEngines:
             rest += dev.n_rest
             self.flush()
             if dev.grow:  # an engine's table was too small for the frame it stopped at
-                list(self.engines.values())[dev.grow - 1].grow()
+                self._entries[dev.grow - 1].grow()
                 dev.grow = 0
             for eng in self.engines.values():  # what the send engines read (SACKs)
                 eng.after_batch(now_s)

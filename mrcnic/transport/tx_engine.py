@@ -172,7 +172,7 @@ class CTxEngine:
         self.push_groups()
         # messages, scoreboard, queues, logs, feedback: rings that grow and shrink (_move)
         self._rings: dict[str, Any] = {}
-        self._move(FIRST_REC_CAP, FIRST_MSG_CAP, FIRST_RECOVERY_LOG, first=True)
+        self._move(FIRST_REC_CAP, FIRST_MSG_CAP, FIRST_RECOVERY_LOG)  # (from none: caps 0)
         q.rec_max = REC_CAP
         # the posted writes not completed, by number (a dict: a list of MSG_CAP slots was
         # 256 KiB resident per QP, idle or not)
@@ -253,14 +253,14 @@ class CTxEngine:
         arrays = (*self.arrays, *self._rings.values(), self._grp, self._bag)
         return ffi.sizeof(self.q[0]) + sum(ffi.sizeof(a) for a in arrays)
 
-    def _move(self, rec_cap: int, msg_cap: int, recov_cap: int, *, first: bool = False) -> bool:
+    def _move(self, rec_cap: int, msg_cap: int, recov_cap: int) -> bool:
         """Give the QP rings of these sizes (``mrc_txe_move`` re-indexes what is live into
         them); False when what is live does not fit (nothing changed then)."""
         q = self.q
         new = self._new
         was = self._rings
         rings = dict(was)
-        if first or rec_cap != q.rec_cap:
+        if rec_cap != q.rec_cap:
             rings.update(
                 recs=new("struct mrc_txe_rec[]", rec_cap),
                 work=new("uint32_t[]", 2 * rec_cap),
@@ -270,9 +270,9 @@ class CTxEngine:
                 rtxq=new("uint32_t[]", 2 * rec_cap),
                 fb=new("struct mrc_txe_fb[]", 2 * rec_cap + 16),  # (mrc_txe.c room(): 2 x + 8)
             )
-        if first or msg_cap != q.msg_cap:
+        if msg_cap != q.msg_cap:
             rings["msgs"] = new("struct mrc_txe_msg[]", msg_cap)
-        if first or recov_cap != q.recov_cap:
+        if recov_cap != q.recov_cap:
             rings["recov_delay"] = new("double[]", recov_cap)
             rings["recov_spur"] = new("uint8_t[]", recov_cap)
         to = self._ffi.new("struct mrc_txe_mem *", {

@@ -285,11 +285,11 @@ def _tiny_rings(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
     moves: list[dict] = []
     real = tx_engine.CTxEngine._move
 
-    def counted(self, rec_cap: int, msg_cap: int, recov_cap: int, first: bool = False) -> bool:
+    def counted(self, rec_cap: int, msg_cap: int, recov_cap: int) -> bool:
         q = self.q
         was = {"rec": q.rec_cap, "msg": q.msg_cap, "recov": q.recov_cap}
-        ok = real(self, rec_cap, msg_cap, recov_cap, first=first)
-        if not first:  # (an engine's first rings are not a move)
+        ok = real(self, rec_cap, msg_cap, recov_cap)
+        if was["rec"]:  # (an engine's first rings, from none, are not a move)
             moves.append({"was": was, "rec": rec_cap, "msg": msg_cap, "recov": recov_cap, "ok": ok})
         return ok
 
