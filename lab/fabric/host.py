@@ -13,10 +13,16 @@ from typing import Any
 
 from lab.fabric import state as lab_state
 from lab.fabric.nicstats import PublishingNic
+from lab.fabric.params import frame_time_s
 from mrcnic import plugins
 from mrcnic.io.aio import AioNic
 from mrcnic.transport.qp_types import NetConfig, PortAddr, QpConfig
 from mrcnic.verbs import Device
+
+
+def lab_frame_time_s(params: Any, mtu_bytes: int = 4096) -> float:
+    """The time a full data frame takes on one of the lab's links."""
+    return frame_time_s(params.rate_mbit, mtu_bytes)
 
 
 def lab_base_rtt_s(params: Any, mtu_bytes: int = 4096, software_s: float = 0.6e-3) -> float:
@@ -25,10 +31,11 @@ def lab_base_rtt_s(params: Any, mtu_bytes: int = 4096, software_s: float = 0.6e-
     software switches and NICs on the way (measured: ``mrc-bench lat``), plus the
     propagation delay of the two switch-to-switch links each way (``delay_us``)."""
     rate = params.rate_mbit * 1e6
-    data_bits = (mtu_bytes + 106) * 8
     ctrl_bits = 140 * 8
     propagation_s = 4 * getattr(params, "delay_us", 0.0) * 1e-6
-    return 4 * data_bits / rate + 4 * ctrl_bits / rate + software_s + propagation_s
+    return (
+        4 * lab_frame_time_s(params, mtu_bytes) + 4 * ctrl_bits / rate + software_s + propagation_s
+    )
 
 
 @dataclass

@@ -247,3 +247,12 @@ def resolve(topology_file: str | None = None, **flags: Any) -> LabParams:
         return LabParams(**base)
     except TypeError as e:  # an unknown keyword reached the constructor
         raise ParamError(str(e)) from None
+
+
+#: bytes a full data frame adds to its payload on the wire (Ethernet, IPv6, SRH, UDP, BTH...)
+DATA_FRAME_OVERHEAD_BYTES = 106
+
+
+def frame_time_s(rate_mbit: float, mtu_bytes: int = 4096) -> float:
+    """The time a full data frame takes on a link of ``rate_mbit`` (its serialisation)."""
+    return (mtu_bytes + DATA_FRAME_OVERHEAD_BYTES) * 8 / (rate_mbit * 1e6)

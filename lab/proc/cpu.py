@@ -90,6 +90,7 @@ class CpuSample:
     switches_s: dict[int, float] | None  # switch process -> its CPU seconds
     machine: tuple[int, int]
     pressure_us: int | None
+    sched: dict[int, SchedWait] | None = None  # this process and each switch process
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +104,11 @@ class SelfCpu:
     switch_cpu_percent: float | None
     switch_cpu_percent_max: float | None = None  # the busiest switch process, % of a core
     cpu_pressure_fraction: float | None = None  # share of the time a task waited for a CPU
+    # the mean time this process, and each switch process, waited for a CPU once runnable
+    # (SchedWait.wait_per_slice_s, in us); the switch processes' figure is the mean of
+    # each one's: a frame meets each process on its path once, whatever its wake-up count
+    cpu_wait_us_per_wake: float | None = None
+    switch_wait_us_per_wake: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """mrc-bench's ``cpu`` keys, in their order."""
@@ -113,6 +119,8 @@ class SelfCpu:
             "switch_cpu_percent": self.switch_cpu_percent,
             "switch_cpu_percent_max": self.switch_cpu_percent_max,
             "cpu_pressure_fraction": self.cpu_pressure_fraction,
+            "cpu_wait_us_per_wake": self.cpu_wait_us_per_wake,
+            "switch_wait_us_per_wake": self.switch_wait_us_per_wake,
         }
 
 
@@ -132,7 +140,14 @@ class SelfCpuMeter:
                 c = pid_cpu_s(pid)
                 if c is not None:
                     sw[pid] = c
-        return CpuSample(time.monotonic(), process_cpu_s(), sw, machine_ticks(), cpu_pressure_us())
+        return CpuSample(
+            time.monotonic(),
+            process_cpu_s(),
+            sw,
+            machine_ticks(),
+            cpu_pressure_us(),
+            {pid: w for pid in (os.getpid(), *self.switch_pids) if (w := sched_wait([pid]))},
+        )
 
     def start(self) -> None:
         self.a = self._sample()
@@ -150,6 +165,9 @@ class SelfCpuMeter:
             switches = round(100 * sum(each) / wall, 1)
             busiest = round(100 * max(each) / wall, 1) if each else None
         pressure = pressure_fraction(a.pressure_us, b.pressure_us, wall)
+        waits = sched_wait_between(a.sched or {}, b.sched or {})
+        own = waits.pop(os.getpid(), None)
+        switch_waits = [w for w in waits.values() if w is not None]
         return SelfCpu(
             cpu_percent=round(100 * (b.self_s - a.self_s) / wall, 1),
             machine_cpu_percent=round(100 * (1 - idle / total), 1) if total > 0 else None,
@@ -157,6 +175,10 @@ class SelfCpuMeter:
             switch_cpu_percent=switches,
             switch_cpu_percent_max=busiest,
             cpu_pressure_fraction=pressure,
+            cpu_wait_us_per_wake=None if own is None else round(own * 1e6, 1),
+            switch_wait_us_per_wake=(
+                round(1e6 * sum(switch_waits) / len(switch_waits), 1) if switch_waits else None
+            ),
         )
 
 
@@ -278,28 +300,34 @@ class ChildrenCpuMeter:
 
 
 # A run is CPU-bound, and its goodput says more about this machine than about the fabric,
-# when any of these held over the run. Measured 2026-11-29 on the project's 2-core machine
-# (docs/bench.md, CPU-BOUND: the default lab, 64 MiB writes h0 -> h3, links from 5 to 400
-# Mb/s): the runs the fabric limited (0.97 of capacity, no spurious timeout, at 5 and 10
-# Mb/s) had a task waiting for a CPU 9-11% of the time; every run with more load lost
-# goodput to the CPU (spurious timeouts from late processes, then a ceiling of ~0.3-0.4 Gb/s
-# whatever the links' rate) and had a task waiting 17-26% of the time, the threshold sits
-# between. Those runs had the machine only 62-84% busy and no process near a core: the lab's
-# processes hand every frame to one another, so on 2 cores they wait for each other before
-# the cores are full, and the older rule (machine >= 85% or a NIC >= 90%) called them all
-# fabric-bound. The machine's busy share stays in the rule as it was (the calibration aims
-# below it: lab.workloads.calibrate); a NIC or switch process at 90% of one core is the
-# limit on a machine with cores to spare.
+# when any of these held over the run (docs/bench.md, CPU-BOUND, has the measurements):
+# - the machine >= 85% busy, or one NIC or switch process >= 90% of a core: the CPU's
+#   throughput was the limit;
+# - the lab's processes waited for a CPU, each time they became runnable, >= 2.5% of the time
+#   a data frame takes on a link (each process's mean wait per wake-up, averaged over the
+#   test's NIC processes and the switch processes): the CPU's latency was. Measured
+#   2026-11-29 on the project's 2-core machine: one QP h0 -> h3 on the default lab waited
+#   0.012-0.018 of a frame time at 5 and 10 Mb/s (0.97 of capacity, no spurious timeout),
+#   0.028-0.029 at 15 Mb/s (1 and 31 spurious timeouts: processes late for their frames),
+#   0.054-0.25 at 20-50 Mb/s (up to 224 spurious, 0.76-0.96 of capacity); four writers on
+#   the 8-plane lab waited 0.004-0.007 at 1.2 Mb/s and 0.015-0.016 at 2.4 (0.97, no
+#   spurious timeout), 0.046-0.050 at 4.8 (0.93-0.96). The wait per wake-up stays within
+#   50-350 us whatever the rate, so what decides is how it compares with the fabric's time.
+# - when those waits were not measured: a runnable task waited for a CPU >= 14% of the time
+#   (PSI "some", the rule before). It cannot tell a 100 us wait at 25 Mb/s from one at 1 Mb/s:
+#   the 8-plane lab's four writers at 1.2 and 2.4 Mb/s had a task waiting 19-46% of the time.
 CPU_BOUND_MACHINE = 0.85  # busy share of all CPUs (/proc/stat)
 CPU_BOUND_PRESSURE = 0.14  # share of the time a runnable task waited for a CPU (PSI "some")
 CPU_BOUND_NIC = 0.90  # one NIC or switch process's share of one core
+CPU_BOUND_WAIT = 0.025  # the lab's mean wait for a CPU per wake-up, in frame times
 #: the rule in words, and as the label of a screen's row (one source for every screen)
 CPU_BOUND_RULE = (
-    f"machine >= {CPU_BOUND_MACHINE:.0%} busy, a task waiting for a CPU >= "
-    f"{CPU_BOUND_PRESSURE:.0%} of the time, or a NIC or switch process >= {CPU_BOUND_NIC:.0%}"
-    " of a core"
+    f"machine >= {CPU_BOUND_MACHINE:.0%} busy, the lab's processes waiting for a CPU >= "
+    f"{CPU_BOUND_WAIT:.1%} of a frame time per wake-up (without that figure: a task waiting "
+    f">= {CPU_BOUND_PRESSURE:.0%} of the time), or a NIC or switch process >= "
+    f"{CPU_BOUND_NIC:.0%} of a core"
 )
-CPU_BOUND_LABEL = f"CPU-bound (busy>={CPU_BOUND_MACHINE:.0%}, wait>={CPU_BOUND_PRESSURE:.0%})"
+CPU_BOUND_LABEL = f"CPU-bound (busy>={CPU_BOUND_MACHINE:.0%}, wait>={CPU_BOUND_WAIT:.1%} frame)"
 
 
 def cpu_bound(
@@ -307,20 +335,35 @@ def cpu_bound(
     nic_core_fraction_max: float | None,
     cpu_pressure_fraction: float | None = None,
     switch_core_fraction_max: float | None = None,
+    cpu_wait_per_frame_time: float | None = None,
 ) -> bool:
-    """True when the machine was >= 85% busy, a task waited for a CPU >= 14% of the time,
-    or a NIC or switch process used >= 90% of a core; a figure that was not measured (None)
-    says nothing either way."""
+    """True when the machine was >= 85% busy, a NIC or switch process used >= 90% of a core,
+    or the lab's processes waited for a CPU >= 2.5% of a frame time per wake-up (when that was
+    not measured: a task waited for a CPU >= 14% of the time); a figure that was not measured
+    (None) says nothing either way."""
 
     def over(x: float | None, limit: float) -> bool:
         return x is not None and x >= limit
 
+    late = (
+        over(cpu_wait_per_frame_time, CPU_BOUND_WAIT)
+        if cpu_wait_per_frame_time is not None
+        else over(cpu_pressure_fraction, CPU_BOUND_PRESSURE)
+    )
     return (
         over(machine_busy_fraction, CPU_BOUND_MACHINE)
-        or over(cpu_pressure_fraction, CPU_BOUND_PRESSURE)
+        or late
         or over(nic_core_fraction_max, CPU_BOUND_NIC)
         or over(switch_core_fraction_max, CPU_BOUND_NIC)
     )
+
+
+def wait_per_wake(per_process_us: list[float | None]) -> float | None:
+    """The lab's wait for a CPU per wake-up in seconds: the mean over its processes (the NIC
+    processes of a test, the switch processes as one) of each one's mean wait in us
+    (:class:`SelfCpu`'s figures; unmeasured ones left out); None when none was measured."""
+    got = [w for w in per_process_us if w is not None]
+    return sum(got) / len(got) / 1e6 if got else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,6 +376,8 @@ class CpuVerdict:
     nic_core_fraction_max: float | None
     cpu_pressure_fraction: float | None = None
     switch_core_fraction_max: float | None = None
+    cpu_wait_us_per_wake: float | None = None
+    cpu_wait_per_frame_time: float | None = None
 
     @classmethod
     def of(
@@ -341,20 +386,28 @@ class CpuVerdict:
         nic_cpu_percents: list[float | None],
         cpu_pressure_fraction: float | None = None,
         switch_cpu_percent_max: float | None = None,
+        wait_per_wake_s: float | None = None,
+        frame_time_s: float | None = None,
     ) -> CpuVerdict:
         """From CPU figures in percent: the machine's busy share of all CPUs, each NIC
-        process in % of one core, the busiest switch process in % of one core; and the
-        share of the time a task waited for a CPU (a fraction)."""
+        process in % of one core, the busiest switch process in % of one core; the share of
+        the time a task waited for a CPU (a fraction); the lab's processes' mean wait for a
+        CPU per wake-up and the time a data frame takes on a link (seconds)."""
         machine = None if machine_cpu_percent is None else round(machine_cpu_percent / 100, 4)
         nics = [c for c in nic_cpu_percents if c is not None]
         nic = round(max(nics) / 100, 4) if nics else None
         sw = None if switch_cpu_percent_max is None else round(switch_cpu_percent_max / 100, 4)
+        per_frame = None
+        if wait_per_wake_s is not None and frame_time_s:
+            per_frame = round(wait_per_wake_s / frame_time_s, 4)
         return cls(
-            cpu_bound(machine, nic, cpu_pressure_fraction, sw),
+            cpu_bound(machine, nic, cpu_pressure_fraction, sw, per_frame),
             machine,
             nic,
             cpu_pressure_fraction,
             sw,
+            None if wait_per_wake_s is None else round(wait_per_wake_s * 1e6, 1),
+            per_frame,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -365,11 +418,14 @@ class CpuVerdict:
             "nic_core_fraction_max": self.nic_core_fraction_max,
             "cpu_pressure_fraction": self.cpu_pressure_fraction,
             "switch_core_fraction_max": self.switch_core_fraction_max,
+            "cpu_wait_us_per_wake": self.cpu_wait_us_per_wake,
+            "cpu_wait_per_frame_time": self.cpu_wait_per_frame_time,
             "cpu_bound_thresholds": {
                 "machine_busy_fraction": CPU_BOUND_MACHINE,
                 "nic_core_fraction": CPU_BOUND_NIC,
                 "cpu_pressure_fraction": CPU_BOUND_PRESSURE,
                 "switch_core_fraction": CPU_BOUND_NIC,
+                "cpu_wait_per_frame_time": CPU_BOUND_WAIT,
             },
         }
 
@@ -379,13 +435,21 @@ def cpu_verdict(
     nic_cpu_percents: list[float | None],
     cpu_pressure_fraction: float | None = None,
     switch_cpu_percent_max: float | None = None,
+    wait_per_wake_s: float | None = None,
+    frame_time_s: float | None = None,
 ) -> dict[str, Any]:
     """The ``cpu_bound`` keys of mrc-bench's JSON from its CPU figures (percentages: the
     machine's busy share of all CPUs, each NIC process and the busiest switch process in %
-    of one core; the CPU pressure as a fraction): :class:`CpuVerdict` as JSON, the form
+    of one core; the CPU pressure as a fraction; the lab's mean wait for a CPU per wake-up
+    and a data frame's time on a link in seconds): :class:`CpuVerdict` as JSON, the form
     every result spreads into its own."""
     return CpuVerdict.of(
-        machine_cpu_percent, nic_cpu_percents, cpu_pressure_fraction, switch_cpu_percent_max
+        machine_cpu_percent,
+        nic_cpu_percents,
+        cpu_pressure_fraction,
+        switch_cpu_percent_max,
+        wait_per_wake_s,
+        frame_time_s,
     ).to_json()
 
 
@@ -398,7 +462,13 @@ def cpu_warning(res: dict[str, Any]) -> str | None:
     p, sw = res.get("cpu_pressure_fraction"), res.get("switch_core_fraction_max")
     if m is not None:
         parts.append(f"machine {m:.0%} busy (limit {CPU_BOUND_MACHINE:.0%})")
-    if p is not None:
+    w, us = res.get("cpu_wait_per_frame_time"), res.get("cpu_wait_us_per_wake")
+    if w is not None:
+        parts.append(
+            f"the lab's processes waited {us:.0f} us for a CPU per wake-up, {w:.1%} of a frame"
+            f" time (limit {CPU_BOUND_WAIT:.1%})"
+        )
+    elif p is not None:
         parts.append(
             f"a task waited for a CPU {p:.0%} of the time (limit {CPU_BOUND_PRESSURE:.0%})"
         )
@@ -438,6 +508,15 @@ class SchedWait:
     def wait_per_slice_s(self) -> float | None:
         """The mean wait for a CPU each time one was given (None: never ran)."""
         return self.wait_s / self.slices if self.slices > 0 else None
+
+
+def sched_wait_between(
+    before: dict[int, SchedWait], after: dict[int, SchedWait]
+) -> dict[int, float | None]:
+    """Each process's mean wait for a CPU per wake-up (seconds; None: it never ran) between
+    two readings; a process in only one of them (started or ended meanwhile, such as a
+    restarted switch) is left out."""
+    return {pid: (after[pid] - before[pid]).wait_per_slice_s for pid in after if pid in before}
 
 
 def sched_wait(pids: list[int]) -> SchedWait | None:

@@ -25,12 +25,15 @@ stack as it is** (the NIC, the switches, the kernel's veths; whatever their code
 3. it picks the highest rate whose frames keep the machine at **HEADROOM (3/4) of the
    cpu_bound thresholds** (lab.workloads.bench.common: machine >= 85% busy, a NIC process >= 90% of a
    core): at most 64% busy, no NIC process above 68% of a core, by the linear model
-   ``busy = idle + cost x frames/s``. The rate is floored to two significant digits and
+   ``busy = idle + cost x frames/s``; and whose frames are long enough that the lab's
+   processes' wait for a CPU per wake-up, as measured (mrc-bench's ``cpu_wait_us_per_wake``,
+   which moves little with the rate), is at most 3/4 of the cpu_bound threshold in frame
+   times (2.5%): :func:`wait_rate_mbit`. The rate is floored to two significant digits and
    capped at ``cap``;
 4. CPU per frame rises as the rate falls (fewer frames per wake-up: less batching), so the
    rate is **verified**: a fresh lab at that rate, the same write; a rate is verified when
    the measured load is within TOLERANCE (15%) of the targets (<= 73% busy, a NIC <= 78%
-   of a core: still below cpu_bound). Over the targets, the cost measured there gives the
+   of a core, a wait <= 2.2% of a frame time: still below cpu_bound). Over the targets, the cost measured there gives the
    next, lower rate (with two steps that were not CPU-bound, from ``busy - idle = k x
    fps^alpha`` fitted through them; after the first step at most a halving:
    :func:`next_rate`); well within them (the cost allows
@@ -66,11 +69,11 @@ from typing import Any
 
 from lab.fabric import lifecycle
 from lab.fabric.netns import LabError, have_net_admin
-from lab.fabric.params import LabParams
+from lab.fabric.params import LabParams, frame_time_s
 from lab.fabric.paths import REPO
 from lab.fabric.state import exists
 from lab.proc.benchrun import WriteSpec, run_parallel
-from lab.proc.cpu import CPU_BOUND_MACHINE, CPU_BOUND_NIC, cpu_bound, machine_ticks
+from lab.proc.cpu import CPU_BOUND_MACHINE, CPU_BOUND_NIC, CPU_BOUND_WAIT, cpu_bound, machine_ticks
 from mrcnic.units import rate_in
 
 AUTO = "auto"
@@ -153,6 +156,9 @@ class Measurement:
     # busy share holds beyond them is the kernel's work outside them and other users
     lab_cores: float | None = None
     transport: str = "mrc"  # the transport of the write (the step's costlier one)
+    # the lab's processes' wait for a CPU per wake-up (us; the longest of the flows'
+    # cpu_wait_us_per_wake): it moves little with the rate, so it bounds the rate by itself
+    wait_us: float | None = None
 
     @property
     def fps(self) -> float:
@@ -171,14 +177,23 @@ class Measurement:
         return self.nic_core_max / per_flow if per_flow else 0.0
 
     @property
+    def wait_per_frame_time(self) -> float | None:
+        """The wait per wake-up in frame times at this step's rate (None: not measured)."""
+        if self.wait_us is None or self.rate_mbit <= 0:
+            return None
+        return self.wait_us * 1e-6 / frame_time_s(self.rate_mbit)
+
+    @property
     def cpu_bound(self) -> bool:
-        return cpu_bound(self.machine_busy, self.nic_core_max)
+        return cpu_bound(self.machine_busy, self.nic_core_max, None, None, self.wait_per_frame_time)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["fps"] = round(self.fps, 1)
         d["machine_us_per_frame"] = round(self.machine_core_s_per_frame * 1e6, 2)
         d["nic_us_per_frame"] = round(self.nic_core_s_per_frame * 1e6, 2)
+        wait = self.wait_per_frame_time
+        d["wait_per_frame_time"] = None if wait is None else round(wait, 4)
         d["cpu_bound"] = self.cpu_bound
         return d
 
@@ -233,10 +248,21 @@ def choose_rate(
     """The highest link rate (Mb/s, two significant digits, within [min, cap]) whose frames
     keep the machine at ``headroom`` of the cpu_bound thresholds, by the cost measured."""
     fps = target_fps(m, headroom)
-    if not math.isfinite(fps):
+    rate = wait_rate_mbit(m, headroom)
+    if math.isfinite(fps):
+        rate = min(rate, fps / fps_per_mbit(m.planes, m.frame_bytes, m.flows))
+    if not math.isfinite(rate):
         return cap_mbit
-    rate = floor2(fps / fps_per_mbit(m.planes, m.frame_bytes, m.flows))
-    return max(min_mbit, min(cap_mbit, rate))
+    return max(min_mbit, min(cap_mbit, floor2(rate)))
+
+
+def wait_rate_mbit(m: Measurement, headroom: float = HEADROOM) -> float:
+    """The highest rate at which the lab's processes' wait for a CPU per wake-up, as
+    measured, is ``headroom`` of the cpu_bound threshold in frame times (inf: not measured).
+    The wait measured at a higher rate is the longer one, so this errs low."""
+    if not m.wait_us:
+        return math.inf
+    return headroom * CPU_BOUND_WAIT * frame_time_s(1.0) / (m.wait_us * 1e-6)
 
 
 def fitted_exponent(a: Measurement, b: Measurement) -> float | None:
@@ -308,7 +334,12 @@ def within_targets(
 ) -> bool:
     """The measured load is at most ``(1 + tolerance)`` x the headroom targets."""
     k = headroom * (1 + tolerance)
-    return m.machine_busy <= CPU_BOUND_MACHINE * k and m.nic_core_max <= CPU_BOUND_NIC * k
+    wait = m.wait_per_frame_time
+    return (
+        m.machine_busy <= CPU_BOUND_MACHINE * k
+        and m.nic_core_max <= CPU_BOUND_NIC * k
+        and (wait is None or wait <= CPU_BOUND_WAIT * k)
+    )
 
 
 def measurement_from_results(
@@ -332,6 +363,11 @@ def measurement_from_results(
     gf = [r["goodput_fraction"] for r in results if isinstance(r.get("goodput_fraction"), float)]
     cpus = int(results[0].get("cpus") or os.cpu_count() or 1)
     machine = sum(busy) / len(busy) if busy else 0.0
+    waits = [
+        float(r["cpu_wait_us_per_wake"])
+        for r in results
+        if isinstance(r.get("cpu_wait_us_per_wake"), int | float)
+    ]
     lab = _lab_cores(results)
     if lab is not None:
         # Other work during the write is at most what the machine did beyond the lab's own
@@ -352,6 +388,7 @@ def measurement_from_results(
         goodput_fraction=round(sum(gf) / len(gf), 4) if gf else None,
         verified=all(bool(r.get("verified")) for r in results),
         lab_cores=lab,
+        wait_us=max(waits) if waits else None,
     )
 
 
@@ -415,6 +452,11 @@ class Calibration:
             f"{us:.0f} us of CPU per frame): links at {self.rate_mbit:g} Mb/s "
             f"({self.fps_at_rate:,.0f} frames/s) "
         )
+        if b.wait_us and wait_rate_mbit(b, self.headroom) <= self.rate_mbit / 0.9:
+            head += (
+                f"(where the {b.wait_us:.0f} us its processes wait for a CPU per wake-up "
+                "stay a small part of a frame time) "
+            )
         if self.capped:
             head += f"(the cap, {self.cap_mbit:g}), so the fabric, not the CPU, limits"
         else:
@@ -448,6 +490,8 @@ class Calibration:
             "tolerance": TOLERANCE,
             "target_machine_busy": round(CPU_BOUND_MACHINE * self.headroom, 4),
             "target_nic_core": round(CPU_BOUND_NIC * self.headroom, 4),
+            "cpu_bound_wait_per_frame_time": CPU_BOUND_WAIT,
+            "target_wait_per_frame_time": round(CPU_BOUND_WAIT * self.headroom, 4),
         }
         return d
 

@@ -164,12 +164,13 @@ def _cpu_bound_cell(res: dict[str, Any]) -> str:
             ),
         }
     m, n = res.get("machine_busy_fraction"), res.get("nic_core_fraction_max")
-    w = res.get("cpu_pressure_fraction")
+    w, f = res.get("cpu_pressure_fraction"), res.get("cpu_wait_per_frame_time")
     figs = ", ".join(
         x
         for x in (
             f"{m:.0%} busy" if isinstance(m, int | float) else "",
-            f"wait {w:.0%}" if isinstance(w, int | float) else "",
+            f"wait {f:.1%} frame" if isinstance(f, int | float) else "",
+            f"wait {w:.0%}" if isinstance(w, int | float) and f is None else "",
             f"NIC {n:.0%}" if isinstance(n, int | float) else "",
         )
         if x

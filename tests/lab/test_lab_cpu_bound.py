@@ -10,6 +10,8 @@ from __future__ import annotations
 import commands as C
 import lab_helpers as H
 
+from lab.proc.cpu import CPU_BOUND_WAIT
+
 
 def write(lab: str, size: str) -> dict:
     return C.bench_json("write", "--lab", lab, "--src", "h0", "--dst", "h1", "--size", size,
@@ -25,6 +27,8 @@ def test_a_run_the_cpu_limits_says_so_and_its_figures_show_why():
     figures = (d["machine_busy_fraction"], d["cpu_pressure_fraction"],
                d["nic_core_fraction_max"], d["switch_core_fraction_max"])  # fmt: skip
     assert all(x is not None for x in figures), figures  # every piece of evidence measured
+    # the processes were late for the fabric: their waits, against a 34 us frame time
+    assert d["cpu_wait_per_frame_time"] >= CPU_BOUND_WAIT, d["cpu_wait_us_per_wake_each"]
 
 
 def test_a_run_the_fabric_limits_is_not_cpu_bound():
@@ -32,3 +36,4 @@ def test_a_run_the_fabric_limits_is_not_cpu_bound():
         d = write(st.name, "1M")
     assert d["verified"] and d["goodput_fraction"] > 0.9
     assert d["cpu_bound"] is False, d
+    assert d["cpu_wait_per_frame_time"] is not None  # measured, and small against 17 ms frames

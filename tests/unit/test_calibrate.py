@@ -64,6 +64,7 @@ def test_cpu_verdict_from_bench_percentages_and_the_warning_line() -> None:
         "nic_core_fraction": 0.9,
         "cpu_pressure_fraction": 0.14,
         "switch_core_fraction": 0.9,
+        "cpu_wait_per_frame_time": 0.025,
     }
     warn = cpu.cpu_warning(v)
     assert warn and "WARNING: CPU-bound" in warn and "92% busy" in warn
@@ -75,6 +76,53 @@ def test_cpu_verdict_from_bench_percentages_and_the_warning_line() -> None:
     assert waited["cpu_bound"] and waited["switch_core_fraction_max"] == 0.6
     assert "waited for a CPU 25% of the time" in cpu.cpu_warning(waited)
     assert "busiest switch process 60%" in cpu.cpu_warning(waited)
+
+
+@pytest.mark.parametrize(
+    ("pressure", "wait_us", "rate_mbit", "bound"),
+    [
+        # mrc-bench's own figures, 2026-11-29 (lab/proc/cpu.py): one QP on the default lab
+        (0.095, 77.8, 5, False),  # 0.97 of capacity, no spurious timeout
+        (0.120, 60.8, 10, False),
+        (0.148, 62.9, 15, True),  # 31 spurious timeouts: processes late for their frames
+        (0.230, 91.5, 20, True),
+        (0.264, 94.3, 25, True),  # 224, 0.91 of capacity
+        (0.361, 165.4, 50, True),  # 217, 0.76
+        # four writers on the 8-plane lab: 0.97 of capacity and no spurious timeout at 1.2
+        # and 2.4 Mb/s, where the pressure alone calls them CPU-bound; 0.93-0.96 at 4.8
+        (0.432, 137.9, 1.2, False),
+        (0.457, 227.9, 2.4, False),
+        (0.662, 332.8, 4.8, True),
+        (0.20, None, 1.2, True),  # waits not measured: the pressure decides, as before
+        (0.10, None, 1.2, False),
+    ],
+)
+def test_the_wait_for_a_cpu_counts_in_frame_times(pressure, wait_us, rate_mbit, bound) -> None:
+    frame_s = (4096 + 106) * 8 / (rate_mbit * 1e6)
+    wait_s = None if wait_us is None else wait_us / 1e6
+    v = cpu.cpu_verdict(40.0, [30.0, 20.0], pressure, 35.0, wait_s, frame_s)
+    assert v["cpu_bound"] is bound, v
+    if wait_us is not None:
+        assert v["cpu_wait_us_per_wake"] == pytest.approx(wait_us)
+        assert v["cpu_wait_per_frame_time"] == pytest.approx(wait_s / frame_s, abs=1e-4)
+        if bound:
+            assert "of a frame time" in cpu.cpu_warning(v)
+            assert "of the time (limit" not in cpu.cpu_warning(v)  # the pressure did not decide
+
+
+def test_the_wait_per_wake_up_averages_the_processes_and_skips_the_unmeasured() -> None:
+    # a frame meets each process on its path once: each process's mean counts once, however
+    # often it woke (the shared switch process wakes ten times as often as a NIC)
+    assert cpu.wait_per_wake([300.0, 60.0, None]) == pytest.approx(180e-6)
+    assert cpu.wait_per_wake([None, None]) is None
+    before = {
+        1: cpu.SchedWait(1.0, 0.5, 10),
+        2: cpu.SchedWait(2.0, 1.0, 20),
+        4: cpu.SchedWait(1, 1, 5),
+    }
+    after = {1: cpu.SchedWait(1.5, 0.6, 30), 3: cpu.SchedWait(9, 9, 90), 4: cpu.SchedWait(1, 1, 5)}
+    got = cpu.sched_wait_between(before, after)  # 2 ended and 3 began meanwhile: left out
+    assert got == {1: pytest.approx(0.1 / 20), 4: None}  # 4 never ran: no figure, not 0
 
 
 def _pair_result(**kw) -> dict:
@@ -380,3 +428,44 @@ def test_self_meter_reads_cpu_pressure_and_the_busiest_switch_process() -> None:
     else:
         assert got.cpu_pressure_fraction is not None and 0 <= got.cpu_pressure_fraction <= 1
     assert set(got.to_json()) >= {"switch_cpu_percent_max", "cpu_pressure_fraction"}
+    if cpu.sched_wait([os.getpid()]) is None:  # no schedstat: not measured, never guessed
+        assert got.cpu_wait_us_per_wake is None and got.switch_wait_us_per_wake is None
+    else:  # a busy loop on an idle CPU may not be switched out at all (then no figure)
+        w = got.cpu_wait_us_per_wake
+        assert w is None or 0 <= w < 600_000
+        assert got.switch_wait_us_per_wake is None  # its stand-in switch is this process
+
+
+# --- the wait for a CPU, in frame times -------------------------------------------------------
+
+
+def test_the_processes_wait_bounds_the_rate_where_the_cpu_share_would_not() -> None:
+    # the default lab on 2026-11-29: the machine 43% busy at 15 Mb/s, its processes waiting
+    # ~63 us per wake-up: the busy share would allow more, the wait does not
+    m = meas(rate=15, fps=15 * 8 * 1e6 / (4202 * 8), busy=0.43, idle=0.05, nic=0.28, wait_us=63.0)
+    assert m.wait_per_frame_time == pytest.approx(63e-6 / (4202 * 8 / 15e6))
+    assert m.cpu_bound  # 0.028 of a frame time: over 0.025
+    assert not cal.within_targets(m)
+    by_wait = cal.wait_rate_mbit(m)  # 3/4 of the threshold: 0.01875 x 33.6 ms / 63 us
+    assert by_wait == pytest.approx(0.75 * 0.025 * 4202 * 8 / 63.0, rel=1e-9)  # ~10 Mb/s
+    assert cal.choose_rate(m) == cal.floor2(by_wait) < 15
+    without = meas(rate=15, fps=15 * 8 * 1e6 / (4202 * 8), busy=0.43, idle=0.05, nic=0.28)
+    assert cal.choose_rate(without) > 15  # the CPU share alone would have gone up
+    assert cal.wait_rate_mbit(without) == math.inf and not without.cpu_bound
+    ok = meas(rate=10, fps=10 * 8 * 1e6 / (4202 * 8), busy=0.38, idle=0.05, nic=0.2, wait_us=55.0)
+    assert cal.within_targets(ok) and not ok.cpu_bound  # 0.016 of a frame time
+    d = ok.to_dict()
+    assert d["wait_us"] == 55.0 and d["wait_per_frame_time"] == pytest.approx(0.0164, abs=1e-4)
+    assert cal.Measurement.from_dict(d) == ok
+
+
+def test_a_calibration_step_takes_the_longest_wait_of_its_flows() -> None:
+    def res(wait):
+        return {"machine_cpu_percent": 40.0, "cpu_percent_client": 20.0, "cpus": 2,
+                "duration_s": 2.0, "goodput_fraction": 0.97, "verified": True,
+                "cpu_wait_us_per_wake": wait,
+                "nic": {"server": {"ports": [{"rx_frames": 1000, "rx_bytes": 4_202_000}]}}}  # fmt: skip
+
+    m = cal.measurement_from_results(10.0, 8, [res(50.0), res(80.0), res(None)], 0.05)
+    assert m.wait_us == 80.0
+    assert cal.measurement_from_results(10.0, 8, [res(None)], 0.05).wait_us is None

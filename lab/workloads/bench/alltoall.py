@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from lab.fabric.host import LabHost
+from lab.fabric.host import LabHost, lab_frame_time_s
 from lab.proc import cpu
 from lab.workloads.bench import common as bc
 from lab.workloads.bench.allreduce import (
@@ -320,5 +320,11 @@ def result(
             cpu_ranks,
             cpu0.get("cpu_pressure_fraction"),
             cpu0.get("switch_cpu_percent_max"),
+            # every rank's process, and the switch processes (rank 0 measures them)
+            cpu.wait_per_wake(
+                [f.get("cpu", {}).get("cpu_wait_us_per_wake") for f in finals]
+                + [cpu0.get("switch_wait_us_per_wake")]
+            ),
+            lab_frame_time_s(plan.params),
         ),
     }

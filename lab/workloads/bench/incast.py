@@ -455,7 +455,9 @@ def cpu_keys(
 ) -> dict[str, Any]:
     """``cpu_bound`` by mrc-bench's rule (lab.workloads.bench.common.cpu_verdict) over the window in
     which every flow ran (the whole phase when there is none): the machine's busy share from
-    ``meter`` (lab.proc.cpu.ChildrenCpuMeter), and every NIC process of every write."""
+    ``meter`` (lab.proc.cpu.ChildrenCpuMeter), every NIC process of every write, and the
+    longest wait for a CPU per wake-up that a write measured (in frame times: each write's
+    own, over its processes and the switch processes)."""
     busy = pressure = None
     if window is not None:
         lo = window["window_start_unix_s"]
@@ -466,11 +468,19 @@ def cpu_keys(
     if pressure is None and meter.result:
         pressure = meter.result.cpu_pressure_fraction
     nics: list[float | None] = []
+    waits: list[tuple[float, float]] = []  # (wait per wake-up in s, frame time in s)
     for r in results:
         if r:
             nics += [_num(r.get("cpu_percent_client")), _num(r.get("cpu_percent_server"))]
+            us, per = _num(r.get("cpu_wait_us_per_wake")), _num(r.get("cpu_wait_per_frame_time"))
+            if us is not None and per:
+                waits.append((us / 1e6, us / 1e6 / per))
     machine = None if busy is None else round(100 * busy, 1)
-    return {"machine_cpu_percent": machine, **cpu.cpu_verdict(machine, nics, pressure)}
+    wait_s, frame_s = max(waits, key=lambda w: w[0] / w[1]) if waits else (None, None)
+    return {
+        "machine_cpu_percent": machine,
+        **cpu.cpu_verdict(machine, nics, pressure, None, wait_s, frame_s),
+    }
 
 
 # --- the incast ----------------------------------------------------------------------------------

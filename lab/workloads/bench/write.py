@@ -22,9 +22,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from lab.fabric.host import LabHost
+from lab.fabric.host import LabHost, lab_frame_time_s
 from lab.proc import control
-from lab.proc.cpu import SelfCpu, SelfCpuMeter, cpu_verdict, switch_pids
+from lab.proc.cpu import SelfCpu, SelfCpuMeter, cpu_verdict, switch_pids, wait_per_wake
 from lab.workloads.bench import common as bc
 from mrcnic.io.aio import AioNic
 from mrcnic.transport.ev import EvStateChanged
@@ -590,6 +590,12 @@ def _result(
         "switch_cpu_percent": cpu.switch_cpu_percent,
         "machine_cpu_percent": cpu.machine_cpu_percent,
         "cpus": cpu.cpus,
+        # each process's mean wait for a CPU per wake-up, behind cpu_wait_us_per_wake
+        "cpu_wait_us_per_wake_each": {
+            "client": cpu.cpu_wait_us_per_wake,
+            "server": scpu.get("cpu_wait_us_per_wake"),
+            "switches": cpu.switch_wait_us_per_wake,
+        },
         "seed": seed,
         "base_rtt_s": lh.base_rtt_s,
         "retransmissions": sum(s["retransmissions"] for s in stats),
@@ -604,6 +610,15 @@ def _result(
             [cpu.cpu_percent, scpu.get("cpu_percent")],
             cpu.cpu_pressure_fraction,
             cpu.switch_cpu_percent_max,
+            # the client's process and the switch processes, and the server's process
+            wait_per_wake(
+                [
+                    cpu.cpu_wait_us_per_wake,
+                    scpu.get("cpu_wait_us_per_wake"),
+                    cpu.switch_wait_us_per_wake,
+                ]
+            ),
+            lab_frame_time_s(plan.params),
         ),
     }
     # peak: the best 100 ms bin of completed bytes (the average when the run is shorter)
