@@ -692,6 +692,12 @@ def calibrate(
             f"busy ({m.idle_busy:.0%} idle load), busiest NIC process {m.nic_core_max:.0%} of "
             f"a core, lab processes {m.lab_cores or 0:.2f} cores; "
             f"{m.machine_core_s_per_frame * 1e6:.0f} us of CPU per frame"
+            + (
+                f"; waits {m.wait_us:.0f} us for a CPU per wake-up "
+                f"({m.wait_per_frame_time:.1%} of a frame time)"
+                if m.wait_us is not None and m.wait_per_frame_time is not None
+                else ""
+            )
         )
         best, nxt = decide(steps, cap_mbit, headroom)
         if nxt is None:
