@@ -92,3 +92,12 @@ def test_verdict_thresholds():
     v, why = ex.judge(_tiers(0.50, 0.45, cpu=True))  # both harmed alike
     assert v == "not reproduced" and "CPU-bound runs in: mrc" in why
     assert ex.judge({"mrc": {}, "rocev2_pfc": {}, "rocev2": {}})[0] == "not reproduced"
+
+
+def test_mrc_qps_that_failed_cap_the_verdict_at_partly():
+    """2026-11-29, 0.65 Mb/s: the victim kept 0.95, but 37 of MRC's incast QPs failed."""
+    t = _tiers(0.97, 0.40)
+    t["mrc"] = {**t["mrc"], "qp_errors": 37, "incast_fraction": 0.07}
+    verdict, why = ex.judge(t)
+    assert verdict == "partly"
+    assert "MRC's own QPs failed (37 QP errors, incast 0.07" in why

@@ -174,9 +174,10 @@ def summarise_tier(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def judge(tiers: dict[str, dict[str, Any]], degree: int = SENDERS) -> tuple[str, str]:
-    """Reproduced: MRC's victim keeps >= UNTOUCHED of its alone rate (median) and RoCEv2 as
-    deployed (PFC + DCQCN) leaves it below HARMED; partly: MRC's victim untouched but
-    RoCEv2's not harmed, or MRC's touched but at least 0.1 better than RoCEv2's; else not."""
+    """Reproduced: MRC's victim keeps >= UNTOUCHED of its alone rate (median), RoCEv2 as
+    deployed (PFC + DCQCN) leaves it below HARMED, and no MRC QP failed; partly: MRC's victim
+    untouched but RoCEv2's not harmed or MRC's QPs failed, or MRC's touched but at least 0.1
+    better than RoCEv2's; else not."""
     m = tiers.get("mrc") or {}
     r = tiers.get("rocev2_pfc") or {}
     n = tiers.get("rocev2") or {}
@@ -202,7 +203,13 @@ def judge(tiers: dict[str, dict[str, Any]], degree: int = SENDERS) -> tuple[str,
     if mr is None or rr is None:
         return "not reproduced", why + " (a tier has no victim ratio)"
     mrc_ok, roce_hurt = mr >= UNTOUCHED, rr < HARMED
-    if mrc_ok and roce_hurt:
+    failed = int(m.get("qp_errors") or 0)
+    if failed:  # the claim is about MRC: its incast failing is no untouched victim
+        why += (
+            f"; MRC's own QPs failed ({failed} QP errors, incast {f(m.get('incast_fraction'))}"
+            " of the destination's capacity): at most partly"
+        )
+    if mrc_ok and roce_hurt and not failed:
         return "reproduced", why
     if mrc_ok or mr - rr >= 0.1:  # one half holds, or MRC's victim clearly fares better
         return "partly", why
