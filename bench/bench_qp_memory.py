@@ -83,6 +83,7 @@ def under_load(writes: int = 40, size: int = 400 << 10) -> dict[str, Any]:
         "writes": writes,
         "write_bytes": size,
         "completed": len(got),
+        "succeeded": sum(1 for w in got if w.status.name == "SUCCESS"),
         "verified": bytes(buf) == want,
         "state_bytes_before": rest,
         "peak_state_bytes": peak["state_bytes"],

@@ -69,7 +69,7 @@ from typing import Any
 
 from lab.fabric import lifecycle
 from lab.fabric.netns import LabError, have_net_admin
-from lab.fabric.params import LabParams, frame_time_s
+from lab.fabric.params import DATA_FRAME_OVERHEAD_BYTES, LabParams, frame_time_s
 from lab.fabric.paths import REPO
 from lab.fabric.state import exists
 from lab.proc.benchrun import WriteSpec, run_parallel
@@ -380,7 +380,7 @@ def measurement_from_results(
         flows=len(results),
         duration_s=sum(float(r.get("duration_s") or 0) for r in results) / len(results),
         frames=frames,
-        frame_bytes=round(rx_bytes / frames, 1) if frames else 4202.0,
+        frame_bytes=round(rx_bytes / frames, 1) if frames else 4096.0 + DATA_FRAME_OVERHEAD_BYTES,
         cpus=cpus,
         machine_busy=round(machine, 4),
         idle_busy=round(idle_busy, 4),
