@@ -15,7 +15,7 @@ DEMO_ARGS ?=
 demo: setup
 	$(PY) -m lab.demo $(DEMO_ARGS)
 
-.PHONY: reproduce fuzz soak soak-short demo bench setup test test-fast test-unit test-timing test-lab lint bench-core bench-transport bench-nscc bench-switch bench-nic bench-sim lab-up lab-down lab-status clean help
+.PHONY: reproduce fuzz soak soak-short demo bench setup test test-fast test-unit test-timing test-lab lint bench-core bench-transport bench-nscc bench-switch bench-nic bench-split bench-sim lab-up lab-down lab-status clean help
 
 help:
 	@echo "make demo        the main job: lab up, MRC write through a T1 reboot and a link flap, vs RoCEv2 (root)"
@@ -30,6 +30,7 @@ help:
 	@echo "make bench-switch     mrc-switch vs kernel seg6local forwarding -> results/bench-switch.json"
 	@echo "make bench-lab-cpu    machine CPU per delivered frame, python vs kernel switches, vs the floor -> results/bench-lab-cpu.json (root)"
 	@echo "make bench-nic        NIC frames per CPU-second, C and Python engines and the RoCEv2 QP vs raw AF_PACKET -> results/bench-nic.json (root)"
+	@echo "make bench-split      a lab split over 2 machines (namespaces standing in) vs unsplit, one write -> results/bench-split.json (root)"
 	@echo "make bench-sim        mrc-sim's speed over a whole fabric: permutations of 16, 128, 1,024 hosts -> results/bench-sim.json"
 	@echo "make fuzz        1e6 hostile frames per target into NICs (both engines) and a switch -> results/fuzz.json (root)"
 	@echo "make soak        30 min per transport of all-reduce under random faults -> results/soak.json (root); soak-short: 2 min"
@@ -100,6 +101,9 @@ bench-nic: setup
 # How fast mrc-sim simulates a whole fabric: permutations of 16, 128 and 1,024 hosts, 3 runs each
 # beside the Python twins (~5 min);
 # HTSIM=path/to/htsim_uec runs the same permutations through htsim too (docs/sim.md, Speed)
+bench-split: setup
+	$(PY) bench/bench_split.py --out results/bench-split.json
+
 bench-sim: setup
 	$(PY) bench/bench_sim.py --out results/bench-sim.json $(if $(HTSIM),--htsim $(HTSIM))
 

@@ -14,6 +14,7 @@ from lab.fabric import capture, lifecycle, probe
 from lab.fabric.faults import Faults, tc_rate_arg
 from lab.fabric.netns import LabError, ns_argv
 from lab.fabric.params import DEFAULT_NAME, ParamError, resolve
+from lab.fabric.partition import VXLAN_PORT, Partition, parse_underlay, split_spec
 from lab.fabric.progress import Progress
 from lab.fabric.state import list_labs, load
 from lab.fabric.status import format_stats, format_status, status, switch_stats
@@ -94,6 +95,38 @@ def _topology_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _split_flags(p: argparse.ArgumentParser, up: bool = False) -> None:
+    g = p.add_argument_group("split over machines (docs/multihost.md)")
+    g.add_argument(
+        "--machines", type=int, metavar="N",
+        help="split the lab over N machines, by plane"
+        + ("; without --machine: all N parts here, each machine stood in for by a namespace "
+           "(<lab>-m<K>) on a bridged underlay, to try a split on one machine" if up else ""),
+    )  # fmt: skip
+    g.add_argument(
+        "--underlay",
+        type=parse_underlay,
+        metavar="ADDR=IFACE,...",
+        help="each machine's underlay address and interface, machine 0 first "
+        "(e.g. 10.0.0.1=eth1,10.0.0.2=eth1); the interface's MTU must carry the lab's "
+        "frames in VXLAN (4,270 over IPv6, 4,250 over IPv4 for MTU 4200)",
+    )
+    g.add_argument(
+        "--vxlan-port", type=int, default=VXLAN_PORT, metavar="PORT",
+        help=f"UDP port of every crossing link's VXLAN (the VNI names the link) [{VXLAN_PORT}]",
+    )  # fmt: skip
+    if up:
+        g.add_argument("--machine", type=int, metavar="K",
+                       help="build machine K's part only (with --underlay)")  # fmt: skip
+        g.add_argument(
+            "--stitch-netns",
+            metavar="NS",
+            default=None,
+            help="where this machine's stitch ends and VXLAN devices go [this namespace]; "
+            "for a test that stands in for machines with namespaces",
+        )
+
+
 def _name_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--name",
@@ -160,23 +193,46 @@ def build_parser() -> argparse.ArgumentParser:
     _topology_flags(p)
     p.add_argument("--summary", action="store_true", help="counts only (any size, in seconds)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    _split_flags(p)
 
     p = cmd(
         "up",
         "create the lab: namespaces, veths, tables, switches; wait until ready",
         "examples:\n  mrc-lab up\n  mrc-lab up --name mrc2 --planes 2 --switch kernel\n"
-        "  mrc-lab up --topology examples/topologies/small.yaml\n",
+        "  mrc-lab up --topology examples/topologies/small.yaml\n"
+        "  mrc-lab up --machines 2                   a split over 2 machines, tried here\n"
+        "  mrc-lab up --machine 1 --underlay 10.0.0.1=eth1,10.0.0.2=eth1\n"
+        "                                            machine 1's part (docs/multihost.md)\n",
     )
     _name_flag(p)
     _topology_flags(p)
+    _split_flags(p, up=True)
     p.add_argument("--keep-on-error", action="store_true", help="leave a half-built lab to debug")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     p.add_argument(
         "--switch-procs", type=int, default=None, metavar="N",
         help="python switches: 0 = one mrc-switch process per switch, N >= 1 = N processes "
         "serving whole planes each (default $MRC_LAB_SWITCH_PROCS, else "
-        f"{lifecycle.DEFAULT_SWITCH_PROCS}; see docs/lab.md)",
+        "a third of the cores in whole planes: "
+        f"{lifecycle.switch_procs_for(lifecycle.cores_here(), 8)} here for 8 planes; see docs/lab.md)",
     )  # fmt: skip
+
+    p = cmd(
+        "export",
+        "write a lab split over machines in another tool's format: containerlab, one topology "
+        "file per machine (no root needed; docs/multihost.md)",
+        "examples:\n  mrc-lab export --format containerlab --machines 2 -o clab/\n"
+        "  mrc-lab export --format containerlab --underlay 10.0.0.1=eth1,10.0.0.2=eth1 -o clab/\n"
+        "\nThe nodes run the image docker/Dockerfile builds: docker build -t mrc-lab -f "
+        "docker/Dockerfile .\n",
+    )
+    _name_flag(p)
+    _topology_flags(p)
+    _split_flags(p)
+    p.add_argument("--format", choices=("containerlab",), default="containerlab",
+                   help="the format [containerlab]")  # fmt: skip
+    p.add_argument("-o", "--out", type=Path, required=True, metavar="DIR",
+                   help="directory for the files (must exist or its parent must)")  # fmt: skip
 
     p = cmd(
         "calibrate",
@@ -191,9 +247,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = cmd(
         "down",
         "remove exactly what the lab created (state file driven; safe to repeat)",
-        "examples:\n  mrc-lab down\n  mrc-lab down --name mrc2\n",
+        "examples:\n  mrc-lab down\n  mrc-lab down --name mrc2\n"
+        "  mrc-lab down --machine 1                  of a split lab, machine 1's part only\n",
     )
     _name_flag(p)
+    p.add_argument("--machine", type=int, metavar="K", help="of a split lab: machine K's part")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
 
     p = cmd(
@@ -443,9 +501,47 @@ def _print_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
+def _print_partition(part: Partition, underlay: list | None, as_json: bool) -> int:
+    data = part.to_dict(underlay)
+    if as_json:
+        _print_json(data)
+        return 0
+    plan = part.plan
+    print(
+        f"lab {plan.params.name} over {part.machines} machines: {len(part.crossings)} crossing "
+        f"links, VXLAN UDP port {part.vxlan_port}, VNIs {part.vni_base}.."
+        f"{part.vni_base + max(len(part.crossings) - 1, 0)}"
+    )
+    for m in data["machines"]:
+        where = (
+            f"  underlay {m['underlay']['address']} on {m['underlay']['iface']}" if underlay else ""
+        )
+        print(
+            f"  machine {m['machine']}: planes {','.join(map(str, m['planes']))}; hosts "
+            f"{', '.join(m['hosts']) or '-'}; {m['nodes']} namespaces{where}"
+            + ("; the management bridge" if m["machine"] == 0 else "")
+        )
+    need = data["underlay_mtu_needed"]
+    print(
+        f"  underlay MTU >= {need['ipv6']} (IPv6) / {need['ipv4']} (IPv4) for {plan.params.mtu}-byte frames"
+    )
+    print("\ncrossing links (VNI  a end  ->  b end  machines):")
+    for c in data["crossings"]:
+        print(
+            f"  {c['vni']:<6} {c['a']:>5} {c['a_ifname']:<10} -> {c['b']:<9} {c['b_ifname']:<9} "
+            f"m{c['a_machine']} -> m{c['b_machine']}"
+        )
+    return 0
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     plan = Plan(_params(args))
+    if args.machines is not None or args.underlay is not None:
+        n = args.machines if args.machines is not None else len(args.underlay)
+        if args.underlay is not None and len(args.underlay) != n:
+            raise ParamError(f"--machines {n} but --underlay names {len(args.underlay)} machines")
+        return _print_partition(Partition(plan, n, args.vxlan_port), args.underlay, args.json)
     if args.summary:
         summary = plan.summary()
         summary["build_s"] = time.perf_counter() - t0  # whole build, parameters included
@@ -497,9 +593,13 @@ def cmd_up(args: argparse.Namespace) -> int:
             "namespaces",
             file=sys.stderr,
         )
-    state = lifecycle.up(
-        params, progress, keep_on_error=args.keep_on_error, switch_procs=args.switch_procs
+    split = split_spec(
+        plan, args.machines, args.machine, args.underlay, args.vxlan_port, args.stitch_netns
     )
+    state = lifecycle.up(
+        params, progress, keep_on_error=args.keep_on_error, switch_procs=args.switch_procs,
+        split=split,
+    )  # fmt: skip
     # here: it loads the NIC (python -X importtime, 2026-11-29: lab.cli 0.37 s without it at
     # the top, 0.70 s with it)
     from lab.fabric.host import lab_base_rtt_s
@@ -525,13 +625,52 @@ def cmd_up(args: argparse.Namespace) -> int:
     )
     print(f"  hosts      {', '.join(h.name for h in plan.hosts())}  (namespaces {params.name}-hN)")
     print(f"  mgmt       {plan.mgmt_prefix} on bridge {plan.ifname('br')} in {params.name}-mgmt")
+    if state.partition is not None:
+        part = state.partition
+        here = ", ".join(str(k) for k in state.here)
+        print(
+            f"  split      {part.machines} machines by plane; part {here} here"
+            + (
+                " (machines stood in for by namespaces " + f"{params.name}-m0..)"
+                if split and split["simulated"]
+                else ""
+            )
+            + f"; {len(part.crossings)} crossing links over VXLAN port {part.vxlan_port}"
+        )
     print(f"  state file {state.path}")
     print(f"  next       mrc-lab status --name {params.name}; mrc-lab down --name {params.name}")
     return 0 if c["nodes_up"] == c["nodes"] else 1
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from lab.fabric import clab  # here: PyYAML and the switch config load only for export
+
+    plan = Plan(_params(args))
+    n = args.machines if args.machines is not None else len(args.underlay or []) or None
+    if n is None:
+        raise ParamError("export needs --machines N (or --underlay naming each machine)")
+    if args.underlay is not None and len(args.underlay) != n:
+        raise ParamError(f"--machines {n} but --underlay names {len(args.underlay)} machines")
+    if not args.out.parent.is_dir():
+        raise ParamError(f"-o {args.out}: its parent directory {args.out.parent} does not exist")
+    if args.out.exists() and not args.out.is_dir():
+        raise ParamError(f"-o {args.out} exists and is not a directory")
+    args.out.mkdir(exist_ok=True)
+    part = Partition(plan, n, args.vxlan_port)
+    files = clab.export(part, args.out, args.underlay)
+    for f in files:
+        print(f)
+    print(
+        f"wrote {len(files)} containerlab topologies, {plan.switch_count} switch configs and "
+        f"the plan for mrc-bench under {args.out}; on machine K: containerlab deploy -t "
+        f"{clab.file_name(plan.params.name, 0).replace('m0', 'mK')}"
+        + ("" if args.underlay else "\n(remote: addresses are placeholders: pass --underlay)")
+    )
+    return 0
+
+
 def cmd_down(args: argparse.Namespace) -> int:
-    report = lifecycle.down(args.name, Progress(quiet=args.quiet))
+    report = lifecycle.down(args.name, Progress(quiet=args.quiet), machine=args.machine)
     if not report.found:
         print(f"lab {args.name}: no state file, nothing to remove")
         return 0
@@ -559,10 +698,26 @@ def cmd_list(_args: argparse.Namespace) -> int:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    state = load(args.name)
     command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
+    # `exec h0 --name X -- cmd`: flags between the node and `--` are mrc-lab's, not the
+    # command's (argparse's REMAINDER would hand them to the command)
+    if "--" in command:
+        cut = command.index("--")
+        extra = argparse.ArgumentParser(prog="mrc-lab exec", add_help=False)
+        extra.add_argument("--name", default=args.name)
+        try:
+            mine, rest = extra.parse_known_args(command[:cut])
+        except SystemExit:
+            raise LabError(
+                "--name needs a lab name (mrc-lab exec NODE --name LAB -- CMD)"
+            ) from None
+        if rest:
+            raise LabError(
+                f"unknown option {rest[0]} before --; the command goes after it: "
+                "mrc-lab exec NODE [--name LAB] -- CMD [ARGS...]"
+            )
+        args.name, command = mine.name, command[cut + 1 :]
+    state = load(args.name)
     if not command:
         raise LabError("give a command after --, e.g. mrc-lab exec h0 -- ip -br link")
     argv = ns_argv(state.namespace(args.node), command)
@@ -573,7 +728,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     state = load(args.name)
-    nodes = [args.node] if args.node else [n.name for n in state.plan.switches()]
+    nodes = [args.node] if args.node else [n.name for n in state.switches()]
     data = [switch_stats(state, n) for n in nodes]
     if args.json:
         _print_json(data if not args.node else data[0])
@@ -644,6 +799,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def cmd_capture(args: argparse.Namespace) -> int:
     if args.seconds <= 0 or (args.count is not None and args.count < 1):
         raise LabError("--seconds must be > 0 and --count >= 1")
+    out_dir = Path(args.write).resolve().parent
+    if not out_dir.is_dir():
+        raise LabError(f"-w {args.write}: directory {out_dir} does not exist")
     state = load(args.name)
     targets = capture.resolve(state, args.targets)
     say = None if args.json else _stderr
@@ -752,6 +910,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 COMMANDS = {
     "plan": cmd_plan,
     "calibrate": cmd_calibrate,
+    "export": cmd_export,
     "up": cmd_up,
     "down": cmd_down,
     "status": cmd_status,

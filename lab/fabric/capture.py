@@ -72,7 +72,7 @@ def resolve(state: LabState, specs: Sequence[str]) -> list[Target]:
         except (ValueError, KeyError) as e:
             raise LabError(f"{spec}: no node {node!r} in lab {state.name} ({e})") from None
         want = [p for p in rest.replace(",", ":").split(":") if p] or list(ports)
-        ns = state.plan.namespace(node)
+        ns = state.namespace(node)
         for p in want:
             short = f"p{p}" if p.isdigit() and f"p{p}" in ports else p
             short = short.removeprefix(state.plan.prefix)

@@ -64,7 +64,7 @@ class Faults:
         return run(argv, check=check)
 
     def _ip(self, node: str, *args: str) -> str:
-        return self._run(["ip", "-n", self.plan.namespace(node), *args])
+        return self._run(["ip", "-n", self.state.namespace(node), *args])
 
     def _ip_lines(self, node: str, lines: list[str]) -> None:
         # Printed as the individual commands they are; run one by one (they are few).
@@ -79,13 +79,38 @@ class Faults:
 
     # --- link down / up / flap -----------------------------------------------------------
     def link_down(self, a: str, b: str) -> None:
-        end = self.link(a, b).switch_end
+        link = self.link(a, b)
+        end = link.switch_end
         self._ip(end.node, "link", "set", "dev", end.ifname, "down")
+        self._far_stitch(link, "down")
 
     def link_up(self, a: str, b: str) -> None:
-        end = self.link(a, b).switch_end
+        link = self.link(a, b)
+        end = link.switch_end
+        self._far_stitch(link, "up")
         self._ip(end.node, "link", "set", "dev", end.ifname, "up")
         self._ip_lines(end.node, self.mode.port_up_lines(self.plan, end))
+
+    def _far_stitch(self, link: Link, updown: str) -> None:
+        """A link that crosses machines: the lower end's carrier follows the switch end as
+        on a veth pair, by setting the stitch end on the lower end's machine down (or up).
+        When that machine is another one, its end keeps its carrier, as across any tunnel,
+        and the transport finds the failure by itself: say so."""
+        part = self.state.partition
+        crossing = part.crossing_of(link) if part is not None else None
+        if part is None or crossing is None:
+            return
+        k = crossing.a_machine
+        x = part.stitch_ifname(crossing)
+        if k not in self.state.here:
+            self.echo(
+                f"# {link.a.node}'s end is on machine {k}: it keeps its carrier (on machine "
+                f"{k}: ip link set dev {x} {updown})"
+            )
+            return
+        assert self.state.split is not None
+        ns = self.state.split["stitch_netns"].get(str(k))
+        self._run(["ip", *(["-n", ns] if ns else []), "link", "set", "dev", x, updown])
 
     def flap(self, a: str, b: str, period_ms: float, count: int) -> None:
         if period_ms <= 0 or count < 1:
@@ -119,7 +144,7 @@ class Faults:
                 f"add table netdev {table}; {chain}; "
                 f"add rule netdev {table} loss {_numgen(percent)} counter drop"
             )
-            self._run(["ip", "netns", "exec", self.plan.namespace(end.node), "nft", script])
+            self._run(["ip", "netns", "exec", self.state.namespace(end.node), "nft", script])
 
     def loss_clear(self, a: str, b: str) -> None:
         if not shutil.which("nft"):
@@ -128,18 +153,18 @@ class Faults:
         for end in self._ends(a, b):
             table = loss_table(self.plan, end.ifname)
             script = f"add table netdev {table}; delete table netdev {table}"
-            self._run(["ip", "netns", "exec", self.plan.namespace(end.node), "nft", script])
+            self._run(["ip", "netns", "exec", self.state.namespace(end.node), "nft", script])
 
     # --- shaping (tc tbf) ----------------------------------------------------------------
     def shape(self, a: str, b: str, rate: str | int) -> None:
         rate_bps = parse_rate(rate)
         for end in self._ends(a, b):
             line = kernel_switch.tbf_line(self.plan, end.ifname, rate_bps)
-            self._run(["tc", "-n", self.plan.namespace(end.node), *line.split()])
+            self._run(["tc", "-n", self.state.namespace(end.node), *line.split()])
 
     def shape_clear(self, a: str, b: str) -> None:
         for end in self._ends(a, b):
-            ns = self.plan.namespace(end.node)
+            ns = self.state.namespace(end.node)
             kind = self.plan.parse_node(end.node).kind
             line = (
                 self.mode.rate_line(self.plan, end.ifname) if kind in (KIND_T0, KIND_T1) else None
@@ -156,6 +181,7 @@ class Faults:
         node = self.plan.parse_node(switch)
         if node.kind not in (KIND_T0, KIND_T1):
             raise LabError(f"{switch} is not a switch")
+        self.state.require_local(switch)  # of a split lab: say which machine holds it
         self.mode.reboot(self.state, node, down_ms, self.echo, self._ip_lines)
 
     # --- propagation delay (mrc-switch) ----------------------------------------------------

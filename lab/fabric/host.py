@@ -59,6 +59,7 @@ class LabHost:
         h = host if isinstance(host, int) else plan.parse_node(host).index
         if not 0 <= h < plan.host_count:
             raise ValueError(f"host {host} is not in lab {st.name} (h0..h{plan.host_count - 1})")
+        st.require_local(plan.host_name(h))  # a split lab: run this side on the host's machine
         ports = [plan.host_port(h, p) for p in range(plan.params.planes)]
         net = NetConfig(plan.shape, h, tuple(PortAddr(pt.mac, pt.peer_mac) for pt in ports))
         rate = plan.params.rate_mbit * 1e6
@@ -112,7 +113,16 @@ class LabHost:
 
 
 def _current_netns_is(name: str) -> bool:
+    """This thread runs in namespace ``name``; also when no such named namespace exists here
+    but the state file does: the node is this container (a lab deployed by containerlab,
+    docs/multihost.md), its ports are in the namespace we are in."""
     try:
-        return os.stat("/proc/thread-self/ns/net").st_ino == os.stat(f"/run/netns/{name}").st_ino
+        target = os.stat(f"/run/netns/{name}").st_ino
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    try:
+        return os.stat("/proc/thread-self/ns/net").st_ino == target
     except OSError:
         return False

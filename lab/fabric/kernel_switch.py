@@ -121,7 +121,7 @@ class KernelSwitch:
         plan = state.plan
         progress.step("tbf qdiscs at link rate", plan.switch_count)
         run_batches(
-            Batch("tc", plan.namespace(n.name), tuple(tc_lines(plan, n))) for n in plan.switches()
+            Batch("tc", plan.namespace(n.name), tuple(tc_lines(plan, n))) for n in state.switches()
         )
         progress.advance(plan.switch_count)
 

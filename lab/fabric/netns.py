@@ -9,6 +9,7 @@ that opens it, so no ``ip netns exec sysctl`` fork per setting is needed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import subprocess
@@ -135,9 +136,10 @@ def list_netns() -> list[str]:
         return []
 
 
-def write_sysctls(netns: str, settings: dict[str, str | int]) -> None:
-    """Write ``net.*`` sysctls (dotted names, e.g. ``net.ipv6.conf.all.forwarding``)."""
-    with in_netns(netns):
+def write_sysctls(netns: str | None, settings: dict[str, str | int]) -> None:
+    """Write ``net.*`` sysctls (dotted names, e.g. ``net.ipv6.conf.all.forwarding``) in
+    ``netns`` (None: this thread's own namespace)."""
+    with in_netns(netns) if netns else contextlib.nullcontext():
         for key, value in settings.items():
             # Interface names may hold dots: only the first parts are path separators.
             path = _sysctl_path(key)

@@ -234,7 +234,11 @@ def run(
     DENIED until the link is up again or the probe ends (lab/fabric/denials.py)."""
     plan = state.plan
     shape = plan.shape
-    hosts = list(range(plan.host_count)) if hosts is None else list(hosts)
+    if hosts is None:  # a part of a split lab: the hosts on this machine
+        hosts = [h for h in range(plan.host_count) if state.is_local(plan.host_name(h))]
+    hosts = list(hosts)
+    for h in hosts:
+        state.require_local(plan.host_name(h))
     paths = paths_of(shape, hosts)
     table = HealthTable(paths, down_after=down_after, window=window,
                         lossy_fraction=lossy_fraction)  # fmt: skip

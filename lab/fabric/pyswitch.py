@@ -141,7 +141,7 @@ def write_configs(state: LabState, shared: bool = False) -> dict[str, tuple[Path
     for d in (conf_dir, stats_dir, log_dir):
         d.mkdir(parents=True, exist_ok=True)
     out = {}
-    for node in plan.switches():
+    for node in state.switches():  # a part of a split lab: its machine's switches
         conf = conf_dir / f"{node.name}.json"
         stats = stats_dir / f"{node.name}.json"
         log = log_dir / f"{node.name}.log"
@@ -178,16 +178,30 @@ def start_switch(state: LabState, node: str, conf: Path, stats: Path, log: Path)
     )
 
 
-def groups(plan: Plan, procs: int) -> list[list[str]]:
+def groups(plan: Plan, procs: int, names: list[str] | None = None) -> list[list[str]]:
     """The switches of each of ``procs`` shared processes: contiguous runs of the switches in
     plane order, so that with ``procs`` <= planes no plane is split when planes divide
-    evenly (and as few as can be otherwise)."""
-    names = [n.name for n in plan.switches()]
+    evenly (and as few as can be otherwise). ``names``: these switches only (default all)."""
+    if names is None:
+        names = [n.name for n in plan.switches()]
     procs = max(1, min(procs, len(names)))
     out = []
     for k in range(procs):
         lo, hi = k * len(names) // procs, (k + 1) * len(names) // procs
         out.append(names[lo:hi])
+    return out
+
+
+def machine_groups(state: LabState, procs: int) -> list[list[str]]:
+    """:func:`groups` of each machine of the lab held here (``procs`` per machine: a split
+    tried on one machine starts what each machine would)."""
+    part = state.partition
+    if part is None:
+        return groups(state.plan, procs)
+    out = []
+    for k in state.here:
+        names = [n for n in part.nodes_on(k) if state.plan.parse_node(n).kind in ("t0", "t1")]
+        out += groups(state.plan, procs, names)
     return out
 
 
@@ -391,7 +405,7 @@ class PythonSwitch:
         paths = write_configs(state, shared=switch_procs > 0)
         recs = []
         if switch_procs > 0:
-            for k, nodes in enumerate(groups(plan, switch_procs)):
+            for k, nodes in enumerate(machine_groups(state, switch_procs)):
                 group = start_group(state, k, nodes, paths)
                 for rec in group:
                     state.processes[rec.node] = rec

@@ -26,7 +26,8 @@ from typing import Any
 
 from lab.fabric.netns import LabError
 from lab.fabric.params import NAME_RE, LabParams
-from lab.fabric.topology import Plan
+from lab.fabric.partition import Partition
+from lab.fabric.topology import Link, Node, Plan
 
 STATE_VERSION = 1
 
@@ -98,10 +99,61 @@ class LabState:
     created_at: float = 0.0
     up_s: float | None = None
     error: str | None = None
+    # a part of a lab split over machines (mrc-lab up --machine K / --machines N):
+    # {"machines": N, "here": [K, ...], "underlay": [{address, iface}, ...], "vxlan_port",
+    #  "vni_base", "stitch_netns": {"K": namespace or None (the root namespace)},
+    #  "simulated": bool}; None for a lab on one machine
+    split: dict[str, Any] | None = None
+    # interfaces made outside the lab's namespaces ([namespace or None, ifname]): the stitch
+    # ends and VXLAN devices in a machine's root namespace; `down` deletes exactly these
+    outside: list[list[Any]] = field(default_factory=list)
 
     @cached_property
     def plan(self) -> Plan:
         return Plan(self.params)
+
+    @cached_property
+    def partition(self) -> Partition | None:
+        if self.split is None:
+            return None
+        return Partition(
+            self.plan, int(self.split["machines"]), int(self.split["vxlan_port"]),
+            int(self.split["vni_base"]),
+        )  # fmt: skip
+
+    @property
+    def here(self) -> list[int]:
+        """The machines whose parts this state file holds ([0] for a lab on one machine)."""
+        return [int(k) for k in self.split["here"]] if self.split else [0]
+
+    def is_local(self, node: str) -> bool:
+        part = self.partition
+        return part is None or part.machine_of(node) in self.here
+
+    def require_local(self, node: str) -> None:
+        """LabError saying where ``node`` lives when its part is on another machine."""
+        part = self.partition
+        if part is None or self.is_local(node):
+            return
+        k = part.machine_of(node)
+        u = self.split["underlay"][k] if self.split else {}
+        raise LabError(
+            f"{node} is on machine {k} of lab {self.name} (underlay {u.get('address')}); this "
+            f"machine holds part {', '.join(map(str, self.here))}: run the command on machine {k}"
+        )
+
+    def switches(self) -> list[Node]:
+        """The switches whose namespaces are on this machine."""
+        return [n for n in self.plan.switches() if self.is_local(n.name)]
+
+    def links(self) -> list[Link]:
+        """The links with at least one end on this machine."""
+        return [
+            lk for lk in self.plan.links() if self.is_local(lk.a.node) or self.is_local(lk.b.node)
+        ]
+
+    def nodes(self) -> list[Node]:
+        return [n for n in self.plan.nodes() if self.is_local(n.name)]
 
     @property
     def switch_mode(self) -> str:
@@ -117,6 +169,7 @@ class LabState:
 
     def namespace(self, node: str) -> str:
         self.plan.parse_node(node)  # ParamError for a node that is not in this lab
+        self.require_local(node)
         return self.plan.namespace(node)
 
     def to_dict(self) -> dict[str, Any]:
@@ -131,6 +184,7 @@ class LabState:
             "created_at": self.created_at,
             "up_s": self.up_s,
             "error": self.error,
+            **({"split": self.split, "outside": self.outside} if self.split else {}),
         }
 
     def save(self) -> None:
@@ -157,6 +211,8 @@ class LabState:
             created_at=data.get("created_at", 0.0),
             up_s=data.get("up_s"),
             error=data.get("error"),
+            split=data.get("split"),
+            outside=[list(x) for x in data.get("outside", [])],
         )
 
 

@@ -139,12 +139,19 @@ def _rate_text(rate_bytes: int | None) -> str:
     return f"{bits}bit"
 
 
+REMOTE_END = EndState(present=False, admin="remote", carrier=False)
+
+
 def link_status(state: LabState, link: Link, views: dict[str, NsView]) -> dict[str, Any]:
+    """A link as the kernel shows its two ends (of a split lab: an end on another machine is
+    ``admin: remote``, and the link is up when the end here is)."""
     plan = state.plan
     va = views.get(plan.namespace(link.a.node), NsView(False))
     vb = views.get(plan.namespace(link.b.node), NsView(False))
-    a, b = end_state(va, link.a.ifname), end_state(vb, link.b.ifname)
-    up = a.up and b.up
+    a_here, b_here = state.is_local(link.a.node), state.is_local(link.b.node)
+    a = end_state(va, link.a.ifname) if a_here else REMOTE_END
+    b = end_state(vb, link.b.ifname) if b_here else REMOTE_END
+    up = (a.up or not a_here) and (b.up or not b_here)
     faults = end_faults(state, link.a.node, va, link.a.ifname) + end_faults(
         state, link.b.node, vb, link.b.ifname
     )
@@ -193,11 +200,11 @@ def node_status(state: LabState, node, views: dict[str, NsView]) -> dict[str, An
 
 
 def status(state: LabState, *, with_faults: bool = True) -> dict[str, Any]:
-    plan = state.plan
     views = read_lab(state, with_faults=with_faults)
-    nodes = [node_status(state, n, views) for n in plan.nodes()]
-    links = [link_status(state, link, views) for link in plan.links()]
-    return {
+    # a part of a split lab: the nodes on this machine, the links with an end here
+    nodes = [node_status(state, n, views) for n in state.nodes()]
+    links = [link_status(state, link, views) for link in state.links()]
+    out = {
         "name": state.name,
         "phase": state.phase,
         "switch_mode": state.switch_mode,
@@ -213,6 +220,10 @@ def status(state: LabState, *, with_faults: bool = True) -> dict[str, Any]:
             "links_with_faults": sum(1 for x in links if x["faults"]),
         },
     }
+    if state.partition is not None:
+        out["machines"] = state.partition.machines
+        out["here"] = state.here
+    return out
 
 
 def format_status(st: dict[str, Any], verbose: bool = False) -> str:
@@ -268,7 +279,7 @@ def switch_stats(state: LabState, node_name: str) -> dict[str, Any]:
     """Counters of one switch: the mrc-switch stats file (python) or the kernel's."""
     plan = state.plan
     node = plan.parse_node(node_name)
-    ns = plan.namespace(node_name)
+    ns = state.namespace(node_name)  # of a split lab: LabError naming its machine if not here
     if state.switch_mode == "python":
         rec = state.processes.get(node_name)
         data: dict[str, Any] = {"node": node_name, "source": "mrc-switch"}

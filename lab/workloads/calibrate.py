@@ -424,6 +424,10 @@ class Calibration:
     code_hash: str = ""
     wall_s: float = 0.0
     cache_file: str = ""
+    # the cores it ran on and the shared switch processes the lab had (both follow the
+    # machine: lifecycle.switch_procs_default)
+    cores: int = 0
+    switch_procs: int = 0
     from_cache: bool = field(default=False, compare=False)
 
     @property
@@ -541,7 +545,8 @@ def cache_key(
     return (
         f"{params.switch}:{params.planes}p:{params.t0}x{params.t1}:{params.hosts_per_t0}h:"
         f"mtu{params.mtu}:buf{params.buffer_kb}:ecn{params.ecn_kb}:{flows}:size{size}:"
-        f"cap{cap_mbit:g}:{'+'.join(transports)}:{knobs}"
+        f"cap{cap_mbit:g}:{'+'.join(transports)}:{knobs}:cores{lifecycle.cores_here()}:"
+        f"sp{lifecycle.switch_procs_default(params.planes)}"
     )
 
 
@@ -723,6 +728,8 @@ def calibrate(
         boot_id=boot_id(),
         code_hash=code_hash(),
         wall_s=round(time.monotonic() - t_start, 1),
+        cores=lifecycle.cores_here(),
+        switch_procs=lifecycle.switch_procs_default(params.planes),
     )
     return cal
 

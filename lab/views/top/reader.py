@@ -89,12 +89,12 @@ class FaultReader:
                 except OSError:
                     views = read_lab(st)
             plan = st.plan
-            nodes = [node_status(st, n, views) for n in plan.switches()]
-            links = [link_status(st, x, views) for x in plan.links()]
+            nodes = [node_status(st, n, views) for n in st.switches()]
+            links = [link_status(st, x, views) for x in st.links()]
             f = faults_from_status({"nodes": nodes, "links": links})
             kports: dict[str, dict[str, dict[str, Any]]] = {}
             if st.switch_mode == "kernel":
-                for n in plan.switches():
+                for n in st.switches():
                     view = views.get(plan.namespace(n.name), NsView(False))
                     pmap = {}
                     for sp in plan.switch_ports(n):
@@ -147,7 +147,7 @@ class Top:
         self.state = state
         self.interval_s = interval_s
         self.plan = state.plan
-        self.switch_names = [n.name for n in self.plan.switches()]
+        self.switch_names = [n.name for n in state.switches()]
         self.port_rates = Rates()
         self.qp_rates = Rates()
         self.faults = FaultReader(state, faults_s)

@@ -58,6 +58,8 @@ def orchestrate(st: Any, sides: list[Side]) -> tuple[dict[str, Any], list[int]]:
     stopped by PID if anything fails; the others' stderr is shown only when they fail (the
     result side's passes through)."""
     plan = st.plan
+    for side in sides:  # a part of a split lab: every side's host must be here
+        st.require_local(plan.host_name(side.host))
     procs: list[tuple[subprocess.Popen, Any, str]] = []
     result_text = ""
     codes: list[int] = []
