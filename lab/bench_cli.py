@@ -23,6 +23,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from lab.fabric import state
@@ -354,6 +355,32 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _check_values(args: argparse.Namespace) -> None:
+    """The values that need no lab, checked before it is looked for: a bad value is a usage
+    error whether or not the lab is up (the same checks run again where the lab is known)."""
+    size = getattr(args, "size", None)
+    if isinstance(size, int) and not 1 <= size < 1 << 32:
+        raise UsageError(f"--size {size}: 1 byte .. 4 GiB - 1 (one RDMA Write)")
+    for flag, attr, low in (("--iters", "iters", 1), ("--qps", "qps", 1), ("--depth", "depth", 1)):
+        v = getattr(args, attr, None)
+        if isinstance(v, int) and v < low:
+            raise UsageError(f"{flag} {v}: must be >= {low}")
+    qps = getattr(args, "qps", None)
+    if isinstance(qps, int) and qps > 256:
+        raise UsageError(f"--qps {qps}: 1..256")
+    for flag, attr in (("--duration", "duration"), ("--timeline-ms", "timeline_ms"),
+                       ("--seconds", "seconds"), ("--interval-ms", "interval_ms")):  # fmt: skip
+        v = getattr(args, attr, None)
+        if isinstance(v, int | float) and not v > 0:
+            raise UsageError(f"{flag} {v:g}: must be > 0")
+    src, dst = getattr(args, "src", None), getattr(args, "dst", None)
+    if src is not None and src == dst:
+        raise UsageError(f"--src and --dst are both {src}: they must be different hosts")
+    plot = getattr(args, "plot", None)
+    if plot and not Path(plot).resolve().parent.is_dir():
+        raise UsageError(f"--plot {plot}: directory {Path(plot).resolve().parent} does not exist")
+
+
 def _load_lab(name: str) -> Any:
     try:
         return state.load(name)
@@ -373,6 +400,7 @@ def _main(args: argparse.Namespace) -> int:
         plugins.choice_from_args(args).export()  # (the NIC processes read it: LabHost)
     except plugins.PluginError as e:
         raise UsageError(str(e)) from None
+    _check_values(args)
     st = _load_lab(args.lab)
     if st.phase != "up":
         raise UsageError(f"lab {args.lab} is not up (phase {st.phase!r})")

@@ -182,6 +182,14 @@ def _usage(convert: Callable[[str], _T], text: str) -> _T:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def size_text(n: int) -> str:
+    """A byte count as a person writes it back: ``64 GiB``, ``1.5 MiB``, ``4206 bytes``."""
+    for unit, name in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if n >= unit:
+            return f"{n / unit:g} {name}"
+    return f"{n} bytes"
+
+
 def size_arg(text: str) -> int:
     """argparse ``type=`` for a size in bytes (``--size 1.5M``)."""
     return _usage(parse_size, text)

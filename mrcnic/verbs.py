@@ -693,9 +693,27 @@ class SimNetwork:
         # events stay queued in the QPs: the user polls them (QP.poll_cq, QP.poll_recv)
         self._pump_loop.pump(host, self.devices[host], self.fabric.now)
 
-    def run_until(self, done: Callable[[], bool], max_s: float = 10.0) -> float:
-        """Advance virtual time until ``done()`` or ``max_s`` more seconds; returns the time."""
+    def run_until(
+        self, done: Callable[[], bool], max_s: float = 10.0, *, strict: bool = True
+    ) -> float:
+        """Advance virtual time until ``done()``; returns the time. When ``done()`` is still
+        false after ``max_s`` more seconds: TimeoutError (``strict``, the default: a run that
+        did not get there says so), or return then (``strict=False``: just advance time)."""
         for h in range(2):
             self._pump(h)
-        self.fabric.run(self.fabric.now + max_s, done)
+        start = self.fabric.now
+        reached = False
+
+        def check() -> bool:  # done() may consume what it looks at (poll_cq): ask it once
+            nonlocal reached
+            reached = reached or bool(done())
+            return reached
+
+        self.fabric.run(start + max_s, check)
+        if strict and not (reached or check()):
+            raise TimeoutError(
+                f"run_until: the condition was still false after {max_s:g} s of virtual time "
+                f"(from {start:g} s to {self.fabric.now:g} s); check the QPs' poll_events() "
+                "for errors, give more max_s, or pass strict=False to only advance time"
+            )
         return self.fabric.now

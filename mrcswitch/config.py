@@ -249,8 +249,19 @@ def _str(data: Mapping[str, Any], key: str, where: str, default: str | None = No
     return value
 
 
+#: the largest values a port takes: a rate of 10 Tb/s and a buffer of 1 GiB are beyond any
+#: switch port, and keep the C queue's byte and nanosecond arithmetic far from overflow
+MAX_RATE_BPS = 10**13
+MAX_BUFFER_BYTES = 1 << 30
+
+
 def _int(
-    data: Mapping[str, Any], key: str, where: str, default: int | None = None, minimum: int = 0
+    data: Mapping[str, Any],
+    key: str,
+    where: str,
+    default: int | None = None,
+    minimum: int = 0,
+    maximum: int | None = None,
 ) -> int:
     value = data.get(key, default)
     if value is None:
@@ -259,6 +270,8 @@ def _int(
         raise ConfigError(where + key, f"must be an integer, got {value!r}")
     if value < minimum:
         raise ConfigError(where + key, f"must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(where + key, f"must be <= {maximum}, got {value}")
     return value
 
 
@@ -331,15 +344,21 @@ def _port(raw: Any, i: int, max_frame: int) -> PortConfig:
     if "rate_bps" in raw and "rate_mbit" in raw:
         raise ConfigError(where + "rate_bps", "give rate_bps or rate_mbit, not both")
     if "rate_bps" in raw:
-        rate_bps = _int(raw, "rate_bps", where, minimum=1)
+        rate_bps = _int(raw, "rate_bps", where, minimum=1, maximum=MAX_RATE_BPS)
     else:
         mbit = raw.get("rate_mbit")
         if mbit is None:
             raise ConfigError(where + "rate_mbit", "required (or rate_bps)")
-        if isinstance(mbit, bool) or not isinstance(mbit, int | float) or not mbit > 0:
-            raise ConfigError(where + "rate_mbit", f"must be a number > 0, got {mbit!r}")
+        if (
+            isinstance(mbit, bool)
+            or not isinstance(mbit, int | float)
+            or not 0 < mbit <= MAX_RATE_BPS / 1e6
+        ):
+            raise ConfigError(
+                where + "rate_mbit", f"must be a number in (0, {MAX_RATE_BPS / 1e6:g}], got {mbit!r}"
+            )
         rate_bps = round(mbit * 1_000_000)
-    buffer_bytes = _int(raw, "buffer_bytes", where, minimum=1)
+    buffer_bytes = _int(raw, "buffer_bytes", where, minimum=1, maximum=MAX_BUFFER_BYTES)
     if buffer_bytes < max_frame:
         raise ConfigError(
             where + "buffer_bytes", f"must hold one frame of max_frame_bytes ({max_frame})"

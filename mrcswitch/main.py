@@ -8,12 +8,16 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
 from .config import ConfigError, load_config
 from .host import SwitchHost, control
 from .switch import Switch
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+NETNS_DIR = "/run/netns"  # where `ip netns` names namespaces
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,14 +43,19 @@ def main(argv: list[str] | None = None) -> int:
         "answer, e.g. '{\"op\": \"delay\", \"switch\": \"p0-t1-0\", \"port\": \"dn0\", "
         "\"delay_ns\": 2000000}' (ops: stop, start, delay, list); exit 1 if refused",
     )  # fmt: skip
-    ap.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    ap.add_argument(
+        "--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
+        help="DEBUG, INFO, WARNING or ERROR (default INFO)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     if args.request is not None:
         return _request(ap, args)
     if not args.config:
         ap.error("--config is required (or --control SOCK --request JSON)")
+    if args.check:
+        return _check(args.config)
     logging.basicConfig(
-        level=getattr(logging, args.log_level.upper(), logging.INFO),
+        level=getattr(logging, args.log_level),
         format="%(asctime)s mrc-switch %(levelname)s %(message)s",
         stream=sys.stderr,
     )
@@ -58,9 +67,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"mrc-switch: bad config {path}: {exc}", file=sys.stderr)
         return 2
-    if args.check:
-        print(f"mrc-switch: {path}: OK ({len(cfg.ports)} ports, {len(cfg.table)} routes)")
-        return 0
     sw = Switch(cfg, str(Path(path).resolve()))
     try:
         sw.write_stats()  # "ready": false until every port is open
@@ -71,6 +77,40 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         sw.close()
+    return 0
+
+
+def _check(paths: list[str]) -> int:
+    """``--check``: each config on its own, then what only the set shows (a switch name or
+    a namespace's interface given twice) and namespaces that do not exist here."""
+    names: dict[str, str] = {}
+    ports: dict[tuple[str, str], str] = {}
+    for path in paths:
+        try:
+            cfg = load_config(path)
+        except ConfigError as exc:
+            print(f"mrc-switch: bad config {path}: {exc}", file=sys.stderr)
+            return 2
+        problem = None
+        if cfg.name and cfg.name in names:
+            problem = f"switch name {cfg.name!r} is also the name in {names[cfg.name]}"
+        elif cfg.netns and not os.path.exists(os.path.join(NETNS_DIR, cfg.netns)):
+            problem = f"network namespace {cfg.netns!r} does not exist ({NETNS_DIR}/{cfg.netns})"
+        else:
+            for port in cfg.ports:
+                key = (cfg.netns, port.interface)
+                if key in ports:
+                    where = f"namespace {cfg.netns}" if cfg.netns else "this namespace"
+                    problem = (
+                        f"interface {port.interface} of {where} is also a port in {ports[key]}"
+                    )
+                    break
+                ports[key] = path
+        if problem:
+            print(f"mrc-switch: bad config {path}: {problem}", file=sys.stderr)
+            return 2
+        names[cfg.name] = path
+        print(f"mrc-switch: {path}: OK ({len(cfg.ports)} ports, {len(cfg.table)} routes)")
     return 0
 
 
@@ -95,15 +135,6 @@ def _request(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 def _main_host(args: argparse.Namespace) -> int:
     """Several switches in this process (mrcswitch.host)."""
-    if args.check:
-        for path in args.config:
-            try:
-                cfg = load_config(path)
-            except ConfigError as exc:
-                print(f"mrc-switch: bad config {path}: {exc}", file=sys.stderr)
-                return 2
-            print(f"mrc-switch: {path}: OK ({len(cfg.ports)} ports, {len(cfg.table)} routes)")
-        return 0
     try:
         host = SwitchHost(args.config, args.control)
     except ConfigError as exc:

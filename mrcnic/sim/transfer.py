@@ -52,7 +52,7 @@ from mrcnic.transport.qp_types import (
 )
 from mrcnic.units import parse_rate as parse_rate  # re-exported: mrcnic.sim.transfer.parse_*
 from mrcnic.units import parse_size as parse_size
-from mrcnic.units import parse_time, rate_arg, size_arg, time_arg
+from mrcnic.units import parse_time, rate_arg, size_arg, size_text, time_arg
 
 TRANSPORTS = ("mrc", "rocev2")
 ROCEV2_PORT_POLICIES = ("rail", "hash")
@@ -548,8 +548,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--msg-size",
         type=size_arg,
         metavar="BYTES",
-        default=1 << 20,
-        help="bytes per RDMA write (default 1M)",
+        default=None,
+        help="bytes per RDMA write (default 1M, or --size when that is smaller)",
     )
     p.add_argument("--mtu", type=int, default=4096, help="payload bytes per packet (default 4096)")
     p.add_argument(
@@ -598,7 +598,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-ecn", action="store_true", help="disable ECN marking")
     p.add_argument("--no-trim", action="store_true", help="drop instead of trimming on overflow")
     p.add_argument(
-        "--loss", type=float, default=0.0, help="random loss probability per packet per fabric path"
+        "--loss",
+        type=loss_arg,
+        default=0.0,
+        metavar="P|X%",
+        help="random loss per packet per fabric path: a probability below 1 (0.001) or a "
+        "percent (0.1%%) [0]",
     )
     p.add_argument(
         "--path-loss",
@@ -711,6 +716,123 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+DEFAULT_MSG_SIZE = 1 << 20
+
+
+def loss_arg(text: str) -> float:
+    """argparse ``type=`` for ``--loss``: a probability in [0, 1) or a percent (``1%``).
+    A bare 1 or 50 is refused, not read as "everything lost" (``mrc-lab loss`` takes a
+    percent: the two are easy to mix up)."""
+    t = text.strip()
+    try:
+        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a loss: a probability (0.001) or a percent (0.1%)"
+        ) from None
+    if not 0.0 <= value < 1.0 or value != value:
+        hint = f"; for {t}% write {t}% or {float(t) / 100:g}" if not t.endswith("%") else ""
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: loss is a probability in [0, 1) or a percent below 100%{hint}"
+        )
+    return value
+
+
+def memory_available_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo (None where there is none)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_args(a: argparse.Namespace, workload: str) -> None:
+    """Every value checked before any work, each error naming the flag, the range and the
+    fix (ValueError; main turns it into a usage error)."""
+    for flag, value in (("--planes", a.planes), ("--paths-per-plane", a.paths_per_plane),
+                        ("--t0", getattr(a, "t0", 1)), ("--hosts-per-t0", getattr(a, "hosts_per_t0", 1)),
+                        ("--size", a.size), ("--qps", a.qps if a.qps is not None else 1)):  # fmt: skip
+        if value < 1:
+            raise ValueError(f"{flag} {value}: must be 1 or more")
+    if a.msg_size is not None and a.msg_size < 1:
+        raise ValueError(f"--msg-size {a.msg_size}: must be 1 byte or more")
+    for flag, value in (("--port-rate", a.port_rate), ("--path-rate", a.path_rate)):
+        if value is not None and not value > 0:
+            raise ValueError(f"{flag} {value:g}: a rate above 0 (e.g. 100Mbit)")
+    if a.delay is not None and a.delay < 0:
+        raise ValueError(f"--delay {a.delay:g}: a time of 0 or more (e.g. 20us)")
+    if not a.max_time > 0:
+        raise ValueError(f"--max-time {a.max_time:g}: a time above 0 (e.g. 60s)")
+    if a.timeline is not None and not a.timeline > 0:
+        raise ValueError(f"--timeline {a.timeline:g}: a bin width above 0 (e.g. 10ms)")
+    if a.mtu < 256 or a.mtu > 9000:
+        raise ValueError(f"--mtu {a.mtu}: payload bytes per packet, 256..9000 (default 4096)")
+    frame = a.mtu + DATA_OVERHEAD_BYTES
+    if a.queue is not None and a.queue < frame:
+        raise ValueError(
+            f"--queue {size_text(a.queue)}: below one full data frame ({frame} bytes with --mtu {a.mtu}), "
+            "so every packet would be trimmed; give at least that (the lab's is 64K)"
+        )
+    if not a.no_ecn and a.ecn is not None:
+        if a.ecn < 1:
+            raise ValueError(
+                f"--ecn {a.ecn}: a threshold above 0 bytes (--no-ecn turns marking off)"
+            )
+        if a.queue is not None and a.ecn >= a.queue:
+            raise ValueError(
+                f"--ecn {size_text(a.ecn)} is not below --queue {size_text(a.queue)}: nothing would ever be marked; "
+                "give a threshold below the queue, or --no-ecn"
+            )
+    if a.evs < a.planes or a.evs % a.planes:
+        raise ValueError(
+            f"--evs {a.evs}: EVs are split equally across the {a.planes} planes, so a multiple "
+            f"of {a.planes}, at least {a.planes} (default 128)"
+        )
+    if a.msg_size is None:
+        a.msg_size = min(DEFAULT_MSG_SIZE, a.size)
+    elif workload == "p2p" and a.msg_size > a.size:
+        raise ValueError(
+            f"--msg-size {size_text(a.msg_size)} is larger than --size {size_text(a.size)}: one write is at most "
+            "the whole transfer"
+        )
+    if a.transport != "rocev2":
+        for flag, given in (("--rocev2-ports", a.rocev2_ports != "rail"),
+                            ("--rocev2-timeout", a.rocev2_timeout != "auto"),
+                            ("--rocev2-option", bool(a.rocev2_option))):  # fmt: skip
+            if given:
+                raise ValueError(f"{flag}: for --transport rocev2 only (this run is {a.transport})")
+    hosts = 2 if workload == "p2p" else a.t0 * a.hosts_per_t0
+    need = a.size * (2 if workload == "p2p" else 2 * hosts)
+    have = memory_available_bytes()
+    if have is not None and need > 0.8 * have:
+        raise ValueError(
+            f"--size {size_text(a.size)}: this run holds about {need / 2**30:.1f} GiB of source and "
+            f"destination buffers, more than this machine has free ({have / 2**30:.1f} GiB "
+            "available): give a smaller --size"
+        )
+    failed: dict[tuple[str, int], float] = {}
+    steps = sorted(
+        [(Fault.parse(t, up=False), t) for t in a.fail]
+        + [(Fault.parse(t, up=True), t) for t in a.heal],
+        key=lambda ft: ft[0].time_s,
+    )
+    for f, text in steps:
+        key = (f.kind, f.index)
+        if not f.up:
+            failed[key] = f.time_s
+        elif key not in failed:
+            raise ValueError(
+                f"--heal {text}: {f.kind} {f.index} was not failed before {f.time_s:g} s "
+                "(a --fail of the same path, plane or port must come first)"
+            )
+        else:
+            del failed[key]
+
+
 def parse_path_loss(text: str, paths: int) -> tuple[int, float]:
     """``N:LOSS`` -> (path, loss)."""
     m = re.fullmatch(r"\s*(\d+):([0-9.eE+-]+)\s*", text)
@@ -732,6 +854,7 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
                         ("queue", scale.queue_bytes), ("ecn", scale.ecn_bytes)):  # fmt: skip
         if getattr(a, name, None) is None:
             setattr(a, name, value)
+    check_args(a, workload)
     fabric = FabricSpec(
         planes=a.planes,
         paths_per_plane=a.paths_per_plane,
