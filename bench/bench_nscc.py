@@ -42,13 +42,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FABRIC = ["--planes", "8", "--paths-per-plane", "4", "--size", "64M"]
+FABRIC = ["--planes", "8", "--t1", "4", "--size", "64M"]
 ALGOS = ("uet-1.0-nscc", "nscc-2026.11", "uet-1.0-nscc@max_cwnd=2bdp")
 SCENARIOS: dict[str, dict] = {
     "oversubscribed": {"sim": ["--path-rate", "20Mbit"]},
     "oversub_1pct_loss": {"sim": ["--path-rate", "20Mbit", "--loss", "0.01"]},
     "oversub_1ms_delay": {"sim": ["--path-rate", "20Mbit", "--delay", "1ms"]},
-    "oversub_small_queues": {"sim": ["--path-rate", "20Mbit", "--queue", "16K", "--ecn", "8K"]},
+    "oversub_small_queues": {"sim": ["--path-rate", "20Mbit", "--buffer", "16K", "--ecn", "8K"]},
     "lossless": {"sim": [], "target": 0.95},
     "loss_0.1pct": {"sim": ["--loss", "0.001"], "target": 0.9},
     "loss_1pct": {"sim": ["--loss", "0.01"], "target": 0.8},

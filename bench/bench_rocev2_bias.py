@@ -38,7 +38,7 @@ from mrcnic.sim import transfer as sim
 BEFORE = ("bdp_window=true", "nak_retries=false", "dcqcn_profile=paper")
 SCENARIOS: dict[str, list[str]] = {
     "collide_2to1": [
-        *("--planes", "1", "--paths-per-plane", "4", "--port-rate", "800M"),
+        *("--planes", "1", "--t1", "4", "--rate", "800M"),
         *("--path-rate", "200M", "--qps", "8", "--size", "16M"),
     ],
     "paths_5x_slower": ["--path-rate", "20Mbit", "--size", "16M"],

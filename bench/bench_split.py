@@ -39,7 +39,7 @@ def _commit() -> str | None:
 
 
 def one_run(lab: str, split: bool, rate_mbit: float, size: str) -> dict[str, Any]:
-    up = [_tool("mrc-lab"), "up", "--name", lab, "--rate-mbit", str(rate_mbit), "-q"]
+    up = [_tool("mrc-lab"), "up", "--lab", lab, "--rate", f"{rate_mbit:g}Mbit", "-q"]
     if split:
         up += ["--machines", "2"]
     subprocess.run(up, check=True, stdout=subprocess.DEVNULL)
@@ -50,7 +50,7 @@ def one_run(lab: str, split: bool, rate_mbit: float, size: str) -> dict[str, Any
             capture_output=True, text=True, check=False,
         )  # fmt: skip
     finally:
-        subprocess.run([_tool("mrc-lab"), "down", "--name", lab, "-q"], stdout=subprocess.DEVNULL)
+        subprocess.run([_tool("mrc-lab"), "down", "--lab", lab, "-q"], stdout=subprocess.DEVNULL)
     if w.returncode != 0:
         return {"split": split, "error": w.stderr.strip().splitlines()[-3:]}
     res = json.loads(w.stdout)

@@ -113,7 +113,7 @@ def pps_python_twin(rounds: int, packets: int, mtu: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-FABRIC = ["--planes", "8", "--paths-per-plane", "4"]
+FABRIC = ["--planes", "8", "--t1", "4"]
 
 # Beyond the four scenarios: how much the RoCEv2 figures owe to the lab's scale and to the
 # baseline's settings (docs/rocev2.md, "How the lab biases the comparison").
@@ -128,12 +128,12 @@ SENSITIVITY = {
     # one plane, 4 T1 paths of a quarter of the port rate: ECMP collisions decide RoCEv2
     "single_plane_4x200M_1qp": (
         TRANSPORTS,
-        ["--planes", "1", "--paths-per-plane", "4", "--port-rate", "800Mbit"]
+        ["--planes", "1", "--t1", "4", "--rate", "800Mbit"]
         + ["--path-rate", "200Mbit", "--qps", "1"],
     ),
     "single_plane_4x200M_8qps": (
         ("rocev2",),
-        ["--planes", "1", "--paths-per-plane", "4", "--port-rate", "800Mbit"]
+        ["--planes", "1", "--t1", "4", "--rate", "800Mbit"]
         + ["--path-rate", "200Mbit", "--qps", "8"],
     ),
 }

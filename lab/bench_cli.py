@@ -36,12 +36,11 @@ from lab.workloads.bench.orchestrate import PORT_SLOT, Side, listen_port, orches
 from lab.workloads.bench.screen import format_allreduce, format_alltoall, format_pair
 from lab.workloads.bench.write import WriteParams
 from mrcnic import plugins
+from mrcnic.cliflags import EXIT_FAILED, EXIT_OK, EXIT_USAGE, deprecated
 from mrcnic.errors import MrcError
 from mrcnic.io import aio
 from mrcnic.units import size_arg, time_arg, time_in
 from mrcnic.verbs import _core_class
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 class UsageError(MrcError):
@@ -158,12 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="outstanding writes over all QPs (default: 2 MiB worth, 16..1024)",
     )
     w.add_argument(
-        "--timeline-ms",
+        "--timeline",
         type=time_in(1e-3),
-        metavar="MS",
+        dest="timeline_ms",
+        metavar="BIN",
         default=None,
-        help="add a goodput timeline with this bin width to the JSON",
+        help="add a goodput timeline with this bin width to the JSON: 10ms, 0.1s",
     )
+    deprecated(w, "--timeline-ms", "--timeline", dest="timeline_ms", type=time_in(1e-3))
     w.add_argument(
         "--progress-s",
         type=time_arg,
@@ -184,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE.png",
         default=None,
         help="also write a PNG of goodput over time with the capacity and its faults (NIC "
-        "ports down); implies --timeline-ms 100 unless given",
+        "ports down); implies --timeline 100ms unless given",
     )
 
     lat = sub.add_parser("lat", help="latency, like ib_write_lat")
@@ -297,8 +298,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scenario(ps)
     ps.add_argument("--stuck", required=True, help="the host whose NIC stopped draining")
     ps.add_argument(
-        "--seconds", type=time_arg, default=5.0, help="how long it sends PAUSE (default 5)"
-    )
+        "--duration", type=time_arg, dest="seconds", default=5.0, metavar="TIME",
+        help="how long it sends PAUSE: 5s, 500ms (default 5s)",
+    )  # fmt: skip
+    deprecated(ps, "--seconds", "--duration", dest="seconds", type=time_arg)
     ps.add_argument(
         "--interval-ms",
         type=time_in(1e-3),
@@ -368,8 +371,8 @@ def _check_values(args: argparse.Namespace) -> None:
     qps = getattr(args, "qps", None)
     if isinstance(qps, int) and qps > 256:
         raise UsageError(f"--qps {qps}: 1..256")
-    for flag, attr in (("--duration", "duration"), ("--timeline-ms", "timeline_ms"),
-                       ("--seconds", "seconds"), ("--interval-ms", "interval_ms")):  # fmt: skip
+    for flag, attr in (("--duration", "duration"), ("--timeline", "timeline_ms"),
+                       ("--duration", "seconds"), ("--interval-ms", "interval_ms")):  # fmt: skip
         v = getattr(args, attr, None)
         if isinstance(v, int | float) and not v > 0:
             raise UsageError(f"{flag} {v:g}: must be > 0")
@@ -404,6 +407,15 @@ def _main(args: argparse.Namespace) -> int:
     st = _load_lab(args.lab)
     if st.phase != "up":
         raise UsageError(f"lab {args.lab} is not up (phase {st.phase!r})")
+    part = st.partition
+    if part is not None and set(st.here) != set(range(part.machines)) and args.test != "write" \
+            and args.test != "lat":  # fmt: skip
+        raise UsageError(
+            f"mrc-bench {args.test} drives every host of the lab from here, and this machine "
+            f"holds part {', '.join(map(str, st.here))} of {part.machines}: run it where every "
+            "part is (a split tried on one machine: mrc-lab up --machines N), or use write/lat "
+            "with --server/--client on each host's machine (docs/multihost.md)"
+        )
     _check_transport(args.transport)
     if args.test == "allreduce":
         return _allreduce(st, args)
@@ -503,7 +515,7 @@ def _pause_storm(st: Any, args: argparse.Namespace) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
     if args.seconds <= 0:
-        raise UsageError("--seconds must be > 0")
+        raise UsageError("--duration must be > 0")
     if args.interval_ms <= 0:
         raise UsageError("--interval-ms must be > 0")
     p = storm.StormParams(
@@ -564,7 +576,7 @@ def _write_params(st: Any, args: argparse.Namespace) -> Any:
         raise UsageError("--depth must be >= 1")
     tl = None if lat else args.timeline_ms
     if tl is not None and tl <= 0:
-        raise UsageError("--timeline-ms must be > 0")
+        raise UsageError("--timeline must be > 0")
     return WriteParams(
         test="lat" if lat else "write",
         size=size,
@@ -655,7 +667,7 @@ def _forward(args: argparse.Namespace) -> list[str]:
             out += ["--depth", str(args.depth)]
         out += ["--progress-s", str(args.progress_s)]
         if args.timeline_ms is not None:
-            out += ["--timeline-ms", str(args.timeline_ms)]
+            out += ["--timeline", f"{args.timeline_ms:g}ms"]
         if args.ev_log:
             out += ["--ev-log", str(args.ev_log)]
     else:

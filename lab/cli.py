@@ -16,11 +16,12 @@ from lab.fabric.netns import LabError, ns_argv
 from lab.fabric.params import DEFAULT_NAME, ParamError, resolve
 from lab.fabric.partition import VXLAN_PORT, Partition, parse_underlay, split_spec
 from lab.fabric.progress import Progress
-from lab.fabric.state import list_labs, load
+from lab.fabric.state import NoSuchLab, list_labs, load
 from lab.fabric.status import format_stats, format_status, status, switch_stats
 from lab.fabric.topology import Plan
 from lab.workloads import calibrate
 from mrcnic import plugins
+from mrcnic.cliflags import EXIT_FAILED, EXIT_USAGE, deprecated, loss_arg, size_kib
 from mrcnic.units import size_in, time_arg, time_in
 
 MAIN_EPILOG = """\
@@ -33,7 +34,7 @@ examples:
   mrc-lab status                              what is up and down, as the kernel sees it
   mrc-lab exec h0 -- ip -br link              a command inside host h0's namespace
   mrc-lab link down p0-t0-0 p0-t1-1           take a fabric link down (and `link up` again)
-  mrc-lab loss h0 p3-t0-0 --percent 1         1% loss both ways on h0's plane-3 link
+  mrc-lab loss h0 p3-t0-0 --loss 1%          1% loss both ways on h0's plane-3 link
   mrc-lab reboot p0-t1-0 --down-ms 2000       a switch reboot
   mrc-lab down                                remove everything the lab made
 
@@ -51,27 +52,30 @@ def _topology_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--t1", type=int, help="T1 (spine) switches per plane [2]")
     g.add_argument("--hosts-per-t0", type=int, dest="hosts_per_t0", help="hosts under each T0 [2]")
     g.add_argument(
-        "--rate-mbit",
-        type=calibrate.rate_arg,
+        "--rate",
+        type=calibrate.rate_flag,
         dest="rate_mbit",
-        metavar="R",
-        help="link rate, Mbit/s, or spelled out: 100, 1G, 2.5mbit; auto: the rate this "
-        "machine carries with the fabric, not the CPU, as the limit (mrc-lab calibrate) [100]",
+        metavar="RATE",
+        help="link rate with its unit: 100Mbit, 1G, 2.5Mbit; auto: the rate this machine "
+        "carries with the fabric, not the CPU, as the limit (mrc-lab calibrate) [100Mbit]",
     )
+    deprecated(g, "--rate-mbit", "--rate", dest="rate_mbit", type=calibrate.rate_arg)
     g.add_argument(
-        "--buffer-kb",
-        type=size_in(1024),
+        "--buffer",
+        type=size_kib,
         dest="buffer_kb",
-        metavar="K",
-        help="switch port buffer, KiB, or spelled out: 64, 1.5M [64]",
+        metavar="SIZE",
+        help="switch port buffer: 64K, 1.5M [64K]",
     )
+    deprecated(g, "--buffer-kb", "--buffer", dest="buffer_kb", type=size_in(1024))
     g.add_argument(
-        "--ecn-kb",
-        type=size_in(1024),
+        "--ecn",
+        type=size_kib,
         dest="ecn_kb",
-        metavar="K",
-        help="python switches: ECN marking threshold of a port's queue, KiB [half the buffer]",
+        metavar="SIZE",
+        help="python switches: ECN marking threshold of a port's queue: 32K [half the buffer]",
     )
+    deprecated(g, "--ecn-kb", "--ecn", dest="ecn_kb", type=size_in(1024))
     g.add_argument("--mtu", type=int, help="MTU of fabric links (>= 4192) [4200]")
     g.add_argument("--block", help="SRv6 locator block [fcbb:bb00::/32]")
     g.add_argument(
@@ -129,10 +133,13 @@ def _split_flags(p: argparse.ArgumentParser, up: bool = False) -> None:
 
 def _name_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--name",
+        "--lab",
+        dest="name",
+        metavar="NAME",
         default=os.environ.get("MRC_LAB_NAME", DEFAULT_NAME),
         help="lab name: 'mrc' + up to 6 [a-z0-9] [$MRC_LAB_NAME or mrc]",
     )
+    deprecated(p, "--name", "--lab", dest="name")
 
 
 def _params(args: argparse.Namespace):
@@ -158,6 +165,14 @@ def _params(args: argparse.Namespace):
         print(f"{cal.line()}\n  {cal.source()}", file=sys.stderr)
         params = params.with_overrides(rate_mbit=cal.rate_mbit)
     return params
+
+
+def _percent(text: str) -> float:
+    """The old ``loss --percent X``: a number in (0, 100]."""
+    try:
+        return float(text) / 100
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percent") from None
 
 
 def _stderr(text: str) -> None:
@@ -198,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = cmd(
         "up",
         "create the lab: namespaces, veths, tables, switches; wait until ready",
-        "examples:\n  mrc-lab up\n  mrc-lab up --name mrc2 --planes 2 --switch kernel\n"
+        "examples:\n  mrc-lab up\n  mrc-lab up --lab mrc2 --planes 2 --switch kernel\n"
         "  mrc-lab up --topology examples/topologies/small.yaml\n"
         "  mrc-lab up --machines 2                   a split over 2 machines, tried here\n"
         "  mrc-lab up --machine 1 --underlay 10.0.0.1=eth1,10.0.0.2=eth1\n"
@@ -237,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = cmd(
         "calibrate",
         "measure the link rate at which this machine's CPU keeps up with a lab of this shape "
-        "(cached per boot; used by up --rate-mbit auto, make demo, make bench)",
+        "(cached per boot; used by up --rate auto, make demo, make bench)",
         "examples:\n  mrc-lab calibrate\n  mrc-lab calibrate --switch kernel --json\n"
         "  mrc-lab calibrate --recalibrate\n\nSee docs/lab.md (CALIBRATION).",
     )
@@ -247,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = cmd(
         "down",
         "remove exactly what the lab created (state file driven; safe to repeat)",
-        "examples:\n  mrc-lab down\n  mrc-lab down --name mrc2\n"
+        "examples:\n  mrc-lab down\n  mrc-lab down --lab mrc2\n"
         "  mrc-lab down --machine 1                  of a split lab, machine 1's part only\n",
     )
     _name_flag(p)
@@ -289,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
         "a live view of the lab: switch ports (queues, rates, ECN, trims, drops, PFC), the "
         "QPs of running NIC processes (EV states per plane, cwnd, RTT, retransmissions) and "
         "the faults in effect; q or Ctrl-C quits (docs/observe.md)",
-        "examples:\n  mrc-lab top\n  mrc-lab top --name mrc2 --interval 0.25\n"
+        "examples:\n  mrc-lab top\n  mrc-lab top --lab mrc2 --interval 0.25\n"
         "  mrc-lab top --once --width 100     # one frame on stdout\n",
     )
     _name_flag(p)
@@ -332,14 +347,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = cmd(
         "loss",
         "random loss on a link, both directions (nft numgen in a netdev egress chain)",
-        "examples:\n  mrc-lab loss p0-t0-0 p0-t1-0 --percent 1\n"
-        "  mrc-lab loss p0-t0-0 p0-t1-0 --percent 0.1\n  mrc-lab loss p0-t0-0 p0-t1-0 --clear\n",
+        "examples:\n  mrc-lab loss p0-t0-0 p0-t1-0 --loss 1%\n"
+        "  mrc-lab loss p0-t0-0 p0-t1-0 --loss 0.001\n  mrc-lab loss p0-t0-0 p0-t1-0 --clear\n",
     )
     _name_flag(p)
     p.add_argument("a")
     p.add_argument("b")
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--percent", type=float, help="loss in percent, (0, 100]")
+    g.add_argument("--loss", type=loss_arg(allow_all=True), dest="loss_fraction",
+                   metavar="X%|P", help="a percent (1%%) or a probability (0.01), up to 100%%")  # fmt: skip
+    deprecated(g, "--percent", "--loss", dest="loss_fraction", type=_percent)
     g.add_argument("--clear", action="store_true", help="remove the loss rule")
 
     p = cmd(
@@ -418,7 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("targets", nargs="+", metavar="NODE[:PORT...]",
                    help="a host or switch, optionally some of its ports (p3, d0, u1; a "
                    "host's plane number)")  # fmt: skip
-    p.add_argument("--seconds", "-s", type=float, default=10.0, help="how long [10]")
+    p.add_argument("--duration", "-s", type=time_arg, dest="seconds", default=10.0,
+                   metavar="TIME", help="how long: 10s, 500ms [10s]")  # fmt: skip
+    deprecated(p, "--seconds", "--duration", dest="seconds", type=time_arg)
     p.add_argument("-c", "--count", type=int, default=None, help="stop after N frames")
     p.add_argument("-w", "--write", required=True, metavar="FILE", help="the pcapng file")
     p.add_argument("--json", action="store_true", help="the summary as JSON")
@@ -432,7 +451,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _name_flag(p)
     p.add_argument("--hosts", default=None, help="probing hosts, e.g. h0,h3 [all]")
-    p.add_argument("--seconds", "-s", type=float, default=10.0, help="how long [10]")
+    p.add_argument("--duration", "-s", type=time_arg, dest="seconds", default=10.0,
+                   metavar="TIME", help="how long: 10s, 500ms [10s]")  # fmt: skip
+    deprecated(p, "--seconds", "--duration", dest="seconds", type=time_arg)
     p.add_argument("--interval-ms", type=float, default=100.0, help="probe rounds [100]")
     p.add_argument("--timeout-ms", type=float, default=200.0, help="a probe not back is lost [200]")
     p.add_argument("--down-after", type=int, default=3,
@@ -469,12 +490,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="where NAME.json and NAME.png go [results/experiments]",
     )
     p.add_argument(
-        "--rate-mbit",
-        type=calibrate.rate_arg,
+        "--rate",
+        dest="rate_mbit",
+        type=calibrate.rate_flag,
         default=calibrate.AUTO,
         metavar="R",
         help="link rate of every lab; auto: calibrated per lab shape [auto]",
     )
+    deprecated(p, "--rate-mbit", "--rate", dest="rate_mbit", type=calibrate.rate_arg)
     p.add_argument("--reps", type=int, default=None, help="repetitions [the experiment's]")
     p.add_argument(
         "--cpu-bound-repeats",
@@ -553,7 +576,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 print(f"{k:<{width}}  {v}")
         return 0
     if plan.host_count * plan.params.planes > 100_000:
-        raise LabError(
+        raise ParamError(
             f"the full plan of {plan.host_count} hosts is too large to print; use --summary"
         )
     data = plan.to_dict(templates=plan.host_count <= 64)
@@ -638,7 +661,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             + f"; {len(part.crossings)} crossing links over VXLAN port {part.vxlan_port}"
         )
     print(f"  state file {state.path}")
-    print(f"  next       mrc-lab status --name {params.name}; mrc-lab down --name {params.name}")
+    print(f"  next       mrc-lab status --lab {params.name}; mrc-lab down --lab {params.name}")
     return 0 if c["nodes_up"] == c["nodes"] else 1
 
 
@@ -646,6 +669,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     from lab.fabric import clab  # here: PyYAML and the switch config load only for export
 
     plan = Plan(_params(args))
+    if plan.params.switch != "python":
+        raise ParamError(
+            "export writes nodes that run mrc-switch: --switch kernel has no containerlab form "
+            "yet (the kernel's seg6local tables would be each node's own exec lines)"
+        )
     n = args.machines if args.machines is not None else len(args.underlay or []) or None
     if n is None:
         raise ParamError("export needs --machines N (or --underlay naming each machine)")
@@ -701,25 +729,27 @@ def cmd_exec(args: argparse.Namespace) -> int:
     command = list(args.command)
     # `exec h0 --name X -- cmd`: flags between the node and `--` are mrc-lab's, not the
     # command's (argparse's REMAINDER would hand them to the command)
-    if "--" in command:
+    if command and command[0] == "--":
+        command = command[1:]
+    elif command and command[0].startswith("-") and "--" in command:
         cut = command.index("--")
         extra = argparse.ArgumentParser(prog="mrc-lab exec", add_help=False)
-        extra.add_argument("--name", default=args.name)
+        extra.add_argument("--lab", "--name", dest="name", default=args.name)
         try:
             mine, rest = extra.parse_known_args(command[:cut])
         except SystemExit:
-            raise LabError(
-                "--name needs a lab name (mrc-lab exec NODE --name LAB -- CMD)"
+            raise ParamError(
+                "--lab needs a lab name (mrc-lab exec NODE --lab LAB -- CMD)"
             ) from None
         if rest:
-            raise LabError(
+            raise ParamError(
                 f"unknown option {rest[0]} before --; the command goes after it: "
-                "mrc-lab exec NODE [--name LAB] -- CMD [ARGS...]"
+                "mrc-lab exec NODE [--lab LAB] -- CMD [ARGS...]"
             )
         args.name, command = mine.name, command[cut + 1 :]
     state = load(args.name)
     if not command:
-        raise LabError("give a command after --, e.g. mrc-lab exec h0 -- ip -br link")
+        raise ParamError("give a command after --, e.g. mrc-lab exec h0 -- ip -br link")
     argv = ns_argv(state.namespace(args.node), command)
     sys.stdout.flush()
     os.execvp(argv[0], argv)
@@ -741,7 +771,7 @@ def cmd_top(args: argparse.Namespace) -> int:
     from lab.views import top  # 0.09 s to import (python -X importtime, 2026-11-27)
 
     if args.interval <= 0 or args.faults_s <= 0:
-        raise LabError("--interval and --faults-s must be > 0")
+        raise ParamError("--interval and --faults-s must be > 0")
     state = load(args.name)
     return top.run(state, args.interval, args.faults_s, once=args.once, width=args.width)
 
@@ -762,7 +792,7 @@ def cmd_loss(args: argparse.Namespace) -> int:
     if args.clear:
         f.loss_clear(args.a, args.b)
     else:
-        f.loss(args.a, args.b, args.percent)
+        f.loss(args.a, args.b, args.loss_fraction * 100)
     return 0
 
 
@@ -777,7 +807,7 @@ def cmd_shape(args: argparse.Namespace) -> int:
 
 def cmd_delay(args: argparse.Namespace) -> int:
     if (args.time is None) == (not args.clear):
-        raise LabError("give a TIME (e.g. 2ms) or --clear, not both and not neither")
+        raise ParamError("give a TIME (e.g. 2ms) or --clear, not both and not neither")
     Faults(load(args.name)).delay(args.a, args.b, None if args.clear else args.time)
     return 0
 
@@ -798,10 +828,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def cmd_capture(args: argparse.Namespace) -> int:
     if args.seconds <= 0 or (args.count is not None and args.count < 1):
-        raise LabError("--seconds must be > 0 and --count >= 1")
+        raise ParamError("--seconds must be > 0 and --count >= 1")
     out_dir = Path(args.write).resolve().parent
     if not out_dir.is_dir():
-        raise LabError(f"-w {args.write}: directory {out_dir} does not exist")
+        raise ParamError(f"-w {args.write}: directory {out_dir} does not exist")
     state = load(args.name)
     targets = capture.resolve(state, args.targets)
     say = None if args.json else _stderr
@@ -822,9 +852,9 @@ def cmd_capture(args: argparse.Namespace) -> int:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     if args.seconds <= 0 or args.interval_ms <= 0 or args.timeout_ms <= 0 or args.down_after < 1:
-        raise LabError("--seconds, --interval-ms, --timeout-ms must be > 0, --down-after >= 1")
+        raise ParamError("--seconds, --interval-ms, --timeout-ms must be > 0, --down-after >= 1")
     if not 0 < args.lossy_percent <= 100:
-        raise LabError("--lossy-percent must be in (0, 100]")
+        raise ParamError("--lossy-percent must be in (0, 100]")
     state = load(args.name)
     hosts = None
     if args.hosts:
@@ -895,7 +925,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     if args.sim:
         missing = [s.name for s in todo if s.sim is None]
         if missing and which != "all":
-            raise LabError(f"{missing[0]} has no simulated form yet (mrc-lab experiment list)")
+            raise ParamError(f"{missing[0]} has no simulated form yet (mrc-lab experiment list)")
         if missing:
             print(f"no simulated form yet, skipped: {', '.join(missing)}")
         todo = [s for s in todo if s.sim is not None]
@@ -935,9 +965,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.cmd](args)
-    except (LabError, ParamError) as e:
+    except (NoSuchLab, ParamError) as e:  # the command line cannot be used (docs/cli.md)
         print(f"mrc-lab {args.cmd}: {e}", file=sys.stderr)
-        return 1
+        return EXIT_USAGE
+    except LabError as e:
+        print(f"mrc-lab {args.cmd}: {e}", file=sys.stderr)
+        return EXIT_FAILED
     except BrokenPipeError:  # e.g. `mrc-lab plan | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -174,7 +174,7 @@ def in_unit(kind: str, value: str | float, unit: float, whole: bool = False) -> 
 # -- argparse ---------------------------------------------------------------------------------
 
 
-def _usage(convert: Callable[[str], _T], text: str) -> _T:
+def usage(convert: Callable[[str], _T], text: str) -> _T:
     """``convert(text)``, a ``UnitsError`` turned into an argparse usage error."""
     try:
         return convert(text)
@@ -192,17 +192,17 @@ def size_text(n: int) -> str:
 
 def size_arg(text: str) -> int:
     """argparse ``type=`` for a size in bytes (``--size 1.5M``)."""
-    return _usage(parse_size, text)
+    return usage(parse_size, text)
 
 
 def time_arg(text: str) -> float:
     """argparse ``type=`` for a time in seconds (``--delay 20us``)."""
-    return _usage(parse_time, text)
+    return usage(parse_time, text)
 
 
 def rate_arg(text: str) -> float:
-    """argparse ``type=`` for a rate in bit/s (``--port-rate 100Mbit``)."""
-    return _usage(parse_rate, text)
+    """argparse ``type=`` for a rate in bit/s (``--rate 100Mbit``)."""
+    return usage(parse_rate, text)
 
 
 def size_in(unit: int) -> Callable[[str], int]:
@@ -210,7 +210,7 @@ def size_in(unit: int) -> Callable[[str], int]:
     ``--buffer-kb`` (``64`` and ``64K`` are 64, ``1.5M`` is 1536)."""
 
     def size(text: str) -> int:
-        return int(_usage(lambda t: in_unit("size", t, unit), text))
+        return int(usage(lambda t: in_unit("size", t, unit), text))
 
     return size
 
@@ -220,7 +220,7 @@ def time_in(unit: float, whole: bool = False) -> Callable[[str], float]:
     ``--period-ms`` (``400`` and ``0.4s`` are 400.0); an int with ``whole``."""
 
     def time(text: str) -> float:
-        return _usage(lambda t: in_unit("time", t, unit, whole), text)
+        return usage(lambda t: in_unit("time", t, unit, whole), text)
 
     return time
 
@@ -230,6 +230,6 @@ def rate_in(unit: float) -> Callable[[str], float]:
     ``--rate-mbit`` (``100``, ``100M`` and ``100mbit`` are 100.0, ``1G`` is 1000.0)."""
 
     def rate(text: str) -> float:
-        return _usage(lambda t: in_unit("rate", t, unit), text)
+        return usage(lambda t: in_unit("rate", t, unit), text)
 
     return rate

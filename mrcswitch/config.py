@@ -355,7 +355,8 @@ def _port(raw: Any, i: int, max_frame: int) -> PortConfig:
             or not 0 < mbit <= MAX_RATE_BPS / 1e6
         ):
             raise ConfigError(
-                where + "rate_mbit", f"must be a number in (0, {MAX_RATE_BPS / 1e6:g}], got {mbit!r}"
+                where + "rate_mbit",
+                f"must be a number in (0, {MAX_RATE_BPS / 1e6:g}], got {mbit!r}",
             )
         rate_bps = round(mbit * 1_000_000)
     buffer_bytes = _int(raw, "buffer_bytes", where, minimum=1, maximum=MAX_BUFFER_BYTES)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.fabric.netns import LabError, in_netns
+from lab.fabric.params import ParamError
 from lab.fabric.pcapng import PcapngWriter
 from lab.fabric.state import LabState
 from mrcnic.io import afpacket
@@ -55,7 +56,9 @@ def node_ports(state: LabState, node: str) -> dict[str, str]:
     if n.kind == "host":
         ports = plan.host_ports(n.index)
     elif n.kind == "mgmt":
-        raise LabError("mgmt is the management bridge, not a fabric node: capture a host or switch")
+        raise ParamError(
+            "mgmt is the management bridge, not a fabric node: capture a host or switch"
+        )
     else:
         ports = plan.switch_ports(n)
     return {p.ifname.removeprefix(plan.prefix): p.ifname for p in ports}
@@ -70,19 +73,19 @@ def resolve(state: LabState, specs: Sequence[str]) -> list[Target]:
         try:
             ports = node_ports(state, node)
         except (ValueError, KeyError) as e:
-            raise LabError(f"{spec}: no node {node!r} in lab {state.name} ({e})") from None
+            raise ParamError(f"{spec}: no node {node!r} in lab {state.name} ({e})") from None
         want = [p for p in rest.replace(",", ":").split(":") if p] or list(ports)
         ns = state.namespace(node)
         for p in want:
             short = f"p{p}" if p.isdigit() and f"p{p}" in ports else p
             short = short.removeprefix(state.plan.prefix)
             if short not in ports:
-                raise LabError(f"{spec}: {node} has no port {p!r} (ports: {', '.join(ports)})")
+                raise ParamError(f"{spec}: {node} has no port {p!r} (ports: {', '.join(ports)})")
             t = Target(node, short, ports[short], ns)
             if t not in out:
                 out.append(t)
     if not out:
-        raise LabError("nothing to capture: name a node, e.g. h0 or p0-t0-0:u1")
+        raise ParamError("nothing to capture: name a node, e.g. h0 or p0-t0-0:u1")
     return out
 
 

@@ -19,14 +19,14 @@ import yaml
 
 from lab.fabric.partition import Partition, Underlay
 from lab.fabric.pyswitch import switch_config
-from lab.fabric.topology import KIND_HOST, KIND_MGMT, Link, Plan, mac_text
+from lab.fabric.topology import KIND_HOST, KIND_MGMT, Link, Plan, mac_text, mgmt_bridge_mac
 
 IMAGE = "mrc-lab:latest"  # what `docker build -t mrc-lab -f docker/Dockerfile .` makes
 #: addresses from RFC 5737's documentation block when the user names no underlay: the files
 #: then say to replace them
 PLACEHOLDER_UNDERLAY = "192.0.2.{}"
 SWITCH_CONFIG_IN_NODE = "/etc/mrc/switch.json"
-SWITCH_STATS_IN_NODE = "/run/mrc-lab/stats.json"
+SWITCH_STATS_IN_NODE = "/tmp/mrc-switch-stats.json"  # a directory every container has
 
 
 def file_name(lab: str, machine: int) -> str:
@@ -43,22 +43,37 @@ def _quiet_ipv6(ifnames: list[str]) -> str:
     return f"sh -c 'for i in {names}; do echo 1 > /proc/sys/net/ipv6/conf/$i/disable_ipv6; done'"
 
 
+def _stitched_macs(part: Partition, name: str) -> list[str]:
+    """``ip link set ... address`` for the node's ends of crossing links: containerlab gives
+    a vxlan-stitch's node end a MAC of its own, and the switches check the plan's."""
+    out = []
+    machine = part.machine_of(name)
+    for c in part.crossings_on(machine):
+        end = c.local_end(machine)
+        if end.node == name:
+            out.append(f"ip link set dev {end.ifname} address {mac_text(end.mac)}")
+    return out
+
+
 def _node(part: Partition, name: str, lab_file: str) -> dict[str, Any]:
     plan = part.plan
     node = plan.parse_node(name)
     out: dict[str, Any] = {"kind": "linux", "image": IMAGE}
+    macs = _stitched_macs(part, name)
     if node.kind == KIND_HOST:
         ports = [p.ifname for p in plan.host_ports(node.index)]
         m = plan.ifname("m")
         out["binds"] = [f"config/{lab_file}:/run/mrc-lab/{lab_file}:ro"]
         out["exec"] = [
+            *macs,
             _quiet_ipv6(ports),
             f"ip addr add {plan.mgmt_address(node.index)}/64 dev {m} nodad",
         ]
     elif node.kind == KIND_MGMT:
         br = plan.ifname("br")
         out["exec"] = [
-            f"ip link add name {br} type bridge",
+            *macs,
+            f"ip link add name {br} address {mac_text(mgmt_bridge_mac())} type bridge",
             *(
                 f"ip link set dev {plan.ifname(f'h{h}')} master {br}"
                 for h in range(plan.host_count)
@@ -70,6 +85,7 @@ def _node(part: Partition, name: str, lab_file: str) -> dict[str, Any]:
         ports = [p.ifname for p in plan.switch_ports(node)]
         out["binds"] = [f"config/switches/{name}.json:{SWITCH_CONFIG_IN_NODE}:ro"]
         out["exec"] = [
+            *macs,
             _quiet_ipv6(ports),
             # in the background (exec waits for its command): the switch is the node's job
             f"sh -c 'setsid mrc-switch --config {SWITCH_CONFIG_IN_NODE} "
@@ -130,6 +146,7 @@ def state_for_nodes(part: Partition, underlay: list[Underlay]) -> dict[str, Any]
             "machines": part.machines, "here": list(range(part.machines)),
             "underlay": [u.to_dict() for u in underlay], "vxlan_port": part.vxlan_port,
             "vni_base": part.vni_base, "stitch_netns": {}, "simulated": False,
+            "containerlab": True,
         },
     }  # fmt: skip
 

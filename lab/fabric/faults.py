@@ -11,7 +11,7 @@ link down A B                 ``ip -n NS link set dev IF down`` on the *switch* 
 link up A B                   ``ip -n NS link set dev IF up``; kernel mode then re-adds that
                               port's neighbour entry and routes (the kernel flushed them)
 flap A B                      down/up ``--count`` times, each half of ``--period-ms``
-loss A B --percent X          ``ip netns exec NS nft '...numgen random mod 100 < X drop'`` in
+loss A B --loss X%            ``ip netns exec NS nft '...numgen random mod 100 < X drop'`` in
                               a netdev *egress* chain on both ends (both directions)
 loss A B --clear              ``ip netns exec NS nft 'add table ...; delete table ...'``
 shape A B --rate R            ``tc -n NS qdisc replace dev IF root tbf rate R ...`` both ends
@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 
 from lab.fabric import kernel_switch, pyswitch
 from lab.fabric.netns import LabError, argv_text, run, sleep_until
+from lab.fabric.params import ParamError
 from lab.fabric.state import LabState
 from lab.fabric.status import loss_table, read_namespace
 from lab.fabric.switchmode import switch_mode
@@ -74,19 +75,21 @@ class Faults:
     def link(self, a: str, b: str) -> Link:
         link = self.plan.link_between(a, b)
         if link.kind == "mgmt":
-            raise LabError("faults act on fabric links only; the management network is not MRC's")
+            raise ParamError("faults act on fabric links only; the management network is not MRC's")
         return link
 
     # --- link down / up / flap -----------------------------------------------------------
     def link_down(self, a: str, b: str) -> None:
         link = self.link(a, b)
         end = link.switch_end
+        self.state.require_local(end.node)
         self._ip(end.node, "link", "set", "dev", end.ifname, "down")
         self._far_stitch(link, "down")
 
     def link_up(self, a: str, b: str) -> None:
         link = self.link(a, b)
         end = link.switch_end
+        self.state.require_local(end.node)
         self._far_stitch(link, "up")
         self._ip(end.node, "link", "set", "dev", end.ifname, "up")
         self._ip_lines(end.node, self.mode.port_up_lines(self.plan, end))
@@ -114,7 +117,7 @@ class Faults:
 
     def flap(self, a: str, b: str, period_ms: float, count: int) -> None:
         if period_ms <= 0 or count < 1:
-            raise LabError("flap needs --period-ms > 0 and --count >= 1")
+            raise ParamError("flap needs --period-ms > 0 and --count >= 1")
         half = period_ms / 2000.0
         for i in range(count):
             self.echo(f"# flap {i + 1}/{count}: down {half * 1000:.0f} ms, up {half * 1000:.0f} ms")
@@ -126,12 +129,16 @@ class Faults:
 
     # --- loss (nft) ----------------------------------------------------------------------
     def _ends(self, a: str, b: str) -> tuple[Port, Port]:
+        """Both ends of a link, each checked to be on this machine before either is touched
+        (a split lab: a fault is never left half applied)."""
         link = self.link(a, b)
+        for end in (link.a, link.b):
+            self.state.require_local(end.node)
         return link.a, link.b
 
     def loss(self, a: str, b: str, percent: float) -> None:
         if not 0 < percent <= 100:
-            raise LabError("--percent must be in (0, 100]")
+            raise ParamError("--loss must be above 0 and at most 100% (--clear removes it)")
         ensure_nft(self.echo)
         for end in self._ends(a, b):
             table = loss_table(self.plan, end.ifname)
@@ -180,7 +187,7 @@ class Faults:
     def reboot(self, switch: str, down_ms: float = 1000.0) -> None:
         node = self.plan.parse_node(switch)
         if node.kind not in (KIND_T0, KIND_T1):
-            raise LabError(f"{switch} is not a switch")
+            raise ParamError(f"{switch} is not a switch")
         self.state.require_local(switch)  # of a split lab: say which machine holds it
         self.mode.reboot(self.state, node, down_ms, self.echo, self._ip_lines)
 
@@ -195,11 +202,15 @@ class Faults:
                 "has no netem to do it on a veth): bring the lab up without --switch kernel"
             )
         if delay_s is not None and not 0 <= delay_s <= MAX_DELAY_NS / 1e9:
-            raise LabError(f"delay {delay_s} s: must be in [0, {MAX_DELAY_NS / 1e9:g} s]")
+            raise ParamError(f"delay {delay_s} s: must be in [0, {MAX_DELAY_NS / 1e9:g} s]")
         link = self.link(a, b)
+        switch_ends = [
+            e for e in (link.a, link.b) if self.plan.parse_node(e.node).kind in (KIND_T0, KIND_T1)
+        ]
+        for end in switch_ends:
+            self.state.require_local(end.node)
         for end in (link.a, link.b):
-            kind = self.plan.parse_node(end.node).kind
-            if kind not in (KIND_T0, KIND_T1):
+            if end not in switch_ends:
                 self.echo(f"# {end.node} {end.ifname}: a host's own port, no delay there")
                 continue
             rec = self.state.processes.get(end.node)
@@ -221,9 +232,9 @@ class Faults:
     def port(self, host: str, plane: int, up: bool) -> None:
         node = self.plan.parse_node(host)
         if node.kind != KIND_HOST:
-            raise LabError(f"{host} is not a host (port down|up HOST PLANE)")
+            raise ParamError(f"{host} is not a host (port down|up HOST PLANE)")
         if not 0 <= plane < self.plan.params.planes:
-            raise LabError(f"plane {plane} out of range 0..{self.plan.params.planes - 1}")
+            raise ParamError(f"plane {plane} out of range 0..{self.plan.params.planes - 1}")
         port = self.plan.host_port(node.index, plane)
         self._ip(host, "link", "set", "dev", port.ifname, "up" if up else "down")
 
@@ -237,7 +248,7 @@ def _numgen(percent: float) -> str:
         return f"numgen random mod 100 < {int(percent)}"
     ppm = round(percent * 10_000)
     if ppm < 1:
-        raise LabError("--percent below 0.0001 cannot be expressed")
+        raise ParamError("--loss below 0.0001% cannot be expressed")
     return f"numgen random mod 1000000 < {ppm}"
 
 

@@ -101,7 +101,10 @@ class LabHost:
         unless this process already runs there (``in_namespace`` None: detected).  While open
         it publishes its QPs into the lab's run directory (:mod:`lab.fabric.nicstats`)."""
         if in_namespace is None:
-            in_namespace = _current_netns_is(self.namespace)
+            # a lab deployed by containerlab (mrc-lab export): the node is this container,
+            # its ports are in the namespace we run in; no /run/netns names them
+            split = getattr(self.lab, "split", None) or {}
+            in_namespace = bool(split.get("containerlab")) or _current_netns_is(self.namespace)
         # it publishes its QPs for `mrc-lab top` while open (lab/fabric/nicstats.py)
         run_dir = getattr(self.lab, "run_dir", None)
         pub = None
@@ -113,16 +116,7 @@ class LabHost:
 
 
 def _current_netns_is(name: str) -> bool:
-    """This thread runs in namespace ``name``; also when no such named namespace exists here
-    but the state file does: the node is this container (a lab deployed by containerlab,
-    docs/multihost.md), its ports are in the namespace we are in."""
     try:
-        target = os.stat(f"/run/netns/{name}").st_ino
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-    try:
-        return os.stat("/proc/thread-self/ns/net").st_ino == target
+        return os.stat("/proc/thread-self/ns/net").st_ino == os.stat(f"/run/netns/{name}").st_ino
     except OSError:
         return False

@@ -29,13 +29,13 @@ from lab.fabric.netns import (
     run_batches,
     write_sysctls,
 )
-from lab.fabric.params import LabParams
+from lab.fabric.params import LabParams, ParamError
 from lab.fabric.partition import Partition, Underlay
 from lab.fabric.progress import Progress
 from lab.fabric.state import LabState, load, new_state, state_dir, state_path
 from lab.fabric.status import end_state, read_lab
 from lab.fabric.switchmode import switch_mode
-from lab.fabric.topology import KIND_HOST, KIND_MGMT, Link, Plan, mac_bytes, mac_text
+from lab.fabric.topology import KIND_HOST, KIND_MGMT, Link, Plan, mac_text, mgmt_bridge_mac
 
 HOST_SYSCTLS = {"net.ipv6.conf.default.disable_ipv6": 1}  # NIC ports: no kernel IPv6 at all
 # python switches: 0 = one mrc-switch process per switch; N >= 1 = N processes each serving
@@ -129,7 +129,7 @@ def mgmt_lines(plan: Plan) -> list[str]:
     br = plan.ifname("br")
     lines = [
         "link set dev lo up",
-        f"link add {br} address {mac_text(_mgmt_bridge_mac())} type bridge",
+        f"link add {br} address {mac_text(mgmt_bridge_mac())} type bridge",
         f"link set dev {br} up",
         f"addr add {plan.mgmt_bridge_address()}/64 dev {br} nodad",
     ]
@@ -137,10 +137,6 @@ def mgmt_lines(plan: Plan) -> list[str]:
         port = plan.ifname(f"h{h}")
         lines += [f"link set dev {port} master {br}", f"link set dev {port} up"]
     return lines
-
-
-def _mgmt_bridge_mac() -> bytes:
-    return mac_bytes(KIND_MGMT, 0, 0xFFFFF, 0xFFF)
 
 
 def up(
@@ -155,44 +151,54 @@ def up(
     default (:func:`switch_procs_default`). ``split``: build the parts of a lab split over
     machines that this machine holds (:func:`lab.fabric.partition.split_spec`)."""
     require_root()
-    if switch_procs is None:
-        switch_procs = switch_procs_default(params.planes)
-    if switch_procs < 0:
-        raise LabError(f"switch_procs must be >= 0, got {switch_procs}")
     progress = progress or Progress(quiet=True)
     plan = Plan(params)
+    state = new_state(params)
+    state.split = split
+    part = state.partition
+    if switch_procs is None:  # a split lab: sized by the planes each machine holds
+        planes = len(part.planes_on(state.here[0])) if part is not None else params.planes
+        switch_procs = switch_procs_default(planes)
+    if switch_procs < 0:
+        raise LabError(f"switch_procs must be >= 0, got {switch_procs}")
+    planned = planned_namespaces(state)
     limit = max_namespaces()
-    if plan.namespace_count > limit:
-        raise LabError(
-            f"lab {params.name} would be {plan.namespace_count:,} namespaces ({plan.host_count:,} "
-            f"hosts, {plan.switch_count:,} switches); mrc-lab up builds at most {limit:,} "
+    if len(planned) > limit:
+        raise ParamError(
+            f"lab {params.name} would be {len(planned):,} namespaces here ({plan.host_count:,} "
+            f"hosts, {plan.switch_count:,} switches in all); mrc-lab up builds at most {limit:,} "
             "(MRC_LAB_MAX_NAMESPACES), each one kernel state, veths and a share of a CPU: "
             "use mrc-sim for a fabric this size (docs/sim.md), or split the lab over machines "
             "(docs/multihost.md)"
         )
+    if part is not None and split is not None and not split.get("simulated"):
+        underlay = [Underlay(u["address"], u["iface"]) for u in split["underlay"]]
+        for k in state.here:  # before anything is made: a wrong underlay leaves nothing behind
+            ns = split["stitch_netns"].get(str(k))
+            if ns is not None and not netns_exists(ns):
+                raise ParamError(f"--stitch-netns {ns}: no such network namespace")
+            stitch.check_underlay(part, k, underlay, ns)
     if state_path(params.name).exists():
         old = load(params.name)
         if any(netns_exists(ns) for ns in old.namespaces):
             raise LabError(
                 f"lab {params.name} is already up (state file {old.path}); "
-                f"take it down first: mrc-lab down --name {params.name}"
+                f"take it down first: mrc-lab down --lab {params.name}"
             )
         down(params.name)  # a stale state file from a lab whose namespaces are gone
-    state = new_state(params)
-    state.split = split
-    state.namespaces = planned_namespaces(state)
+    state.namespaces = planned
     clash = [ns for ns in state.namespaces if netns_exists(ns)]
     if clash:
         raise LabError(
             f"namespace {clash[0]} already exists but lab {params.name} has no state file: "
-            f"it was not made by this lab, so it is left alone; pick another --name"
+            f"it was not made by this lab, so it is left alone; pick another --lab"
         )
     state.outside = _outside(state)
     taken = [name for ns, name in state.outside if _link_exists(ns, name)]
     if taken:
         raise LabError(
             f"interface {taken[0]} already exists in this machine's namespace but lab "
-            f"{params.name} has no state file: it is left alone; pick another --name"
+            f"{params.name} has no state file: it is left alone; pick another --lab"
         )
     state.save()  # before anything exists: `down` can always clean up after us
     t0 = time.monotonic()
@@ -316,8 +322,9 @@ def _split_links(state: LabState, part: Partition, progress: Progress) -> list[s
         progress.step("underlay (namespaces standing in for machines)")
         for batch in stitch.sim_batches(state.plan, underlay):
             run_batches([batch])  # in order: the veths, the bridge, the addresses
-    for k in state.here:
-        stitch.check_underlay(part, k, underlay, _stitch_netns(state, k))
+    if split.get("simulated"):  # (a real underlay was checked before anything was made)
+        for k in state.here:
+            stitch.check_underlay(part, k, underlay, _stitch_netns(state, k))
     lines = []
     for k in state.here:
         lines += veth_lines(state.plan, part.local_links(k))
@@ -385,7 +392,7 @@ def down(name: str, progress: Progress | None = None, machine: int | None = None
     part = state.partition
     if machine is not None:
         if part is None:
-            raise LabError(f"lab {name} is not split over machines: mrc-lab down --name {name}")
+            raise LabError(f"lab {name} is not split over machines: mrc-lab down --lab {name}")
         if machine not in state.here:
             raise LabError(
                 f"machine {machine}'s part of lab {name} is not here (parts here: "

@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from mrcnic.errors import MrcError
+from lab.fabric.netns import LabError
 from mrcnic.units import UnitsError, in_unit
 from mrcnic.wire.usid import MAX_INDEX, MAX_PLANES, UsidError, UsidFormat
 from mrcswitch.config import MAX_DELAY_NS
@@ -47,8 +47,10 @@ SWITCH_MODES = ("python", "kernel")
 MAX_DELAY_US = MAX_DELAY_NS // 1000
 
 
-class ParamError(MrcError, ValueError):
-    """A lab parameter that cannot be used; the message names the parameter."""
+class ParamError(LabError, ValueError):
+    """A lab parameter (or a name on the command line) that cannot be used; the message names
+    it. A LabError too, so that what caught lab errors before still does; the command lines
+    exit 2 for it, 1 for other lab errors (docs/cli.md)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ namespace) joined to a kernel VXLAN device by tc clsact + mirred, as containerla
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import re
 from dataclasses import dataclass
@@ -31,10 +32,20 @@ from lab.fabric.topology import IFNAME_MAX, KIND_HOST, KIND_MGMT, Link, Plan
 #: kernel's VXLAN devices of other tools keep theirs)
 VXLAN_PORT = 14789
 VNI_BASE = 10_000
+#: each lab's VNIs start at VNI_BASE + a multiple of this, chosen by its name, so that two
+#: split labs on the same machines do not claim the same VNI on the same UDP port
+VNI_BLOCK = 1000
 #: what VXLAN adds to a lab frame (inner Ethernet + VXLAN + UDP), before the outer IP header
 VXLAN_OVERHEAD_BYTES = 14 + 8 + 8
 IP_HEADER_BYTES = {4: 20, 6: 40}
 _IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
+
+
+def lab_vni_base(name: str) -> int:
+    """The first VNI of lab ``name``: 10,000 plus a block of 1,000 chosen by the name's hash
+    (16,000 blocks: the VNIs stay below 2^24)."""
+    h = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big")
+    return VNI_BASE + (h % 16_000) * VNI_BLOCK
 
 
 def underlay_mtu_needed(lab_mtu: int, version: int) -> int:
@@ -112,7 +123,7 @@ class Partition:
     """Which machine holds each node of ``plan`` when split over ``machines``."""
 
     def __init__(
-        self, plan: Plan, machines: int, vxlan_port: int = VXLAN_PORT, vni_base: int = VNI_BASE
+        self, plan: Plan, machines: int, vxlan_port: int = VXLAN_PORT, vni_base: int | None = None
     ) -> None:
         p = plan.params
         if not 2 <= machines <= p.planes:
@@ -125,10 +136,10 @@ class Partition:
         self.plan = plan
         self.machines = machines
         self.vxlan_port = vxlan_port
-        self.vni_base = vni_base
+        self.vni_base = lab_vni_base(p.name) if vni_base is None else vni_base
         self.crossings = self._crossings()
-        if self.crossings and vni_base + len(self.crossings) > 1 << 24:
-            raise ParamError(f"VNIs {vni_base}.. run past 2^24 - 1")
+        if self.crossings and self.vni_base + len(self.crossings) > 1 << 24:
+            raise ParamError(f"VNIs {self.vni_base}.. run past 2^24 - 1")
         longest = plan.ifname(f"x{len(self.crossings)}")
         if len(longest) > IFNAME_MAX:
             raise ParamError(
@@ -264,6 +275,8 @@ def split_spec(
     ``--machine K --underlay ...``: machine K's part, stitched in this machine's namespace
     (``stitch_netns``: another one, for tests)."""
     if machine is None and underlay is None:
+        if stitch_netns is not None:
+            raise ParamError("--stitch-netns goes with --machine K --underlay ...")
         if machines is None or machines == 1:
             return None
         part = Partition(plan, machines, vxlan_port)

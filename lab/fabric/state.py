@@ -25,11 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from lab.fabric.netns import LabError
-from lab.fabric.params import NAME_RE, LabParams
+from lab.fabric.params import NAME_RE, LabParams, ParamError
 from lab.fabric.partition import Partition
 from lab.fabric.topology import Link, Node, Plan
 
 STATE_VERSION = 1
+
+
+class NoSuchLab(LabError):
+    """No state file for that name: the command line names a lab that is not up here."""
 
 
 def state_dir() -> Path:
@@ -137,7 +141,7 @@ class LabState:
             return
         k = part.machine_of(node)
         u = self.split["underlay"][k] if self.split else {}
-        raise LabError(
+        raise ParamError(
             f"{node} is on machine {k} of lab {self.name} (underlay {u.get('address')}); this "
             f"machine holds part {', '.join(map(str, self.here))}: run the command on machine {k}"
         )
@@ -223,14 +227,14 @@ def new_state(params: LabParams) -> LabState:
 def load(name: str) -> LabState:
     """The state of a running (or half-built) lab; LabError when there is none."""
     if not NAME_RE.match(name):
-        raise LabError(f"{name!r} is not a lab name")
+        raise NoSuchLab(f"{name!r} is not a lab name ('mrc' + up to 6 [a-z0-9])")
     path = state_path(name)
     try:
         with open(path) as f:
             data = json.load(f)
     except FileNotFoundError:
-        raise LabError(
-            f"no lab named {name!r} (no state file {path}); start one with `mrc-lab up --name {name}`"
+        raise NoSuchLab(
+            f"no lab named {name!r} (no state file {path}); start one with `mrc-lab up --lab {name}`"
         ) from None
     except (OSError, ValueError) as e:
         raise LabError(f"cannot read state file {path}: {e}") from None

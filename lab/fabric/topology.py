@@ -59,6 +59,11 @@ def mac_bytes(kind: str, plane: int, node: int, code: int) -> bytes:
     return value.to_bytes(6, "big")
 
 
+def mgmt_bridge_mac() -> bytes:
+    """The management bridge's own MAC."""
+    return mac_bytes(KIND_MGMT, 0, _MGMT_NODE, 0xFFF)
+
+
 def mac_text(mac: bytes) -> str:
     return ":".join(f"{b:02x}" for b in mac)
 

@@ -93,7 +93,7 @@ class WriteSpec:
             a += ["--qps", str(self.qps)]
         a += ["--transport", self.transport]
         if self.timeline_ms:
-            a += ["--timeline-ms", str(self.timeline_ms)]
+            a += ["--timeline", f"{self.timeline_ms:g}ms"]
         return [*a, *self.extra, "--json"]
 
 

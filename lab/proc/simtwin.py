@@ -55,10 +55,10 @@ def fabric_args(params: LabParams) -> list[str]:
         "lab",
         "--planes",
         str(params.planes),
-        "--port-rate",
+        "--rate",
         f"{params.rate_bps}bit",
     ]
-    args += ["--queue", str(params.buffer_bytes)]
+    args += ["--buffer", str(params.buffer_bytes)]
     # the kernel's switches mark nothing; python switches mark above ecn_threshold_bytes
     if params.switch == "kernel":
         return [*args, "--no-ecn"]
@@ -113,7 +113,7 @@ def p2p_command(
     if a // params.hosts_per_t0 == b // params.hosts_per_t0:
         raise TwinError(f"{src} and {dst} share a T0: the two-host fabric crosses a T1")
     argv = [*sim_argv(), "--workload", "p2p", *fabric_args(params)]
-    argv += ["--paths-per-plane", str(params.t1), "--size", str(size), "--msg-size", str(msg_size)]
+    argv += ["--t1", str(params.t1), "--size", str(size), "--msg-size", str(msg_size)]
     argv += [*p2p_fault_args(params, a, b, steps), "--seed", str(seed)]
     if timeline_s:
         argv += ["--timeline", f"{timeline_s * 1e3:g}ms"]

@@ -1,7 +1,7 @@
 """A lab that knows its machine: the link rate at which the fabric, not the CPU, limits.
 
     mrc-lab calibrate [--json] [--recalibrate] [TOPOLOGY FLAGS]
-    mrc-lab up --rate-mbit auto ...            (and make demo, make bench by default)
+    mrc-lab up --rate auto ...            (and make demo, make bench by default)
 
 Everything in the lab is software on the same CPUs, and machines of one kind differ by 3x
 from day to day, so no link rate suits every machine. The calibration **measures the real
@@ -50,7 +50,7 @@ The result is cached per boot in ``/run/mrc/calibration.json`` (``$MRC_CALIBRATI
 moves it): valid while ``/proc/sys/kernel/random/boot_id`` and the hash of the code that
 matters (:data:`CODE_GLOBS`: NIC, switch, C core, the lab's bench and bring-up) are
 unchanged, one entry per shape (:func:`cache_key`). ``--recalibrate`` measures again;
-``--rate-mbit R`` forces a rate and skips all of this.
+``--rate RATE`` forces a rate and skips all of this.
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ from lab.fabric.paths import REPO
 from lab.fabric.state import exists
 from lab.proc.benchrun import WriteSpec, run_parallel
 from lab.proc.cpu import CPU_BOUND_MACHINE, CPU_BOUND_NIC, CPU_BOUND_WAIT, cpu_bound, machine_ticks
+from mrcnic.cliflags import deprecated, rate_with_unit
 from mrcnic.units import rate_in
 
 AUTO = "auto"
@@ -123,6 +124,14 @@ ENV_KNOBS = (
 )
 
 Printer = Callable[[str], None]
+
+
+def rate_flag(text: str) -> float | str:
+    """argparse ``type=`` for ``--rate``: ``auto`` or a rate with its unit, in Mbit/s
+    (``100Mbit`` -> 100.0, ``1G`` -> 1000.0; a bare number is refused: docs/cli.md)."""
+    if text.strip().lower() == AUTO:
+        return AUTO
+    return rate_with_unit(text) / 1e6
 
 
 def rate_arg(text: str) -> float | str:
@@ -478,7 +487,7 @@ class Calibration:
         how = "cached for this boot" if self.from_cache else "measured now"
         return (
             f"calibration {how} ({self.measured_at}, {self.wall_s:.0f} s; {self.cache_file}); "
-            "--rate-mbit R forces a rate, --recalibrate measures again"
+            "--rate RATE forces a rate, --recalibrate measures again"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -779,21 +788,26 @@ def get(
 def add_arguments(p: Any) -> None:
     """The options of ``mrc-lab calibrate`` beyond the topology flags."""
     p.add_argument(
-        "--name",
+        "--lab",
+        dest="name",
+        metavar="NAME",
         default=CAL_NAME,
         help=f"name of the calibration lab it brings up and down [{CAL_NAME}]",
     )
+    deprecated(p, "--name", "--lab", dest="name")
     p.add_argument("--json", action="store_true", help="print the calibration as JSON")
     p.add_argument(
         "--recalibrate", action="store_true", help="measure again even if this boot has a result"
     )
     p.add_argument(
-        "--cap-mbit",
-        type=rate_in(1e6),
+        "--cap",
+        type=lambda t: rate_with_unit(t) / 1e6,
+        dest="cap_mbit",
         default=DEFAULT_CAP_MBIT,
-        metavar="R",
-        help=f"the highest rate to consider, Mb/s [{DEFAULT_CAP_MBIT:g}: the lab's default]",
+        metavar="RATE",
+        help=f"the highest rate to consider [{DEFAULT_CAP_MBIT:g}Mbit: the lab's default]",
     )
+    deprecated(p, "--cap-mbit", "--cap", dest="cap_mbit", type=rate_in(1e6))
 
 
 def run_cli(params: LabParams, args: Any) -> int:

@@ -36,6 +36,7 @@ from lab.proc.benchrun import WriteRun, WriteSpec, bench_available, run_write
 from lab.proc.cpu import CPU_BOUND_LABEL, cpu_verdict
 from lab.proc.schedule import Step
 from lab.workloads import calibrate
+from mrcnic.cliflags import deprecated
 from mrcnic.units import size_arg, time_arg, time_in
 
 TRANSPORT_TITLES = {"mrc": "MRC", "rocev2": "RoCEv2"}
@@ -333,7 +334,7 @@ def choose_rate(
     JSON."""
     if not auto:
         line = (
-            f"links at {params.rate_mbit:g} Mb/s as given (--rate-mbit); the summary says "
+            f"links at {params.rate_mbit:g} Mb/s as given (--rate); the summary says "
             "whether the CPU limited the run"
         )
         say(line)
@@ -360,16 +361,23 @@ def build_parser() -> argparse.ArgumentParser:
         "reboots and a T0-T1 link goes down and up; the RoCEv2 baseline under the same "
         "schedule; one screen, results/demo.json and results/demo-timeline.png.",
     )
-    ap.add_argument("--name", default="mrcdemo", help="lab name [mrcdemo]")
+    ap.add_argument(
+        "--lab", dest="name", metavar="NAME", default="mrcdemo", help="lab name [mrcdemo]"
+    )
+    deprecated(ap, "--name", "--lab", dest="name")
     ap.add_argument(
         "--duration", type=time_arg, default=30.0, metavar="SECONDS", help="per write [30]"
     )
     ap.add_argument(
-        "--timeline-ms",
+        "--timeline",
+        dest="timeline_ms",
         type=time_in(1e-3, whole=True),
         default=250,
-        metavar="MS",
-        help="goodput bin, ms [250]",
+        metavar="BIN",
+        help="goodput bin: 250ms [250ms]",
+    )
+    deprecated(
+        ap, "--timeline-ms", "--timeline", dest="timeline_ms", type=time_in(1e-3, whole=True)
     )
     ap.add_argument(
         "--size",
@@ -391,18 +399,20 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--switch", choices=("python", "kernel"), default="python")
     ap.add_argument("--planes", type=int, default=None, help="lab planes [8]")
     ap.add_argument(
-        "--rate-mbit",
-        type=calibrate.rate_arg,
+        "--rate",
+        dest="rate_mbit",
+        type=calibrate.rate_flag,
         default=calibrate.AUTO,
         metavar="R",
         help="link rate in Mb/s, or spelled out (50M); auto: the highest rate at which this "
         "machine's CPU keeps up, so the fabric limits (measured once per boot: mrc-lab "
         "calibrate; docs/demo.md) [auto]",
     )
+    deprecated(ap, "--rate-mbit", "--rate", dest="rate_mbit", type=calibrate.rate_arg)
     ap.add_argument(
         "--recalibrate",
         action="store_true",
-        help="with --rate-mbit auto: measure this machine again, even if this boot has a result",
+        help="with --rate auto: measure this machine again, even if this boot has a result",
     )
     ap.add_argument("--out", default=str(RESULTS / "demo.json"))
     ap.add_argument("--png", default=str(RESULTS / "demo-timeline.png"))
@@ -543,7 +553,7 @@ def _teardown(state: LabState | None, name: str, say) -> None:
             report = lifecycle.down(name)
             say(f"lab {name} torn down in {report.seconds:.1f} s")
     except (LabError, KeyboardInterrupt) as e:  # never leave without trying; say what is left
-        say(f"could not tear lab {name} down ({e}); run: mrc-lab down --name {name}")
+        say(f"could not tear lab {name} down ({e}); run: mrc-lab down --lab {name}")
 
 
 def _write_outputs(doc: dict[str, Any], out: str, png: str, say) -> dict[str, str]:

@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from mrcnic import plugins
+from mrcnic.cliflags import deprecated, rate_with_unit
 from mrcnic.sim.fabric import (
     CTRL_FRAME_BYTES,
     DATA_OVERHEAD_BYTES,
@@ -338,7 +339,9 @@ def build_parser() -> argparse.ArgumentParser:
     d = IncastConfig()
     p.add_argument("--senders", type=int, default=d.senders, help="senders (default 4)")
     p.add_argument("--planes", type=int, default=d.planes, help="planes (default 8)")
-    p.add_argument("--paths-per-plane", type=int, default=d.paths_per_plane, help="default 4")
+    p.add_argument("--t1", dest="paths_per_plane", type=int, default=d.paths_per_plane,
+                   help="T1 switches per plane (default 4)")  # fmt: skip
+    deprecated(p, "--paths-per-plane", "--t1", dest="paths_per_plane", type=int)
     p.add_argument(
         "--size", type=size_arg, default=d.size, metavar="BYTES", help="per sender (default 4M)"
     )
@@ -346,8 +349,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--msg-size", type=size_arg, default=d.msg_size, metavar="BYTES", help="default 1M"
     )
     p.add_argument(
-        "--port-rate", type=rate_arg, default=d.port_rate_bps, metavar="RATE", help="default 100M"
-    )
+        "--rate", dest="port_rate", type=rate_with_unit, default=d.port_rate_bps, metavar="RATE",
+        help="NIC port rate with its unit (default 100Mbit)",
+    )  # fmt: skip
+    deprecated(p, "--port-rate", "--rate", dest="port_rate", type=rate_arg)
     p.add_argument(
         "--path-rate", type=rate_arg, default=None, metavar="RATE", help="default: port rate"
     )
@@ -355,8 +360,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--delay", type=time_arg, default=d.prop_s, metavar="TIME", help="one way (default 20us)"
     )
     p.add_argument(
-        "--queue", type=size_arg, default=d.queue_bytes, metavar="BYTES", help="default 64K"
-    )
+        "--buffer", dest="queue", type=size_arg, default=d.queue_bytes, metavar="BYTES",
+        help="switch buffer per port (default 64K)",
+    )  # fmt: skip
+    deprecated(p, "--queue", "--buffer", dest="queue", type=size_arg)
     p.add_argument("--loss", type=float, default=0.0, help="per packet per uplink")
     p.add_argument(
         "--stagger", type=time_arg, default=0.0, metavar="TIME", help="sender s starts at s*TIME"

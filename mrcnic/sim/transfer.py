@@ -5,7 +5,7 @@ sets up two hosts, their queue pairs (MRC, or the RoCEv2 baseline of ``mrcnic.ro
 runs one transfer with the scheduled failures, verifies the destination bytes and reports.
 The manual (every flag, the JSON keys) is docs/sim.md.
 
-    mrc-sim --planes 8 --paths-per-plane 4 --size 256M --loss 0.001 \\
+    mrc-sim --planes 8 --t1 4 --size 256M --loss 0.001 \\
             --fail 3@10ms --heal 3@200ms --seed 7 --json
 """
 
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import cast
 
 from mrcnic import plugins
+from mrcnic.cliflags import deprecated, loss_arg, rate_with_unit
 from mrcnic.faultplan import parse_steps
 from mrcnic.rocev2.dcqcn import REFERENCE_PORT_BPS
 from mrcnic.rocev2.qp import IB_TIMEOUT_UNIT_S, RoceConfig, RoceQueuePair
@@ -502,7 +503,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run MRC queue pairs over a deterministic simulated multi-plane fabric.",
         epilog="Units (mrcnic.units): BYTES 4096, 64K, 1.5M, 1GiB (binary: 1K = 1024); RATE in "
         "bit/s 800M, 100Mbit, 1gbit, 25Gbps (decimal); TIME 20us, 10ms, 1.5s, or plain seconds.  "
-        "Manual: docs/sim.md.  Example: mrc-sim --planes 8 --paths-per-plane 4 --size 256M "
+        "Manual: docs/sim.md.  Example: mrc-sim --planes 8 --t1 4 --size 256M "
         "--loss 0.001 --fail 3@10ms --heal 3@200ms --seed 7 --json",
     )
     d = FabricSpec()
@@ -510,12 +511,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--planes", type=int, default=d.planes, help="network planes = NIC ports (default 8)"
     )
     p.add_argument(
-        "--paths-per-plane",
         "--t1",
         type=int,
+        dest="paths_per_plane",
         default=d.paths_per_plane,
-        help="T1 switches per plane (default 4)",
+        help="T1 switches per plane = paths per plane (default 4)",
     )
+    deprecated(p, "--paths-per-plane", "--t1", dest="paths_per_plane", type=int)
     p.add_argument(
         "--workload",
         default="p2p",
@@ -553,12 +555,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--mtu", type=int, default=4096, help="payload bytes per packet (default 4096)")
     p.add_argument(
-        "--port-rate",
-        type=rate_arg,
+        "--rate",
+        type=rate_with_unit,
+        dest="port_rate",
         metavar="RATE",
         default=None,
-        help="NIC port rate (default: the --scale's, 100Mbit or 100Gbit)",
+        help="NIC port rate with its unit: 100Mbit, 100G (default: the --scale's, 100Mbit "
+        "or 100Gbit)",
     )
+    deprecated(p, "--port-rate", "--rate", dest="port_rate", type=rate_arg)
     p.add_argument(
         "--path-rate",
         type=rate_arg,
@@ -574,12 +579,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="one-way propagation delay per path (default: the --scale's, 20us or 4us)",
     )
     p.add_argument(
-        "--queue",
+        "--buffer",
         type=size_arg,
+        dest="queue",
         metavar="BYTES",
         default=None,
-        help="switch queue per port in bytes (default: the --scale's, 64K or 1M)",
+        help="switch buffer per port (default: the --scale's, 64K or 1M)",
     )
+    deprecated(p, "--queue", "--buffer", dest="queue", type=size_arg)
     p.add_argument(
         "--ecn",
         type=size_arg,
@@ -591,7 +598,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--scale",
         choices=sorted(SCALES),
         default=None,
-        help="the defaults of --port-rate, --delay, --queue and --ecn: lab (the namespace "
+        help="the defaults of --rate, --delay, --buffer and --ecn: lab (the namespace "
         "lab's 1/1000 scale: 100Mbit, 20us, 64K, 16K) or paper (100Gbit, 4us, 1M, 200K); "
         "default lab for --workload p2p, paper for the whole-fabric workloads",
     )
@@ -599,7 +606,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-trim", action="store_true", help="drop instead of trimming on overflow")
     p.add_argument(
         "--loss",
-        type=loss_arg,
+        type=loss_arg(),
         default=0.0,
         metavar="P|X%",
         help="random loss per packet per fabric path: a probability below 1 (0.001) or a "
@@ -719,25 +726,6 @@ def build_parser() -> argparse.ArgumentParser:
 DEFAULT_MSG_SIZE = 1 << 20
 
 
-def loss_arg(text: str) -> float:
-    """argparse ``type=`` for ``--loss``: a probability in [0, 1) or a percent (``1%``).
-    A bare 1 or 50 is refused, not read as "everything lost" (``mrc-lab loss`` takes a
-    percent: the two are easy to mix up)."""
-    t = text.strip()
-    try:
-        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a loss: a probability (0.001) or a percent (0.1%)"
-        ) from None
-    if not 0.0 <= value < 1.0 or value != value:
-        hint = f"; for {t}% write {t}% or {float(t) / 100:g}" if not t.endswith("%") else ""
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: loss is a probability in [0, 1) or a percent below 100%{hint}"
-        )
-    return value
-
-
 def memory_available_bytes() -> int | None:
     """MemAvailable of /proc/meminfo (None where there is none)."""
     try:
@@ -753,14 +741,14 @@ def memory_available_bytes() -> int | None:
 def check_args(a: argparse.Namespace, workload: str) -> None:
     """Every value checked before any work, each error naming the flag, the range and the
     fix (ValueError; main turns it into a usage error)."""
-    for flag, value in (("--planes", a.planes), ("--paths-per-plane", a.paths_per_plane),
+    for flag, value in (("--planes", a.planes), ("--t1", a.paths_per_plane),
                         ("--t0", getattr(a, "t0", 1)), ("--hosts-per-t0", getattr(a, "hosts_per_t0", 1)),
                         ("--size", a.size), ("--qps", a.qps if a.qps is not None else 1)):  # fmt: skip
         if value < 1:
             raise ValueError(f"{flag} {value}: must be 1 or more")
     if a.msg_size is not None and a.msg_size < 1:
         raise ValueError(f"--msg-size {a.msg_size}: must be 1 byte or more")
-    for flag, value in (("--port-rate", a.port_rate), ("--path-rate", a.path_rate)):
+    for flag, value in (("--rate", a.port_rate), ("--path-rate", a.path_rate)):
         if value is not None and not value > 0:
             raise ValueError(f"{flag} {value:g}: a rate above 0 (e.g. 100Mbit)")
     if a.delay is not None and a.delay < 0:
@@ -774,7 +762,7 @@ def check_args(a: argparse.Namespace, workload: str) -> None:
     frame = a.mtu + DATA_OVERHEAD_BYTES
     if a.queue is not None and a.queue < frame:
         raise ValueError(
-            f"--queue {size_text(a.queue)}: below one full data frame ({frame} bytes with --mtu {a.mtu}), "
+            f"--buffer {size_text(a.queue)}: below one full data frame ({frame} bytes with --mtu {a.mtu}), "
             "so every packet would be trimmed; give at least that (the lab's is 64K)"
         )
     if not a.no_ecn and a.ecn is not None:
@@ -889,7 +877,7 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
     if rocev2_options:
         rocev2_config(RoceConfig(), rocev2_options)  # names checked before the run
     if a.size < 1 or a.msg_size < 1 or a.mtu < 1 or a.planes < 1 or a.paths_per_plane < 1:
-        raise ValueError("size, msg-size, mtu, planes and paths-per-plane must be >= 1")
+        raise ValueError("size, msg-size, mtu, planes and t1 must be >= 1")
     if getattr(a, "pfc", False) and getattr(a, "workload", "p2p") == "p2p":
         raise ValueError(
             "--pfc: whole-fabric workloads only (--workload permutation|allreduce|alltoall|"

@@ -64,7 +64,9 @@ def test_capture_of_a_write_dissects_cleanly(clab, tmp_path):
 
 
 def test_capture_usage_errors(clab, tmp_path):
-    p = C.lab_cli("capture", "--name", clab.name, "h9", "-w", str(tmp_path / "x"), "--seconds", "1")
-    assert p.returncode == 1 and "no node" in p.stderr
-    p = C.lab_cli("capture", "--name", clab.name, "h0:p7", "-w", str(tmp_path / "x"))
-    assert p.returncode == 1 and "has no port" in p.stderr and "p0, p1" in p.stderr
+    p = C.lab_cli(
+        "capture", "--lab", clab.name, "h9", "-w", str(tmp_path / "x"), "--duration", "1s"
+    )
+    assert p.returncode == 2 and "no node" in p.stderr  # a usage error (docs/cli.md)
+    p = C.lab_cli("capture", "--lab", clab.name, "h0:p7", "-w", str(tmp_path / "x"))
+    assert p.returncode == 2 and "has no port" in p.stderr and "p0, p1" in p.stderr

@@ -1,6 +1,6 @@
 """`mrc-lab probe` on a real lab (root): with every link up it calls every link up; when a
 T0-T1 link is taken down (`mrc-lab link down`) it names exactly that link down within its
-detection bound; 30% loss on another link (`mrc-lab loss`) is named lossy; with --deny a
+detection bound; 20% loss on another link (`mrc-lab loss`) is named lossy; with --deny a
 running MRC write's NIC sets the EVs over the downed link DENIED, and GOOD again after."""
 
 from __future__ import annotations
@@ -41,7 +41,11 @@ def test_names_a_downed_link_within_its_bound_and_a_lossy_one(plab):
         time.sleep(1.0)  # the fault a second into the probe's run: waiting on time itself
         f.link_down("p0-t0-0", "p0-t1-1")
         applied["down"] = time.monotonic()
-        f.loss("p1-t0-1", "p1-t1-0", 30)
+        # 20% each way: 36% of the round trips lost. At 30% (51%) two paths lose three in a
+        # row together in ~2% of rounds, and the rule (down after 3 lost in a row on every
+        # path) then calls the link down until the next probe gets through: CI saw it end so
+        # once (2026-11-29)
+        f.loss("p1-t0-1", "p1-t1-0", 20)
         applied["loss"] = time.monotonic()
 
     th = threading.Thread(target=faults)

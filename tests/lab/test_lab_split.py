@@ -67,30 +67,30 @@ def test_split_over_two_machines_on_one() -> None:
         assert a2a.get("verified", True) and not a2a.get("errors"), a2a
 
         # a crossing link: h0's plane-4 port (machine 0) to p4-t0-0 (machine 1)
-        down = _cli("link", "down", "h0", "p4-t0-0", "--name", name)
+        down = _cli("link", "down", "h0", "p4-t0-0", "--lab", name)
         assert f"-n {name}-m0 link set dev {name}-x0 down" in down.stdout
         assert not _carrier(plan.namespace("h0"), plan.ifname("p4"))
-        status = json.loads(_cli("status", "--name", name, "--json").stdout)
+        status = json.loads(_cli("status", "--lab", name, "--json").stdout)
         (link,) = [lk for lk in status["links"] if lk["a"] == "h0" and lk["b"] == "p4-t0-0"]
         assert link["state"] == "down"
-        top = _cli("top", "--name", name, "--once", "--width", "120").stdout
+        top = _cli("top", "--lab", name, "--once", "--width", "120").stdout
         assert "link DOWN h0 -- p4-t0-0" in top
-        _cli("link", "up", "h0", "p4-t0-0", "--name", name)
+        _cli("link", "up", "h0", "p4-t0-0", "--lab", name)
         assert _carrier(plan.namespace("h0"), plan.ifname("p4"))
-        status = json.loads(_cli("status", "--name", name, "--json").stdout)
+        status = json.loads(_cli("status", "--lab", name, "--json").stdout)
         assert status["counts"]["links_up"] == status["counts"]["links"]
 
         # down, part by part: exactly that part each time
         part1 = set(part.namespaces_on(1)) | {name + "-m1"}
         part0 = set(part.namespaces_on(0)) | {name + "-m0"}
-        _cli("down", "--name", name, "--machine", "1")
+        _cli("down", "--lab", name, "--machine", "1")
         assert not any(netns_exists(ns) for ns in part1)
         assert all(netns_exists(ns) for ns in part0 | {name + "-ul"})
         left = load(name)
         assert left.here == [0] and set(left.namespaces) == part0 | {name + "-ul"}
         assert {left.partition.machine_of(n) for n in left.processes} == {0}  # type: ignore[union-attr]
-        assert _cli("down", "--name", name, "--machine", "1", check=False).returncode == 1
-        _cli("down", "--name", name, "--machine", "0")
+        assert _cli("down", "--lab", name, "--machine", "1", check=False).returncode == 1
+        _cli("down", "--lab", name, "--machine", "0")
         assert not any(netns_exists(ns) for ns in part0 | {name + "-ul"})
         assert not state_path(name).exists()
     finally:
@@ -121,13 +121,13 @@ def test_two_parts_built_apart_as_on_two_machines(tmp_path: Path) -> None:
 
         # an underlay that cannot carry the frames is refused before anything is made
         run(["ip", "-n", m0, "link", "set", "ul0", "mtu", "4200"])
-        bad = _cli("up", "--name", name, "--rate-mbit", "5", "--machine", "0", "--underlay",
+        bad = _cli("up", "--lab", name, "--rate", "5Mbit", "--machine", "0", "--underlay",
                    underlay, "--stitch-netns", m0, "-q", env=envs[0], check=False)  # fmt: skip
         assert bad.returncode == 1 and "need 4270" in bad.stderr, bad.stderr
         run(["ip", "-n", m0, "link", "set", "ul0", "mtu", "4300"])
 
         for k, ns in enumerate((m0, m1)):
-            _cli("up", "--name", name, "--rate-mbit", "5", "--machine", str(k), "--underlay",
+            _cli("up", "--lab", name, "--rate", "5Mbit", "--machine", str(k), "--underlay",
                  underlay, "--stitch-netns", ns, "-q", env=envs[k])  # fmt: skip
         part0 = json.loads((dirs[0] / f"{name}.json").read_text())
         assert (
@@ -135,8 +135,8 @@ def test_two_parts_built_apart_as_on_two_machines(tmp_path: Path) -> None:
             and part0["split"]["underlay"][1]["address"] == "fd00:5::2"
         )
         # a node of the other part: refused, naming the machine to run it on
-        far = _cli("link", "down", "p0-t0-1", "p0-t1-0", "--name", name, env=envs[1], check=False)
-        assert far.returncode == 1 and "run the command on machine 0" in far.stderr
+        far = _cli("link", "down", "p0-t0-1", "p0-t1-0", "--lab", name, env=envs[1], check=False)
+        assert far.returncode == 2 and "run the command on machine 0" in far.stderr
 
         srv = subprocess.Popen(
             ["ip", "netns", "exec", f"{name}-h3", sys.executable, "-m", "lab.bench_cli", "write",
@@ -149,11 +149,11 @@ def test_two_parts_built_apart_as_on_two_machines(tmp_path: Path) -> None:
             srv.wait(timeout=60)
         assert res["verified"] and res["goodput_fraction"] > 0.8, res
         for k in (1, 0):
-            _cli("down", "--name", name, env=envs[k])
+            _cli("down", "--lab", name, env=envs[k])
         assert not any(netns_exists(f"{name}-{n}") for n in ("h0", "h3", "mgmt", "p0-t0-0"))
     finally:
         for k in (1, 0):
-            _cli("down", "--name", name, env=envs[k], check=False)
+            _cli("down", "--lab", name, env=envs[k], check=False)
         for ns in made:
             subprocess.run(["ip", "netns", "del", ns], check=False)
 

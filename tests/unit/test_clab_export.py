@@ -170,10 +170,10 @@ def test_export_cli_placeholder_and_errors(
     text = (out / "mrc-m0.clab.yml").read_text()
     assert "placeholders" in text and "192.0.2.2" in text
     assert "placeholders" in capsys.readouterr().out
-    assert main(["export", "-o", str(out)]) == 1
+    assert main(["export", "-o", str(out)]) == 2
     assert "--machines" in capsys.readouterr().err
-    assert main(["export", "--machines", "2", "-o", str(tmp_path / "no" / "such")]) == 1
+    assert main(["export", "--machines", "2", "-o", str(tmp_path / "no" / "such")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert main(["export", "--machines", "3", "--underlay", "10.0.0.1=e,10.0.0.2=e", "-o",
-                 str(out)]) == 1  # fmt: skip
+                 str(out)]) == 2  # fmt: skip
     assert "names 2 machines" in capsys.readouterr().err

@@ -41,7 +41,7 @@ def test_write_spec_argv_follows_the_documented_cli(monkeypatch) -> None:
     s = WriteSpec("h0", "h3", 65536, 30.0, None, 8, "rocev2", 250)
     assert " ".join(s.argv("mrcdemo")) == (
         "mrc-bench write --lab mrcdemo --src h0 --dst h3 --size 65536 --duration 30 --qps 8 "
-        "--transport rocev2 --timeline-ms 250 --json"
+        "--transport rocev2 --timeline 250ms --json"
     )
     it = WriteSpec("h1", "h2", 4096, None, 100, None, "mrc", None)
     assert " ".join(it.argv("mrc")) == (

@@ -83,7 +83,7 @@ def test_a_claim_without_a_simulated_form_is_refused_clearly(
     real = registry.specs()
     bare = dataclasses.replace(real[0], name="bare", number=99, sim=None)
     monkeypatch.setattr(registry, "specs", lambda: [*real[:1], bare])
-    assert cli.main(["experiment", "bare", "--sim", "--out", str(tmp_path)]) == 1
+    assert cli.main(["experiment", "bare", "--sim", "--out", str(tmp_path)]) == 2
     assert "bare has no simulated form yet" in capsys.readouterr().err
     res = registry.run(bare, base.Context(sim=True, out_dir=tmp_path, echo=lambda _t: None))
     assert res.verdict == "not reproduced" and "no simulated form yet" in res.extra["error"]

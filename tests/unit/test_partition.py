@@ -144,5 +144,5 @@ def test_plan_machines_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_plan_machines_refuses_too_many(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plan", "--machines", "9"]) == 1
+    assert main(["plan", "--machines", "9"]) == 2
     assert "2..8" in capsys.readouterr().err

@@ -24,8 +24,8 @@ def _flag(argv: list[str], name: str) -> list[str]:
 
 def test_fabric_follows_the_lab() -> None:
     a = S.fabric_args(LAB)
-    assert _flag(a, "--port-rate") == ["5000000bit"] and _flag(a, "--planes") == ["2"]
-    assert _flag(a, "--queue") == ["65536"] and _flag(a, "--ecn") == ["32768"]  # half the buffer
+    assert _flag(a, "--rate") == ["5000000bit"] and _flag(a, "--planes") == ["2"]
+    assert _flag(a, "--buffer") == ["65536"] and _flag(a, "--ecn") == ["32768"]  # half the buffer
     assert _flag(S.fabric_args(LAB.with_overrides(ecn_kb=8)), "--ecn") == ["8192"]
     assert "--no-ecn" in S.fabric_args(LAB.with_overrides(switch="kernel"))
     with pytest.raises(S.TwinError, match="PFC"):
@@ -54,7 +54,7 @@ def test_p2p_needs_a_pair_across_the_t1_tier() -> None:
     with pytest.raises(S.TwinError, match="share a T0"):
         S.p2p_command(LAB, "h0", "h1", 1 << 20, 16 << 10)
     argv = S.p2p_command(LAB, "h0", "h3", 1 << 20, 16 << 10, timeline_s=0.05)
-    assert _flag(argv, "--paths-per-plane") == ["2"] and _flag(argv, "--timeline") == ["50ms"]
+    assert _flag(argv, "--t1") == ["2"] and _flag(argv, "--timeline") == ["50ms"]
 
 
 def test_the_permutation_seed_gives_the_labs_pairs() -> None:

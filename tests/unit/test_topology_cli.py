@@ -56,10 +56,13 @@ def test_plan_json_is_the_whole_plan(capsys) -> None:
 
 
 def test_plan_refuses_bad_parameters_with_a_message(capsys) -> None:
+    # a bad value is a usage error (exit 2: docs/cli.md), the old --name too
+    code, _, err = C.run_main(capsys, cli.main, "plan", "--lab", "Lab!", "--summary")
+    assert code == 2 and "lab name" in err
     code, _, err = C.run_main(capsys, cli.main, "plan", "--name", "Lab!", "--summary")
-    assert code == 1 and "lab name" in err
+    assert code == 2 and "lab name" in err and "use --lab" in err
     code, _, err = C.run_main(capsys, cli.main, "plan", "--mtu", "1500", "--summary")
-    assert code == 1 and "4192" in err
+    assert code == 2 and "4192" in err
 
 
 def test_help_teaches(capsys) -> None:
@@ -70,7 +73,7 @@ def test_help_teaches(capsys) -> None:
         assert word in out
     with pytest.raises(SystemExit):
         cli.main(["loss", "--help"])
-    assert "--percent" in capsys.readouterr().out
+    assert "--loss X%" in capsys.readouterr().out
 
 
 def test_numgen_and_rates() -> None:

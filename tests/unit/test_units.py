@@ -434,9 +434,9 @@ def test_no_other_unit_parser_is_left():
 @pytest.mark.parametrize(
     ("parser", "words"),
     [
-        (sim.build_parser, ["--size BYTES", "--port-rate RATE", "--delay TIME", "binary"]),
-        (incast.build_parser, ["--size BYTES", "--port-rate RATE", "--stagger TIME"]),
-        (lab_demo.build_parser, ["--size BYTES", "--rate-mbit R"]),
+        (sim.build_parser, ["--size BYTES", "--rate RATE", "--delay TIME", "binary"]),
+        (incast.build_parser, ["--size BYTES", "--rate RATE", "--stagger TIME"]),
+        (lab_demo.build_parser, ["--size BYTES", "--rate R"]),
     ],
 )
 def test_help_names_the_units(capsys, parser, words):
@@ -451,7 +451,7 @@ def test_help_names_the_units(capsys, parser, words):
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
-        (["up", "--help"], ["--rate-mbit R", "--buffer-kb K", "1.5M"]),
+        (["up", "--help"], ["--rate RATE", "--buffer SIZE", "1.5M"]),
         (["shape", "--help"], ["--rate RATE", "10mbit"]),
         (["flap", "--help"], ["--period-ms MS"]),
     ],

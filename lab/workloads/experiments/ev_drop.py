@@ -5,7 +5,7 @@ Paper: with 16 paths between two hosts (2 per plane x 8 planes), one path made t
 of its packets: MRC's EVs on it leave the active set at once, a backup EV takes each one's
 place, goodput recovers. Here: the default lab (8 planes x 2 T1: 16 paths between the T0s),
 one long ``mrc-bench write --ev-log N`` from h0 to h3 while ``mrc-lab loss p0-t0-0 p0-t1-0
---percent 20`` makes the path (plane 0, T1 0) lose 20% each way, then clears it. From the
+--loss 20%`` makes the path (plane 0, T1 0) lose 20% each way, then clears it. From the
 write's EV log (every EV state change with its time, cause, and the plane's active set):
 how many of the EVs sprayed on that path left GOOD, how long after the loss started, how
 much of the loss window they spent out of the active set (probes bring an EV back after two
@@ -296,8 +296,8 @@ def run(ctx: Context, res: Result) -> None:
                 runs[t].append(r)
                 if rep == 0:
                     res.commands.append(
-                        f"sudo .venv/bin/mrc-lab loss p{PLANE}-t0-0 p{PLANE}-t1-{T1} --percent "
-                        f"{PERCENT:g} --name {params.name}  # {tm['at']:g} s into: "
+                        f"sudo .venv/bin/mrc-lab loss p{PLANE}-t0-0 p{PLANE}-t1-{T1} --loss "
+                        f"{PERCENT:g}% --lab {params.name}  # {tm['at']:g} s into: "
                         f"sudo .venv/bin/{r['argv']}"
                     )
                 ctx.echo(

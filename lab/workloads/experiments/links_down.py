@@ -331,7 +331,7 @@ def run(ctx: Context, res: Result) -> None:
                     f"{_f(r['rel_lowest_1s'])}; QP errors {r['qp_errors']}, verified {r['verified']}"
                 )
         res.commands.insert(0, "# one link per second, e.g.: sudo .venv/bin/mrc-lab link "
-                            f"p0-t0-0 p0-t1-0 down --name {params.name}")  # fmt: skip
+                            f"p0-t0-0 p0-t1-0 down --lab {params.name}")  # fmt: skip
         res.setup = setup_of(
             params,
             writer="h0",

@@ -305,8 +305,8 @@ def run(ctx: Context, res: Result) -> None:
                     if rep == 0:
                         a, b = links[0]
                         res.commands.append(
-                            f"sudo .venv/bin/mrc-lab loss --name {lab} {a} {b} --percent "
-                            f"{per_link:.4f}   # and on each of the {len(links)} T0-T1 links"
+                            f"sudo .venv/bin/mrc-lab loss --lab {lab} {a} {b} --loss "
+                            f"{per_link:.4f}%   # and on each of the {len(links)} T0-T1 links"
                         )
                 try:
                     for c in COLLECTIVES:

@@ -206,7 +206,7 @@ def run(ctx: Context, res: Result) -> None:
                 runs[t].append(r)
                 if rep == 0:
                     res.commands.append(
-                        f"sudo .venv/bin/mrc-lab port down h0 {PLANE} --name {params.name}  "
+                        f"sudo .venv/bin/mrc-lab port down h0 {PLANE} --lab {params.name}  "
                         f"# at {timing['at']:g} s into: sudo .venv/bin/{r['argv']}"
                     )
                 ctx.echo(

@@ -1,12 +1,12 @@
 """A soak with random faults: an all-reduce loop for minutes while a seeded schedule breaks
 the fabric, every step verified (issue 13, part 3; manual: docs/reliability.md).
 
-    python -m lab.soak --minutes 30 --seed 1 [--name mrcsoak] [--transports mrc,rocev2]
+    python -m lab.soak --minutes 30 --seed 1 [--lab mrcsoak] [--transports mrc,rocev2]
                        [--events-per-min 4] [--size 4M] [--hosts h0,h1,h2,h3]
-                       [--rate-mbit auto|R] [--out results/soak.json] [--keep-lab]
+                       [--rate auto|RATE] [--out results/soak.json] [--keep-lab]
 
 Brings up its own lab (the default 8-plane shape, python switches, the link rate from the
-calibration of the ring's flows unless ``--rate-mbit`` is given), then for each transport in
+calibration of the ring's flows unless ``--rate`` is given), then for each transport in
 turn (MRC first, then the RoCEv2 baseline) runs a ring all-reduce loop (``lab.workloads.bench.allreduce``:
 one process per rank, every rank checks its result against the locally computed sum after
 every step) for ``--minutes`` while the same seeded schedule, replayed from the start of each

@@ -39,6 +39,7 @@ from lab.workloads.soak.report import (
 )
 from lab.workloads.soak.runner import TransportSoak
 from lab.workloads.soak.schedule import MAX_EVENTS_PER_MIN, fault_kind, make_schedule
+from mrcnic.cliflags import deprecated
 from mrcnic.units import size_arg, time_arg
 
 
@@ -52,7 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--minutes", type=float, default=30.0, help="per transport [30]")
     ap.add_argument("--seed", type=int, default=1, help="seed of the schedule and data [1]")
-    ap.add_argument("--name", default=DEFAULT_NAME, help=f"lab name [{DEFAULT_NAME}]")
+    ap.add_argument("--lab", dest="name", metavar="NAME", default=DEFAULT_NAME,
+                    help=f"lab name [{DEFAULT_NAME}]")  # fmt: skip
+    deprecated(ap, "--name", "--lab", dest="name")
     ap.add_argument(
         "--transports", default="mrc,rocev2", help="comma-separated, in order [mrc,rocev2]"
     )
@@ -67,12 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--hosts", default="h0,h1,h2,h3", help="the ring [h0,h1,h2,h3]")
     ap.add_argument(
-        "--rate-mbit",
-        type=calibrate.rate_arg,
+        "--rate",
+        dest="rate_mbit",
+        type=calibrate.rate_flag,
         default=calibrate.AUTO,
         metavar="R",
         help="link rate in Mb/s; auto: calibrated for the ring's flows, cached per boot [auto]",
     )
+    deprecated(ap, "--rate-mbit", "--rate", dest="rate_mbit", type=calibrate.rate_arg)
     ap.add_argument("--recalibrate", action="store_true", help="with auto: measure again")
     ap.add_argument("--switch", choices=("python", "kernel"), default="python")
     ap.add_argument(
@@ -156,7 +161,7 @@ def choose_rate(
     """Calibrated on the ring's flows at once (every NIC sends one and receives one, as in the
     all-reduce), or as given; one line saying which."""
     if not auto:
-        line = f"links at {params.rate_mbit:g} Mb/s as given (--rate-mbit)"
+        line = f"links at {params.rate_mbit:g} Mb/s as given (--rate)"
         say(line)
         return params, {"mode": "forced", "rate_mbit": params.rate_mbit, "line": line}
     idx = [int(h[1:]) for h in hosts]
@@ -265,7 +270,7 @@ def _run_all(
         if not args.keep_lab:
             _teardown(state, params.name, say)
         elif state is not None:
-            say(f"lab {params.name} left up (--keep-lab): mrc-lab down --name {params.name}")
+            say(f"lab {params.name} left up (--keep-lab): mrc-lab down --lab {params.name}")
     return None
 
 
@@ -314,7 +319,7 @@ def _teardown(state: LabState | None, name: str, say: Printer) -> None:
             report = lifecycle.down(name)
             say(f"lab {name} torn down in {report.seconds:.1f} s")
     except (LabError, KeyboardInterrupt) as e:
-        say(f"could not tear lab {name} down ({e}); run: mrc-lab down --name {name}")
+        say(f"could not tear lab {name} down ({e}); run: mrc-lab down --lab {name}")
 
 
 def _save(doc: dict[str, Any], args: argparse.Namespace, say: Printer, final: bool) -> None:

@@ -130,9 +130,9 @@ def p2p_command(cfg: transfer.SimConfig) -> str:
     """The ``mrc-sim`` command of one two-host run."""
     f = cfg.fabric
     argv = [
-        ".venv/bin/mrc-sim", "--planes", str(f.planes), "--paths-per-plane",
-        str(f.paths_per_plane), "--port-rate", _gbit(f.port_rate_bps), "--delay",
-        f"{f.prop_s * 1e6:g}us", "--queue", str(f.queue_bytes), "--size", str(cfg.size),
+        ".venv/bin/mrc-sim", "--planes", str(f.planes), "--t1",
+        str(f.paths_per_plane), "--rate", _gbit(f.port_rate_bps), "--delay",
+        f"{f.prop_s * 1e6:g}us", "--buffer", str(f.queue_bytes), "--size", str(cfg.size),
         "--msg-size", str(cfg.msg_size), "--transport", cfg.transport, "--seed", str(cfg.seed),
     ]  # fmt: skip
     argv += ["--ecn", str(f.ecn_bytes)] if f.ecn_bytes is not None else ["--no-ecn"]
@@ -178,8 +178,8 @@ def sim_command(spec: ClosSpec, workload: str = "permutation", iters: int = 1) -
     argv = [
         ".venv/bin/mrc-sim", "--workload", workload, "--planes", str(spec.planes),
         "--t0", str(spec.t0), "--hosts-per-t0", str(spec.hosts_per_t0),
-        "--paths-per-plane", str(spec.t1), "--port-rate", _gbit(spec.port_rate_bps),
-        "--delay", f"{spec.prop_s * 1e6:g}us", "--queue", str(spec.queue_bytes),
+        "--t1", str(spec.t1), "--rate", _gbit(spec.port_rate_bps),
+        "--delay", f"{spec.prop_s * 1e6:g}us", "--buffer", str(spec.queue_bytes),
         "--size", str(spec.size), "--msg-size", str(spec.msg_size),
         "--transport", spec.transport, "--seed", str(spec.seed),
     ]  # fmt: skip

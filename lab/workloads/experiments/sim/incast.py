@@ -57,8 +57,8 @@ def run(ctx: Context, res: Result) -> None:
         "victim": out["rocev2"].get("victim"),
     }
     res.commands = [
-        f".venv/bin/mrc-sim --workload incast --planes 8 --t0 2 --hosts-per-t0 8 --paths-per-plane 8 "
-        f"--port-rate 100Gbit --delay 4us --queue {spec.queue_bytes} --ecn {spec.ecn_bytes} "
+        f".venv/bin/mrc-sim --workload incast --planes 8 --t0 2 --hosts-per-t0 8 --t1 8 "
+        f"--rate 100Gbit --delay 4us --buffer {spec.queue_bytes} --ecn {spec.ecn_bytes} "
         f"--size {spec.size} --senders {','.join(f'h{s}' for s in SENDERS)} --dst h{DST} "
         f"--victim h{VICTIM[0]}:h{VICTIM[1]} --duration {dur * 1e6:g}us --qps {p.qps} "
         f"--transport {s.transport} --json"
