@@ -290,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
         "pause-storm",
         help="a stuck host sends PFC PAUSE frames on every port while flows cross its T0",
         description="From --stuck's namespace, a PFC PAUSE frame for the lossless priority on "
-        "every port every --interval-ms for --seconds (and a resume at the end), while verified "
+        "every port every --interval for --duration (and a resume at the end), while verified "
         "writes run (--flow SRC:DST, repeatable; default one writing to the stuck host and a "
         "victim writing to another host under its T0). Reports the flows' goodput before and "
         "during the storm, the frames sent, and the switches' counter deltas.",
@@ -303,12 +303,14 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     deprecated(ps, "--seconds", "--duration", dest="seconds", type=time_arg)
     ps.add_argument(
-        "--interval-ms",
+        "--interval",
+        dest="interval_ms",
         type=time_in(1e-3),
         default=10.0,
-        metavar="MS",
-        help="one PAUSE frame per port every MS milliseconds (default 10)",
+        metavar="TIME",
+        help="one PAUSE frame per port this often: 10ms (default 10ms)",
     )
+    deprecated(ps, "--interval-ms", "--interval", dest="interval_ms", type=time_in(1e-3))
     ps.add_argument(
         "--flow",
         action="append",
@@ -372,7 +374,7 @@ def _check_values(args: argparse.Namespace) -> None:
     if isinstance(qps, int) and qps > 256:
         raise UsageError(f"--qps {qps}: 1..256")
     for flag, attr in (("--duration", "duration"), ("--timeline", "timeline_ms"),
-                       ("--duration", "seconds"), ("--interval-ms", "interval_ms")):  # fmt: skip
+                       ("--duration", "seconds"), ("--interval", "interval_ms")):  # fmt: skip
         v = getattr(args, attr, None)
         if isinstance(v, int | float) and not v > 0:
             raise UsageError(f"{flag} {v:g}: must be > 0")
@@ -517,7 +519,7 @@ def _pause_storm(st: Any, args: argparse.Namespace) -> int:
     if args.seconds <= 0:
         raise UsageError("--duration must be > 0")
     if args.interval_ms <= 0:
-        raise UsageError("--interval-ms must be > 0")
+        raise UsageError("--interval must be > 0")
     p = storm.StormParams(
         stuck=stuck,
         seconds=args.seconds,

@@ -35,7 +35,7 @@ examples:
   mrc-lab exec h0 -- ip -br link              a command inside host h0's namespace
   mrc-lab link down p0-t0-0 p0-t1-1           take a fabric link down (and `link up` again)
   mrc-lab loss h0 p3-t0-0 --loss 1%          1% loss both ways on h0's plane-3 link
-  mrc-lab reboot p0-t1-0 --down-ms 2000       a switch reboot
+  mrc-lab reboot p0-t1-0 --down 2000ms       a switch reboot
   mrc-lab down                                remove everything the lab made
 
 Every fault prints the exact ip/tc/nft command it runs. Names: hosts h0.., switches
@@ -329,19 +329,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = cmd(
         "flap",
         "take a link down and up repeatedly",
-        "example:\n  mrc-lab flap p0-t0-0 p0-t1-0 --period-ms 400 --count 5\n"
+        "example:\n  mrc-lab flap p0-t0-0 p0-t1-0 --period 400ms --count 5\n"
         "  (down 200 ms, up 200 ms, five times)\n",
     )
     _name_flag(p)
     p.add_argument("a")
     p.add_argument("b")
     p.add_argument(
-        "--period-ms",
+        "--period",
+        dest="period_ms",
         type=time_in(1e-3),
-        required=True,
-        metavar="MS",
-        help="one down+up cycle, ms (or 0.4s...)",
+        metavar="TIME",
+        help="one down+up cycle: 400ms, 2s (required)",
     )
+    deprecated(p, "--period-ms", "--period", dest="period_ms", type=time_in(1e-3))
     p.add_argument("--count", type=int, default=1, help="cycles [1]")
 
     p = cmd(
@@ -400,17 +401,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = cmd(
         "reboot",
         "stop a switch, wait, start it again with its unchanged static config",
-        "example:\n  mrc-lab reboot p0-t1-0 --down-ms 2000\n",
+        "example:\n  mrc-lab reboot p0-t1-0 --down 2000ms\n",
     )
     _name_flag(p)
     p.add_argument("switch")
     p.add_argument(
-        "--down-ms",
+        "--down",
+        dest="down_ms",
         type=time_in(1e-3),
         default=1000.0,
-        metavar="MS",
-        help="time it stays down, ms (or 2s...) [1000]",
+        metavar="TIME",
+        help="time it stays down: 2s, 500ms [1s]",
     )
+    deprecated(p, "--down-ms", "--down", dest="down_ms", type=time_in(1e-3))
 
     p = cmd(
         "port",
@@ -446,7 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
         "probe",
         "SRv6 self-probes host -> T0 -> host and host -> T0 -> T1 -> T0 -> host on every "
         "plane: a health table per link; names a link that is down or lossy (docs/observe.md)",
-        "examples:\n  mrc-lab probe --seconds 10\n  mrc-lab probe --hosts h0,h3 --interval-ms 50\n"
+        "examples:\n  mrc-lab probe --seconds 10\n  mrc-lab probe --hosts h0,h3 --interval 50ms\n"
         "  mrc-lab probe --seconds 5 --json | jq '.not_up'\n",
     )
     _name_flag(p)
@@ -454,12 +457,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", "-s", type=time_arg, dest="seconds", default=10.0,
                    metavar="TIME", help="how long: 10s, 500ms [10s]")  # fmt: skip
     deprecated(p, "--seconds", "--duration", dest="seconds", type=time_arg)
-    p.add_argument("--interval-ms", type=float, default=100.0, help="probe rounds [100]")
-    p.add_argument("--timeout-ms", type=float, default=200.0, help="a probe not back is lost [200]")
+    p.add_argument("--interval", dest="interval_ms", type=time_in(1e-3), default=100.0,
+                   metavar="TIME", help="between probe rounds [100ms]")  # fmt: skip
+    deprecated(p, "--interval-ms", "--interval", dest="interval_ms", type=time_in(1e-3))
+    p.add_argument("--timeout", dest="timeout_ms", type=time_in(1e-3), default=200.0,
+                   metavar="TIME", help="a probe not back by then is lost [200ms]")  # fmt: skip
+    deprecated(p, "--timeout-ms", "--timeout", dest="timeout_ms", type=time_in(1e-3))
     p.add_argument("--down-after", type=int, default=3,
                    help="probes lost in a row on every path over a link: down [3]")  # fmt: skip
-    p.add_argument("--lossy-percent", type=float, default=5.0,
-                   help="loss over the last 50 probes that makes a link lossy [5]")  # fmt: skip
+    p.add_argument("--lossy", dest="lossy_fraction", type=loss_arg(allow_all=True), default=0.05,
+                   metavar="X%|P", help="loss over the last 50 probes that makes a link lossy [5%%]")  # fmt: skip
+    deprecated(p, "--lossy-percent", "--lossy", dest="lossy_fraction", type=_percent)
     p.add_argument("--deny", action="store_true",
                    help="hand the links found down or lossy to the lab's NICs: they set the "
                    "EVs crossing them DENIED until the link is up or the probe ends")  # fmt: skip
@@ -783,6 +791,8 @@ def cmd_link(args: argparse.Namespace) -> int:
 
 
 def cmd_flap(args: argparse.Namespace) -> int:
+    if args.period_ms is None:
+        raise ParamError("flap needs --period TIME (one down+up cycle, e.g. 400ms)")
     Faults(load(args.name)).flap(args.a, args.b, args.period_ms, args.count)
     return 0
 
@@ -828,7 +838,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def cmd_capture(args: argparse.Namespace) -> int:
     if args.seconds <= 0 or (args.count is not None and args.count < 1):
-        raise ParamError("--seconds must be > 0 and --count >= 1")
+        raise ParamError("--duration must be > 0 and --count >= 1")
     out_dir = Path(args.write).resolve().parent
     if not out_dir.is_dir():
         raise ParamError(f"-w {args.write}: directory {out_dir} does not exist")
@@ -852,9 +862,9 @@ def cmd_capture(args: argparse.Namespace) -> int:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     if args.seconds <= 0 or args.interval_ms <= 0 or args.timeout_ms <= 0 or args.down_after < 1:
-        raise ParamError("--seconds, --interval-ms, --timeout-ms must be > 0, --down-after >= 1")
-    if not 0 < args.lossy_percent <= 100:
-        raise ParamError("--lossy-percent must be in (0, 100]")
+        raise ParamError("--duration, --interval and --timeout must be > 0, --down-after >= 1")
+    if not 0 < args.lossy_fraction <= 1:
+        raise ParamError("--lossy must be above 0 and at most 100%")
     state = load(args.name)
     hosts = None
     if args.hosts:
@@ -873,7 +883,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     res = probe.run(
         state, hosts=hosts, interval_s=args.interval_ms / 1000, seconds=args.seconds,
         timeout_s=args.timeout_ms / 1000, down_after=args.down_after,
-        lossy_fraction=args.lossy_percent / 100, on_event=event, deny=args.deny,
+        lossy_fraction=args.lossy_fraction, on_event=event, deny=args.deny,
     )  # fmt: skip
     if args.json:
         _print_json(res)

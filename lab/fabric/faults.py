@@ -10,7 +10,7 @@ link down A B                 ``ip -n NS link set dev IF down`` on the *switch* 
                               configuration is never touched
 link up A B                   ``ip -n NS link set dev IF up``; kernel mode then re-adds that
                               port's neighbour entry and routes (the kernel flushed them)
-flap A B                      down/up ``--count`` times, each half of ``--period-ms``
+flap A B                      down/up ``--count`` times, each half of ``--period``
 loss A B --loss X%            ``ip netns exec NS nft '...numgen random mod 100 < X drop'`` in
                               a netdev *egress* chain on both ends (both directions)
 loss A B --clear              ``ip netns exec NS nft 'add table ...; delete table ...'``
@@ -117,7 +117,7 @@ class Faults:
 
     def flap(self, a: str, b: str, period_ms: float, count: int) -> None:
         if period_ms <= 0 or count < 1:
-            raise ParamError("flap needs --period-ms > 0 and --count >= 1")
+            raise ParamError("flap needs --period > 0 and --count >= 1")
         half = period_ms / 2000.0
         for i in range(count):
             self.echo(f"# flap {i + 1}/{count}: down {half * 1000:.0f} ms, up {half * 1000:.0f} ms")

@@ -466,11 +466,11 @@ def _reboot_hosted(rec: ProcessRecord, down_ms: float, echo: Callable[[str], Non
     """A switch served by a shared process: stopped and started again from its config file
     through the process's control socket; the other switches keep running."""
     t = time.monotonic()
-    ctl = rec.control
-    echo(f"# {rec.node}: stop (control socket {ctl} of pid {rec.pid})")
+    # the commands a user can replay (the request is what hosted_request sends)
+    echo(argv_text(control_command(rec, "stop")))
     hosted_request(rec, "stop")
     sleep_until(t + down_ms / 1000.0)
-    echo(f"# {rec.node}: start from its unchanged config {rec.config}")
+    echo(argv_text(control_command(rec, "start")) + f"   # from its unchanged config {rec.config}")
     if rec.stats:
         Path(rec.stats).unlink(missing_ok=True)
     hosted_request(rec, "start")

@@ -211,8 +211,14 @@ def _pair_result(**over):
 
 def test_write_table_has_the_perftest_columns():
     text = bench.format_pair(_pair_result())
-    for col in ("#bytes", "#iterations", "BW peak[Gb/s]", "BW average[Gb/s]", "MsgRate[Mpps]"):
+    # perftest's columns in its own units (bytes: MB/sec; the 8x trap of bits is avoided)
+    for col in ("#bytes", "#iterations", "BW peak[MB/sec]", "BW average[MB/sec]"):
         assert col in text
+    res = _pair_result()
+    assert f"{res['goodput_bps'] / 8e6:.3f}" in text  # bits/s shown as megabytes/s
+    assert "MsgRate[Mpps]" in text or "MsgRate[kpps]" in text
+    fast = bench.format_pair(_pair_result(peak_bps=4e11, goodput_bps=3.2e11, msg_rate_pps=2e6))
+    assert "BW average[GB/sec]" in fast and "40.000" in fast and "MsgRate[Mpps]" in fast
     assert "verified: yes" in text and "0.950 of capacity" in text and "switches 100" in text
     bad = bench.format_pair(_pair_result(verified=False, errors=["write 3: REMOTE_ACCESS_ERROR"]))
     assert "verified: NO" in bad and "REMOTE_ACCESS_ERROR" in bad
@@ -237,8 +243,9 @@ def test_allreduce_table():
     for col in (
         "size(B)",
         "count",
-        "algbw(Gb/s)",
-        "busbw(Gb/s)",
+        "algbw(MB/s)",  # nccl-tests' bytes (GB/s at its rates), not bits
+        "busbw(MB/s)",
+        "125.000",  # busbw 1.0e9 bit/s = 125 MB/s
         "#wrong",
         "RS 0 10.00",
         "AG 0 20.00",

@@ -211,3 +211,16 @@ def test_screen_says_the_rate_chosen_and_whether_each_run_was_cpu_bound() -> Non
     assert "so the fabric, not the CPU, limits" in " ".join(screen.split())
     row = next(line for line in lines if line.startswith("CPU-bound"))
     assert "no (71% busy, NIC 34%)" in row and "YES (93% busy, NIC 40%)" in row
+
+
+def test_message_size_keeps_bins_smooth() -> None:
+    """A bin counts completed writes: the demo's size puts 16 or more in each bin."""
+    from lab.workloads.demo import MSGS_PER_BIN, message_size
+
+    for links_mbit in (1, 4, 8.3, 33, 100):
+        cap = 8 * links_mbit * 1e6
+        size = message_size(cap, 250)
+        per_bin = cap * 0.25 / 8 / size
+        assert size & (size - 1) == 0 and (1 << 14) <= size <= (1 << 18)
+        assert per_bin >= MSGS_PER_BIN or size == 1 << 14, (links_mbit, size, per_bin)
+    assert message_size(8 * 100e6, 250) == 1 << 18  # the old default at 100 Mb/s

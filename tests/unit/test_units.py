@@ -338,7 +338,7 @@ def test_every_cli_reads_a_time_alike(text):
 
 
 def test_plain_numbers_keep_their_flags_units():
-    """The lab's flags are a contract: ``--rate-mbit 100 --buffer-kb 64 --period-ms 400``."""
+    """The lab's flags are a contract: ``--rate-mbit 100 --buffer-kb 64 --period 400ms``."""
     a = _lab("up", "--rate-mbit", "100", "--buffer-kb", "64", "--ecn-kb", "16")
     assert (a.rate_mbit, a.buffer_kb, a.ecn_kb) == (100.0, 64, 16)
     assert _lab("flap", "a", "b", "--period-ms", "400").period_ms == 400.0
@@ -453,7 +453,7 @@ def test_help_names_the_units(capsys, parser, words):
     [
         (["up", "--help"], ["--rate RATE", "--buffer SIZE", "1.5M"]),
         (["shape", "--help"], ["--rate RATE", "10mbit"]),
-        (["flap", "--help"], ["--period-ms MS"]),
+        (["flap", "--help"], ["--period TIME"]),
     ],
 )
 def test_lab_help_names_the_units(capsys, argv, words):

@@ -11,6 +11,20 @@ from lab.proc import cpu
 _LINE = "-" * 94
 
 
+def bytes_rate_unit(*bps: float) -> tuple[str, float]:
+    """The unit nccl-tests and perftest print bandwidth in (bytes per second, decimal:
+    GB/s = 1e9 bytes/s), or MB/s when every value is below 1 GB/s, as at lab rates: -> (name,
+    bits per unit). Bits would be an 8x trap beside a real nccl-tests or perftest log."""
+    if max(bps, default=0.0) >= 8e9:
+        return "GB/s", 8e9
+    return "MB/s", 8e6
+
+
+def msg_rate_unit(pps: float) -> tuple[str, float]:
+    """perftest's Mpps, or kpps below 0.01 Mpps (lab rates): -> (name, packets per unit)."""
+    return ("Mpps", 1e6) if pps >= 1e4 else ("kpps", 1e3)
+
+
 def _cpu_line(res: dict[str, Any], sides: str) -> str:
     parts = [f" CPU (% of one core): {sides}"]
     if res.get("switch_cpu_percent") is not None:
@@ -64,12 +78,16 @@ def format_pair(res: dict[str, Any]) -> str:
                 f"{lu['p99_9']:>24.2f}"
             )
     else:
+        bw, per = bytes_rate_unit(res["peak_bps"], res["goodput_bps"])
+        rate, pper = msg_rate_unit(res["msg_rate_pps"])
+        bw_u = bw.replace("/s", "/sec")  # perftest's spelling
         out.append(
-            f" {'#bytes':<10}{'#iterations':<14}{'BW peak[Gb/s]':<17}{'BW average[Gb/s]':<20}{'MsgRate[Mpps]':<14}"
+            f" {'#bytes':<10}{'#iterations':<14}{f'BW peak[{bw_u}]':<17}{f'BW average[{bw_u}]':<20}"
+            f"{f'MsgRate[{rate}]':<14}"
         )
         out.append(
-            f" {res['size']:<10}{res['iterations']:<14}{res['peak_bps'] / 1e9:<17.4f}"
-            f"{res['goodput_bps'] / 1e9:<20.4f}{res['msg_rate_pps'] / 1e6:<14.6f}"
+            f" {res['size']:<10}{res['iterations']:<14}{res['peak_bps'] / per:<17.3f}"
+            f"{res['goodput_bps'] / per:<20.3f}{res['msg_rate_pps'] / pper:<14.3f}"
         )
     out.append(_LINE)
     if not lat:
@@ -98,14 +116,15 @@ def format_allreduce(res: dict[str, Any]) -> str:
         f" ranks {res['ranks']}: {','.join(res['hosts'])}   capacity per NIC {res['capacity_bps'] / 1e6:.1f} Mb/s"
     )
     out.append(_LINE)
+    bw, per = bytes_rate_unit(res["algbw_bps"], res["busbw_bps"])
     out.append(
-        f" {'size(B)':>12}{'count':>12}{'type':>8}{'redop':>7}{'time(us)':>12}{'algbw(Gb/s)':>13}"
-        f"{'busbw(Gb/s)':>13}{'#wrong':>8}"
+        f" {'size(B)':>12}{'count':>12}{'type':>8}{'redop':>7}{'time(us)':>12}{f'algbw({bw})':>13}"
+        f"{f'busbw({bw})':>13}{'#wrong':>8}"
     )
     wrong = 0 if res["verified"] else "yes"
     out.append(
         f" {res['size']:>12}{res['elements']:>12}{res['type']:>8}{res['redop']:>7}"
-        f"{res['time_s'] * 1e6:>12.0f}{res['algbw_bps'] / 1e9:>13.4f}{res['busbw_bps'] / 1e9:>13.4f}{wrong!s:>8}"
+        f"{res['time_s'] * 1e6:>12.0f}{res['algbw_bps'] / per:>13.3f}{res['busbw_bps'] / per:>13.3f}{wrong!s:>8}"
     )
     out.append(_LINE)
     out.append(
@@ -135,20 +154,21 @@ def format_alltoall(res: dict[str, Any]) -> str:
         f"   capacity per NIC {res['capacity_bps'] / 1e6:.1f} Mb/s"
     )
     out.append(_LINE)
+    bw, per = bytes_rate_unit(*(x for r in res["rows"] for x in (r["algbw_bps"], r["busbw_bps"])))
     out.append(
-        f" {'size(B)':>12}{'count':>12}{'type':>8}{'redop':>7}{'time(us)':>12}{'algbw(Gb/s)':>13}"
-        f"{'busbw(Gb/s)':>13}{'#wrong':>8}"
+        f" {'size(B)':>12}{'count':>12}{'type':>8}{'redop':>7}{'time(us)':>12}{f'algbw({bw})':>13}"
+        f"{f'busbw({bw})':>13}{'#wrong':>8}"
     )
     for r in res["rows"]:
         wrong = 0 if r["verified"] else "yes"
         out.append(
             f" {r['size']:>12}{r['elements']:>12}{res['type']:>8}{res['redop']:>7}"
-            f"{r['time_s'] * 1e6:>12.0f}{r['algbw_bps'] / 1e9:>13.4f}"
-            f"{r['busbw_bps'] / 1e9:>13.4f}{wrong!s:>8}"
+            f"{r['time_s'] * 1e6:>12.0f}{r['algbw_bps'] / per:>13.3f}"
+            f"{r['busbw_bps'] / per:>13.3f}{wrong!s:>8}"
         )
     out.append(_LINE)
     out.append(
-        f" Avg bus bandwidth {res['avg_busbw_bps'] / 1e9:.4f} Gb/s   largest size: busbw = "
+        f" Avg bus bandwidth {res['avg_busbw_bps'] / per:.3f} {bw}   largest size: busbw = "
         f"{res['goodput_fraction']:.3f} of capacity   retransmissions {res['retransmissions']}"
         f"   timeouts {res['timeouts']}"
     )

@@ -1,10 +1,10 @@
 """mrc-bench pause-storm: a host whose NIC stopped draining and keeps sending PFC PAUSE.
 
-    mrc-bench pause-storm --lab mrc --stuck h3 --seconds 5 [--interval-ms 10] [--flow h0:h3]
+    mrc-bench pause-storm --lab mrc --stuck h3 --seconds 5 [--interval 10ms] [--flow h0:h3]
 
 From the stuck host's namespace, on every one of its ports, an AF_PACKET socket sends an
 802.1Qbb PAUSE frame for the lossless priority (``mrcnic.io.pfc.DEFAULT_PRIORITY``, the
-longest pause time, 65535 quanta) every ``--interval-ms`` for ``--seconds``, and one resume
+longest pause time, 65535 quanta) every ``--interval`` for ``--duration``, and one resume
 (time 0) per port at the end, so the lab is not left paused for the last frame's time. It
 sends while flows run that cross the stuck host's T0 (by default one writing *to* the stuck
 host and a victim writing to another host under that T0; ``--flow SRC:DST``, repeatable,

@@ -84,7 +84,7 @@ def run(ctx: Context, res: Result) -> None:
             f"link down {DOWN_S:g} s; one ring all-reduce over {params.host_count} hosts."))  # fmt: skip
     res.commands = [
         f"sudo .venv/bin/mrc-lab experiment flaps{' --quick' if ctx.quick else ''}",
-        "sudo .venv/bin/mrc-lab flap p0-t0-0 p0-t1-0 --period-ms 2000 --lab LAB",
+        "sudo .venv/bin/mrc-lab flap p0-t0-0 p0-t1-0 --period 2000ms --lab LAB",
     ]
     res.mrc, res.rocev2 = rounded(out["mrc"]), rounded(out["rocev2"])
     mc, rc = out["mrc"]["change"], out["rocev2"]["change"]

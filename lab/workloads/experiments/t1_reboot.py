@@ -121,7 +121,7 @@ def run(ctx: Context, res: Result) -> None:
             f"loses 1 of {params.planes * params.t1} paths."))  # fmt: skip
     res.commands = [
         f"sudo .venv/bin/mrc-lab experiment t1_reboot{' --quick' if ctx.quick else ''}",
-        f"sudo .venv/bin/mrc-lab reboot {target} --down-ms {down * 1000:g} --lab LAB",
+        f"sudo .venv/bin/mrc-lab reboot {target} --down {down * 1000:g}ms --lab LAB",
     ]
     res.extra["rebooted"] = out.pop("targets", {})
     m, r = out["mrc"]["figures"], out["rocev2"]["figures"]

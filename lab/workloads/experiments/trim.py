@@ -271,7 +271,7 @@ def run(ctx: Context, res: Result) -> None:
                             else (
                                 f' (after setting "trimming": false on every port in '
                                 f"/run/mrc-lab/{params.name}/switches/*.json and `sudo "
-                                f".venv/bin/mrc-lab reboot SWITCH --down-ms 0 --lab {params.name}` "
+                                f".venv/bin/mrc-lab reboot SWITCH --down 0ms --lab {params.name}` "
                                 "for each switch)"
                             )
                         )
