@@ -336,8 +336,34 @@ def format_stats(data: dict[str, Any]) -> str:
         return "\n".join(lines)
     if data["stats"] is None:
         return f"{data['node']}: no stats yet (switch not running or not ready)"
-    head = f"{data['node']} (mrc-switch stats file)\n"
-    return head + _pfc_table(data["stats"]) + json.dumps(data["stats"], indent=1)
+    st = data["stats"]
+    head = (
+        f"{data['node']} (mrc-switch pid {st.get('pid')}, up {st.get('uptime_s', 0):.0f} s, "
+        f"{st.get('table_entries')} routes, CPU {st.get('cpu_user_s', 0) + st.get('cpu_system_s', 0):.1f} s; "
+        "--json: the whole stats file)\n"
+    )
+    return head + _port_table(st) + _pfc_table(st)
+
+
+def _port_table(st: dict[str, Any]) -> str:
+    """One line per port and a total: link, traffic, queue, ECN marks, trims and drops with
+    their reasons (the counters a reader compares; docs/switch.md names each)."""
+    cols = f"  {'PORT':<8} {'PEER':<10} {'LINK':<5} {'RX PKTS':>9} {'TX PKTS':>9} {'TX BYTES':>12} " \
+        f"{'QUEUE':>7} {'MAX Q':>7} {'ECN':>7} {'TRIMS':>7} {'DROPS':>7}  REASONS"  # fmt: skip
+    lines = [cols]
+    rows = [(n, p) for n, p in st.get("ports", {}).items()]
+    tot = dict(st.get("totals", {}), peer="", up=None, queue_bytes=None, max_queue_bytes=None)
+    for name, p in [*rows, ("total", tot)]:
+        reasons = ", ".join(f"{k} {v}" for k, v in (p.get("drops") or {}).items() if v)
+        link = "" if p.get("up") is None else ("up" if p["up"] else "DOWN")
+        lines.append(
+            f"  {name:<8} {p.get('peer') or '':<10} {link:<5} {_n(p.get('rx_packets')):>9} "
+            f"{_n(p.get('tx_packets')):>9} {_n(p.get('tx_bytes')):>12} "
+            f"{_n(p.get('queue_bytes')):>7} {_n(p.get('max_queue_bytes')):>7} "
+            f"{_n(p.get('ecn_marks')):>7} {_n(p.get('trims')):>7} {_n(p.get('drops_total')):>7}  "
+            f"{reasons}"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def _pfc_table(st: dict[str, Any]) -> str:
