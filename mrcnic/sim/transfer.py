@@ -871,13 +871,9 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
             raise ValueError("--rocev2-timeout is auto or the IB exponent 1..31") from None
         if not 1 <= timeout <= 31:
             raise ValueError("--rocev2-timeout is auto or the IB exponent 1..31")
-    if a.qps is not None and a.qps < 1:
-        raise ValueError("--qps must be >= 1")
     rocev2_options = tuple(parse_rocev2_option(t) for t in a.rocev2_option)
     if rocev2_options:
         rocev2_config(RoceConfig(), rocev2_options)  # names checked before the run
-    if a.size < 1 or a.msg_size < 1 or a.mtu < 1 or a.planes < 1 or a.paths_per_plane < 1:
-        raise ValueError("size, msg-size, mtu, planes and t1 must be >= 1")
     if getattr(a, "pfc", False) and getattr(a, "workload", "p2p") == "p2p":
         raise ValueError(
             "--pfc: whole-fabric workloads only (--workload permutation|allreduce|alltoall|"
