@@ -137,6 +137,7 @@ def _run(c: chain.Chain, forge: Forge, rng: random.Random, frames: int) -> dict[
     pace_s = PACE_S
     drops_seen = 0
     batches = 0
+    burst_frames = 0  # well-formed, after the fuzz: not in ``frames``
     try:
         while made < frames:
             batches += 1
@@ -164,7 +165,7 @@ def _run(c: chain.Chain, forge: Forge, rng: random.Random, frames: int) -> dict[
                 break
             _settle(c)  # empty queues, so each burst starts from nothing
             sender.send(sock, burst)
-            made += len(burst)
+            burst_frames += len(burst)
     finally:
         sock.close()
     alive = c.proc is not None and c.proc.poll() is None
@@ -179,6 +180,7 @@ def _run(c: chain.Chain, forge: Forge, rng: random.Random, frames: int) -> dict[
     dropped = sum(d.values())
     return {
         "frames": made,
+        "burst_frames": burst_frames,
         "frames_on_wire": sent,  # longer than the veth's MTU never leave the socket
         "crashes": 0 if alive and d.get("internal", 0) == 0 else 1,
         "switch_alive": alive,
