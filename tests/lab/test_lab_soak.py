@@ -1,6 +1,6 @@
 """The soak with random faults (lab/workloads/soak/) for real, short: its own lab (mrcsoakt), a ring
-all-reduce of 4 hosts for 36 s per transport, MRC then the RoCEv2 baseline, while the seeded
-schedule plays 10 faults a minute; then everything it left behind is checked to be gone.
+all-reduce of 4 hosts for 24 s per transport, MRC then the RoCEv2 baseline, while the seeded
+schedule plays 15 faults a minute; then everything it left behind is checked to be gone.
 
 A second run is interrupted (SIGINT, as Ctrl-C) while a link is down: the link must come
 back up before the lab is torn down. About 2 minutes in all. The pure parts (schedule,
@@ -23,7 +23,7 @@ from lab.fabric.netns import list_netns
 from lab.fabric.state import exists
 
 NAME = "mrcsoakt"
-MINUTES = 0.6
+MINUTES = 0.4
 RANKS = 4
 
 
@@ -32,7 +32,7 @@ def soak_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict]:
     out = tmp_path_factory.mktemp("soak") / "soak.json"
     argv = [sys.executable, "-m", "lab.soak", "--name", NAME, "--minutes", str(MINUTES)]
     # a forced rate: the test checks the machinery, not this machine's calibrated figures
-    argv += ["--seed", "3", "--events-per-min", "10", "--rate-mbit", "20", "--size", "2M"]
+    argv += ["--seed", "3", "--events-per-min", "15", "--rate-mbit", "20", "--size", "2M"]
     argv += ["--out", str(out), "--progress-s", "10"]
     try:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=300)

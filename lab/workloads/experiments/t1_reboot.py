@@ -95,14 +95,15 @@ def judge(m: dict[str, Any]) -> tuple[str, str]:
 
 def run(ctx: Context, res: Result) -> None:
     params = lab_params(ctx)
-    seconds = 20.0 if ctx.quick else 45.0
+    seconds = 12.0 if ctx.quick else 45.0
+    probe_s = 3.0 if ctx.quick else 6.0  # long enough for the busiest T1 to stand out
     at = round(seconds / 3, 1)
     down = QUICK_DOWN_S if ctx.quick else DOWN_S
     out: dict[str, Any] = {}
     with lab_up(ctx, params) as state:
         for t in ("mrc", "rocev2"):
             before = t1_bytes(state)
-            run_job(ctx, state, params, t, [], 6.0)  # a probe: which T1 the job's path uses
+            run_job(ctx, state, params, t, [], probe_s)  # a probe: which T1 the job's path uses
             time.sleep(1.0)  # a stats file written after the probe
             target = busiest_t1(before, t1_bytes(state))
             step = Step("reboot", at, target, down_ms=down * 1000)
