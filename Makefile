@@ -15,7 +15,7 @@ DEMO_ARGS ?=
 demo: setup
 	$(PY) -m lab.demo $(DEMO_ARGS)
 
-.PHONY: reproduce fuzz soak soak-short demo bench setup test test-fast test-unit test-timing test-lab lint bench-core bench-transport bench-nscc bench-switch bench-nic bench-split bench-sim lab-up lab-down lab-status clean help
+.PHONY: reproduce fuzz soak soak-short demo bench setup test test-fast test-unit test-timing test-lab lint bench-core bench-transport bench-nscc bench-switch bench-nic bench-split bench-wakeup bench-sim lab-up lab-down lab-status clean help
 
 help:
 	@echo "make demo        the main job: lab up, MRC write through a T1 reboot and a link flap, vs RoCEv2 (root)"
@@ -29,6 +29,7 @@ help:
 	@echo "make bench-nscc       NSCC on oversubscribed/lossy/incast sim fabrics -> results/bench-nscc.json"
 	@echo "make bench-switch     mrc-switch vs kernel seg6local forwarding -> results/bench-switch.json"
 	@echo "make bench-lab-cpu    machine CPU per delivered frame, python vs kernel switches, vs the floor -> results/bench-lab-cpu.json (root)"
+	@echo "make bench-wakeup     CPU per wake-up from sleep, across CPUs vs on one, and per timer arm -> results/bench-wakeup.json"
 	@echo "make bench-nic        NIC frames per CPU-second, C and Python engines and the RoCEv2 QP vs raw AF_PACKET -> results/bench-nic.json (root)"
 	@echo "make bench-split      a lab split over 2 machines (namespaces standing in) vs unsplit, one write -> results/bench-split.json (root)"
 	@echo "make bench-sim        mrc-sim's speed over a whole fabric: permutations of 16, 128, 1,024 hosts -> results/bench-sim.json"
@@ -94,7 +95,7 @@ bench-nscc: setup
 bench-switch: setup
 	$(PY) bench/bench_switch.py --out results/bench-switch.json
 
-# Two namespaces, one veth: the NIC's engines against a minimal C sender and receiver (root, ~1 min)
+# Two namespaces, one veth: the NIC's engines against a minimal C sender and receiver (root, ~3 min)
 bench-nic: setup
 	$(PY) bench/bench_nic.py --out results/bench-nic.json
 
@@ -103,6 +104,10 @@ bench-nic: setup
 # HTSIM=path/to/htsim_uec runs the same permutations through htsim too (docs/sim.md, Speed)
 bench-split: setup
 	$(PY) bench/bench_split.py --out results/bench-split.json
+
+# What a wake-up from sleep costs this machine, across CPUs and on one, and arming a timer (~10 s)
+bench-wakeup: setup
+	$(PY) bench/bench_wakeup.py --out results/bench-wakeup.json
 
 bench-sim: setup
 	$(PY) bench/bench_sim.py --out results/bench-sim.json $(if $(HTSIM),--htsim $(HTSIM))

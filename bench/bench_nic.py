@@ -15,6 +15,12 @@ CPU 0 and the receiver to CPU 1), run in alternating order for ``--reps`` repeti
 - ``c_rtt200``: ``c`` with a 200 us base RTT (the setting until 2026-11-24): a 25 us delayed
   ACK, shorter than the time between two receive wake-ups, so each batch's last packets get a
   SACK and a wake-up of their own; kept to show what that costs;
+- ``c_paced``: ``c`` with the NIC's port paced at ``PACED_RATE`` (400 Mb/s: 11,900 data frames
+  a second, what one NIC of the default lab carries at 50 Mb/s links over its 8 planes), so a
+  wake-up finds one or two frames, as in the lab: what a frame costs when nothing amortises
+  the wake-up. Its keys are CPU microseconds per frame (``c_paced_send_us_per_frame``,
+  ``c_paced_recv_us_per_frame``), ``c_paced_<side>_cost_vs_c`` (over the unpaced ``c`` run's,
+  same run) and ``c_paced_recv_frames_per_wakeup``;
 - ``ring`` (not by default): the raw receiver on a TPACKET_V3 ring.
 
 Each side reports data frames (the sender every data frame it handed over, new or resent, as the
@@ -61,7 +67,8 @@ NS_A, NS_B = "mrcnb-a", "mrcnb-b"
 IF_A, IF_B = "mrcnb-a0", "mrcnb-b0"
 MAC_A, MAC_B = "02:00:6e:62:00:01", "02:00:6e:62:00:02"
 SEND_CPU, RECV_CPU = 0, 1
-CONFIGS = ("raw", "c", "py", "rocev2", "c_rtt200", "ring")
+CONFIGS = ("raw", "c", "py", "rocev2", "c_rtt200", "c_paced", "ring")
+PACED_RATE = "400Mbit"  # c_paced: the NIC port's rate (see the docstring)
 
 
 #: a side still running after the test (it failed): killed, by PID
@@ -149,9 +156,14 @@ def run_raw(seconds: float, ring: bool = False) -> dict[str, Any]:
 
 
 def run_engine(
-    engine: str, seconds: float, transport: str = "mrc", base_rtt_us: float | None = None
+    engine: str,
+    seconds: float,
+    transport: str = "mrc",
+    base_rtt_us: float | None = None,
+    rate: str | None = None,
 ) -> dict[str, Any]:
     extra = ["--base-rtt-us", str(base_rtt_us)] if base_rtt_us is not None else []
+    extra += ["--rate", rate] if rate is not None else []
     rx = _spawn(NS_B, RECV_CPU, ["recv", "--ifname", IF_B, "--mac", MAC_B, "--peer-mac", MAC_A,
                                  "--transport", transport, *extra], engine)  # fmt: skip
     tx = None
@@ -206,6 +218,29 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
                 3,
             ),  # fmt: skip
         }
+        wakes = [r["recv"].get("rx_wakeups") for r in rs]
+        if all(wakes):  # (the NIC's runs: raw has no wake-up count)
+            out[cfg]["recv_frames_per_wakeup"] = round(
+                statistics.median(r["recv"]["frames"] / w for r, w in zip(rs, wakes, strict=True)),
+                2,
+            )
+    return out
+
+
+def paced_keys(summary: dict[str, Any]) -> dict[str, float]:
+    """c_paced's figures: CPU microseconds per frame, and over the unpaced c run's."""
+    paced = summary.get("c_paced")
+    if not paced:
+        return {}
+    out: dict[str, float] = {}
+    for side in ("send", "recv"):
+        rate = paced[f"{side}_frames_per_cpu_s"]
+        if rate > 0:
+            out[f"c_paced_{side}_us_per_frame"] = round(1e6 / rate, 1)
+        full = summary.get("c", {}).get(f"{side}_frames_per_cpu_s", 0)
+        if rate > 0 and full > 0:
+            out[f"c_paced_{side}_cost_vs_c"] = round(full / rate, 2)
+    out["c_paced_recv_frames_per_wakeup"] = paced["recv_frames_per_wakeup"]
     return out
 
 
@@ -231,11 +266,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=3.0, help="per run [3]")
     ap.add_argument(
-        "--configs", default="raw,c,py,rocev2,c_rtt200",
-        help="subset of raw,c,py,rocev2,c_rtt200,ring [raw,c,py,rocev2,c_rtt200]; rocev2: the "
-        "RoCEv2 baseline's QP on the default engine; c_rtt200: the C engine with a 200 us base "
-        "RTT (a 25 us delayed ACK: the setting before 2026-11-24); ring: the raw receiver on a "
-        "TPACKET_V3 ring",
+        "--configs", default="raw,c,py,rocev2,c_rtt200,c_paced",
+        help="subset of raw,c,py,rocev2,c_rtt200,c_paced,ring [raw,c,py,rocev2,c_rtt200,"
+        "c_paced]; rocev2: the RoCEv2 baseline's QP on the default engine; c_rtt200: the C "
+        "engine with a 200 us base RTT (a 25 us delayed ACK: the setting before 2026-11-24); "
+        f"c_paced: the C engine with its port paced at {PACED_RATE} (a lab's frames per "
+        "wake-up); ring: the raw receiver on a TPACKET_V3 ring",
     )  # fmt: skip
     ap.add_argument("--out", default=None, help="write the JSON here")
     a = ap.parse_args(argv)
@@ -269,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
                     r = run_engine("c", a.seconds, transport="rocev2")
                 elif cfg == "c_rtt200":
                     r = run_engine("c", a.seconds, base_rtt_us=200)
+                elif cfg == "c_paced":
+                    r = run_engine("c", a.seconds, rate=PACED_RATE)
                 else:
                     r = run_engine(cfg, a.seconds)
                 runs[cfg].append(r)
@@ -316,10 +354,13 @@ def main(argv: list[str] | None = None) -> int:
                 result[key] = round(statistics.median(ratios), 3)
                 result[f"{key}_runs"] = [round(x, 3) for x in ratios]
                 result[f"{key}_spread"] = round(max(ratios) - min(ratios), 3)
+    result.update(paced_keys(summary))
     for k in ("send_ratio_vs_raw", "recv_ratio_vs_raw", "py_send_ratio_vs_raw",
               "py_recv_ratio_vs_raw", "rocev2_send_ratio_vs_raw",
               "rocev2_recv_ratio_vs_raw", "c_rtt200_send_ratio_vs_raw",
-              "c_rtt200_recv_ratio_vs_raw"):  # fmt: skip
+              "c_rtt200_recv_ratio_vs_raw", "c_paced_send_us_per_frame",
+              "c_paced_recv_us_per_frame", "c_paced_send_cost_vs_c", "c_paced_recv_cost_vs_c",
+              "c_paced_recv_frames_per_wakeup"):  # fmt: skip
         if k in result:
             print(f"{k}: {result[k]}")
     if a.out:

@@ -27,6 +27,7 @@ from typing import Any
 
 from lab.proc.cpu import process_cpu_s
 from lab.workloads.bench.floor import raw_loops
+from mrcnic.cliflags import rate_with_unit
 from mrcnic.io.afpacket import open_rx_socket, open_tx_socket
 from mrcnic.io.aio import AioNic, run
 from mrcnic.transport.qp_types import NetConfig, PortAddr, QpAttributes, QpConfig
@@ -54,9 +55,9 @@ def _emit(d: dict[str, Any]) -> None:
     print(json.dumps(d), flush=True)
 
 
-def _device(host: int, mac: bytes, peer_mac: bytes) -> Device:
+def _device(host: int, mac: bytes, peer_mac: bytes, rate_bps: float = PORT_RATE_BPS) -> Device:
     net = NetConfig(SHAPE, host, (PortAddr(mac, peer_mac),))
-    return Device(net, PORT_RATE_BPS)
+    return Device(net, rate_bps)
 
 
 def _qp_config(base_rtt_s: float = BASE_RTT_S) -> QpConfig:
@@ -126,9 +127,10 @@ async def engine_recv(
     peer_mac: bytes,
     transport: str = "mrc",
     base_rtt_s: float = BASE_RTT_S,
+    rate_bps: float = PORT_RATE_BPS,
 ) -> dict[str, Any]:
     """Serve one writer: export the QP and region, count what arrives until told to stop."""
-    dev = _device(1, mac, peer_mac)
+    dev = _device(1, mac, peer_mac, rate_bps)
     qp = dev.create_qp(_qp_config(base_rtt_s), transport)
     mr = dev.register(bytearray(REGION_BYTES))
     _emit({"role": "recv", "qp": json.loads(qp.export()), "region": json.loads(
@@ -175,9 +177,10 @@ async def engine_send(
     seconds: float,
     transport: str = "mrc",
     base_rtt_s: float = BASE_RTT_S,
+    rate_bps: float = PORT_RATE_BPS,
 ) -> dict[str, Any]:
     """Write MSG_BYTES messages, DEPTH in flight, for ``seconds``; count data frames sent."""
-    dev = _device(0, mac, peer_mac)
+    dev = _device(0, mac, peer_mac, rate_bps)
     qp = dev.create_qp(_qp_config(base_rtt_s), transport)
     _emit({"role": "send", "qp": json.loads(qp.export())})
     peer = _read_line()
@@ -224,6 +227,7 @@ async def engine_send(
         "sacks_received": st.rx_sacks + getattr(st, "rx_acks", 0),
         "ev_states": qp.ev_states(),
         "completed": done,
+        "rx_wakeups": nic_stats["rx_wakeups"],
         "pumps": nic_stats["pumps"],
     }
 
@@ -243,6 +247,11 @@ def main(argv: list[str] | None = None) -> int:
         help=f"send/recv: the QPs' base RTT, us (the delayed ACK waits 1/8 of it) "
         f"[{BASE_RTT_S * 1e6:g}]",
     )  # fmt: skip
+    ap.add_argument(
+        "--rate", type=rate_with_unit, default=PORT_RATE_BPS,
+        help="send/recv: the NIC port's rate, which its pacer holds (e.g. 400Mbit) [20G: "
+        "far above what a process moves]",
+    )  # fmt: skip
     ap.add_argument("--transport", choices=["mrc", "rocev2"], default="mrc",
                     help="send/recv: the QP's transport (rocev2: the baseline's)")  # fmt: skip
     a = ap.parse_args(argv)
@@ -252,11 +261,13 @@ def main(argv: list[str] | None = None) -> int:
     elif a.role == "raw-recv":
         out = raw_recv(a.ifname, a.seconds, a.ring)
     elif a.role == "recv":
-        out = run(engine_recv(a.ifname, mac, peer, a.transport, a.base_rtt_us * 1e-6))
+        out = run(engine_recv(a.ifname, mac, peer, a.transport, a.base_rtt_us * 1e-6, a.rate))
     else:
-        out = run(engine_send(a.ifname, mac, peer, a.seconds, a.transport, a.base_rtt_us * 1e-6))
+        out = run(engine_send(a.ifname, mac, peer, a.seconds, a.transport, a.base_rtt_us * 1e-6,
+                              a.rate))  # fmt: skip
     if a.role in ("send", "recv"):
         out["base_rtt_s"] = a.base_rtt_us * 1e-6
+        out["rate_bps"] = a.rate
     _emit(out)
     return 0
 
