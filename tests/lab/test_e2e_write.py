@@ -363,3 +363,33 @@ def test_mrc_bench_runs_a_users_path_policy_and_cc_from_their_files(elab):
 def test_mrc_bench_refuses_an_unknown_path_policy_before_the_lab(elab):
     p = C.bench("write", "--lab", elab.name, "--path-policy", "nope")
     assert p.returncode == 2 and "known: ecmp, mrc, oblivious, reps" in p.stderr
+
+
+def test_the_lab_example_writes_between_two_hosts(elab) -> None:
+    """examples/lab_two_qps.py, as a user runs it against a running lab."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    argv = [sys.executable, "examples/lab_two_qps.py", "--lab", elab.name, "--src", "h0",
+            "--dst", "h1", "--size", "2M"]  # fmt: skip
+    p = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "h0 -> h1: 2,097,152 bytes verified" in p.stdout, p.stdout
+    bad = subprocess.run([*argv[:3], "mrcnosuch"], cwd=root, capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
+
+
+def test_the_api_doc_real_ports_block_runs(elab, capsys) -> None:
+    """docs/api.md, "On real ports": its block runs against this lab (h1: its last host)."""
+    import re
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "api.md"
+    text = doc.read_text()
+    section = text[text.index("## On real ports") : text.index("## Coming from ibverbs")]
+    (block,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    block = block.replace('"h3"', '"h1"').replace(
+        "run(write())", f"run(write({elab.name!r}, 1 << 20))"
+    )
+    exec(compile(block, str(doc), "exec"), {})  # our own document
+    assert "SUCCESS" in capsys.readouterr().out
