@@ -41,14 +41,15 @@ help:
 
 # tshark (Debian) checks the Wireshark dissector contrib/wireshark/mrc.lua in the tests
 setup: $(STAMP)
-	@command -v tshark >/dev/null || { test "$$(id -u)" = 0 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark >/dev/null; } || echo "note: tshark is missing (Debian: tshark); the dissector's tests need it"
+	@command -v tshark >/dev/null || { test "$$(id -u)" = 0 && echo "make setup: installing tshark (Debian), which the Wireshark dissector's tests use" && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark >/dev/null; } || echo "note: tshark is missing (Debian: tshark); the dissector's tests need it"
+	@command -v nft >/dev/null || { test "$$(id -u)" = 0 && echo "make setup: installing nftables (Debian), which mrc-lab loss uses" && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables >/dev/null; } || echo "note: nft is missing (Debian: nftables); mrc-lab loss needs it"
 
 $(STAMP): $(SETUP_INPUTS)
-	@test -f /usr/include/zlib.h || { test "$$(id -u)" = 0 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zlib1g-dev; } || { echo "the C core needs zlib's header (Debian: zlib1g-dev)"; exit 1; }
-	@ldconfig -p | grep -q 'libdeflate\.so\.0' || { test "$$(id -u)" = 0 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libdeflate0; } || echo "note: without libdeflate0 the ICRC uses zlib's slower CRC-32"
+	@test -f /usr/include/zlib.h || { test "$$(id -u)" = 0 && echo "make setup: installing zlib1g-dev (Debian), the C core's CRC header" && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zlib1g-dev; } || { echo "the C core needs zlib's header (Debian: zlib1g-dev)"; exit 1; }
+	@ldconfig -p | grep -q 'libdeflate\.so\.0' || { test "$$(id -u)" = 0 && echo "make setup: installing libdeflate0 (Debian), a faster CRC-32 for the ICRC" && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libdeflate0; } || echo "note: without libdeflate0 the ICRC uses zlib's slower CRC-32"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[all,test]'
 	$(PY) -c "import mrcnic._mrcfast" || { echo "C module mrcnic._mrcfast failed to build"; exit 1; }
 	@touch $(STAMP)
 

@@ -39,6 +39,7 @@ from mrcnic import plugins
 from mrcnic.cliflags import EXIT_FAILED, EXIT_OK, EXIT_USAGE, deprecated
 from mrcnic.errors import MrcError
 from mrcnic.io import aio
+from mrcnic.optional import MissingExtra
 from mrcnic.units import size_arg, time_arg, time_in
 from mrcnic.verbs import _core_class
 
@@ -353,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"mrc-bench: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except (control.ControlError, OSError, ValueError) as e:
+    except (control.ControlError, OSError, ValueError, MissingExtra) as e:
         print(f"mrc-bench: {e}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:

@@ -22,6 +22,7 @@ from lab.fabric.topology import Plan
 from lab.workloads import calibrate
 from mrcnic import plugins
 from mrcnic.cliflags import EXIT_FAILED, EXIT_USAGE, deprecated, loss_arg, size_kib
+from mrcnic.optional import MissingExtra
 from mrcnic.units import size_in, time_arg, time_in
 
 MAIN_EPILOG = """\
@@ -978,7 +979,7 @@ def main(argv: list[str] | None = None) -> int:
     except (NoSuchLab, ParamError) as e:  # the command line cannot be used (docs/cli.md)
         print(f"mrc-lab {args.cmd}: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except LabError as e:
+    except (LabError, MissingExtra) as e:  # MissingExtra: an optional package (--plot: plot)
         print(f"mrc-lab {args.cmd}: {e}", file=sys.stderr)
         return EXIT_FAILED
     except BrokenPipeError:  # e.g. `mrc-lab plan | head`

@@ -27,7 +27,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import numpy as np
+from mrcnic.optional import stand_in
+
+try:
+    import numpy as np
+except ImportError:  # the 'collectives' extra (mrcnic.optional): an error when used
+    np = stand_in("numpy", "the collectives' data (all-reduce, all-to-all)")
 
 RS, AG, A2A = 0, 1, 2  # the immediate's phase byte: reduce-scatter, all-gather, all-to-all
 

@@ -139,7 +139,7 @@ class Faults:
     def loss(self, a: str, b: str, percent: float) -> None:
         if not 0 < percent <= 100:
             raise ParamError("--loss must be above 0 and at most 100% (--clear removes it)")
-        ensure_nft(self.echo)
+        ensure_nft()
         for end in self._ends(a, b):
             table = loss_table(self.plan, end.ifname)
             chain = (
@@ -280,24 +280,12 @@ def tc_rate_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def ensure_nft(echo: Printer = _print) -> None:
-    """Install nftables when nft is missing (apt-get), saying so; LabError if that fails."""
+def ensure_nft() -> None:
+    """LabError naming the package and the command that installs it when nft is missing:
+    the lab installs nothing on the machine by itself (`make setup` does, saying so)."""
     if shutil.which("nft"):
         return
-    echo("# nft (nftables) is missing; loss injection needs it. Installing it now:")
-    for argv in (["apt-get", "install", "-y", "nftables"],):
-        echo(argv_text(argv))
-        try:
-            run(argv)
-        except LabError as e:
-            echo(argv_text(["apt-get", "update"]))
-            try:
-                run(["apt-get", "update"])
-                run(argv)
-            except LabError:
-                raise LabError(
-                    f"could not install nftables ({e}); install it yourself: "
-                    "apt-get install -y nftables"
-                ) from None
-    if not shutil.which("nft"):
-        raise LabError("nftables installed but `nft` is still not on PATH")
+    raise LabError(
+        "loss injection needs nft (Debian package nftables), which is not installed: "
+        "install it with `apt-get install -y nftables` (or `make setup`), then run this again"
+    )

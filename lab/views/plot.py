@@ -14,10 +14,9 @@ LABELS = {"mrc": "MRC", "rocev2": "RoCEv2", "rocev2_pfc": "RoCEv2 + PFC"}
 
 
 def pyplot():
-    import matplotlib
+    from mrcnic.optional import agg_pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = agg_pyplot("a plot")
 
     plt.rcParams.update(
         {

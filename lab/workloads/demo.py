@@ -37,6 +37,7 @@ from lab.proc.cpu import CPU_BOUND_LABEL, cpu_verdict
 from lab.proc.schedule import Step
 from lab.workloads import calibrate
 from mrcnic.cliflags import deprecated
+from mrcnic.optional import first_missing
 from mrcnic.units import size_arg, time_arg, time_in
 
 TRANSPORT_TITLES = {"mrc": "MRC", "rocev2": "RoCEv2"}
@@ -448,6 +449,10 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    missing = first_missing({"matplotlib": "make demo's timeline plot"})
+    if missing:
+        print(f"make demo: {missing}", file=sys.stderr)
+        return 1
     why = bench_available()
     if why:
         print(f"make demo: {why}; run `make setup` first.", file=sys.stderr)

@@ -28,7 +28,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import numpy as np
+from mrcnic.optional import stand_in
+
+try:
+    import numpy as np
+except ImportError:  # the 'collectives' extra (mrcnic.optional): an error when used
+    np = stand_in("numpy", "the simulated collectives")
 
 from mrcnic import workloads as wl
 from mrcnic.rocev2.qp import RoceConfig

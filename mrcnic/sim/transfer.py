@@ -26,6 +26,7 @@ from typing import cast
 from mrcnic import plugins
 from mrcnic.cliflags import deprecated, loss_arg, rate_with_unit
 from mrcnic.faultplan import parse_steps
+from mrcnic.optional import MissingExtra
 from mrcnic.rocev2.dcqcn import REFERENCE_PORT_BPS
 from mrcnic.rocev2.qp import IB_TIMEOUT_UNIT_S, RoceConfig, RoceQueuePair
 from mrcnic.sim import workload_cli
@@ -1019,6 +1020,14 @@ def _run_collective(parser: argparse.ArgumentParser, a: argparse.Namespace, cfg:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except MissingExtra as e:  # an optional package (mrcnic.optional)
+        print(f"mrc-sim: {e}", file=sys.stderr)
+        return 1
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
     try:

@@ -26,24 +26,29 @@ import struct
 import sys
 import zlib
 
-from scapy.fields import (
-    BitEnumField,
-    BitField,
-    ByteEnumField,
-    IntField,
-    LongField,
-    ShortField,
-    StrLenField,
-    X3BytesField,
-    XBitField,
-    XByteField,
-    XIntField,
-    XLongField,
-    XShortField,
-)
-from scapy.layers.inet import UDP
-from scapy.layers.inet6 import IPv6
-from scapy.packet import Packet, Padding, Raw, bind_layers, split_layers
+from mrcnic.optional import MissingExtra, message
+
+try:
+    from scapy.fields import (
+        BitEnumField,
+        BitField,
+        ByteEnumField,
+        IntField,
+        LongField,
+        ShortField,
+        StrLenField,
+        X3BytesField,
+        XBitField,
+        XByteField,
+        XIntField,
+        XLongField,
+        XShortField,
+    )
+    from scapy.layers.inet import UDP
+    from scapy.layers.inet6 import IPv6
+    from scapy.packet import Packet, Padding, Raw, bind_layers, split_layers
+except ImportError:  # the 'capture' extra
+    raise MissingExtra(message("scapy", "the scapy layers (mrcnic.wire.scapy_layers)")) from None
 
 from mrcnic import wire
 

@@ -20,6 +20,7 @@ PACKAGES = ("mrcnic", "mrcswitch", "lab")
 # package's own __init__ (the user API) sits on top.
 MRCNIC_LAYERS = (
     ("errors", "units", "_mrcfast"),
+    ("optional",),  # the optional packages and the extras that bring them
     ("cliflags",),  # the flags and exit statuses every command line shares
     ("faultplan",),
     ("fast",),

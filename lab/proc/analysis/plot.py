@@ -25,10 +25,9 @@ def plot_timelines(
 ) -> str:
     """A PNG: one panel per series (goodput, capacity, threshold), faults shaded (each series'
     own when it has them, else ``faults``). Returns path."""
-    import matplotlib
+    from mrcnic.optional import agg_pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = agg_pyplot("a timeline plot")
 
     n = max(1, len(series))
     fig, axes = plt.subplots(n, 1, figsize=(10, 2.8 * n + 0.6), sharex=True, squeeze=False)

@@ -56,7 +56,9 @@ def run(
     width: int | None = None,
 ) -> int:
     """``mrc-lab top``: live until q or Ctrl-C; ``once``: one frame on stdout."""
-    from rich.console import Console
+    from mrcnic.optional import need
+
+    Console = need("rich.console", "mrc-lab top").Console
 
     top = Top(state, interval_s, faults_s)
     top.faults.start()
@@ -80,7 +82,9 @@ def run(
 
 
 def _live(top: Top, interval_s: float, width: int | None) -> int:
-    from rich.console import Console
+    from mrcnic.optional import need
+
+    Console = need("rich.console", "mrc-lab top").Console
     from rich.live import Live
 
     con = Console(width=width) if width else Console()

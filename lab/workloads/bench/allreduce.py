@@ -34,7 +34,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-import numpy as np
+from mrcnic.optional import stand_in
+
+try:
+    import numpy as np
+except ImportError:  # the 'collectives' extra (mrcnic.optional): an error when used
+    np = stand_in("numpy", "mrc-bench allreduce")
 
 from lab.fabric.host import LabHost, lab_frame_time_s
 from lab.proc import control, cpu

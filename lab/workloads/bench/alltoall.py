@@ -29,7 +29,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
+from mrcnic.optional import stand_in
+
+try:
+    import numpy as np
+except ImportError:  # the 'collectives' extra (mrcnic.optional): an error when used
+    np = stand_in("numpy", "mrc-bench alltoall")
 
 from lab.fabric.host import LabHost, lab_frame_time_s
 from lab.proc import cpu

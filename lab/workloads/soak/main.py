@@ -40,6 +40,7 @@ from lab.workloads.soak.report import (
 from lab.workloads.soak.runner import TransportSoak
 from lab.workloads.soak.schedule import MAX_EVENTS_PER_MIN, fault_kind, make_schedule
 from mrcnic.cliflags import deprecated
+from mrcnic.optional import first_missing
 from mrcnic.units import size_arg, time_arg
 
 
@@ -193,6 +194,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not have_net_admin():
         say("lab.workloads.soak needs root: it builds a lab of network namespaces (CAP_NET_ADMIN).")
         return 2
+    missing = first_missing({"numpy": "the soak's all-reduce", "matplotlib": "the soak's plot"})
+    if missing:
+        print(f"soak: {missing}", file=sys.stderr)
+        return 1
     try:
         params = resolve(None, name=args.name, switch=args.switch)
         cfg, transports = _config(args, params)

@@ -199,10 +199,9 @@ def _plot_panel(ax: Any, key: str, r: dict[str, Any], settle_s: float) -> None:
 def plot(doc: dict[str, Any], path: str) -> str:
     """A PNG: per transport, step time against time (log scale), fault steps in red, failed
     steps as black crosses, fault windows (with the settle time) shaded."""
-    import matplotlib
+    from mrcnic.optional import agg_pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = agg_pyplot("the soak's plot")
 
     runs: dict[str, dict[str, Any]] = doc["transports"]
     n = max(1, len(runs))
