@@ -33,7 +33,7 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 
-from lab.fabric import kernel_switch, pyswitch
+from lab.fabric import faultlog, kernel_switch, pyswitch
 from lab.fabric.netns import LabError, argv_text, run, sleep_until
 from lab.fabric.params import ParamError
 from lab.fabric.state import LabState
@@ -60,6 +60,15 @@ class Faults:
         self.mode = switch_mode(state.switch_mode)
 
     # --- plumbing ------------------------------------------------------------------------
+    def _note(self, label: str, on: bool) -> None:
+        """The fault journal (lab/fabric/faultlog.py): what a run's plot marks."""
+        faultlog.note(self.state.run_dir, label, on)
+
+    def _name(self, a: str, b: str) -> str:
+        """A link's name in the journal, whichever end the command named first."""
+        link = self.link(a, b)
+        return f"{link.a.node}-{link.b.node}"
+
     def _run(self, argv: Sequence[str], check: bool = True) -> str:
         self.echo(argv_text(argv))
         return run(argv, check=check)
@@ -85,6 +94,7 @@ class Faults:
         self.state.require_local(end.node)
         self._ip(end.node, "link", "set", "dev", end.ifname, "down")
         self._far_stitch(link, "down")
+        self._note(f"link {self._name(a, b)} down", True)
 
     def link_up(self, a: str, b: str) -> None:
         link = self.link(a, b)
@@ -93,6 +103,7 @@ class Faults:
         self._far_stitch(link, "up")
         self._ip(end.node, "link", "set", "dev", end.ifname, "up")
         self._ip_lines(end.node, self.mode.port_up_lines(self.plan, end))
+        self._note(f"link {self._name(a, b)} down", False)
 
     def _far_stitch(self, link: Link, updown: str) -> None:
         """A link that crosses machines: the lower end's carrier follows the switch end as
@@ -152,6 +163,7 @@ class Faults:
                 f"add rule netdev {table} loss {_numgen(percent)} counter drop"
             )
             self._run(["ip", "netns", "exec", self.state.namespace(end.node), "nft", script])
+        self._note(f"loss {self._name(a, b)}", True)
 
     def loss_clear(self, a: str, b: str) -> None:
         if not shutil.which("nft"):
@@ -161,6 +173,7 @@ class Faults:
             table = loss_table(self.plan, end.ifname)
             script = f"add table netdev {table}; delete table netdev {table}"
             self._run(["ip", "netns", "exec", self.state.namespace(end.node), "nft", script])
+        self._note(f"loss {self._name(a, b)}", False)
 
     # --- shaping (tc tbf) ----------------------------------------------------------------
     def shape(self, a: str, b: str, rate: str | int) -> None:
@@ -168,6 +181,7 @@ class Faults:
         for end in self._ends(a, b):
             line = kernel_switch.tbf_line(self.plan, end.ifname, rate_bps)
             self._run(["tc", "-n", self.state.namespace(end.node), *line.split()])
+        self._note(f"shape {self._name(a, b)}", True)
 
     def shape_clear(self, a: str, b: str) -> None:
         for end in self._ends(a, b):
@@ -182,6 +196,7 @@ class Faults:
                 self._run(["tc", "-n", ns, "qdisc", "del", "dev", end.ifname, "root"])
             else:
                 self.echo(f"# {end.node} {end.ifname}: not shaped, nothing to clear")
+        self._note(f"shape {self._name(a, b)}", False)
 
     # --- switch reboot -------------------------------------------------------------------
     def reboot(self, switch: str, down_ms: float = 1000.0) -> None:
@@ -189,7 +204,11 @@ class Faults:
         if node.kind not in (KIND_T0, KIND_T1):
             raise ParamError(f"{switch} is not a switch")
         self.state.require_local(switch)  # of a split lab: say which machine holds it
-        self.mode.reboot(self.state, node, down_ms, self.echo, self._ip_lines)
+        self._note(f"reboot {switch}", True)
+        try:
+            self.mode.reboot(self.state, node, down_ms, self.echo, self._ip_lines)
+        finally:
+            self._note(f"reboot {switch}", False)
 
     # --- propagation delay (mrc-switch) ----------------------------------------------------
     def delay(self, a: str, b: str, delay_s: float | None) -> None:
@@ -224,6 +243,7 @@ class Faults:
             port = end.ifname.removeprefix(self.plan.prefix)
             self.echo(argv_text(pyswitch.control_command(rec, "delay", port=port, delay_ns=ns)))
             pyswitch.hosted_request(rec, "delay", port=port, delay_ns=ns)
+        self._note(f"delay {self._name(a, b)}", delay_s is not None)
 
     def delay_clear(self, a: str, b: str) -> None:
         self.delay(a, b, None)
@@ -237,6 +257,7 @@ class Faults:
             raise ParamError(f"plane {plane} out of range 0..{self.plan.params.planes - 1}")
         port = self.plan.host_port(node.index, plane)
         self._ip(host, "link", "set", "dev", port.ifname, "up" if up else "down")
+        self._note(f"port {host} plane {plane} down", not up)
 
 
 def _numgen(percent: float) -> str:

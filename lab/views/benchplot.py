@@ -24,6 +24,7 @@ from lab.proc.analysis import Timeline
 from lab.views.plot import COLOURS, LABELS, pyplot, save
 
 FAULT_COLOUR = "#d62728"
+LAB_FAULT_COLOUR = "#9467bd"  # the faults of the lab journal (not a NIC port's capacity)
 
 
 def capacity_steps(
@@ -45,6 +46,18 @@ def fault_spans(steps: list[tuple[float, float, float]]) -> list[tuple[float, fl
         return []
     full = steps[0][2]
     return [(a, b, c) for a, b, c in steps if c < full and b > a]
+
+
+def mark_lab_faults(ax: Any, faults: Sequence[dict[str, Any]], end_s: float) -> None:
+    """Every fault the lab journaled during the run (``lab_faults``: links, reboots, loss,
+    shaping, delay, NIC ports), shaded and named at the top of the plot."""
+    for k, f in enumerate(faults):
+        a = float(f["start_s"])
+        b = float(f["end_s"]) if f.get("end_s") is not None else end_s
+        ax.axvspan(a, max(b, a + end_s / 400), color=LAB_FAULT_COLOUR, alpha=0.12, lw=0,
+                   label="fault (mrc-lab)" if k == 0 else None)  # fmt: skip
+        ax.annotate(f" {f['label']}", (a, 1.0), xycoords=("data", "axes fraction"), fontsize=7,
+                    color=LAB_FAULT_COLOUR, rotation=90, va="top", ha="left")  # fmt: skip
 
 
 def rebin(tl: Timeline, k: int, end_s: float | None = None) -> Timeline:
@@ -109,6 +122,7 @@ def write_png(res: dict[str, Any], path: str | Path) -> Path:
                    label="fault: NIC port down" if k == 0 else None)  # fmt: skip
         ax.annotate(f"{c / 1e6:g} Mb/s", (a, c / 1e6), fontsize=7, color=FAULT_COLOUR,
                     va="bottom")  # fmt: skip
+    mark_lab_faults(ax, res.get("lab_faults") or [], end)
     ax.set_xlim(0, max(end, 1e-3))
     ax.set_ylim(bottom=0)
     ax.set_xlabel("seconds since the write started")

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lab.proc.provenance import stamp
+
 COLOURS = {"mrc": "#1f77b4", "rocev2": "#d62728", "rocev2_pfc": "#ff7f0e", "paper": "#555555",
            "capacity": "#999999"}  # fmt: skip
 LABELS = {"mrc": "MRC", "rocev2": "RoCEv2", "rocev2_pfc": "RoCEv2 + PFC"}
@@ -101,6 +103,7 @@ def finish(plt: Any, fig: Any, ax: Any, title: str, ylabel: str, note: str, path
 def save(plt: Any, fig: Any, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
+    stamp(fig)  # date, machine and commit in the corner
     fig.savefig(path)
     plt.close(fig)
     return path

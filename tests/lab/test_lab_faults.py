@@ -121,6 +121,11 @@ def test_kernel_reboot(klab) -> None:
         t.join()
     assert node_of(klab, "p0-t1-0")["up"] is True
     assert H.crosses(klab, 0, 1, ev=0)
+    # the fault journal a run's plot reads (lab/fabric/faultlog.py): the reboot, 1.2 s long
+    from lab.fabric import faultlog
+
+    [w] = [w for w in faultlog.windows(klab.run_dir, 0, 2e9) if w["label"] == "reboot p0-t1-0"]
+    assert 1.1 < w["end_s"] - w["start_s"] < 3.0
 
 
 def test_flap(klab) -> None:

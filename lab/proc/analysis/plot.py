@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from lab.proc.analysis.capacity import FaultWindow
 from lab.proc.analysis.dips import Timeline
+from lab.proc.provenance import stamp
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +72,8 @@ def plot_timelines(
     axes[-1, 0].set_xlabel("seconds since the write started")
     if title:
         fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    stamp(fig)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -22,6 +22,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from lab.fabric import faultlog
 from lab.fabric.host import LabHost, lab_frame_time_s
 from lab.proc import control
 from lab.proc.cpu import SelfCpu, SelfCpuMeter, cpu_verdict, switch_pids, wait_per_wake
@@ -436,6 +437,10 @@ async def _client(
     out = _result(st, lh, nic, run, p, server, capacity, cpu, res, nchunks, depth, seed, qps)
     out["start_monotonic_s"] = run.t_start
     out["start_unix_s"] = t0_unix + (run.t_start - t0)
+    # every fault the lab applied during the run, by whoever (lab/fabric/faultlog.py)
+    out["lab_faults"] = faultlog.windows(
+        st.run_dir, out["start_unix_s"], t0_unix + (max(run.t_end, run.t_start) - t0)
+    )
     out["capacity_timeline"] = [
         [round(max(t - run.t_start, 0.0), 6), c] for t, c in run.capacity_changes
     ]

@@ -7,12 +7,11 @@ import contextlib
 import datetime as dt
 import os
 import platform
-import subprocess
 from pathlib import Path
 from typing import Any
 
-from lab.fabric.paths import REPO
 from lab.proc.cpu import CPU_BOUND_LABEL
+from lab.proc.provenance import git_head, stamp
 from lab.proc.schedule import Step
 from lab.workloads import calibrate
 from lab.workloads.soak.config import TITLES
@@ -44,20 +43,7 @@ def code_info() -> dict[str, Any]:
     """Which code ran: the git commit and how many tracked files differed from it (None
     outside a git checkout, e.g. an exported tree), and the calibration's hash of the code a
     frame's cost depends on."""
-    head: str | None = None
-    dirty: int | None = None
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        git = ["git", "-C", str(REPO)]
-        r = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        if r.returncode == 0:
-            head = r.stdout.strip()
-            st = subprocess.run(
-                [*git, "status", "--porcelain", "--untracked-files=no"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-            )
-            dirty = len(st.stdout.splitlines()) if st.returncode == 0 else None
+    head, dirty = git_head()
     return {"git_head": head, "modified_files": dirty, "code_hash": calibrate.code_hash()}
 
 
@@ -215,6 +201,7 @@ def plot(doc: dict[str, Any], path: str) -> str:
         fontsize=10,
     )
     fig.tight_layout()
+    stamp(fig)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
