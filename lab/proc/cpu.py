@@ -327,7 +327,7 @@ CPU_BOUND_RULE = (
     f">= {CPU_BOUND_PRESSURE:.0%} of the time), or a NIC or switch process >= "
     f"{CPU_BOUND_NIC:.0%} of a core"
 )
-CPU_BOUND_LABEL = f"CPU-bound (busy>={CPU_BOUND_MACHINE:.0%}, wait>={CPU_BOUND_WAIT:.1%} frame)"
+CPU_BOUND_LABEL = f"CPU-bound (busy>={CPU_BOUND_MACHINE:.0%}, wait>={CPU_BOUND_WAIT:.1%})"  # fits a 34-column label
 
 
 def cpu_bound(
