@@ -121,7 +121,7 @@ fuzz: setup
 	$(PY) -m lab.fuzz $(FUZZ_ARGS)
 
 # An all-reduce loop under a seeded schedule of random faults, MRC then the RoCEv2 baseline
-# (root): 30 minutes each -> results/soak.json and .png (docs/reliability.md);
+# (root): 30 minutes each -> results/soak.json and .png (docs/design/reliability.md);
 # soak-short: 2 minutes each. SOAK_ARGS="--seed 2 --events-per-min 6"
 SOAK_ARGS ?=
 soak: setup

@@ -7,7 +7,7 @@ Each figure is the median over --repeats runs of N calls (time.perf_counter_ns, 
 while timing; C and Python runs interleaved so background load hits both alike). Process CPU
 time per operation is recorded beside wall time: CPU well below wall means the run was
 preempted and the figure is noisy. The per-iteration loop overhead is measured and reported,
-not subtracted. See docs/core.md.
+not subtracted. See docs/design/core.md.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ SCENARIOS: dict[str, list[str]] = {
     "paths_5x_slower": ["--path-rate", "20Mbit", "--size", "16M"],
     "loss_1pct": ["--loss", "0.01", "--size", "64M"],
 }
-#: docs/rocev2.md's figures and sensitivities, and heavy loss for (a): before and after only
+#: docs/design/rocev2.md's figures and sensitivities, and heavy loss for (a): before and after only
 STANDARD: dict[str, list[str]] = {
     "lossless": ["--size", "64M"],
     "loss_0.1pct": ["--loss", "0.001", "--size", "64M"],

@@ -7,7 +7,7 @@
 2. mrc-sim goodput_fraction on 8 planes x 4 paths (100 Mb/s ports, the lab's 1/1000 scale):
    lossless, 0.1% and 1% random loss, one whole plane failed mid-transfer; the same four for
    the RoCEv2 baseline (``mrcnic.rocev2.qp``: one QP per plane as deployed, each pinned to one
-   ECMP-hashed path, go-back-N, DCQCN; docs/rocev2.md), run in the same script.  Median
+   ECMP-hashed path, go-back-N, DCQCN; docs/design/rocev2.md), run in the same script.  Median
    over seeds, and the ratio MRC / RoCEv2 per scenario.
 
     .venv/bin/python bench/bench_transport.py --out results/bench-transport.json
@@ -116,7 +116,7 @@ def pps_python_twin(rounds: int, packets: int, mtu: int) -> dict:
 FABRIC = ["--planes", "8", "--t1", "4"]
 
 # Beyond the four scenarios: how much the RoCEv2 figures owe to the lab's scale and to the
-# baseline's settings (docs/rocev2.md, "How the lab biases the comparison").
+# baseline's settings (docs/design/rocev2.md, "How the lab biases the comparison").
 SENSITIVITY = {
     # a production-like BDP in packets: ~5 ms RTT here is ~15 packets in flight per path
     "loss_1pct_long_rtt": (TRANSPORTS, [*FABRIC, "--loss", "0.01", "--delay", "2ms"]),

@@ -1,4 +1,4 @@
-"""bench_e2e's report: markdown tables from results/bench-e2e-*.json (docs/performance.md)."""
+"""bench_e2e's report: markdown tables from results/bench-e2e-*.json (docs/results/performance.md)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _rate_lines(d: dict[str, Any]) -> list[str]:
 
 
 def report(out_dir: Path) -> str:
-    """Markdown tables of every results/bench-e2e-*.json there is (docs/performance.md)."""
+    """Markdown tables of every results/bench-e2e-*.json there is (docs/results/performance.md)."""
     parts: list[str] = []
 
     def load(name: str) -> dict[str, Any] | None:

@@ -1,7 +1,7 @@
 #ifndef MRC_ROCE_H
 #define MRC_ROCE_H
 #include <stdint.h>
-/* The RoCEv2 baseline's data path in C (docs/rocev2.md, make bench-nic).
+/* The RoCEv2 baseline's data path in C (docs/design/rocev2.md, make bench-nic).
  *
  * Per packet, what a RoCEv2 RC QP does as deployed: segmenting posted writes, the data frame
  * (the QP's one path, RC opcodes, RETH/ImmDt, the IBTA ICRC, the UDP checksum), pacing at the

@@ -1,7 +1,7 @@
 #ifndef MRC_RXE_H
 #define MRC_RXE_H
 #include <stdint.h>
-/* The receive engine: an MRC responder's data path in C (make bench-nic, docs/core.md).
+/* The receive engine: an MRC responder's data path in C (make bench-nic, docs/design/core.md).
  *
  * For each data frame of a connected QP: the acceptance rules (the peer's source address,
  * headers, ICRC, QP number, PSN window, MSN window, R_Key/permission/bounds), placement into

@@ -1,7 +1,7 @@
 #ifndef MRC_TXE_H
 #define MRC_TXE_H
 #include <stdint.h>
-/* The send engine: an MRC requester's data path in C (docs/core.md, make bench-nic).
+/* The send engine: an MRC requester's data path in C (docs/design/core.md, make bench-nic).
  *
  * Per packet: segmenting posted writes, the EV each packet sprays on (EvTable.pick, bag
  * mode, with the same Mersenne Twister draws as Python's random.Random), the data frame

@@ -4,7 +4,7 @@
  * is layout.<NAME>; tests/unit/test_wire_facts.py checks every one against the Python value,
  * and that none is missing from its list). An enum, not #defines: this header is part of
  * the cffi cdef, so the values are also visible from Python as mrcnic._mrcfast.lib.MRC_WIRE_*.
- * Byte layouts: docs/wire.md. */
+ * Byte layouts: docs/design/wire.md. */
 
 enum {
     MRC_WIRE_LAYOUT_VERSION = 1, /* layout.LAYOUT_VERSION */

@@ -1,7 +1,7 @@
 """A user congestion control for MRC in one file: AIMD on ECN echoes and lost packets.
 
 Importing this file registers it as ``"ecn-loss-aimd"``; a QP then runs it with
-``QpConfig(cc="ecn-loss-aimd")`` (docs/transport.md, "Writing a congestion control"), and
+``QpConfig(cc="ecn-loss-aimd")`` (docs/design/transport.md, "Writing a congestion control"), and
 any command with ``--plugin examples/ecn_loss_aimd.py --cc ecn-loss-aimd``. Run as a program,
 it puts itself beside NSCC on a simulated permutation with a congested, lossy fabric:
 

@@ -96,7 +96,7 @@ def _topology_flags(p: argparse.ArgumentParser) -> None:
         action="store_true",
         default=None,
         help="python switches: a lossless class with priority flow control for RoCEv2's "
-        "data (PAUSE upstream above XOFF, a watchdog; docs/pfc.md) [off]",
+        "data (PAUSE upstream above XOFF, a watchdog; docs/design/pfc.md) [off]",
     )
 
 
@@ -477,7 +477,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = cmd(
         "experiment",
         "run a published MRC claim as an experiment, MRC beside RoCEv2: its own lab, "
-        "repetitions, results/experiments/NAME.json and a PNG (docs/experiments.md)",
+        "repetitions, results/experiments/NAME.json and a PNG (docs/results/experiments.md)",
         "examples:\n  mrc-lab experiment list\n  mrc-lab experiment p2p --quick\n"
         "  mrc-lab experiment loss\n  mrc-lab experiment all        # = make reproduce\n"
         "  mrc-lab experiment report     # results/REPORT.md from the JSON files\n"

@@ -25,7 +25,7 @@ paused (``paused_until_ns``, set by the switch from the PAUSE frames the port re
 trimmed, each tagged with the port it came in on: ``in_bytes[in_port]`` (one list shared by
 the switch's queues) sums what each in-port has queued anywhere, and a frame that would take
 its in-port above ``in_limit_bytes`` (XOFF + headroom) is dropped and counted in
-``lossless_drops``, which correct headroom keeps at 0 (docs/pfc.md).
+``lossless_drops``, which correct headroom keeps at 0 (docs/design/pfc.md).
 
 With a link propagation delay (:meth:`EgressQueue.set_delay`, ``delay_ns`` > 0), a frame the
 token bucket lets leave goes onto the *wire* instead, a FIFO of frames each released

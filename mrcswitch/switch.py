@@ -67,7 +67,7 @@ class Switch:
         batch = min(cfg.batch_size, batch_io.MAX_BATCH)
         ring_frames = max(cfg.rx_ring_frames, batch) if cfg.rx_ring_frames else 0
         n = len(cfg.ports)
-        # PFC: the lossless class in every queue, its bytes summed per in-port (docs/pfc.md)
+        # PFC: the lossless class in every queue, its bytes summed per in-port (docs/design/pfc.md)
         pfc_state: SwitchPfc | None = None
         lossless = in_bytes = None
         if cfg.pfc is not None:

@@ -1,5 +1,5 @@
 -- Wireshark / tshark dissector for MRC (Multipath Reliable Connection) as mrc builds it
--- (docs/wire.md is the byte-by-byte reference; this file follows it header by header).
+-- (docs/design/wire.md is the byte-by-byte reference; this file follows it header by header).
 --
 --   wireshark -X lua_script:contrib/wireshark/mrc.lua capture.pcapng
 --   tshark -X lua_script:contrib/wireshark/mrc.lua -r capture.pcapng -Y 'mrc.opcode == 0xdd'

@@ -6,7 +6,7 @@ NIC process of the lab (lab/fabric/nicstats.py's publisher, on its own event loo
 reads it and, through the control API (``QP.set_ev_status``: the OCP libmrc controller
 model, docs/api.md), sets DENIED each EV of its MRC QPs whose path crosses such a link, and
 GOOD again the EVs it denied once their link is no longer listed. An EV's path follows from
-the EV alone (docs/architecture.md, "EV -> path"): its plane and T1, between this host's T0
+the EV alone (docs/design/architecture.md, "EV -> path"): its plane and T1, between this host's T0
 and the peer's. RoCEv2 QPs have no EV to steer and are left alone.
 """
 

@@ -71,7 +71,7 @@ class LabParams:
     block: str = "fcbb:bb00::/32"
     switch: str = "python"
     # python switches: a lossless class with priority flow control (802.1Qbb) for RoCEv2's
-    # data (docs/pfc.md); veth has no PFC, so the kernel mode cannot have it
+    # data (docs/design/pfc.md); veth has no PFC, so the kernel mode cannot have it
     pfc: bool = False
     # python switches: one-way propagation delay of every switch-to-switch link, both
     # directions (T0 -> T1 and T1 -> T0), in microseconds; a path's round trip gains 4x it.

@@ -40,7 +40,7 @@ READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 3.0
 # PFC in a lab: what a software neighbour needs to react to a PAUSE (its loop wakes, reads
 # the frame, stops its pacer). Not measured directly: 20 ms lost frames in the first 3:1
-# incast (docs/pfc.md, "Headroom"), 50 ms has held in the 3:1 runs since
+# incast (docs/design/pfc.md, "Headroom"), 50 ms has held in the 3:1 runs since
 PFC_REACTION_S = 0.05
 
 
@@ -48,7 +48,7 @@ def pfc_config(params: Any) -> dict[str, int]:
     """The lab's ``pfc`` block for every switch: XOFF at half the port buffer (at least four
     full frames), XON at half of XOFF, headroom for what the upstream still sends after XOFF
     (mrcnic.wire.pfc.headroom_bytes over PFC_REACTION_S) plus the burst its token bucket may
-    release at once. docs/pfc.md explains the sizing."""
+    release at once. docs/design/pfc.md explains the sizing."""
     frame = params.mtu + 14
     xoff, xon = xoff_xon_bytes(params.buffer_bytes, frame)
     burst = max(2 * max(frame, 1518), params.rate_bps // 16000)  # config.py's default burst

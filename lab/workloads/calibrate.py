@@ -93,7 +93,7 @@ DEFAULT_CAP_MBIT = LabParams().rate_mbit  # the lab's default rate: never above 
 CAL_NAME = "mrccal"
 #: what each step writes with: MRC (1 QP) and the RoCEv2 baseline (one QP per plane, as the
 #: demo and the benchmarks run it). A RoCEv2 frame costs the NIC several times an MRC frame
-#: (its QP is Python; MRC's data path is C: docs/core.md), so a rate chosen on MRC alone
+#: (its QP is Python; MRC's data path is C: docs/design/core.md), so a rate chosen on MRC alone
 #: would leave the baseline CPU-bound where MRC is not: the rate suits the costlier one.
 TRANSPORTS = ("mrc", "rocev2")
 CACHE_VERSION = 1

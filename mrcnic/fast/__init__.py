@@ -4,7 +4,7 @@ Exports the PSN tracking window, out-of-order placement and the Internet checksu
 module is used by default; with MRC_PURE_PYTHON=1 in the environment, or when the C module
 fails to import (reported with a RuntimeWarning naming the cause), every name is bound to its
 pure-Python twin in mrcnic.fast.twin instead, which has the identical API and results.
-BACKEND says which one is live: "c" or "python". See docs/core.md.
+BACKEND says which one is live: "c" or "python". See docs/design/core.md.
 
 The wrappers do only what safety and the documented errors need: C checks every bound, and
 out-of-range integers surface as cffi OverflowError, re-raised here as ValueError.

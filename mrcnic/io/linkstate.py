@@ -17,7 +17,7 @@ The messages are parsed here with :mod:`struct` (:func:`parse_link_messages`: th
 ``import pyroute2`` of any submodule runs the package's ``__init__``, which imports all of
 pyroute2 (~100 ms of CPU per process, measured), and the lab starts one switch process per
 switch. The unit tests hold this parser to pyroute2's encoder and decoder instead
-(tests/unit/test_linkstate.py); docs/architecture.md, "Netlink: where pyroute2 is used".
+(tests/unit/test_linkstate.py); docs/design/architecture.md, "Netlink: where pyroute2 is used".
 """
 
 from __future__ import annotations

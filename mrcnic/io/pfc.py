@@ -9,7 +9,7 @@ from mrcnic.wire import pfc as wire_pfc
 
 DEFAULT_PRIORITY = 3  # the lossless class's 802.1p priority (RoCEv2's data)
 # a pause unbroken this long is a storm: released (lab time runs ~1000x slower than
-# hardware's; docs/pfc.md)
+# hardware's; docs/design/pfc.md)
 DEFAULT_WATCHDOG_S = 1.0
 
 

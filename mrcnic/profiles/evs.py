@@ -14,7 +14,7 @@ from mrcnic.transport.qp_types import QpConfig
 
 
 class EvMode(enum.Enum):
-    AUTO = "AUTO"  # the NIC chooses the EVs (ours: a random base per QP, docs/transport.md)
+    AUTO = "AUTO"  # the NIC chooses the EVs (ours: a random base per QP, docs/design/transport.md)
     EXPLICIT = "EXPLICIT"  # the controller lists them
     GENERATED = "GENERATED"  # the NIC generates them from a field layout
 

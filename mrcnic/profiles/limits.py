@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-#: bits in one of our EVs (16 in the UDP source port, 16 in the flow label: docs/wire.md)
+#: bits in one of our EVs (16 in the UDP source port, 16 in the flow label: docs/design/wire.md)
 EV_BITS = 32
 #: PSNs per unit of libmrc's tracking-window size (its "MPR")
 WINDOW_UNIT_PSNS = 128
-#: the lab runs production's rates / 1000, so its times are x1000 (docs/transport.md)
+#: the lab runs production's rates / 1000, so its times are x1000 (docs/design/transport.md)
 LAB_TIME_SCALE = 1000.0
 #: libmrc's ACK timeout is 1.024 us x 2**t
 ACK_TIMEOUT_BASE_S = 1.024e-6

@@ -1,6 +1,6 @@
 """The RoCEv2 baseline's configuration (``RoceConfig``, mapped from MRC's ``QpConfig``), its
 statistics, and the error for MRC-only operations. Constants and their sources:
-docs/rocev2.md."""
+docs/design/rocev2.md."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ class RoceUnsupportedError(MrcError, NotImplementedError):
 @dataclass(frozen=True, slots=True)
 class RoceConfig:
     """Per-QP knobs of the baseline.  Times are seconds in *lab* time; hardware times are
-    scaled by ``lab_scale`` (docs/rocev2.md)."""
+    scaled by ``lab_scale`` (docs/design/rocev2.md)."""
 
     mtu_bytes: int = 4096
     base_rtt_s: float = 1e-3  # unloaded RTT (the floor of the ACK timeout, the window)

@@ -27,7 +27,7 @@ was increased (by the timer or the byte counter) since the previous cut, so back
 keep the target (``clamp_target_always``).
 :meth:`DcqcnParams.scaled` multiplies every time by the lab's slowdown (a 100 Mb/s lab port
 standing for a 100 Gb/s port runs 1000x slower: 50 us becomes 50 ms) and keeps bytes as they
-are (rate x time is invariant).  docs/rocev2.md has the table and the mapping.
+are (rate x time is invariant).  docs/design/rocev2.md has the table and the mapping.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-# Hardware values of the DCQCN paper (R_AI/R_HAI as fractions of the line rate, docs/rocev2.md)
+# Hardware values of the DCQCN paper (R_AI/R_HAI as fractions of the line rate, docs/design/rocev2.md)
 CNP_INTERVAL_S = 50e-6  # NP: at most one CNP per flow per 50 us
 INCREASE_TIMER_S = 55e-6  # RP: rate-increase timer
 ALPHA_TIMER_S = 55e-6  # RP: alpha decay period without CNP

@@ -1,7 +1,7 @@
 """The RoCEv2 baseline: a sans-I/O RC queue pair that behaves as RoCEv2 NICs do, with exactly
 :class:`mrcnic.transport.qp.QueuePair`'s interface, so ``verbs.Device``, ``mrc-sim`` and the asyncio
 shell host it in place of MRC.  It is the reference the project's claims are measured
-against; docs/rocev2.md records every constant and what it does and does not model.
+against; docs/design/rocev2.md records every constant and what it does and does not model.
 
 As deployed:
 
@@ -218,7 +218,7 @@ class RoceQueuePair(Outbox):
         self.ack_timeout_s = cfg.ack_timeout_s or max(hw_timeout, 4 * cfg.base_rtt_s)
         if cfg.max_outstanding_psns:
             self.window_psns = cfg.max_outstanding_psns
-        elif cfg.bdp_window:  # the cap this baseline had before issue 25 (docs/rocev2.md)
+        elif cfg.bdp_window:  # the cap this baseline had before issue 25 (docs/design/rocev2.md)
             bdp_pkts = math.ceil(self.port_rate_bps / 8 * cfg.base_rtt_s / self.mtu)
             self.window_psns = max(16, 2 * bdp_pkts + cfg.ack_every)
         else:  # IBTA's only bound on a requester: half the PSN space

@@ -1,5 +1,5 @@
 """Priority flow control in the whole-fabric simulator: RoCEv2 as deployed (``mrc-sim
---pfc``; the lab's PFC is ``mrcswitch.pfc``, docs/pfc.md).
+--pfc``; the lab's PFC is ``mrcswitch.pfc``, docs/design/pfc.md).
 
 The lossless class is the frames of DSCP LOSSLESS (RoCEv2's data when ``RoceConfig.lossless``
 is set; MRC never sends it).  The model, per switch in-port (:class:`Ingress`):
@@ -57,7 +57,7 @@ _OFF_TC_HI, _OFF_TC_LO = layout.OFF_TC_HI, layout.OFF_TC_LO
 _DSCP_HI, _ECN_BITS = layout.TC_HI_DSCP_MASK, layout.TC_LO_ECN_MASK
 #: a PFC frame on the wire: 60 bytes and the FCS
 PAUSE_FRAME_BYTES = layout.MIN_FRAME_BYTES + 4
-#: how long a transmitter takes to act on a PAUSE that reached it: silicon's (docs/pfc.md),
+#: how long a transmitter takes to act on a PAUSE that reached it: silicon's (docs/design/pfc.md),
 #: not the lab's software loop's
 REACTION_S = 1e-6
 

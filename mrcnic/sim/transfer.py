@@ -110,7 +110,7 @@ def worst_rtt_s(spec: FabricSpec, mtu: int) -> float:
 def rocev2_auto_timeout(spec: FabricSpec, mtu: int) -> int:
     """The IB local ACK timeout exponent an operator would pick for this fabric at its most
     aggressive: the smallest one whose lab-scaled value exceeds the worst-case RTT (a
-    shorter one fires spuriously whenever the buffers fill; docs/rocev2.md)."""
+    shorter one fires spuriously whenever the buffers fill; docs/design/rocev2.md)."""
     scale = REFERENCE_PORT_BPS / spec.port_rate_bps
     worst = worst_rtt_s(spec, mtu)
     n = 1
@@ -125,7 +125,7 @@ def rocev2_config(base: RoceConfig, options: Sequence[tuple[str, object]]) -> Ro
     names = {f.name for f in fields(RoceConfig)}
     for k, _ in options:
         if k not in names:
-            raise ValueError(f"unknown RoCEv2 option {k!r} (a RoceConfig field, docs/rocev2.md)")
+            raise ValueError(f"unknown RoCEv2 option {k!r} (a RoceConfig field, docs/design/rocev2.md)")
     return replace(base, **dict(options))  # type: ignore[arg-type]
 
 
@@ -671,7 +671,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--transport",
         default="mrc",
         metavar="{mrc,rocev2}",
-        help="mrc, or the RoCEv2 baseline (docs/rocev2.md)",
+        help="mrc, or the RoCEv2 baseline (docs/design/rocev2.md)",
     )
     p.add_argument(
         "--qps",
@@ -697,7 +697,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="rocev2: set a RoceConfig field (docs/rocev2.md), e.g. dcqcn_profile=paper, "
+        help="rocev2: set a RoceConfig field (docs/design/rocev2.md), e.g. dcqcn_profile=paper, "
         "bdp_window=true, nak_retries=false; repeatable",
     )
     plugins.add_arguments(p)
@@ -860,7 +860,7 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
     if a.transport == "gbn":
         raise ValueError(
             "--transport gbn was retired: use --transport rocev2, the full RoCEv2 baseline "
-            "(go-back-N, DCQCN, ECMP-hashed single path; docs/rocev2.md)"
+            "(go-back-N, DCQCN, ECMP-hashed single path; docs/design/rocev2.md)"
         )
     if a.transport not in TRANSPORTS:
         raise ValueError(f"unknown transport {a.transport!r} (one of {', '.join(TRANSPORTS)})")

@@ -5,14 +5,14 @@ An algorithm owns ``cwnd_bytes``; the QP sends while ``inflight < cwnd_bytes`` a
 algorithm one :class:`AckSample` per acknowledgment (with the EV it is about and the bytes in
 flight), plus trims (NACK TRIMMED / TRIMMED_LASTHOP), timeouts and the receiver's window
 penalty; and, if the algorithm defines ``on_loss``, one :class:`LossSample` per packet declared
-lost, whatever found it (SACKs, trims, timeouts).  docs/transport.md, "Writing a congestion
+lost, whatever found it (SACKs, trims, timeouts).  docs/design/transport.md, "Writing a congestion
 control", has the rules; examples/ecn_loss_aimd.py is a user algorithm in one file.
 
 Registered names: ``"uet-1.0-nscc"`` (:class:`UetNscc`; ``"nscc"``, the default of
 ``QpConfig.cc``, is the same algorithm), ``"nscc-2026.11"`` (:class:`LegacyNscc`, the
 algorithm this module had before) and ``"fixed"``.
 
-UET NSCC (docs/transport.md, "Congestion control", has every constant and its source), with
+UET NSCC (docs/design/transport.md, "Congestion control", has every constant and its source), with
 ``delay = rtt - base_rtt`` per ACK:
 
 =====  ===================  ==========================================================
@@ -130,7 +130,7 @@ new_loss_sample = fast_constructor(LossSample)
 
 
 class CongestionControl(Protocol):
-    """What the engines call (docs/transport.md, "Writing a congestion control"): ``on_ack``
+    """What the engines call (docs/design/transport.md, "Writing a congestion control"): ``on_ack``
     per acknowledgment, ``on_trim`` per trimmed packet, ``on_timeout`` per timed-out packet,
     ``on_rcv_penalty`` per receiver penalty.
 
@@ -354,7 +354,7 @@ def _check_positive(name: str, v: object) -> None:
         raise ValueError(f"uet-1.0-nscc: {name} must be a positive number, got {v!r}")
 
 
-#: UetNscc's plane-aware mode (QPs whose planes carry equal shares; docs/transport.md,
+#: UetNscc's plane-aware mode (QPs whose planes carry equal shares; docs/design/transport.md,
 #: "Equal plane shares"): gain of each plane's slow queueing-delay average, per sample of it
 PLANE_SLOW_GAIN = 1 / 16
 #: the mode engages when the slowest plane's slow average exceeds the median plane's by more
@@ -642,7 +642,7 @@ class UetNscc:
         or whose own last hop trims (an incast): the window is capped at ``(1 - pen/128)`` of
         ``max_cwnd``.  (UET's model instead takes ``acked * (1 - rcv_wnd_pen/255)`` off per
         ACK, 255 meaning none; on our incasts that cost goodput and shortened no queue, as the
-        senders already answer the same trims one by one: docs/transport.md.)"""
+        senders already answer the same trims one by one: docs/design/transport.md.)"""
         if penalty <= 0:
             return
         pl = self._planes
@@ -777,7 +777,7 @@ class LegacyNscc:
     """The project's first NSCC (until 2026-11), kept as ``"nscc-2026.11"`` so benchmarks can run
     it beside :class:`UetNscc`: four quadrants on the raw per-ACK delay, a target with a floor of
     a few bottleneck packet times, decreases spaced by the smoothed RTT, timeouts ignored and a
-    base RTT that only falls (docs/transport.md, "The previous NSCC")."""
+    base RTT that only falls (docs/design/transport.md, "The previous NSCC")."""
 
     name = "nscc-2026.11"
 

@@ -13,7 +13,7 @@ The choice is made once: an :class:`EngineChoice` given to the QP when it is mad
 ``MRC_NIC_ENGINE=c``; the default is ``PY_ENGINES``) builds both engines when the QP connects.
 This module holds only the interfaces, so every engine can name them without a circle. Policy stays in the QP: the
 engines call its EV table and congestion control per decision and report completions,
-events and errors back to it (docs/architecture.md, "Engines").
+events and errors back to it (docs/design/architecture.md, "Engines").
 """
 
 from __future__ import annotations

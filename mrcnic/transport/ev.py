@@ -1,6 +1,6 @@
 """Entropy values (EVs): the per-QP path set and what drives it.
 
-Each EV names one end-to-end path (docs/architecture.md: ``plane = ev % planes``,
+Each EV names one end-to-end path (docs/design/architecture.md: ``plane = ev % planes``,
 ``t1 = (ev // planes) % t1``).  A QP owns a pool of EVs per plane; its path policy
 (:mod:`mrcnic.transport.path_policy`, MRC's by default) says which are sprayed over and how
 often, and the rest are the plane's backups.  The EV state machine (states, inputs, the

@@ -15,7 +15,7 @@ checksum are chained over header and payload (``zlib.crc32``'s running value; th
 complement sum, which is the byte string's value modulo 0xFFFF, plus ``fast.csum_partial``
 over the payload), so the frame never exists as an intermediate buffer.  Received SACKs are
 decoded with ``struct.unpack_from`` at fixed offsets.  ``tests/unit/test_qp_frames.py``
-checks the bytes against ``mrcnic.wire``.  Constants and their reasons: docs/transport.md.
+checks the bytes against ``mrcnic.wire``.  Constants and their reasons: docs/design/transport.md.
 
 The QP composes two engines, the per-packet work (``mrcnic.transport.engine``): a send
 engine (``self.tx``: segmenting, retransmission, reading SACKs) and a receive engine

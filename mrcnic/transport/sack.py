@@ -1,7 +1,7 @@
 """Reliability bookkeeping: the responder's PSN window and SACK coalescing, and the
 requester's scoreboard of unacknowledged packets with their retransmission timers.
 
-SACK coalescing rule (docs/transport.md): the responder answers a data packet at once when
+SACK coalescing rule (docs/design/transport.md): the responder answers a data packet at once when
 
 1. it carried CE (the SACK then has mark SKIP_ONCE and that packet's EV, so the requester
    pins the congestion on the right path),

@@ -1,7 +1,7 @@
 """Whole frames: Ethernet + IPv6 + UDP + the MRC part. The EV split (UDP source port and flow
 label), the UDP checksum over the final destination, build_frame/parse_frame, and trim_frame:
 the cut of a trim (which frames a full queue trims is mrcnic.wire.trim, the one rule).
-Layouts: docs/wire.md.
+Layouts: docs/design/wire.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Every header MRC puts on the wire: dataclasses with paired encode_*/decode_* functions.
 
 Layouts, worked examples and the choices we made where the public MRC material is silent are in
-docs/wire.md. All multi-byte fields are big-endian. PSNs are 24-bit, EVs 32-bit. The numbers
+docs/design/wire.md. All multi-byte fields are big-endian. PSNs are 24-bit, EVs 32-bit. The numbers
 (sizes, enums) are in ``layout``; whole MRC packets in ``packet``, whole frames in ``frame``.
 
 Decoders take bytes/bytearray/memoryview plus an offset and raise WireError (never IndexError,

@@ -4,7 +4,7 @@ and predicates, and where DSCP and ECN sit in the IPv6 traffic class.
 The codecs (headers, packet, frame), the NIC's hot paths (``mrcnic.transport.qp``,
 ``mrcnic.rocev2.qp``), the simulator, the switch (``mrcswitch``) and the C core
 (``csrc/mrc_wire.h``, held to this module by tests/unit/test_wire_facts.py) take their numbers
-from here rather than writing them again. Byte layouts and worked examples: docs/wire.md.
+from here rather than writing them again. Byte layouts and worked examples: docs/design/wire.md.
 Sets hold plain ints (not enum members), so membership tests in hot paths stay cheap.
 """
 
@@ -34,7 +34,7 @@ ENDPOINT_SIZE = 24
 AETH_SIZE = 4
 MAC_SIZE = 6
 IPV6_ADDR_SIZE = 16
-USID_SIZE = 2  # one uSID of the carrier: 16-bit uSIDs (the address plan, docs/architecture.md)
+USID_SIZE = 2  # one uSID of the carrier: 16-bit uSIDs (the address plan, docs/design/architecture.md)
 
 MRC_DATA_HEADERS_SIZE = BTH_SIZE + METH_SIZE + TS_SIZE + RETH_SIZE  # 40
 FRAME_HEADERS_SIZE = ETH_SIZE + IPV6_SIZE + UDP_SIZE  # 62
@@ -43,7 +43,7 @@ FRAME_HEADERS_SIZE = ETH_SIZE + IPV6_SIZE + UDP_SIZE  # 62
 # Numbers, masks, defaults
 
 ETHERTYPE_IPV6 = 0x86DD
-# IEEE 802.1Qbb priority flow control (PFC): a MAC Control frame (docs/wire.md, "PFC")
+# IEEE 802.1Qbb priority flow control (PFC): a MAC Control frame (docs/design/wire.md, "PFC")
 ETHERTYPE_MAC_CONTROL = 0x8808
 PFC_OPCODE = 0x0101
 PFC_DST_MAC = bytes.fromhex("0180c2000001")  # the MAC Control multicast address

@@ -1,6 +1,6 @@
 """The MRC part of a packet: everything after UDP (BTH, the headers its opcode carries, the
 payload, the ICRC) as one MrcPacket, with encode_mrc/decode_mrc (the hot paths' codecs),
-headers_size and the ICRC. Layouts: docs/wire.md; the single headers: ``headers``."""
+headers_size and the ICRC. Layouts: docs/design/wire.md; the single headers: ``headers``."""
 
 from __future__ import annotations
 

@@ -99,7 +99,7 @@ MIN_XOFF_FRAMES = 4  # XOFF never below this many full frames
 def xoff_xon_bytes(buffer_bytes: int, frame_bytes: int) -> tuple[int, int]:
     """A lossless in-port's thresholds from its port's buffer: XOFF at half the buffer (at
     least :data:`MIN_XOFF_FRAMES` full frames), XON at half of XOFF (the lab's switches and
-    the simulator's, docs/pfc.md)."""
+    the simulator's, docs/design/pfc.md)."""
     xoff = max(buffer_bytes // 2, MIN_XOFF_FRAMES * frame_bytes)
     return xoff, xoff // 2
 

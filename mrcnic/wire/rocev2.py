@@ -3,10 +3,10 @@ and how one flow gets its one path (the UDP source port RoCEv2 derives from the 
 and an ECMP-style hash of the flow's 5-tuple).
 
 Frames use the project's layout (Ethernet | IPv6 | UDP 4791 | BTH | ... | ICRC, see
-docs/wire.md); the RC opcodes 0x06-0x0B and RC_ACK 0x11 with its AETH are in ``mrcnic.wire``.
+docs/design/wire.md); the RC opcodes 0x06-0x0B and RC_ACK 0x11 with its AETH are in ``mrcnic.wire``.
 The CNP (opcode 0x81) is RoCEv2's own (IBTA RoCEv2 annex): BTH with BECN set, the destination
 QP of the flow being throttled, PSN 0, then 16 reserved zero bytes and the ICRC.
-Docs: docs/rocev2.md.
+Docs: docs/design/rocev2.md.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
     >>> rdpcap("capture.pcap")[0].show()
 
 After MRC_BTH the layers follow the opcode and flags, exactly as mrcnic.wire decodes them
-(layouts in docs/wire.md):
+(layouts in docs/design/wire.md):
 
     MRC data (0xC6-0xCB): MRC_METH, [MRC_TS if BTH.ts_present], MRC_RETH, [MRC_ImmDt], MRC_Payload
     ACK/SACK (0xD1/0xDC): MRC_SACK, MRC_Payload ; NACK (0xDD): MRC_NACK, MRC_Payload

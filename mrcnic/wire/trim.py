@@ -2,7 +2,7 @@
 
 A data frame that would take its queue past the buffer (:func:`overflows`) is, on a port
 that trims, cut to its headers if it is *trimmable*, and the header is queued at high
-priority; anything else is dropped. Trimmable (docs/switch.md, docs/wire.md): DSCP TRIMMABLE
+priority; anything else is dropped. Trimmable (docs/switch.md, docs/design/wire.md): DSCP TRIMMABLE
 or TRIMMABLE_RETX, UDP to port 4791, an MRC data opcode (RDMA Write First..Only with
 Immediate; never RoCEv2's RC writes, which travel as NO_TRIM) and complete MRC headers
 (:func:`header_end`). The cut is ``wire.trim_frame``: max(keep_bytes, the headers) bytes,

@@ -6,7 +6,7 @@ A destination address is ``block | uSID1 | uSID2 | ... | 0...``: a locator block
 value 0 ends the container, so the first zero uSID is where the path ends.
 
 The second half of this module is the address plan of a multi-plane two-tier Clos (see
-docs/architecture.md, a contract): ``uSID = plane << 12 | role << 10 | index`` and
+docs/design/architecture.md, a contract): ``uSID = plane << 12 | role << 10 | index`` and
 ``plane = ev % planes``, ``t1 = (ev // planes) % t1_count``.  A NIC keeps one
 :class:`DestTemplate` per destination and derives any EV's address from it, so per-EV state
 is a 32-bit number, never a 128-bit address.

@@ -4,7 +4,7 @@ write: goodput follows what survives, with no stall (the NIC's C send engine, re
 Lab: 2 planes x (2 T0 + 2 T1) at 10 Mb/s, one host per T0: h0 -> h1 has four paths
 (plane, T1). Down go p0's T0-0/T1-0 link, p1's T1-1/T0-1 link (a path per plane left: 20
 Mb/s), then p0's T0-0/T1-1 link (plane 0 dead: 10 Mb/s). Before a dead path retired all its
-EVs together (docs/transport.md, "A dead path retires all its EVs at once"), this test failed:
+EVs together (docs/design/transport.md, "A dead path retires all its EVs at once"), this test failed:
 after the third link, goodput fell to 0 for seconds (a 16 s write with the same faults sat at
 0 Mb/s for about 6 s), the window spent on dead EVs, one timeout each.
 """

@@ -4,7 +4,7 @@ every byte verifies and no QP fails; MRC on the same lab is trimmed, never pause
 storm from a stuck host trips the watchdog of its T0s; the kernel mode refuses --pfc.
 
 Lab: 2 planes x (2 T0 + 2 T1), 2 hosts per T0, 10 Mb/s, so the four NIC processes of a run
-stay within two cores (docs/performance.md has the default lab's figures)."""
+stay within two cores (docs/results/performance.md has the default lab's figures)."""
 
 from __future__ import annotations
 

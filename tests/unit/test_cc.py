@@ -107,7 +107,7 @@ def test_target_is_half_the_base_rtt_when_serialisation_is_short():
     fast = CcParams(mtu_bytes=4096, line_rate_bps=800e9, base_rtt_s=1e-3, port_rate_bps=100e9)
     assert LegacyNscc(fast, bottleneck_bps=100e9).target_qdelay_s == pytest.approx(0.5e-3)
     # not told, the bottleneck estimate is only an upper bound: all the base RTT but the
-    # port hops is attributed to serialisation (docs/transport.md: set bottleneck_bps when the
+    # port hops is attributed to serialisation (docs/design/transport.md: set bottleneck_bps when the
     # base RTT is mostly propagation)
     assert LegacyNscc(fast).bottleneck_pkt_s() == pytest.approx(1e-3 - 2 * fast_pkt_s(100e9))
 

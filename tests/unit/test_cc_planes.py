@@ -1,5 +1,5 @@
 """UET NSCC's plane-aware mode: with equal plane shares a QP runs at the planes' count times
-its slowest plane, so NSCC follows that plane (docs/transport.md, "Equal plane shares")."""
+its slowest plane, so NSCC follows that plane (docs/design/transport.md, "Equal plane shares")."""
 
 from __future__ import annotations
 

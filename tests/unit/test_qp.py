@@ -515,7 +515,7 @@ def test_property_bytes_exact_completions_once_in_order_no_error(qp_pair, s):
     assert len(w.of(0, WriteCompleted)) == len(s["sizes"])  # and nothing completed twice
 
 
-# -- RTT, RTO and timeouts: robustness (docs/transport.md, "Retransmission timer") ------------
+# -- RTT, RTO and timeouts: robustness (docs/design/transport.md, "Retransmission timer") ------------
 
 BASE = QpConfig(mtu_bytes=256, ev=EvConfig(ev_count=8, backup_per_plane=2), base_rtt_s=2e-4)
 

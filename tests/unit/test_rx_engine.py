@@ -190,7 +190,7 @@ def test_engine_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _without_ts(frame: bytes) -> bytes:
     """The same data frame without the timestamp extension (BTH T flag clear), as
-    ``wire.encode_mrc`` builds it: docs/wire.md makes the extension optional."""
+    ``wire.encode_mrc`` builds it: docs/design/wire.md makes the extension optional."""
     f = wire.parse_frame(frame)
     m = f.mrc
     mrc = wire.encode_mrc(

@@ -1,5 +1,5 @@
 """How many shared switch processes a lab gets by default: a third of the cores it may run
-on, in whole planes (lab/fabric/lifecycle.py switch_procs_for; docs/performance.md)."""
+on, in whole planes (lab/fabric/lifecycle.py switch_procs_for; docs/results/performance.md)."""
 
 from __future__ import annotations
 

@@ -408,7 +408,7 @@ def test_decoded_enums_are_members():
 
 
 # ---------------------------------------------------------------------------------------------
-# Golden bytes (written by hand from the layouts in docs/wire.md, not produced by the code)
+# Golden bytes (written by hand from the layouts in docs/design/wire.md, not produced by the code)
 
 GOLDEN = [
     (

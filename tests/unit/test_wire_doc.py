@@ -1,4 +1,4 @@
-"""docs/wire.md cannot drift from mrcnic/wire.py.
+"""docs/design/wire.md cannot drift from mrcnic/wire.py.
 
 Every ```hex wire:<NAME>``` block of the doc is decoded with mrcnic.wire and compared with
 the ```fields wire:<NAME>``` block that follows it (every field must be written there), then
@@ -17,7 +17,7 @@ import pytest
 
 from mrcnic import wire as w
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "wire.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "design" / "wire.md"
 BLOCK = re.compile(r"^```(hex|fields) wire:(\S+)\n(.*?)^```$", re.M | re.S)
 FIELD_LINE = re.compile(r"^([\w.]+)\s*=\s*(.+?)\s*(#.*)?$")
 
@@ -139,7 +139,7 @@ def _build_mrc(values: dict[str, object], prefix: str, decoded: w.MrcPacket) -> 
 
 def test_doc_has_every_required_example():
     assert {t if t.startswith("frame/") else _kind(t) for t in EXAMPLES} >= REQUIRED_TAGS, (
-        "docs/wire.md lacks an example"
+        "docs/design/wire.md lacks an example"
     )
 
 

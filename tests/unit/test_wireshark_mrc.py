@@ -1,4 +1,4 @@
-"""contrib/wireshark/mrc.lua against the golden frames of docs/wire.md, through Debian's
+"""contrib/wireshark/mrc.lua against the golden frames of docs/design/wire.md, through Debian's
 tshark (`make setup` installs it): every field the doc writes down reads the same in
 Wireshark, every ICRC checks, a trimmed frame is shown as trimmed, control packets and the
 RoCEv2 baseline's (handed to Wireshark's own InfiniBand dissector) read right, and no frame
@@ -21,7 +21,7 @@ from mrcnic.wire import usid
 
 ROOT = Path(__file__).resolve().parents[2]
 LUA = ROOT / "contrib" / "wireshark" / "mrc.lua"
-DOC = ROOT / "docs" / "wire.md"
+DOC = ROOT / "docs" / "design" / "wire.md"
 BLOCK = re.compile(r"^```(hex|fields) wire:(\S+)\n(.*?)^```$", re.M | re.S)
 TSHARK = shutil.which("tshark")
 MAC_A, MAC_B = bytes.fromhex("020000000001"), bytes.fromhex("020000000002")

@@ -5,7 +5,7 @@ Pure arithmetic over what ``mrc-bench write --timeline-ms MS --json`` prints (a 
 a schedule of faults on the lab. Used by ``make demo`` (lab/workloads/demo.py) and ``make bench``
 (bench/bench_e2e.py); tested on synthetic timelines in tests/unit/test_timeline*.py.
 
-Definitions (docs/performance.md quotes them):
+Definitions (docs/results/performance.md quotes them):
 
 - **capacity** at time t: what the fabric that survives at t can carry for one flow src ->
   dst. Per plane: ``min(src port, dst port, sum over live T1 j of the T0a-T1j-T0b path)``,

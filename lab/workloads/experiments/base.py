@@ -3,7 +3,7 @@
 An experiment (one module in ``lab/workloads/experiments/``) turns one published MRC claim into a
 measurement: it brings up the lab it needs, runs MRC and the RoCEv2 baseline as deployed
 under the same schedule, repeats, and returns a :class:`Result`. The keys of the result's
-JSON (``results/experiments/NAME.json``) are a contract (docs/experiments.md):
+JSON (``results/experiments/NAME.json``) are a contract (docs/results/experiments.md):
 
 - ``claim``: the claim in a sentence; ``paper``: the published figure (text, and numbers
   where there are some);
@@ -54,7 +54,7 @@ PAPER_SCALE = {  # the production fabric the paper's figures come from (MRC-BRIE
     "link_rate": "100-400 Gb/s",
     "tiers": "two-tier Clos per plane",
 }
-HEADER_BYTES = 106  # Eth + IPv6 + UDP + BTH + METH + TS + RETH + ICRC (docs/wire.md)
+HEADER_BYTES = 106  # Eth + IPv6 + UDP + BTH + METH + TS + RETH + ICRC (docs/design/wire.md)
 FRAME_BYTES = 4096 + HEADER_BYTES  # a full data frame of the lab's 4096-byte MTU payload
 
 Printer = Callable[[str], None]

@@ -10,7 +10,7 @@ its goodput beside the incast over its goodput alone, on average over the window
 ran, and in the worst 1 s of that window (from its 100 ms timeline). Tiers: MRC (lossy,
 trimming), RoCEv2 as deployed (PFC + DCQCN, ``mrc-lab up --pfc``), and RoCEv2 + DCQCN
 without PFC on an identical lab. MRC runs on the PFC lab: its data is never on the lossless
-class, so the switches never pause it (docs/pfc.md).
+class, so the switches never pause it (docs/design/pfc.md).
 
 The lab: 2 T0s of 5 hosts (10 hosts: 7 senders, the destination, the victim's two ends),
 5 T1s per plane (non-blocking), 4 planes. Sixteen NIC processes run at once on a 2-core
@@ -291,7 +291,7 @@ def run(ctx: Context, res: Result) -> None:
             f"hosts) on {params.planes} planes of {params.t1} T1s (the quick form: a 3:1 "
             f"incast on 6 hosts); {2 * (degree + 1)} NIC processes share 2 cores, so links "
             "run at a few Mb/s and a PFC pause lasts "
-            "milliseconds of lab time against microseconds in production (docs/pfc.md). "
+            "milliseconds of lab time against microseconds in production (docs/design/pfc.md). "
             "The victim shares only upstream links with the incast; the worst second is read "
             "from 100 ms bins over the window every flow ran."
         ),

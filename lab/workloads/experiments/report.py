@@ -112,7 +112,7 @@ def render(
         "# MRC's published claims, reproduced on the namespace lab and in the simulator",
         "",
         f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `mrc-lab "
-        f"experiment report` from `{out_dir}/*.json` (docs/experiments.md says how each is "
+        f"experiment report` from `{out_dir}/*.json` (docs/results/experiments.md says how each is "
         "measured). A claim that does not reproduce is reported as such, with the measured "
         "reason.",
         "",

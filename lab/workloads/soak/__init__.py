@@ -1,5 +1,5 @@
 """A soak with random faults: an all-reduce loop for minutes while a seeded schedule breaks
-the fabric, every step verified (issue 13, part 3; manual: docs/reliability.md).
+the fabric, every step verified (issue 13, part 3; manual: docs/design/reliability.md).
 
     python -m lab.soak --minutes 30 --seed 1 [--lab mrcsoak] [--transports mrc,rocev2]
                        [--events-per-min 4] [--size 4M] [--hosts h0,h1,h2,h3]

@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="A soak with random faults: a ring all-reduce loop on its own lab for "
         "--minutes per transport while a seeded schedule flaps links, reboots T0 and T1 "
         "switches, downs NIC ports and adds loss; every step verified. Needs root. Manual: "
-        "docs/reliability.md.",
+        "docs/design/reliability.md.",
     )
     ap.add_argument("--minutes", type=float, default=30.0, help="per transport [30]")
     ap.add_argument("--seed", type=int, default=1, help="seed of the schedule and data [1]")
