@@ -75,14 +75,23 @@ def lines(
     ylabel: str,
     marks: Sequence[tuple[float, str]] = (),
     note: str = "",
+    points: dict[str, tuple[Sequence[float], Sequence[float]]] | None = None,
 ) -> Path:
-    """Time series (``series``: label -> (xs, ys)); transport keys get their colours;
-    ``marks``: (x, text) vertical lines, e.g. faults."""
+    """Time series (``series``: label -> (xs, ys)); transport keys get their colours, and a
+    label ending in "control" a dashed line (the run without the fault, beside the one with
+    it); ``marks``: (x, text) vertical lines, e.g. faults; ``points``: label -> (xs, ys) as
+    crosses, e.g. failed steps."""
     plt = pyplot()
     fig, ax = plt.subplots()
     for key, (xs, ys) in series.items():
         base = key.split(" ")[0]
-        ax.plot(list(xs), list(ys), label=LABELS.get(key, key), color=COLOURS.get(base), lw=1.2)
+        ax.plot(list(xs), list(ys), label=LABELS.get(key, key), color=COLOURS.get(base), lw=1.2,
+                ls="--" if key.endswith("control") else "-")  # fmt: skip
+    for key, (xs, ys) in (points or {}).items():
+        if len(xs):
+            base = key.split(" ")[0]
+            label = LABELS.get(base, base) + key[len(base) :]
+            ax.plot(list(xs), list(ys), "x", color=COLOURS.get(base), ms=7, mew=1.5, label=label)
     for x, text in marks:
         ax.axvline(x, ls=":", lw=1, color="#888888")
         ax.annotate(text, (x, ax.get_ylim()[1]), fontsize=7, rotation=90, va="top", ha="right")

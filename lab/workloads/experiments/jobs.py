@@ -43,10 +43,21 @@ class StepTimes:
         return [e - s for s, e, k, _f in self.rows if k and e >= t0 and s <= t1]
 
 
-def step_series(step_log: list | None) -> tuple[list[float], list[float]]:
-    """(end time, duration) of every completed step of a job's ``step_log``: for a plot."""
+def relative_step_series(
+    step_log: list | None, median_s: float | None = None
+) -> tuple[tuple[list[float], list[float]], tuple[list[float], list[float]]]:
+    """Each step's duration over ``median_s`` (default: the run's own median completed step),
+    so transports whose steps differ tenfold share one scale around 1: ((end times, ratios)
+    of the completed steps, (end times, ratios) of the failed ones)."""
     st = StepTimes.from_summary({"step_log": step_log or []})
-    return [e for _s, e, k, _f in st.rows if k], [e - s for s, e, k, _f in st.rows if k]
+    done = sorted(st.durations())
+    base = median_s or (done[len(done) // 2] if done else 1.0)
+    ok = [(e, (e - s) / base) for s, e, k, _f in st.rows if k]
+    failed = [(e, (e - s) / base) for s, e, k, _f in st.rows if not k]
+    return ([x for x, _ in ok], [y for _, y in ok]), (
+        [x for x, _ in failed],
+        [y for _, y in failed],
+    )
 
 
 def recovery_s(steps: StepTimes, fault_at_s: float, p99_s: float) -> float | None:
