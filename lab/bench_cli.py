@@ -88,6 +88,11 @@ def _add_common(sp: argparse.ArgumentParser) -> None:
 
 
 def _add_pair(sp: argparse.ArgumentParser, size_default: str, iters_default: int | None) -> None:
+    sp.add_argument(
+        "--report-gbits", action="store_true",
+        help="bandwidth in Gb/sec, as perftest's flag of the name (default: bytes, MB/sec or "
+        "GB/sec by magnitude, as perftest prints them)",
+    )  # fmt: skip
     sp.add_argument("--src", default="h0", help="writing host (default h0)")
     sp.add_argument("--dst", default=None, help="written host (default: the last host)")
     sp.add_argument(
@@ -627,7 +632,7 @@ def _pair(st: Any, args: argparse.Namespace) -> int:
         if server == host:
             raise UsageError("the client and the server must be different hosts")
         res = aio.run(bench_write.run_client(st, host, server, args.port, params))
-        _emit(res, args.json)
+        _emit(res, args.json, args.report_gbits)
         if plot:
             _plot(res, plot)
         return EXIT_OK if res["verified"] else EXIT_FAILED
@@ -647,8 +652,9 @@ def _pair(st: Any, args: argparse.Namespace) -> int:
     client_argv += _forward(args)
     sides = [Side(dst, server_argv, listens=True), Side(src, client_argv, result=True)]
     return _orchestrate(
-        st, sides, args.json, on_result=(lambda r: _plot(r, plot)) if plot else None
-    )
+        st, sides, args.json, on_result=(lambda r: _plot(r, plot)) if plot else None,
+        report_gbits=args.report_gbits,
+    )  # fmt: skip
 
 
 def _forward(args: argparse.Namespace) -> list[str]:
@@ -778,11 +784,15 @@ def _alltoall(st: Any, args: argparse.Namespace) -> int:
 
 
 def _orchestrate(
-    st: Any, sides: list[Side], as_json: bool, on_result: Callable[[dict], None] | None = None
+    st: Any,
+    sides: list[Side],
+    as_json: bool,
+    on_result: Callable[[dict], None] | None = None,
+    report_gbits: bool = False,
 ) -> int:
     """Run every side (lab.workloads.bench.orchestrate), print the result, and say how it went."""
     res, codes = orchestrate(st, sides)
-    _emit(res, as_json)
+    _emit(res, as_json, report_gbits)
     if on_result is not None:
         on_result(res)
     return EXIT_OK if res.get("verified") and all(c == 0 for c in codes) else EXIT_FAILED
@@ -791,7 +801,7 @@ def _orchestrate(
 # --- output --------------------------------------------------------------------------------------
 
 
-def _emit(res: dict[str, Any], as_json: bool) -> None:
+def _emit(res: dict[str, Any], as_json: bool, report_gbits: bool = False) -> None:
     if res.get("transport", "mrc") == "mrc":  # how the MRC QPs were made (mrcnic.plugins)
         choice = plugins.choice_from_env()
         res.setdefault("path_policy", choice.path_policy or "mrc")
@@ -804,7 +814,7 @@ def _emit(res: dict[str, Any], as_json: bool) -> None:
     elif res["test"] == "alltoall":
         print(format_alltoall(res), flush=True)
     else:
-        print(format_pair(res), flush=True)
+        print(format_pair(res, report_gbits), flush=True)
 
 
 if __name__ == "__main__":

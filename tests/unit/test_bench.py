@@ -222,6 +222,8 @@ def test_write_table_has_the_perftest_columns():
     assert "verified: yes" in text and "0.950 of capacity" in text and "switches 100" in text
     bad = bench.format_pair(_pair_result(verified=False, errors=["write 3: REMOTE_ACCESS_ERROR"]))
     assert "verified: NO" in bad and "REMOTE_ACCESS_ERROR" in bad
+    gbits = bench.format_pair(_pair_result(), report_gbits=True)  # perftest's --report_gbits
+    assert "BW average[Gb/sec]" in gbits and f"{res['goodput_bps'] / 1e9:.3f}" in gbits
 
 
 def test_lat_table_has_the_perftest_columns():

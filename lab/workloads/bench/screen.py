@@ -55,7 +55,8 @@ def _verify_line(res: dict[str, Any]) -> str:
     return f" verified: {text}   QP errors: {res['qp_errors']}"
 
 
-def format_pair(res: dict[str, Any]) -> str:
+def format_pair(res: dict[str, Any], report_gbits: bool = False) -> str:
+    """perftest's screen; ``report_gbits``: bandwidth in Gb/sec (perftest's --report_gbits)."""
     lat = res["test"] == "lat"
     where = "same T0" if res["same_t0"] else "another T0"
     title = "RDMA_Write Latency Test (mrc-bench)" if lat else "RDMA_Write BW Test (mrc-bench)"
@@ -78,7 +79,9 @@ def format_pair(res: dict[str, Any]) -> str:
                 f"{lu['p99_9']:>24.2f}"
             )
     else:
-        bw, per = bytes_rate_unit(res["peak_bps"], res["goodput_bps"])
+        bw, per = (
+            ("Gb/s", 1e9) if report_gbits else bytes_rate_unit(res["peak_bps"], res["goodput_bps"])
+        )
         rate, pper = msg_rate_unit(res["msg_rate_pps"])
         bw_u = bw.replace("/s", "/sec")  # perftest's spelling
         out.append(
