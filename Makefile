@@ -138,7 +138,7 @@ reproduce: setup
 	$(PY) -m lab.cli experiment all --sim $(EXP_ARGS)
 
 # One write on python vs kernel switches, MRC and RoCEv2, and the machine's floor: whole-machine
-# CPU per delivered frame (root). LAB_CPU_ARGS="--rate-mbit 10 --configs floor,kernel" (the script's own flags)
+# CPU per delivered frame (root). LAB_CPU_ARGS="--rate 10Mbit --configs floor,kernel" (the script's own flags)
 LAB_CPU_ARGS ?=
 bench-lab-cpu: setup
 	$(PY) bench/bench_lab_cpu.py --out results/bench-lab-cpu.json $(LAB_CPU_ARGS)

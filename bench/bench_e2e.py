@@ -69,6 +69,7 @@ from lab.proc.env import env_added
 from lab.proc.schedule import Step
 from lab.proc.slower import attempts, cpu_bound_runs, repeat_slower
 from lab.workloads import calibrate
+from mrcnic.cliflags import deprecated
 from mrcnic.units import size_arg, time_arg, time_in
 
 BENCHMARKS = ("single", "permutation", "failures", "cpu")
@@ -119,14 +120,14 @@ def lab_up(params: LabParams) -> Iterator[LabState]:
 def link_rate(
     a: argparse.Namespace, flag: str, pairs: list[tuple[int, int]] | None = None, **shape: Any
 ) -> tuple[float, dict[str, Any]]:
-    """The link rate of the labs of one benchmark and why: ``--rate-mbit`` (or
-    ``--perm-rate-mbit``) as given, or with ``auto`` the calibration of this machine for
+    """The link rate of the labs of one benchmark and why: ``--rate`` (or
+    ``--perm-rate``) as given, or with ``auto`` the calibration of this machine for
     the lab's shape with python switches (the costlier mode; kernel-switch labs of the
     same benchmark run at the same rate, so the two stay comparable), measured once per
     boot and cached (lab/workloads/calibrate.py). Prints one line saying which."""
     given = getattr(a, flag)
     if given != calibrate.AUTO:
-        line = f"links at {given:g} Mb/s as given (--{flag.replace('_', '-')})"
+        line = f"links at {given:g} Mb/s as given (--{flag.removesuffix('_mbit').replace('_', '-')})"
         say(f"  {line}")
         return float(given), {"mode": "forced", "rate_mbit": float(given), "line": line}
     params = resolve(None, name=a.name, **{**shape, "switch": "python"})
@@ -612,21 +613,31 @@ def build_parser() -> argparse.ArgumentParser:
         "--size", type=size_arg, default=1 << 20, metavar="BYTES", help="bytes per message [1M]"
     )
     p.add_argument(
-        "--rate-mbit",
-        type=calibrate.rate_arg,
+        "--rate",
+        type=calibrate.rate_flag,
+        dest="rate_mbit",
         default=calibrate.AUTO,
-        metavar="R",
-        help="link rate of the single, failures and cpu labs, Mb/s; auto: the highest rate at "
-        "which this machine's CPU keeps up with the default lab, measured once per boot "
-        "(mrc-lab calibrate) [auto]",
+        metavar="RATE",
+        help="link rate of the single, failures and cpu labs, with its unit (100Mbit); auto: "
+        "the highest rate at which this machine's CPU keeps up with the default lab, measured "
+        "once per boot (mrc-lab calibrate) [auto]",
     )
+    deprecated(p, "--rate-mbit", "--rate", dest="rate_mbit", type=calibrate.rate_arg)
     p.add_argument(
         "--recalibrate",
         action="store_true",
         help="with auto rates: measure this machine again even if this boot has a result",
     )
     p.add_argument("--reps", type=int, default=3, help="repetitions of each single config [3]")
-    p.add_argument("--single-s", type=time_arg, default=8.0, help="seconds per single write [8]")
+    deprecated(p, "--single-s", "--single", dest="single_s", type=time_arg)
+    p.add_argument(
+        "--single",
+        dest="single_s",
+        metavar="TIME",
+        type=time_arg,
+        default=8.0,
+        help="seconds per single write [8]",
+    )
     p.add_argument(
         "--no-single-python-loop",
         dest="single_python_loop",
@@ -643,7 +654,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--perm-reps", type=int, default=3, help="repetitions of each permutation config [3]"
     )
-    p.add_argument("--perm-s", type=time_arg, default=8.0, help="seconds per permutation run [8]")
+    deprecated(p, "--perm-s", "--perm", dest="perm_s", type=time_arg)
+    p.add_argument(
+        "--perm",
+        dest="perm_s",
+        metavar="TIME",
+        type=time_arg,
+        default=8.0,
+        help="seconds per permutation run [8]",
+    )
     p.add_argument("--perm-hosts-per-t0", type=int, default=4, help="hosts = --perm-t0 x this [4]")
     p.add_argument("--perm-t0", type=int, default=2, help="T0 switches per plane [2]")
     p.add_argument(
@@ -667,16 +686,26 @@ def build_parser() -> argparse.ArgumentParser:
         "kernel) [python,kernel: the project's switches (ECN, trimming) and Linux seg6local "
         "(tail drop)]",
     )
+    deprecated(p, "--perm-rate-mbit", "--perm-rate", dest="perm_rate_mbit", type=calibrate.rate_arg)
     p.add_argument(
-        "--perm-rate-mbit",
-        type=calibrate.rate_arg,
-        metavar="R",
+        "--perm-rate",
+        type=calibrate.rate_flag,
+        dest="perm_rate_mbit",
+        metavar="RATE",
         default=calibrate.AUTO,
-        help="link rate of the multi-plane permutation fabric; the single-plane one runs at "
+        help="link rate of the multi-plane permutation fabric, with its unit; the single-plane one runs at "
         "planes x this; auto: calibrated for the permutation's lab and writers, all at once "
         "[auto]",
     )
-    p.add_argument("--fail-s", type=time_arg, default=12.0, help="seconds per failure write [12]")
+    deprecated(p, "--fail-s", "--fail", dest="fail_s", type=time_arg)
+    p.add_argument(
+        "--fail",
+        dest="fail_s",
+        metavar="TIME",
+        type=time_arg,
+        default=12.0,
+        help="seconds per failure write [12]",
+    )
     p.add_argument(
         "--fail-switch",
         default="python,python-pfc,kernel",
@@ -691,8 +720,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help="bytes per message of the failure writes (small: many per timeline bin) [256K]",
     )
-    p.add_argument("--reboot-down-ms", type=time_in(1e-3), default=2000.0, metavar="MS")
-    p.add_argument("--timeline-ms", type=time_in(1e-3, whole=True), default=250, metavar="MS")
+    p.add_argument("--reboot-down", dest="reboot_down_ms", type=time_in(1e-3), default=2000.0,
+                   metavar="TIME", help="how long a rebooted switch is down [2s]")  # fmt: skip
+    deprecated(p, "--reboot-down-ms", "--reboot-down", dest="reboot_down_ms", type=time_in(1e-3))
+    p.add_argument("--timeline", dest="timeline_ms", type=time_in(1e-3, whole=True), default=250,
+                   metavar="TIME", help="timeline bin [250ms]")  # fmt: skip
+    deprecated(p, "--timeline-ms", "--timeline", dest="timeline_ms",
+               type=time_in(1e-3, whole=True))  # fmt: skip
     p.add_argument("--quick", action="store_true", help="1 rep each, shorter writes (a smoke run)")
     p.add_argument(
         "--cpu-bound-repeats",

@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mrcnic.cliflags import deprecated, rate_with_unit
+
 VENV_BIN = Path(sys.executable).parent
 KEYS = ("goodput_fraction", "verified", "cpu_bound", "cpu_wait_per_frame_time", "retransmissions",
         "spurious_timeouts", "machine_busy_fraction")  # fmt: skip
@@ -60,7 +62,9 @@ def one_run(lab: str, split: bool, rate_mbit: float, size: str) -> dict[str, Any
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lab", default="mrcsplt")
-    ap.add_argument("--rate-mbit", type=float, default=5.0)
+    ap.add_argument("--rate", type=rate_with_unit, default=5e6, dest="rate_bps",
+                    help="every link's rate, with its unit (5Mbit) [5Mbit]")  # fmt: skip
+    deprecated(ap, "--rate-mbit", "--rate", dest="rate_bps", type=lambda t: float(t) * 1e6)
     ap.add_argument("--size", default="64M")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", type=Path, default=Path("results/bench-split.json"))
@@ -72,7 +76,7 @@ def main() -> int:
     for rep in range(args.reps):
         order = (False, True) if rep % 2 == 0 else (True, False)
         for split in order:
-            r = one_run(args.lab, split, args.rate_mbit, args.size)
+            r = one_run(args.lab, split, args.rate_bps / 1e6, args.size)
             r["rep"] = rep
             runs.append(r)
             print(json.dumps(r), file=sys.stderr, flush=True)
@@ -91,7 +95,7 @@ def main() -> int:
             "python": platform.python_version(),
         },  # fmt: skip
         "commit": _commit(),
-        "rate_mbit": args.rate_mbit,
+        "rate_mbit": args.rate_bps / 1e6,
         "size": args.size,
         "reps": args.reps,
         "goodput_fraction_unsplit": uns,

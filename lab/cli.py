@@ -311,8 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
     _name_flag(p)
     p.add_argument("--interval", type=time_in(1.0), default=0.5, metavar="S",
                    help="seconds between frames (or 250ms...) [0.5]")  # fmt: skip
-    p.add_argument("--faults-s", type=time_in(1.0), default=1.0, metavar="S",
-                   help="seconds between reads of the faults from the kernel [1]")  # fmt: skip
+    p.add_argument("--faults-every", dest="faults_s", type=time_in(1.0), default=1.0,
+                   metavar="TIME", help="between reads of the faults from the kernel [1s]")  # fmt: skip
+    deprecated(p, "--faults-s", "--faults-every", dest="faults_s", type=time_in(1.0))
     p.add_argument("--once", action="store_true", help="print one frame and exit")
     p.add_argument("--width", type=int, default=None, help="columns [the terminal's]")
 

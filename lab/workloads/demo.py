@@ -408,12 +408,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--dst", default=None, help="default: the last host (under another T0)")
     ap.add_argument("--no-baseline", action="store_true", help="MRC only, no RoCEv2 run")
     ap.add_argument(
-        "--budget-s",
+        "--budget",
+        dest="budget_s",
         type=time_arg,
-        metavar="SECONDS",
+        metavar="TIME",
         default=300.0,
-        help="skip the RoCEv2 run if it would end the demo later than this [300]",
+        help="skip the RoCEv2 run if it would end the demo later than this (5min, 300s) [300s]",
     )
+    deprecated(ap, "--budget-s", "--budget", dest="budget_s", type=time_arg)
     ap.add_argument("--switch", choices=("python", "kernel"), default="python")
     ap.add_argument("--planes", type=int, default=None, help="lab planes [8]")
     ap.add_argument(
@@ -421,10 +423,10 @@ def build_parser() -> argparse.ArgumentParser:
         dest="rate_mbit",
         type=calibrate.rate_flag,
         default=calibrate.AUTO,
-        metavar="R",
-        help="link rate in Mb/s, or spelled out (50M); auto: the highest rate at which this "
+        metavar="RATE",
+        help="link rate with its unit (50Mbit); auto: the highest rate at which this "
         "machine's CPU keeps up, so the fabric limits (measured once per boot: mrc-lab "
-        "calibrate; docs/demo.md) [auto]",
+        "calibrate; docs/lab.md) [auto]",
     )
     deprecated(ap, "--rate-mbit", "--rate", dest="rate_mbit", type=calibrate.rate_arg)
     ap.add_argument(
@@ -511,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
             if key != "mrc" and doc["runs"]:
                 last = next(iter(doc["runs"].values()))
                 if elapsed + last["wall_s"] + 10 > args.budget_s:
-                    say(f"skipping {key}: it would end the demo after --budget-s {args.budget_s:g}")
+                    say(f"skipping {key}: it would end the demo after --budget {args.budget_s:g}s")
                     break
             title = TRANSPORT_TITLES[key]
             spec = WriteSpec(

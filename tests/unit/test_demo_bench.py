@@ -107,7 +107,7 @@ def test_link_rate_forced_or_from_this_boots_calibration(tmp_path, monkeypatch) 
     a = be.build_parser().parse_args(["--rate-mbit", "50M"])
     assert a.perm_rate_mbit == "auto"
     rate, why = be.link_rate(a, "rate_mbit")
-    assert rate == 50.0 and why["mode"] == "forced" and "as given (--rate-mbit)" in why["line"]
+    assert rate == 50.0 and why["mode"] == "forced" and "as given (--rate)" in why["line"]
     # auto: the cached calibration of the default shape with python switches
     a = be.build_parser().parse_args([])
     params = LabParams()
