@@ -39,5 +39,6 @@ def stamp_text(now: dt.datetime | None = None) -> str:
 
 
 def stamp(fig: object) -> None:
-    """The stamp, small and grey, in the figure's bottom right corner."""
-    fig.text(0.995, 0.003, stamp_text(), fontsize=6, color="#777777", ha="right", va="bottom")  # type: ignore[attr-defined]
+    """The stamp, small and grey, in the figure's bottom right corner (a footnote goes on the
+    lines above it: lab/views/plot.py)."""
+    fig.text(0.995, 0.004, stamp_text(), fontsize=6, color="#777777", ha="right", va="bottom")  # type: ignore[attr-defined]

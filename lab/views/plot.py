@@ -4,6 +4,7 @@ paper's figure as a dashed line, titles that state the claim. matplotlib, Agg ba
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -104,14 +105,29 @@ def finish(plt: Any, fig: Any, ax: Any, title: str, ylabel: str, note: str, path
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize=7)
-    if note:
-        fig.text(0.01, 0.01, note, fontsize=7, color="#555555")
+    footnote(fig, note)
     return save(plt, fig, path)
+
+
+NOTE_CHARS = 150  # a footnote's line, at 7 pt across the default 8-inch figure
+
+
+def footnote(fig: Any, note: str) -> None:
+    """``note`` small and grey under the plot, wrapped so that it stays on the figure;
+    :func:`save` leaves room for its lines."""
+    if not note:
+        return
+    lines = textwrap.wrap(note, NOTE_CHARS)
+    fig.text(
+        0.01, 0.03, "\n".join(lines), fontsize=7, color="#555555", va="bottom"
+    )  # (above the stamp)
+    fig._mrc_note_lines = len(lines)
 
 
 def save(plt: Any, fig: Any, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    lines = getattr(fig, "_mrc_note_lines", 0)
+    fig.tight_layout(rect=(0, 0.035 + 0.03 * lines, 1, 1))  # (the bottom: stamp and footnote)
     stamp(fig)  # date, machine and commit in the corner
     fig.savefig(path)
     plt.close(fig)

@@ -350,7 +350,7 @@ def draw(path: Path, bars: list[tuple[str, str, str, dict[str, Any]]], note: str
     ax.set_ylabel("ms after the onset (median)")
     ax.set_title("Claim 10: congestion onset to the first retransmission request")
     ax.legend(fontsize=7)
-    fig.text(0.01, 0.01, note, fontsize=7, color="#555555")
+    plot.footnote(fig, note)
     return plot.save(plt, fig, path)
 
 
