@@ -127,7 +127,8 @@ def link_rate(
     boot and cached (lab/workloads/calibrate.py). Prints one line saying which."""
     given = getattr(a, flag)
     if given != calibrate.AUTO:
-        line = f"links at {given:g} Mb/s as given (--{flag.removesuffix('_mbit').replace('_', '-')})"
+        name = flag.removesuffix("_mbit").replace("_", "-")
+        line = f"links at {given:g} Mb/s as given (--{name})"
         say(f"  {line}")
         return float(given), {"mode": "forced", "rate_mbit": float(given), "line": line}
     params = resolve(None, name=a.name, **{**shape, "switch": "python"})

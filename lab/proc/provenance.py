@@ -13,8 +13,8 @@ from lab.fabric.paths import REPO
 
 
 def git_head() -> tuple[str | None, int | None]:
-    """(the commit checked out, tracked files modified since) or (None, None) outside a git
-    checkout (an exported tree, a container image)."""
+    """(the commit checked out, tracked code files modified since: results/ and docs/ not
+    counted) or (None, None) outside a git checkout (an exported tree, a container image)."""
     head: str | None = None
     dirty: int | None = None
     with contextlib.suppress(OSError, subprocess.SubprocessError):
@@ -22,7 +22,9 @@ def git_head() -> tuple[str | None, int | None]:
         r = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
         if r.returncode == 0:
             head = r.stdout.strip()
-            st = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
+            # the code's files only: results and docs a run rewrites are not the code it ran
+            st = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no", "--",
+                                 ".", ":!results", ":!docs"],
                                 capture_output=True, text=True, timeout=10)  # fmt: skip
             dirty = len(st.stdout.splitlines()) if st.returncode == 0 else None
     return head, dirty

@@ -86,7 +86,8 @@ def lines(
     fig, ax = plt.subplots()
     for key, (xs, ys) in series.items():
         base = key.split(" ")[0]
-        ax.plot(list(xs), list(ys), label=LABELS.get(key, key), color=COLOURS.get(base), lw=1.2,
+        label = LABELS.get(base, base) + key[len(base) :]
+        ax.plot(list(xs), list(ys), label=label, color=COLOURS.get(base), lw=1.2,
                 ls="--" if key.endswith("control") else "-")  # fmt: skip
     for key, (xs, ys) in (points or {}).items():
         if len(xs):

@@ -125,7 +125,9 @@ def rocev2_config(base: RoceConfig, options: Sequence[tuple[str, object]]) -> Ro
     names = {f.name for f in fields(RoceConfig)}
     for k, _ in options:
         if k not in names:
-            raise ValueError(f"unknown RoCEv2 option {k!r} (a RoceConfig field, docs/design/rocev2.md)")
+            raise ValueError(
+                f"unknown RoCEv2 option {k!r} (a RoceConfig field, docs/design/rocev2.md)"
+            )
     return replace(base, **dict(options))  # type: ignore[arg-type]
 
 

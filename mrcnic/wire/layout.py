@@ -34,7 +34,7 @@ ENDPOINT_SIZE = 24
 AETH_SIZE = 4
 MAC_SIZE = 6
 IPV6_ADDR_SIZE = 16
-USID_SIZE = 2  # one uSID of the carrier: 16-bit uSIDs (the address plan, docs/design/architecture.md)
+USID_SIZE = 2  # one uSID of the carrier, 16 bits (address plan: docs/design/architecture.md)
 
 MRC_DATA_HEADERS_SIZE = BTH_SIZE + METH_SIZE + TS_SIZE + RETH_SIZE  # 40
 FRAME_HEADERS_SIZE = ETH_SIZE + IPV6_SIZE + UDP_SIZE  # 62

@@ -10,6 +10,7 @@ failed step and no restart.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from lab.fabric.params import LabParams
@@ -100,18 +101,26 @@ def run(ctx: Context, res: Result) -> None:
     why += (f"; RoCEv2: median {100 * (rc.get('p50_change') or 0):+.1f}%, "
             f"{rf.get('failed_steps')} failed steps, {rf.get('restarts')} restarts")  # fmt: skip
     res.judge(verdict, why)
+    path = ctx.out_dir / f"{res.name}.png"
+    draw({"mrc": res.mrc, "rocev2": res.rocev2}, path)
+    res.plot = str(path)
+
+
+def draw(d: dict[str, Any], path: Path) -> Path:
+    """The PNG of a result (its JSON's ``mrc`` and ``rocev2``): each transport's steps over
+    its control run's median, the control run dashed, failed steps as crosses, the flaps
+    marked."""
     series, failed = {}, {}
     for t in ("mrc", "rocev2"):  # both runs over the control run's median: a change is a rise
-        base = out[t]["control"]["figures"].get("step_p50_s") or None
+        base = d[t]["control"]["figures"].get("step_p50_s") or None
         for kind in ("control", "flaps"):
-            series[f"{t} {kind}"], fails = relative_step_series(out[t][kind]["step_log"], base)
+            series[f"{t} {kind}"], fails = relative_step_series(d[t][kind]["step_log"], base)
             if kind == "flaps":
                 failed[f"{t} failed step"] = fails
-    path = ctx.out_dir / f"{res.name}.png"
-    plot.lines(path, "Claim 9: all-reduce step time, clean (dashed) vs T0-T1 link flaps", series,
-               xlabel="run time (s)", ylabel="step time / the control run's median",
-               marks=[(s.at_s, "flap") for s in steps], points=failed)  # fmt: skip
-    res.plot = str(path)
+    flaps = [f["start_s"] for f in d["mrc"]["flaps"].get("fault_log") or []]
+    return plot.lines(path, "Claim 9: all-reduce step time, clean (dashed) vs T0-T1 link flaps",
+                      series, xlabel="run time (s)", ylabel="step time / the control run's median",
+                      marks=[(t, "flap") for t in flaps], points=failed)  # fmt: skip
 
 
 EXPERIMENT = Spec(

@@ -13,6 +13,7 @@ slowest step that overlapped the outage with it, and counts restarts.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from lab.fabric.status import switch_stats
@@ -145,16 +146,27 @@ def run(ctx: Context, res: Result) -> None:
     why += (f"; RoCEv2: {r.get('restarts')} restarts, {r.get('failed_steps')} failed steps, "
             f"failure step {r.get('failure_over_p99') or 0:.2f}x its P99")  # fmt: skip
     res.judge(verdict, why)
-    series, failed = {}, {}
-    for t in ("mrc", "rocev2"):  # each over its own median: MRC's steps are ~8x shorter
-        series[t], failed[f"{t} failed step (restart)"] = relative_step_series(out[t]["step_log"])
     path = ctx.out_dir / f"{res.name}.png"
-    plot.lines(path, "Claim 7: all-reduce step time through a T1 reboot", series,
-               xlabel="run time (s)", ylabel="step time / the run's median step",
-               marks=[(at, "T1 down"), (at + down, "T1 back")], points=failed,
-               note=f"median step: MRC {m.get('step_p50_s') or 0:.2f} s, RoCEv2 "
-               f"{r.get('step_p50_s') or 0:.2f} s; x: a step that failed (the job restarted)")  # fmt: skip
+    draw({"mrc": res.mrc, "rocev2": res.rocev2, "metrics": res.metrics}, path)
     res.plot = str(path)
+
+
+def draw(d: dict[str, Any], path: Path) -> Path:
+    """The PNG of a result (its JSON's ``mrc``, ``rocev2`` and ``metrics``): each transport's
+    steps over its own median (MRC's are ~8x shorter), the reboot marked, failed steps
+    (restarts) as crosses."""
+    series, failed = {}, {}
+    for t in ("mrc", "rocev2"):
+        series[t], failed[f"{t} failed step (restart)"] = relative_step_series(d[t]["step_log"])
+    marks = []
+    for f in (d["mrc"].get("fault_log") or [])[:1]:
+        marks = [(f["start_s"], "T1 down")] + ([(f["end_s"], "T1 back")] if f.get("end_s") else [])
+    m, r = d["metrics"]["mrc"], d["metrics"]["rocev2"]
+    return plot.lines(path, "Claim 7: all-reduce step time through a T1 reboot", series,
+                      xlabel="run time (s)", ylabel="step time / the run's median step",
+                      marks=marks, points=failed,
+                      note=f"median step: MRC {m.get('step_p50_s') or 0:.2f} s, RoCEv2 "
+                      f"{r.get('step_p50_s') or 0:.2f} s; x: a step that failed (the job restarted)")  # fmt: skip
 
 
 EXPERIMENT = Spec(

@@ -323,13 +323,21 @@ def run(ctx: Context, res: Result) -> None:
     }, 6)  # fmt: skip
     res.judge(*judge(summary, drain))
     path = ctx.out_dir / f"{res.name}.png"
-    draw(path, [("MRC, trimming", "mrc", "", m), ("MRC, dropping", "mrc", "//", d),
-                ("RoCEv2 (drops)", "rocev2", "", ro)],
-         note=f"a full {params.buffer_kb} KiB queue drains in {drain * 1e3:.0f} ms; base RTT "
-              f"{(rtt or 0) * 1e3:.1f} ms; {params.planes} planes x {params.rate_mbit:g} Mb/s; "
-              "bars: first request (a NACK, else the first retransmission), dots: first "
-              "retransmission")  # fmt: skip
+    draw_result({"mrc": res.mrc, "rocev2": res.rocev2, "setup": res.setup}, path)
     res.plot = str(path)
+
+
+def draw_result(r: dict[str, Any], path: Path) -> Path:
+    """The PNG of a result (its JSON's ``mrc``, ``rocev2`` and ``setup``)."""
+    st = r["setup"]
+    note = (f"a full queue ({st.get('buffer_packets')} packets) drains in "
+            f"{(st.get('queue_drain_s') or 0) * 1e3:.0f} ms; base RTT "
+            f"{(st.get('base_rtt_s') or 0) * 1e3:.1f} ms; {st.get('planes')} planes x "
+            f"{st.get('link_rate_mbit')} Mb/s; bars: first request (a NACK, else the first "
+            "retransmission), dots: first retransmission")  # fmt: skip
+    return draw(path, [("MRC, trimming", "mrc", "", r["mrc"]["trimming"]),
+                       ("MRC, dropping", "mrc", "//", r["mrc"]["dropping"]),
+                       ("RoCEv2 (drops)", "rocev2", "", r["rocev2"])], note)  # fmt: skip
 
 
 def draw(path: Path, bars: list[tuple[str, str, str, dict[str, Any]]], note: str) -> Path:

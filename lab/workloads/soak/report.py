@@ -40,7 +40,7 @@ def machine_info() -> dict[str, Any]:
 
 
 def code_info() -> dict[str, Any]:
-    """Which code ran: the git commit and how many tracked files differed from it (None
+    """Which code ran: the git commit and how many tracked code files differed from it (None
     outside a git checkout, e.g. an exported tree), and the calibration's hash of the code a
     frame's cost depends on."""
     head, dirty = git_head()
