@@ -69,7 +69,7 @@ from lab.proc.env import env_added
 from lab.proc.schedule import Step
 from lab.proc.slower import attempts, cpu_bound_runs, repeat_slower
 from lab.workloads import calibrate
-from mrcnic.cliflags import deprecated
+from mrcnic.cliflags import renamed
 from mrcnic.units import size_arg, time_arg, time_in
 
 BENCHMARKS = ("single", "permutation", "failures", "cpu")
@@ -613,32 +613,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--size", type=size_arg, default=1 << 20, metavar="BYTES", help="bytes per message [1M]"
     )
-    p.add_argument(
-        "--rate",
-        type=calibrate.rate_flag,
-        dest="rate_mbit",
-        default=calibrate.AUTO,
-        metavar="RATE",
+    renamed(
+        p, "--rate", "--rate-mbit", dest="rate_mbit", type=calibrate.rate_flag,
+        old_type=calibrate.rate_arg, default=calibrate.AUTO, metavar="RATE",
         help="link rate of the single, failures and cpu labs, with its unit (100Mbit); auto: "
         "the highest rate at which this machine's CPU keeps up with the default lab, measured "
         "once per boot (mrc-lab calibrate) [auto]",
-    )
-    deprecated(p, "--rate-mbit", "--rate", dest="rate_mbit", type=calibrate.rate_arg)
+    )  # fmt: skip
     p.add_argument(
         "--recalibrate",
         action="store_true",
         help="with auto rates: measure this machine again even if this boot has a result",
     )
     p.add_argument("--reps", type=int, default=3, help="repetitions of each single config [3]")
-    deprecated(p, "--single-s", "--single", dest="single_s", type=time_arg)
-    p.add_argument(
-        "--single",
-        dest="single_s",
-        metavar="TIME",
-        type=time_arg,
-        default=8.0,
-        help="seconds per single write [8]",
-    )
+    renamed(p, "--single", "--single-s", dest="single_s", type=time_arg, default=8.0, metavar="TIME",
+            help="seconds per single write [8]")  # fmt: skip
     p.add_argument(
         "--no-single-python-loop",
         dest="single_python_loop",
@@ -655,15 +644,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--perm-reps", type=int, default=3, help="repetitions of each permutation config [3]"
     )
-    deprecated(p, "--perm-s", "--perm", dest="perm_s", type=time_arg)
-    p.add_argument(
-        "--perm",
-        dest="perm_s",
-        metavar="TIME",
-        type=time_arg,
-        default=8.0,
-        help="seconds per permutation run [8]",
-    )
+    renamed(p, "--perm", "--perm-s", dest="perm_s", type=time_arg, default=8.0, metavar="TIME",
+            help="seconds per permutation run [8]")  # fmt: skip
     p.add_argument("--perm-hosts-per-t0", type=int, default=4, help="hosts = --perm-t0 x this [4]")
     p.add_argument("--perm-t0", type=int, default=2, help="T0 switches per plane [2]")
     p.add_argument(
@@ -687,26 +669,15 @@ def build_parser() -> argparse.ArgumentParser:
         "kernel) [python,kernel: the project's switches (ECN, trimming) and Linux seg6local "
         "(tail drop)]",
     )
-    deprecated(p, "--perm-rate-mbit", "--perm-rate", dest="perm_rate_mbit", type=calibrate.rate_arg)
-    p.add_argument(
-        "--perm-rate",
-        type=calibrate.rate_flag,
-        dest="perm_rate_mbit",
-        metavar="RATE",
-        default=calibrate.AUTO,
-        help="link rate of the multi-plane permutation fabric, with its unit; the single-plane one runs at "
-        "planes x this; auto: calibrated for the permutation's lab and writers, all at once "
-        "[auto]",
-    )
-    deprecated(p, "--fail-s", "--fail", dest="fail_s", type=time_arg)
-    p.add_argument(
-        "--fail",
-        dest="fail_s",
-        metavar="TIME",
-        type=time_arg,
-        default=12.0,
-        help="seconds per failure write [12]",
-    )
+    renamed(
+        p, "--perm-rate", "--perm-rate-mbit", dest="perm_rate_mbit", type=calibrate.rate_flag,
+        old_type=calibrate.rate_arg, metavar="RATE", default=calibrate.AUTO,
+        help="link rate of the multi-plane permutation fabric, with its unit; the single-plane "
+        "one runs at planes x this; auto: calibrated for the permutation's lab and writers, "
+        "all at once [auto]",
+    )  # fmt: skip
+    renamed(p, "--fail", "--fail-s", dest="fail_s", type=time_arg, default=12.0, metavar="TIME",
+            help="seconds per failure write [12]")  # fmt: skip
     p.add_argument(
         "--fail-switch",
         default="python,python-pfc,kernel",
@@ -721,13 +692,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help="bytes per message of the failure writes (small: many per timeline bin) [256K]",
     )
-    p.add_argument("--reboot-down", dest="reboot_down_ms", type=time_in(1e-3), default=2000.0,
-                   metavar="TIME", help="how long a rebooted switch is down [2s]")  # fmt: skip
-    deprecated(p, "--reboot-down-ms", "--reboot-down", dest="reboot_down_ms", type=time_in(1e-3))
-    p.add_argument("--timeline", dest="timeline_ms", type=time_in(1e-3, whole=True), default=250,
-                   metavar="TIME", help="timeline bin [250ms]")  # fmt: skip
-    deprecated(p, "--timeline-ms", "--timeline", dest="timeline_ms",
-               type=time_in(1e-3, whole=True))  # fmt: skip
+    renamed(p, "--reboot-down", "--reboot-down-ms", dest="reboot_down_ms", type=time_in(1e-3),
+            default=2000.0, metavar="TIME", help="how long a rebooted switch is down [2s]")  # fmt: skip
+    renamed(p, "--timeline", "--timeline-ms", dest="timeline_ms", metavar="TIME",
+            type=time_in(1e-3, whole=True), default=250, help="timeline bin [250ms]")  # fmt: skip
     p.add_argument("--quick", action="store_true", help="1 rep each, shorter writes (a smoke run)")
     p.add_argument(
         "--cpu-bound-repeats",

@@ -63,7 +63,7 @@ from lab.fabric.state import LabState, exists
 from lab.proc.benchrun import WriteSpec, bench_argv, run_write
 from lab.proc.cpu import machine_busy_ticks
 from lab.proc.env import env_added
-from mrcnic.cliflags import deprecated, rate_with_unit
+from mrcnic.cliflags import rate_with_unit, renamed
 from mrcnic.verbs import RemoteBuffer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -414,13 +414,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=6.0, help="seconds per write")
     ap.add_argument("--lat-iters", type=int, default=1000, help="mrc-bench lat writes; 0: none")
     ap.add_argument("--hold-us", type=float, default=100.0, help="python_hold's hold (us)")
-    ap.add_argument(
-        "--rate", type=lambda t: rate_with_unit(t) / 1e6, default=None, dest="rate_mbit",
-        metavar="RATE",
+    renamed(
+        ap, "--rate", "--rate-mbit", dest="rate_mbit", type=lambda t: rate_with_unit(t) / 1e6,
+        old_type=float, default=None, metavar="RATE",
         help="link rate with its unit, e.g. 10Mbit (default: the lab's, 100Mbit); a rate the "
         "machine carries keeps the runs fabric-bound (mrc-lab calibrate)",
     )  # fmt: skip
-    deprecated(ap, "--rate-mbit", "--rate", dest="rate_mbit", type=float)
     ap.add_argument("--configs", default=",".join(CONFIGS), help=f"subset of {CONFIGS}")
     ap.add_argument("--out", default=str(RESULTS / "bench-lab-cpu.json"))
     a = ap.parse_args(argv)

@@ -50,7 +50,6 @@ import contextlib
 import datetime as dt
 import json
 import os
-import platform
 import signal
 import statistics
 import subprocess
@@ -59,7 +58,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lab.proc import children
+from lab.proc import children, provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -326,13 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         "bench": "bench-nic",
         "command": "bench/bench_nic.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "timestamp_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "kernel": platform.release(),
-            "python": platform.python_version(),
-            "loadavg_1m_before": round(load0, 2),
-            "loadavg_1m_after": round(os.getloadavg()[0], 2),
-        },
+        "machine": provenance.machine(load0),
         "method": {
             "payload_bytes": 4096,
             "seconds_per_run": a.seconds,

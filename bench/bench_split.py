@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mrcnic.cliflags import deprecated, rate_with_unit
+from mrcnic.cliflags import rate_with_unit, renamed
 
 VENV_BIN = Path(sys.executable).parent
 KEYS = ("goodput_fraction", "verified", "cpu_bound", "cpu_wait_per_frame_time", "retransmissions",
@@ -62,9 +62,9 @@ def one_run(lab: str, split: bool, rate_mbit: float, size: str) -> dict[str, Any
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lab", default="mrcsplt")
-    ap.add_argument("--rate", type=rate_with_unit, default=5e6, dest="rate_bps",
-                    help="every link's rate, with its unit (5Mbit) [5Mbit]")  # fmt: skip
-    deprecated(ap, "--rate-mbit", "--rate", dest="rate_bps", type=lambda t: float(t) * 1e6)
+    renamed(ap, "--rate", "--rate-mbit", dest="rate_bps", type=rate_with_unit,
+            old_type=lambda t: float(t) * 1e6, default=5e6,
+            help="every link's rate, with its unit (5Mbit) [5Mbit]")  # fmt: skip
     ap.add_argument("--size", default="64M")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", type=Path, default=Path("results/bench-split.json"))

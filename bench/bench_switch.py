@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 from lab.workloads.bench import switch_chain as H
-from mrcnic.cliflags import deprecated
+from mrcnic.cliflags import renamed
 from mrcnic.units import UnitsError, parse_size, time_arg
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -318,16 +318,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="results/bench-switch.json")
     ap.add_argument("--sizes", default="64,4096", help="UDP payload sizes in bytes (64,4K)")
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--duration", dest="duration_s", type=time_arg, default=2.0, metavar="TIME",
-                    help="per run [2s]")  # fmt: skip
-    deprecated(ap, "--duration-s", "--duration", dest="duration_s", type=time_arg)
+    renamed(ap, "--duration", "--duration-s", dest="duration_s", type=time_arg, default=2.0,
+            metavar="TIME", help="per run [2s]")  # fmt: skip
     ap.add_argument("--no-pin", action="store_true",
                     help="do not pin the sender to CPU 0 and mrc-switch to CPU 1")  # fmt: skip
     ap.add_argument("--min-idle-pct", type=float, default=80.0,
                     help="before each run, wait (up to --max-wait) for this much idle CPU")  # fmt: skip
-    ap.add_argument("--max-wait", dest="max_wait_s", type=time_arg, default=10.0, metavar="TIME",
-                    help="per run [10s]")  # fmt: skip
-    deprecated(ap, "--max-wait-s", "--max-wait", dest="max_wait_s", type=time_arg)
+    renamed(ap, "--max-wait", "--max-wait-s", dest="max_wait_s", type=time_arg, default=10.0,
+            metavar="TIME", help="per run [10s]")  # fmt: skip
     ap.add_argument("--nice", type=int, default=-10,
                     help="niceness of the sender and of mrc-switch (the same for both; other "
                     "users' processes on a shared machine keep 0)")  # fmt: skip

@@ -25,13 +25,14 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import resource
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from lab.proc import provenance
 
 ROUND_TRIPS = 20_000
 TIMER_ARMS = 5_000
@@ -133,12 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         "bench": "bench-wakeup",
         "command": "bench/bench_wakeup.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "timestamp_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "kernel": platform.release(),
-            "python": platform.python_version(),
-            "loadavg_1m_before": round(load0, 2),
-        },
+        "machine": provenance.machine(load0),
         "method": {
             "round_trips": ROUND_TRIPS,
             "timer_arms": TIMER_ARMS,

@@ -21,7 +21,7 @@ from lab.fabric.status import format_stats, format_status, status, switch_stats
 from lab.fabric.topology import Plan
 from lab.workloads import calibrate
 from mrcnic import plugins
-from mrcnic.cliflags import EXIT_FAILED, EXIT_USAGE, deprecated, loss_arg, size_kib
+from mrcnic.cliflags import EXIT_FAILED, EXIT_USAGE, deprecated, loss_arg, renamed, size_kib
 from mrcnic.optional import MissingExtra
 from mrcnic.units import size_in, time_arg, time_in
 
@@ -311,9 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
     _name_flag(p)
     p.add_argument("--interval", type=time_in(1.0), default=0.5, metavar="S",
                    help="seconds between frames (or 250ms...) [0.5]")  # fmt: skip
-    p.add_argument("--faults-every", dest="faults_s", type=time_in(1.0), default=1.0,
-                   metavar="TIME", help="between reads of the faults from the kernel [1s]")  # fmt: skip
-    deprecated(p, "--faults-s", "--faults-every", dest="faults_s", type=time_in(1.0))
+    renamed(p, "--faults-every", "--faults-s", dest="faults_s", type=time_in(1.0), default=1.0,
+            metavar="TIME", help="between reads of the faults from the kernel [1s]")  # fmt: skip
     p.add_argument("--once", action="store_true", help="print one frame and exit")
     p.add_argument("--width", type=int, default=None, help="columns [the terminal's]")
 

@@ -52,6 +52,23 @@ def deprecated(
     parser.add_argument(old, **kw)
 
 
+def renamed(
+    parser: Any,
+    new: str,
+    old: str,
+    *,
+    dest: str,
+    type: Callable[[str], Any],
+    old_type: Callable[[str], Any] | None = None,
+    **kw: Any,
+) -> None:
+    """``new`` (its value carries its unit: ``type`` reads it) and ``old``, its hidden alias
+    (:func:`deprecated`; ``old_type`` reads the old form, default ``type``), both into
+    ``dest``; ``kw`` (default, metavar, help) go to ``new``."""
+    parser.add_argument(new, dest=dest, type=type, **kw)
+    deprecated(parser, old, new, dest=dest, type=old_type or type)
+
+
 def rate_with_unit(text: str) -> float:
     """``--rate``: bit/s from a rate that names its unit (``100Mbit``, ``2.5G``, ``800M``).
     A bare number is refused: the old flags read it as Mb/s (mrc-lab) or bit/s (mrc-sim)."""

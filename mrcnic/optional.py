@@ -49,8 +49,17 @@ class _StandIn:
 
 
 def stand_in(package: str, for_what: str) -> Any:
-    """For ``try: import numpy as np / except ImportError: np = stand_in(...)``."""
+    """What :func:`load` holds in a missing package's place."""
     return _StandIn(package, for_what)
+
+
+def load(package: str, for_what: str) -> Any:
+    """``package`` for a module-level name (``np = load("numpy", ...)``), or a stand-in
+    that raises MissingExtra when used: importing the module never fails for it."""
+    try:
+        return need(package, for_what)
+    except MissingExtra:
+        return stand_in(package, for_what)
 
 
 def agg_pyplot(for_what: str) -> Any:

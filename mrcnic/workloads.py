@@ -25,14 +25,15 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from mrcnic.optional import stand_in
+from mrcnic.optional import load
 
-try:
-    import numpy as np
-except ImportError:  # the 'collectives' extra (mrcnic.optional): an error when used
-    np = stand_in("numpy", "the collectives' data (all-reduce, all-to-all)")
+if TYPE_CHECKING:
+    from numpy import ndarray
+
+np = load("numpy", "the collectives' data (all-reduce, all-to-all)")  # (the 'collectives' extra)
+
 
 RS, AG, A2A = 0, 1, 2  # the immediate's phase byte: reduce-scatter, all-gather, all-to-all
 
@@ -42,7 +43,7 @@ def imm_tag(it: int, phase: int, step: int) -> int:
     return (it & 0xFFFF) << 16 | phase << 8 | step
 
 
-def rank_data(seed: int, rank: int, elements: int) -> np.ndarray:
+def rank_data(seed: int, rank: int, elements: int) -> ndarray:
     """Rank ``rank``'s input: ``elements`` seeded uint32 values."""
     return np.random.default_rng([seed, rank]).integers(0, 1 << 32, size=elements, dtype=np.uint32)
 
@@ -99,7 +100,7 @@ def ring_step_names(n: int) -> list[str]:
     return [f"reduce-scatter {s}" for s in range(n - 1)] + [f"all-gather {s}" for s in range(n - 1)]
 
 
-def allreduce_expected(seed: int, n: int, elements: int) -> np.ndarray:
+def allreduce_expected(seed: int, n: int, elements: int) -> ndarray:
     """What every rank holds after the all-reduce: the sum of every rank's data mod 2^32."""
     return sum(
         (rank_data(seed, r, elements) for r in range(n)), start=np.zeros(elements, np.uint32)
@@ -173,7 +174,7 @@ def rail(i: int, j: int, n: int) -> int:
     return a * n - a * (a + 1) // 2 + (b - a - 1)
 
 
-def alltoall_expected(seed: int, r: int, n: int, sizes: list[int]) -> list[np.ndarray]:
+def alltoall_expected(seed: int, r: int, n: int, sizes: list[int]) -> list[ndarray]:
     """What rank ``r``'s receive buffer holds after an iteration of each size: chunk ``j`` is
     rank ``j``'s chunk ``r`` (its own included)."""
     top = max(sizes) // 4

@@ -64,10 +64,11 @@ class Faults:
         """The fault journal (lab/fabric/faultlog.py): what a run's plot marks."""
         faultlog.note(self.state.run_dir, label, on)
 
-    def _name(self, a: str, b: str) -> str:
-        """A link's name in the journal, whichever end the command named first."""
-        link = self.link(a, b)
-        return f"{link.a.node}-{link.b.node}"
+    @staticmethod
+    def _name(ends: tuple[Port, Port]) -> str:
+        """A link's name in the journal (its ends as the plan orders them, whichever the
+        command named first)."""
+        return f"{ends[0].node}-{ends[1].node}"
 
     def _run(self, argv: Sequence[str], check: bool = True) -> str:
         self.echo(argv_text(argv))
@@ -94,7 +95,7 @@ class Faults:
         self.state.require_local(end.node)
         self._ip(end.node, "link", "set", "dev", end.ifname, "down")
         self._far_stitch(link, "down")
-        self._note(f"link {self._name(a, b)} down", True)
+        self._note(f"link {self._name((link.a, link.b))} down", True)
 
     def link_up(self, a: str, b: str) -> None:
         link = self.link(a, b)
@@ -103,7 +104,7 @@ class Faults:
         self._far_stitch(link, "up")
         self._ip(end.node, "link", "set", "dev", end.ifname, "up")
         self._ip_lines(end.node, self.mode.port_up_lines(self.plan, end))
-        self._note(f"link {self._name(a, b)} down", False)
+        self._note(f"link {self._name((link.a, link.b))} down", False)
 
     def _far_stitch(self, link: Link, updown: str) -> None:
         """A link that crosses machines: the lower end's carrier follows the switch end as
@@ -151,7 +152,8 @@ class Faults:
         if not 0 < percent <= 100:
             raise ParamError("--loss must be above 0 and at most 100% (--clear removes it)")
         ensure_nft()
-        for end in self._ends(a, b):
+        ends = self._ends(a, b)
+        for end in ends:
             table = loss_table(self.plan, end.ifname)
             chain = (
                 f"add chain netdev {table} loss {{ type filter hook egress device "
@@ -163,28 +165,31 @@ class Faults:
                 f"add rule netdev {table} loss {_numgen(percent)} counter drop"
             )
             self._run(["ip", "netns", "exec", self.state.namespace(end.node), "nft", script])
-        self._note(f"loss {self._name(a, b)}", True)
+        self._note(f"loss {self._name(ends)}", True)
 
     def loss_clear(self, a: str, b: str) -> None:
         if not shutil.which("nft"):
             self.echo("# nft is not installed: there can be no loss rule to clear")
             return
-        for end in self._ends(a, b):
+        ends = self._ends(a, b)
+        for end in ends:
             table = loss_table(self.plan, end.ifname)
             script = f"add table netdev {table}; delete table netdev {table}"
             self._run(["ip", "netns", "exec", self.state.namespace(end.node), "nft", script])
-        self._note(f"loss {self._name(a, b)}", False)
+        self._note(f"loss {self._name(ends)}", False)
 
     # --- shaping (tc tbf) ----------------------------------------------------------------
     def shape(self, a: str, b: str, rate: str | int) -> None:
         rate_bps = parse_rate(rate)
-        for end in self._ends(a, b):
+        ends = self._ends(a, b)
+        for end in ends:
             line = kernel_switch.tbf_line(self.plan, end.ifname, rate_bps)
             self._run(["tc", "-n", self.state.namespace(end.node), *line.split()])
-        self._note(f"shape {self._name(a, b)}", True)
+        self._note(f"shape {self._name(ends)}", True)
 
     def shape_clear(self, a: str, b: str) -> None:
-        for end in self._ends(a, b):
+        ends = self._ends(a, b)
+        for end in ends:
             ns = self.state.namespace(end.node)
             kind = self.plan.parse_node(end.node).kind
             line = (
@@ -196,7 +201,7 @@ class Faults:
                 self._run(["tc", "-n", ns, "qdisc", "del", "dev", end.ifname, "root"])
             else:
                 self.echo(f"# {end.node} {end.ifname}: not shaped, nothing to clear")
-        self._note(f"shape {self._name(a, b)}", False)
+        self._note(f"shape {self._name(ends)}", False)
 
     # --- switch reboot -------------------------------------------------------------------
     def reboot(self, switch: str, down_ms: float = 1000.0) -> None:
@@ -243,7 +248,7 @@ class Faults:
             port = end.ifname.removeprefix(self.plan.prefix)
             self.echo(argv_text(pyswitch.control_command(rec, "delay", port=port, delay_ns=ns)))
             pyswitch.hosted_request(rec, "delay", port=port, delay_ns=ns)
-        self._note(f"delay {self._name(a, b)}", delay_s is not None)
+        self._note(f"delay {self._name((link.a, link.b))}", delay_s is not None)
 
     def delay_clear(self, a: str, b: str) -> None:
         self.delay(a, b, None)

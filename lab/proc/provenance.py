@@ -30,6 +30,18 @@ def git_head() -> tuple[str | None, int | None]:
     return head, dirty
 
 
+def machine(loadavg_before: float) -> dict[str, object]:
+    """A benchmark JSON's ``machine`` (keys of a contract): CPUs, kernel, Python, and the
+    1-minute load average before (the caller took it at its start) and now."""
+    return {
+        "cpus": os.cpu_count(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "loadavg_1m_before": round(loadavg_before, 2),
+        "loadavg_1m_after": round(os.getloadavg()[0], 2),
+    }
+
+
 def stamp_text(now: dt.datetime | None = None) -> str:
     """``2026-11-29 17:45 UTC · 2 CPUs, kernel 6.18.44 · mrc 1ead3d7 (+3 modified)``."""
     t = (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%d %H:%M UTC")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.proc.analysis import Timeline
-from lab.views.plot import COLOURS, LABELS, footnote, pyplot, save
+from lab.views.plot import COLOURS, LABELS, pyplot, save
 
 FAULT_COLOUR = "#d62728"
 LAB_FAULT_COLOUR = "#9467bd"  # the faults of the lab journal (not a NIC port's capacity)
@@ -143,8 +143,7 @@ def write_png(res: dict[str, Any], path: str | Path) -> Path:
         f"{res.get('retransmissions')}, timeouts {res.get('timeouts')}, QP errors "
         f"{res.get('qp_errors')}"
     )
-    footnote(fig, note)
-    return save(plt, fig, Path(path))
+    return save(plt, fig, Path(path), note)
 
 
 def incast_png(res: dict[str, Any], path: str | Path) -> Path:
@@ -178,8 +177,7 @@ def incast_png(res: dict[str, Any], path: str | Path) -> Path:
         f"drops {res.get('drops_total')}, PFC pauses {res.get('pause_tx_total')}; "
         + ("verified" if res.get("verified") else "NOT verified")
     )
-    footnote(fig, note)
-    return save(plt, fig, Path(path))
+    return save(plt, fig, Path(path), note)
 
 
 def plot_result(res: dict[str, Any], path: str | Path) -> Path:

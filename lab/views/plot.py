@@ -106,30 +106,21 @@ def finish(plt: Any, fig: Any, ax: Any, title: str, ylabel: str, note: str, path
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize=7)
-    footnote(fig, note)
-    return save(plt, fig, path)
+    return save(plt, fig, path, note)
 
 
 NOTE_CHARS = 150  # a footnote's line, at 7 pt across the default 8-inch figure
 
 
-def footnote(fig: Any, note: str) -> None:
-    """``note`` small and grey under the plot, wrapped so that it stays on the figure;
-    :func:`save` leaves room for its lines."""
-    if not note:
-        return
-    lines = textwrap.wrap(note, NOTE_CHARS)
-    fig.text(
-        0.01, 0.03, "\n".join(lines), fontsize=7, color="#555555", va="bottom"
-    )  # (above the stamp)
-    fig._mrc_note_lines = len(lines)
-
-
-def save(plt: Any, fig: Any, path: Path) -> Path:
+def save(plt: Any, fig: Any, path: Path, note: str = "") -> Path:
+    """The file, with the date/machine/commit stamp in the corner and ``note`` small and grey
+    above it, wrapped so that it stays on the figure."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = getattr(fig, "_mrc_note_lines", 0)
-    fig.tight_layout(rect=(0, 0.035 + 0.03 * lines, 1, 1))  # (the bottom: stamp and footnote)
-    stamp(fig)  # date, machine and commit in the corner
+    lines = textwrap.wrap(note, NOTE_CHARS) if note else []
+    if lines:
+        fig.text(0.01, 0.03, "\n".join(lines), fontsize=7, color="#555555", va="bottom")
+    fig.tight_layout(rect=(0, 0.035 + 0.03 * len(lines), 1, 1))  # (the bottom: stamp and note)
+    stamp(fig)
     fig.savefig(path)
     plt.close(fig)
     return path

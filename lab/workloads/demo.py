@@ -36,7 +36,7 @@ from lab.proc.benchrun import WriteRun, WriteSpec, bench_available, run_write
 from lab.proc.cpu import CPU_BOUND_LABEL, cpu_verdict
 from lab.proc.schedule import Step
 from lab.workloads import calibrate
-from mrcnic.cliflags import deprecated
+from mrcnic.cliflags import deprecated, renamed
 from mrcnic.optional import first_missing
 from mrcnic.units import size_arg, time_arg, time_in
 
@@ -407,15 +407,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--src", default="h0")
     ap.add_argument("--dst", default=None, help="default: the last host (under another T0)")
     ap.add_argument("--no-baseline", action="store_true", help="MRC only, no RoCEv2 run")
-    ap.add_argument(
-        "--budget",
-        dest="budget_s",
-        type=time_arg,
-        metavar="TIME",
-        default=300.0,
-        help="skip the RoCEv2 run if it would end the demo later than this (5min, 300s) [300s]",
-    )
-    deprecated(ap, "--budget-s", "--budget", dest="budget_s", type=time_arg)
+    renamed(ap, "--budget", "--budget-s", dest="budget_s", type=time_arg, metavar="TIME",
+            default=300.0,
+            help="skip the RoCEv2 run if it would end the demo later than this (5min, 300s) [300s]")  # fmt: skip
     ap.add_argument("--switch", choices=("python", "kernel"), default="python")
     ap.add_argument("--planes", type=int, default=None, help="lab planes [8]")
     ap.add_argument(

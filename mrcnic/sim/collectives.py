@@ -28,14 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from mrcnic.optional import stand_in
-
-try:
-    import numpy as np
-except ImportError:  # the 'collectives' extra (mrcnic.optional): an error when used
-    np = stand_in("numpy", "the simulated collectives")
-
 from mrcnic import workloads as wl
+from mrcnic.optional import load
 from mrcnic.rocev2.qp import RoceConfig
 from mrcnic.sim.clos import (
     ClosSpec,
@@ -65,6 +59,8 @@ from mrcnic.transport.qp_types import (
     WcStatus,
     WriteCompleted,
 )
+
+np = load("numpy", "the simulated collectives")  # (the 'collectives' extra)
 
 # QP numbers (24 bits, unique per host): a collective's QP towards peer j is _QPN_PEER + j
 # (the ring's "next" and "prev" are two peers' numbers in two ranges); an incast flow f's QP

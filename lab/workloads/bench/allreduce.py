@@ -34,20 +34,16 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from mrcnic.optional import stand_in
-
-try:
-    import numpy as np
-except ImportError:  # the 'collectives' extra (mrcnic.optional): an error when used
-    np = stand_in("numpy", "mrc-bench allreduce")
-
 from lab.fabric.host import LabHost, lab_frame_time_s
 from lab.proc import control, cpu
 from lab.workloads.bench import common as bc
 from mrcnic import workloads as wl
 from mrcnic.io.aio import AioNic
+from mrcnic.optional import load
 from mrcnic.verbs import QP, RemoteBuffer, WcStatus
 from mrcnic.workloads import RS, imm_tag, rank_data
+
+np = load("numpy", "mrc-bench allreduce")  # (the 'collectives' extra)
 
 
 @dataclass

@@ -29,13 +29,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from mrcnic.optional import stand_in
-
-try:
-    import numpy as np
-except ImportError:  # the 'collectives' extra (mrcnic.optional): an error when used
-    np = stand_in("numpy", "mrc-bench alltoall")
-
 from lab.fabric.host import LabHost, lab_frame_time_s
 from lab.proc import cpu
 from lab.workloads.bench import common as bc
@@ -49,8 +42,11 @@ from lab.workloads.bench.allreduce import (
 )
 from mrcnic import workloads as wl
 from mrcnic.io.aio import AioNic
+from mrcnic.optional import load
 from mrcnic.verbs import QP, RemoteBuffer, WcStatus
 from mrcnic.workloads import A2A, imm_tag, peer_order, rail, rank_data
+
+np = load("numpy", "mrc-bench alltoall")  # (the 'collectives' extra)
 
 # the definitions live in mrcnic.workloads (the simulator's all-to-all uses them too)
 usable_size = wl.alltoall_size

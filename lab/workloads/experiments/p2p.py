@@ -179,9 +179,11 @@ def draw(path: Any, m: dict[str, Any], ro: dict[str, Any]) -> Any:
         lat.annotate(f"{r['lat_same_t0_us']:.0f} / {r['lat_across_t1_us']:.0f} us", (i, 0.02),
                      xycoords=("data", "axes fraction"), ha="center", fontsize=7, color="white")  # fmt: skip
     fig.suptitle("Claim 1: point to point: a 32 KiB write's rate, and latency across a T1")
-    plot.footnote(fig, f"paper: {PAPER_BW_FRACTION:g} of line rate; {PAPER_SAME_T0_US:g} us under "
-                  f"one T0, {PAPER_ACROSS_T1_US:g} us across a T1 (ib_write_lat)")  # fmt: skip
-    return plot.save(plt, fig, path)
+    note = (
+        f"paper: {PAPER_BW_FRACTION:g} of line rate; {PAPER_SAME_T0_US:g} us under "
+        f"one T0, {PAPER_ACROSS_T1_US:g} us across a T1 (ib_write_lat)"
+    )
+    return plot.save(plt, fig, path, note)
 
 
 EXPERIMENT = Spec(

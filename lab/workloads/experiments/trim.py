@@ -358,8 +358,7 @@ def draw(path: Path, bars: list[tuple[str, str, str, dict[str, Any]]], note: str
     ax.set_ylabel("ms after the onset (median)")
     ax.set_title("Claim 10: congestion onset to the first retransmission request")
     ax.legend(fontsize=7)
-    plot.footnote(fig, note)
-    return plot.save(plt, fig, path)
+    return plot.save(plt, fig, path, note)
 
 
 def _ms(x: float | None) -> str:
