@@ -81,6 +81,14 @@ def machine_busy_ticks() -> tuple[int, int]:
     return total - idle, total
 
 
+def machine_steal_ticks() -> tuple[int, int]:
+    """(steal, total) jiffies over all CPUs from /proc/stat, total as in
+    :func:`machine_busy_ticks`: steal is time this virtual machine's CPUs wanted to run and
+    the hypervisor ran something else, which no figure inside the guest shows otherwise."""
+    v = _stat_cpu_fields()
+    return (v[7] if len(v) > 7 else 0), sum(v[:8])
+
+
 @dataclass(frozen=True, slots=True)
 class CpuSample:
     """One reading of :class:`SelfCpuMeter`: clock, own and switch CPU seconds, machine ticks."""

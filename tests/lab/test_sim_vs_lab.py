@@ -55,6 +55,14 @@ A run whose NIC processes came near a core (mrc-bench's per-process rule, 90%), 
 switch process waited for a CPU more than SWITCH_WAIT_LIMIT of the run, is no valid
 comparison: the test skips and says so. The machine-wide busy share counts other users' work
 (the shared 2-core machine was 100% busy on every run): reported, not a reason to skip.
+
+Each comparison of a write gets ATTEMPTS runs: it fails only when every run misses, and the
+failure gives every run's figures (the lab's retransmissions, timeouts, its longest gap
+between completions, its CPU verdict and the machine's steal time). Why: on 2026-11-29 a CI
+run of the unchanged lab read 0.921 against 0.967 with nothing in the guest's CPU figures to
+show for it, while both cores kept busy on purpose left the lab at 0.976 (the scheduler
+favours the lab's sleeping processes over busy loops); a stall of the virtual machine itself
+is invisible to those figures. A real divergence (oblivious spraying: 0.73) misses every run.
 """
 
 from __future__ import annotations
@@ -63,6 +71,7 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -74,7 +83,7 @@ from lab.fabric.params import LabParams
 from lab.proc import simtwin
 from lab.proc.analysis import Shape, permutation_pairs
 from lab.proc.benchrun import WriteSpec, run_parallel, run_write
-from lab.proc.cpu import sched_wait, switch_pids
+from lab.proc.cpu import machine_steal_ticks, sched_wait, switch_pids
 from lab.proc.schedule import Step
 from lab.workloads.bench.incast import common_window, window_goodput_bps
 
@@ -100,6 +109,7 @@ RETX_RATE_ABS = 0.02
 RECOVERY_ABS_S = 0.15
 NIC_CORE_LIMIT = 0.9  # mrc-bench's per-process cpu_bound rule
 SWITCH_WAIT_LIMIT = 0.5  # the switch process waited for a CPU over half the run
+ATTEMPTS = 2  # runs of a write comparison before it fails (see the docstring)
 
 # MRC_SIMLAB_OUT=FILE.json: every figure of the run (docs/sim.md's come from it)
 FIGURES: dict[str, Any] = {}
@@ -132,16 +142,20 @@ class _Waits:
 
     def __enter__(self) -> _Waits:
         self.before = sched_wait(self.pids)
+        self.steal = machine_steal_ticks()
         self.t0 = time.monotonic()
         return self
 
     def __exit__(self, *_exc: object) -> None:
         after = sched_wait(self.pids)
+        steal, total = (a - b for a, b in zip(machine_steal_ticks(), self.steal, strict=True))
+        # the hypervisor ran something else while this machine's CPUs wanted to run
+        self.figures["machine_steal_fraction"] = round(steal / total, 4) if total else None
         if after is None or self.before is None:
             return
         d = after - self.before
         wall = time.monotonic() - self.t0
-        self.figures = {
+        self.figures |= {
             "switch_wait_fraction": round(d.wait_s / wall, 3),
             "switch_wait_per_slice_ms": round((d.wait_per_slice_s or 0.0) * 1e3, 3),
         }
@@ -160,7 +174,16 @@ def _valid(results: list[dict[str, Any]], waits: _Waits) -> dict[str, Any]:
                 f"{SWITCH_WAIT_LIMIT}; machine {r.get('machine_busy_fraction')} busy): no "
                 "valid comparison with the simulator"
             )
-    keys = ("machine_busy_fraction", "nic_core_fraction_max", "switch_cpu_percent")
+    keys = (
+        "cpu_bound",
+        "machine_busy_fraction",
+        "nic_core_fraction_max",
+        "switch_cpu_percent",
+        "cpu_wait_us_per_wake",
+        "cpu_wait_per_frame_time",
+        "spurious_timeouts",
+        "timeouts",
+    )
     return {"cpu": [{k: r.get(k) for k in keys} for r in results], **waits.figures}
 
 
@@ -188,7 +211,33 @@ def _same_goodput(lab: dict[str, Any], sim: dict[str, Any]) -> None:
     assert abs(lf - sf) <= GOODPUT_REL * sf, f"lab {lf} against the simulator's {sf}"
 
 
-def test_write_goodput_and_retransmissions(slab) -> None:
+def _longest_gap_s(timeline: list[list[float]]) -> float:
+    """The longest run of BIN_S bins in which no write completed (a stall shows here)."""
+    longest = run = 0
+    for _t, g in timeline:
+        run = run + 1 if g <= 0 else 0
+        longest = max(longest, run)
+    return round(longest * BIN_S, 3)
+
+
+def _attempts(name: str, once: Callable[[], None]) -> None:
+    """Run a comparison up to ATTEMPTS times (the module's docstring says why): it passes at
+    the first run that holds, fails with every run's figures when none does."""
+    misses = []
+    for k in range(ATTEMPTS):
+        FIGURES.pop(name, None)  # a run that failed before its note leaves none
+        try:
+            once()
+        except AssertionError as e:
+            misses.append(f"run {k + 1}: {e}; figures {FIGURES.get(name)}")
+            continue
+        if misses:
+            _note(name, **FIGURES[name], earlier_misses=misses)
+        return
+    pytest.fail(f"{name}: every one of {ATTEMPTS} runs missed:\n" + "\n".join(misses))
+
+
+def _write_once(slab) -> None:
     _run, lab, cpu = _write(slab, WRITE_MSGS)
     cmd = simtwin.p2p_command(slab.params, "h0", "h3", WRITE_MSGS * MSG, MSG)
     sim = _sim(cmd)
@@ -200,6 +249,7 @@ def test_write_goodput_and_retransmissions(slab) -> None:
         sim_goodput_fraction=sim["goodput_fraction"],
         lab_retransmissions=lab["retransmissions"],
         lab_spurious_timeouts=lab["spurious_timeouts"],
+        lab_longest_gap_s=_longest_gap_s(lab["timeline"]),
         sim_retransmissions=sim["retransmissions"],
         lab_duration_s=lab["duration_s"],
         sim_completion_s=sim["completion_s"],
@@ -212,7 +262,11 @@ def test_write_goodput_and_retransmissions(slab) -> None:
     )
 
 
-def test_write_through_a_link_failure(slab) -> None:
+def test_write_goodput_and_retransmissions(slab) -> None:
+    _attempts("write", lambda: _write_once(slab))
+
+
+def _link_failure_once(slab) -> None:
     step = Step("link", FAULT_AT_S, *FAULT_LINK)
     run, lab, cpu = _write(slab, FAULT_MSGS, [step])
     assert run.faults and not run.applied[0].error, run.to_dict()["fault_errors"]
@@ -239,6 +293,7 @@ def test_write_through_a_link_failure(slab) -> None:
         lab_retransmissions=lab["retransmissions"],
         lab_timeouts=lab["timeouts"],
         lab_spurious_timeouts=lab["spurious_timeouts"],
+        lab_longest_gap_s=_longest_gap_s(lab["timeline"]),
         sim_retransmissions=sim["retransmissions"],
         sim_timeouts=sim["timeouts"],
         lab_recovery_s=lab_rec,
@@ -253,6 +308,10 @@ def test_write_through_a_link_failure(slab) -> None:
     assert sim["retransmissions"] <= RETX_FACTOR * lab["retransmissions"] + RETX_SLACK
     assert lab_rec is not None and sim_rec is not None
     assert abs(lab_rec - sim_rec) <= RECOVERY_ABS_S, (lab_rec, sim_rec)
+
+
+def test_write_through_a_link_failure(slab) -> None:
+    _attempts("link_failure", lambda: _link_failure_once(slab))
 
 
 def test_permutation_utilisation(slab) -> None:
