@@ -646,6 +646,41 @@ int32_t mrc_rxe_dev_find(const struct mrc_rxe_dev *d, uint32_t qpn) {
     }
 }
 
+/* The engine entry a frame of len bytes goes to, or -1 (the shell's: not MRC/RoCEv2 over
+ * UDP 4791 with room for a BTH, or a QP without an engine). */
+static int32_t frame_entry(const struct mrc_rxe_dev *d, uint32_t nq, const uint8_t *f,
+                           uint32_t len) {
+    /* peek_dest_qp's rules: anything but IPv6/UDP to port 4791 with room for a BTH is the
+     * shell's (counted rx_not_mrc there), whatever QP number it seems to carry */
+    if (len < OFF_BTH + 12 || be16(f + 12) != MRC_WIRE_ETHERTYPE_IPV6 ||
+        f[20] != MRC_WIRE_IPPROTO_UDP || be16(f + OFF_UDP + 2) != MRC_WIRE_MRC_UDP_PORT) {
+        return -1;
+    }
+    return nq ? mrc_rxe_dev_find(d, be32(f + OFF_BTH + 4) & MASK) : -1;
+}
+
+static inline void touch(struct mrc_rxe_dev *d, uint32_t j) {
+    if (!d->mark[j]) { /* j < nq <= 1024: every entry fits the list once */
+        d->mark[j] = 1;
+        d->touched[d->n_touched++] = (uint16_t)j;
+    }
+}
+
+void mrc_rxe_scan(struct mrc_rxe_dev *d, const uint8_t *buf, const uint32_t *offs,
+                  const uint32_t *lens, uint32_t n, uint32_t slot_len) {
+    for (uint32_t k = 0; k < d->n_touched && k < MRC_RXE_LEN(d->touched); k++) {
+        d->mark[d->touched[k]] = 0;
+    }
+    d->n_touched = 0;
+    uint32_t nq = d->n < MRC_RXE_LEN(d->qpn) ? d->n : MRC_RXE_LEN(d->qpn);
+    for (uint32_t i = 0; i < n; i++) {
+        int32_t j = lens[i] > slot_len ? -1 : frame_entry(d, nq, buf + offs[i], lens[i]);
+        if (j >= 0) {
+            touch(d, (uint32_t)j);
+        }
+    }
+}
+
 int mrc_rxe_dispatch(struct mrc_rxe_dev *d, const uint8_t *buf, const uint32_t *offs,
                      const uint32_t *lens, uint32_t n, uint32_t slot_len, double now_s,
                      int8_t *done) {
@@ -662,21 +697,14 @@ int mrc_rxe_dispatch(struct mrc_rxe_dev *d, const uint8_t *buf, const uint32_t *
         }
         const uint8_t *f = buf + offs[i];
         done[i] = 0;
-        /* peek_dest_qp's rules: anything but IPv6/UDP to port 4791 with room for a BTH is the
-         * shell's (counted rx_not_mrc there), whatever QP number it seems to carry */
-        if (len < OFF_BTH + 12 || be16(f + 12) != MRC_WIRE_ETHERTYPE_IPV6 ||
-            f[20] != MRC_WIRE_IPPROTO_UDP || be16(f + OFF_UDP + 2) != MRC_WIRE_MRC_UDP_PORT) {
-            d->n_rest++;
-            continue;
-        }
-        uint32_t op = f[OFF_BTH];
-        uint32_t qpn = be32(f + OFF_BTH + 4) & MASK;
-        int32_t found = nq ? mrc_rxe_dev_find(d, qpn) : -1;
+        int32_t found = frame_entry(d, nq, f, len);
         if (found < 0) { /* not a QP with an engine: the shell's, after the batch */
             d->n_rest++;
             continue;
         }
+        uint32_t op = f[OFF_BTH];
         uint32_t j = (uint32_t)found;
+        touch(d, j); /* (mrc_rxe_scan listed it already, when the shell called it) */
         int r = 0;
         struct mrc_rxe_qp *q = d->qp[j];
         if (d->roce[j] != NULL) { /* a RoCEv2 QP: every frame to its engine */

@@ -209,6 +209,9 @@ struct mrc_rxe_dev {
                       * that it did not take (the last one it looked at) */
     uint32_t grow;   /* set by mrc_rxe_dispatch: 1 + the entry whose receive engine stopped
                       * it for bigger tables (its q->want), 0 none */
+    uint32_t n_touched;     /* set by mrc_rxe_scan (and added to by mrc_rxe_dispatch): the */
+    uint16_t touched[1024]; /* entries a batch's frames go to, each once, in first-seen order: */
+    uint8_t mark[1024];     /* the shell prepares and serves only them (mark: listed) */
 };
 
 /* Build the QP-number index of d's first n entries (after they changed). */
@@ -216,6 +219,12 @@ void mrc_rxe_dev_index(struct mrc_rxe_dev *d);
 
 /* The entry of QP number qpn in d, or -1. */
 int32_t mrc_rxe_dev_find(const struct mrc_rxe_dev *d, uint32_t qpn);
+
+/* List in d->touched the entries the frames of a receive batch go to (the arguments as
+ * mrc_rxe_dispatch's), the list of the last batch cleared first: the shell prepares those QPs,
+ * and only those, before the batch. */
+void mrc_rxe_scan(struct mrc_rxe_dev *d, const uint8_t *buf, const uint32_t *offs,
+                  const uint32_t *lens, uint32_t n, uint32_t slot_len);
 
 /* A receive batch: frame i at buf + offs[i], lens[i] bytes (a length above slot_len means
  * the kernel cut it). Each frame goes to the QP its BTH names (data frames to its receive

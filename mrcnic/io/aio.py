@@ -228,6 +228,10 @@ class AioNic:
         self.timer_late_sum_s = 0.0
         self.timer_late_max_s = 0.0
         self._link_poll_at = 0.0
+        # the device's earliest deadline as the last pump left it: every change to the
+        # device's timers (a receive batch, a post, a timer) is followed by a pump, whose end
+        # reads it again, so the next pump need not ask every QP before its timers
+        self._dev_due: float | None = None
         self._waiters: list[tuple[Callable[[], bool], asyncio.Future[bool]]] = []
         self._open = False
         self.pumps = 0
@@ -455,8 +459,8 @@ class AioNic:
         self.pumps += 1
         now = self.clock()
         dev = self.device
-        t = dev.get_timer()
-        if t is not None and t <= now:
+        due = self._dev_due
+        if due is not None and due <= now:
             dev.handle_timer(now)
         if now >= self._link_poll_at:
             self._link_poll_at = now + LINK_POLL_S
@@ -489,7 +493,7 @@ class AioNic:
             frames = dev.frames_to_send(now)
             if frames:
                 self._queue(frames)
-        nxt = dev.get_timer()
+        nxt = self._dev_due = dev.get_timer()
         tick = now + self.pace_tick_s
         for p in ports:
             pacer = p.pacer

@@ -222,7 +222,9 @@ class CRoceQueuePair(RoceQueuePair):
         c.pace_blocked = 0
         if self.state is not QpState.READY:
             return out
-        rate = self._pace_rate_bps(now_s)
+        rate = self._pace_rate_bps(now_s)  # (DCQCN's increase timers run even when idle)
+        if c.snd_nxt == c.seg_psn and c.m_seg == c.m_tail:
+            return out  # nothing to resend and nothing posted left to cut: no C call
         dc = self.dcqcn
         # (lossless data goes back as bytes: the pacer keeps it in the class PFC pauses, which
         # the ports' C queues do not know)

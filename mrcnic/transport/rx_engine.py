@@ -245,28 +245,41 @@ class RxEngines:
         """Run a receive batch through the engines; returns ``done`` (per frame: 1 taken, 0
         for the per-frame path, 2 cut, 3 taken in order by ``in_order(i)``), or None when
         the engines took every frame. Everything the engines produced is handed over."""
-        self.prepare(now_s)
-        done = self._done
-        start = rest = 0
         lib = self._lib
         dev = self.dev
+        # the QPs this batch names, and only they, are prepared and served: per batch, the
+        # Python work follows the QPs that had traffic, not the number of QPs
+        lib.mrc_rxe_scan(dev, ptr, offs, lens, n, slot_len)
+        self.sync()
+        entries = self._entries
+        for t in range(dev.n_touched):
+            entries[dev.touched[t]].prepare(now_s)
+        done = self._done
+        start = rest = 0
         while start < n:
             k = lib.mrc_rxe_dispatch(
                 dev, ptr, offs + start, lens + start, n - start, slot_len, now_s, done + start
             )
             rest += dev.n_rest
-            self.flush()
+            # only the engines this call handed a frame to have output (the rest produce
+            # nothing in a batch): per batch, the work follows the QPs that had traffic
+            self.drain_out()
+            touched = [entries[dev.touched[t]] for t in range(dev.n_touched)]
+            for eng in touched:
+                eng.flush()
             if dev.grow:  # an engine's table was too small for the frame it stopped at
-                self._entries[dev.grow - 1].grow()
+                entries[dev.grow - 1].grow()
                 dev.grow = 0
-            for eng in self.engines.values():  # what the send engines read (SACKs)
+            for eng in touched:  # what the send engines read (SACKs)
                 eng.after_batch(now_s)
             start += k
             if dev.stopped:  # a control frame of an engine's QP: its turn is now
                 dev.stopped = 0
                 in_order(start - 1)
                 done[start - 1] = 3
-                self.prepare(now_s)
+                self.sync()  # (the frame Python took may have changed what C reads)
+                for eng in touched:
+                    eng.prepare(now_s)
         if not rest:
             return None
         return memoryview(self._ffi.buffer(done, n)).cast("b")

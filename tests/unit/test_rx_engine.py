@@ -419,3 +419,53 @@ def test_more_writes_with_immediate_completing_at_once_than_a_batch_has_events_f
     assert len(c["recv"]) == 100 and c["recv"] == py["recv"]
     assert c["events"] == py["events"] and c["stats"] == py["stats"]
     assert c["memory"] == py["memory"]
+
+
+@needs_c
+def test_a_batch_prepares_and_serves_only_the_qps_it_names() -> None:
+    """Four QPs on the receiving device; one batch carries interleaved writes of two of them.
+    mrc_rxe_scan lists exactly those two (the shell prepares and flushes only them), and what
+    each QP ends with is what the Python responder gets from the same frames one by one."""
+
+    def run(engine: str) -> tuple[list[dict], Device]:
+        a = Device(host_net(SHAPE, 0), 100e6, seed=9, engine="py")
+        b = Device(host_net(SHAPE, 2), 100e6, seed=9, engine=engine)
+        cfg = QpConfig(base_rtt_s=1e-3, seed=9)
+        pairs = []
+        for _ in range(4):
+            qa, qb = a.create_qp(cfg), b.create_qp(cfg)
+            qa.connect(QpAttributes.from_json(qb.export()))
+            qb.connect(QpAttributes.from_json(qa.export()))
+            pairs.append((qa, qb))
+        mr = b.register(bytearray(1 << 16))
+        rb = RemoteBuffer.of(mr)
+        for k in (1, 3):  # QPs 1 and 3 write; 0 and 2 stay idle
+            qa = pairs[k][0]
+            qa.post_write(k, bytes([k]) * 9000, RemoteBuffer(rb.va + 16384 * k, rb.rkey, 9000))
+        frames = [f for _p, f in a.frames_to_send(1.0)]
+        frames = frames[::2] + frames[1::2]  # the two QPs' packets interleaved, out of order
+        if engine == "c":
+            ring = RecvRing(9216, 64)
+            for i, f in enumerate(frames):
+                ring.view[i * 9216 : i * 9216 + len(f)] = f
+                ring.lens[i] = len(f)
+            b.receive_batch(ring, len(frames), 1.001)
+        else:
+            for f in frames:
+                b.receive_frame(f, 1.001)
+        out = [
+            {"recv": [repr(e) for e in qb.poll_recv(100)], "events": [repr(e) for e in
+             qb.poll_events()], "stats": asdict(qb.core.stats)}
+            for _qa, qb in pairs
+        ]  # fmt: skip
+        out.append({"memory": bytes(mr.buffer), "ctrl": len(b.frames_to_send(1.002))})
+        return out, b
+
+    c, b = run("c")
+    py, _ = run("py")
+    assert c == py
+    dev = b._rx_engines.dev
+    named = {b._rx_engines._entries[dev.touched[t]].qp.qpn for t in range(dev.n_touched)}
+    qpns = sorted(b.qps)
+    assert named == {qpns[1], qpns[3]}
+    assert c[1]["stats"]["rx_data_packets"] > 0 and c[0]["stats"]["rx_data_packets"] == 0
