@@ -659,13 +659,6 @@ static int32_t frame_entry(const struct mrc_rxe_dev *d, uint32_t nq, const uint8
     return nq ? mrc_rxe_dev_find(d, be32(f + OFF_BTH + 4) & MASK) : -1;
 }
 
-static inline void touch(struct mrc_rxe_dev *d, uint32_t j) {
-    if (!d->mark[j]) { /* j < nq <= 1024: every entry fits the list once */
-        d->mark[j] = 1;
-        d->touched[d->n_touched++] = (uint16_t)j;
-    }
-}
-
 void mrc_rxe_scan(struct mrc_rxe_dev *d, const uint8_t *buf, const uint32_t *offs,
                   const uint32_t *lens, uint32_t n, uint32_t slot_len) {
     for (uint32_t k = 0; k < d->n_touched && k < MRC_RXE_LEN(d->touched); k++) {
@@ -675,8 +668,9 @@ void mrc_rxe_scan(struct mrc_rxe_dev *d, const uint8_t *buf, const uint32_t *off
     uint32_t nq = d->n < MRC_RXE_LEN(d->qpn) ? d->n : MRC_RXE_LEN(d->qpn);
     for (uint32_t i = 0; i < n; i++) {
         int32_t j = lens[i] > slot_len ? -1 : frame_entry(d, nq, buf + offs[i], lens[i]);
-        if (j >= 0) {
-            touch(d, (uint32_t)j);
+        if (j >= 0 && !d->mark[j]) { /* j < nq <= 1024: every entry fits the list once */
+            d->mark[j] = 1;
+            d->touched[d->n_touched++] = (uint16_t)j;
         }
     }
 }
@@ -704,7 +698,6 @@ int mrc_rxe_dispatch(struct mrc_rxe_dev *d, const uint8_t *buf, const uint32_t *
         }
         uint32_t op = f[OFF_BTH];
         uint32_t j = (uint32_t)found;
-        touch(d, j); /* (mrc_rxe_scan listed it already, when the shell called it) */
         int r = 0;
         struct mrc_rxe_qp *q = d->qp[j];
         if (d->roce[j] != NULL) { /* a RoCEv2 QP: every frame to its engine */

@@ -209,9 +209,9 @@ struct mrc_rxe_dev {
                       * that it did not take (the last one it looked at) */
     uint32_t grow;   /* set by mrc_rxe_dispatch: 1 + the entry whose receive engine stopped
                       * it for bigger tables (its q->want), 0 none */
-    uint32_t n_touched;     /* set by mrc_rxe_scan (and added to by mrc_rxe_dispatch): the */
-    uint16_t touched[1024]; /* entries a batch's frames go to, each once, in first-seen order: */
-    uint8_t mark[1024];     /* the shell prepares and serves only them (mark: listed) */
+    uint32_t n_touched;     /* set by mrc_rxe_scan: the entries a batch's frames go to, each */
+    uint16_t touched[1024]; /* once, in first-seen order: the shell prepares and serves only */
+    uint8_t mark[1024];     /* them (mark: listed) */
 };
 
 /* Build the QP-number index of d's first n entries (after they changed). */

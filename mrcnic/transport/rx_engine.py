@@ -20,7 +20,7 @@ from __future__ import annotations
 import errno
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from itertools import compress
 from typing import TYPE_CHECKING, Any
 
@@ -225,11 +225,11 @@ class RxEngines:
                 ctrl.append((planes[i], view[off : off + lens[i]]))
             out.n = 0
 
-    def prepare(self, now_s: float) -> None:
+    def prepare(self, now_s: float, engines: Iterable[Any] | None = None) -> None:
         """Before a batch: regions, reverse-EV states, QP states and the clock as Python has
-        them."""
+        them (of ``engines``; default: every engine)."""
         self.sync()
-        for eng in self.engines.values():
+        for eng in self.engines.values() if engines is None else engines:
             eng.prepare(now_s)
 
     def dispatch(
@@ -250,10 +250,9 @@ class RxEngines:
         # the QPs this batch names, and only they, are prepared and served: per batch, the
         # Python work follows the QPs that had traffic, not the number of QPs
         lib.mrc_rxe_scan(dev, ptr, offs, lens, n, slot_len)
-        self.sync()
         entries = self._entries
-        for t in range(dev.n_touched):
-            entries[dev.touched[t]].prepare(now_s)
+        named = [entries[dev.touched[t]] for t in range(dev.n_touched)]
+        self.prepare(now_s, named)
         done = self._done
         start = rest = 0
         while start < n:
@@ -261,25 +260,22 @@ class RxEngines:
                 dev, ptr, offs + start, lens + start, n - start, slot_len, now_s, done + start
             )
             rest += dev.n_rest
-            # only the engines this call handed a frame to have output (the rest produce
-            # nothing in a batch): per batch, the work follows the QPs that had traffic
+            # only the engines the batch names have output (the rest produce nothing in a
+            # batch)
             self.drain_out()
-            touched = [entries[dev.touched[t]] for t in range(dev.n_touched)]
-            for eng in touched:
+            for eng in named:
                 eng.flush()
             if dev.grow:  # an engine's table was too small for the frame it stopped at
                 entries[dev.grow - 1].grow()
                 dev.grow = 0
-            for eng in touched:  # what the send engines read (SACKs)
+            for eng in named:  # what the send engines read (SACKs)
                 eng.after_batch(now_s)
             start += k
             if dev.stopped:  # a control frame of an engine's QP: its turn is now
                 dev.stopped = 0
                 in_order(start - 1)
                 done[start - 1] = 3
-                self.sync()  # (the frame Python took may have changed what C reads)
-                for eng in touched:
-                    eng.prepare(now_s)
+                self.prepare(now_s, named)  # (the frame Python took may have changed it)
         if not rest:
             return None
         return memoryview(self._ffi.buffer(done, n)).cast("b")

@@ -10,7 +10,6 @@ from dataclasses import asdict
 
 import pytest
 
-from mrcnic.io.batch import RecvRing
 from mrcnic.rocev2.c_engine import FIRST_MSG_CAP, CRoceQueuePair
 from mrcnic.rocev2.qp import RoceQueuePair
 from mrcnic.sim.fabric import host_net
@@ -18,6 +17,7 @@ from mrcnic.transport.qp_types import QpAttributes, QpConfig, QpState, WcStatus
 from mrcnic.transport.rx_engine import c_module as _c_module
 from mrcnic.verbs import Device, RemoteBuffer
 from mrcnic.wire import layout, usid
+from tests.batches import receive_batches
 
 needs_c = pytest.mark.skipif(_c_module() is None, reason="the C module is not built")
 SHAPE = usid.ClosShape(planes=2, t0=2, t1=2, hosts_per_t0=2)
@@ -64,11 +64,7 @@ def _deliver(dev: Device, frames: list[bytes], t: float, batch: bool) -> None:
         for f in frames:
             dev.receive_frame(f, t)
         return
-    ring = RecvRing(9216, max(1, len(frames)))
-    for i, f in enumerate(frames):
-        ring.view[i * 9216 : i * 9216 + len(f)] = f
-        ring.lens[i] = len(f)
-    dev.receive_batch(ring, len(frames), t)
+    receive_batches(dev, frames, t, per_batch=max(1, len(frames)))  # one batch
 
 
 def _run(engine: str, seed: int, batch: bool = False, start_psn: int | None = None, **opts) -> dict:

@@ -17,6 +17,7 @@ from mrcnic.transport.rx_engine import c_module as _c_module
 from mrcnic.transport.rx_engine import engine_from_env
 from mrcnic.verbs import Device, RemoteBuffer
 from mrcnic.wire import layout, usid
+from tests.batches import fill, receive_batches
 
 needs_c = pytest.mark.skipif(_c_module() is None, reason="the C module is not built")
 SHAPE = usid.ClosShape(planes=2, t0=2, t1=2, hosts_per_t0=2)
@@ -114,9 +115,7 @@ def _run(
                 if batch:
                     k = rng.randrange(1, 65)
                     got, pending = pending[:k], pending[k:]
-                    for i, f in enumerate(got):
-                        ring.view[i * 9216 : i * 9216 + len(f)] = f
-                        ring.lens[i] = len(f)
+                    fill(ring, got)
                     b.receive_batch(ring, len(got), t)
                 else:
                     b.receive_frame(pending.pop(0), t)
@@ -398,13 +397,7 @@ def test_more_writes_with_immediate_completing_at_once_than_a_batch_has_events_f
         assert len(frames) == 100
         frames = frames[1:] + frames[:1]
         if batch:
-            ring = RecvRing(9216, 64)
-            for start in range(0, 100, 64):
-                got = frames[start : start + 64]
-                for i, f in enumerate(got):
-                    ring.view[i * 9216 : i * 9216 + len(f)] = f
-                    ring.lens[i] = len(f)
-                b.receive_batch(ring, len(got), 1.001)
+            receive_batches(b, frames, 1.001)
         else:
             for f in frames:
                 b.receive_frame(f, 1.001)
@@ -445,11 +438,7 @@ def test_a_batch_prepares_and_serves_only_the_qps_it_names() -> None:
         frames = [f for _p, f in a.frames_to_send(1.0)]
         frames = frames[::2] + frames[1::2]  # the two QPs' packets interleaved, out of order
         if engine == "c":
-            ring = RecvRing(9216, 64)
-            for i, f in enumerate(frames):
-                ring.view[i * 9216 : i * 9216 + len(f)] = f
-                ring.lens[i] = len(f)
-            b.receive_batch(ring, len(frames), 1.001)
+            receive_batches(b, frames, 1.001)
         else:
             for f in frames:
                 b.receive_frame(f, 1.001)

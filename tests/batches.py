@@ -1,0 +1,29 @@
+"""Frames handed to a device as the I/O shell hands them over: in receive batches of one ring
+(``mrcnic.io.batch.RecvRing``), for the tests that hold the batch path to the per-frame one."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mrcnic.io.batch import RecvRing
+from mrcnic.verbs import Device
+
+SLOT_BYTES = 9216  # the shell's default slot (AioNic frame_cap)
+
+
+def fill(ring: RecvRing, frames: Sequence[bytes]) -> None:
+    """Put ``frames`` in the first slots of ``ring``, as a receive call would."""
+    for i, f in enumerate(frames):
+        ring.view[i * SLOT_BYTES : i * SLOT_BYTES + len(f)] = f
+        ring.lens[i] = len(f)
+
+
+def receive_batches(
+    dev: Device, frames: Sequence[bytes], now_s: float, per_batch: int = 64
+) -> None:
+    """Hand ``frames`` to ``dev`` in receive batches of up to ``per_batch`` frames."""
+    ring = RecvRing(SLOT_BYTES, max(1, per_batch))
+    for start in range(0, len(frames), per_batch):
+        got = frames[start : start + per_batch]
+        fill(ring, got)
+        dev.receive_batch(ring, len(got), now_s)
