@@ -9,10 +9,14 @@ port (one veth per plane, in the host's network namespace), and then only moves 
 - **pump**: once per loop iteration with something new (frames in, a timer, a posted write):
   ``Device.handle_timer`` when due, ``Device.control_frames_to_send`` *always* (control never
   waits behind data), ``Device.frames_to_send`` *only when the ports' data queues have room*,
-  then every port sends what its pacer allows;
+  then every port sends what its pacer allows; a pull that filled the queues and left at once
+  is followed by another, with the clock read again (at most ``PULL_ROUNDS``). A timer's
+  firing pumps after the receive callbacks of the same poll, so what a late process finds in
+  its sockets reaches the transport before its retransmission timers run;
 - **pacing**: :class:`PortPacer`, a token bucket at the port's link rate over a small two-class
   queue (control frames first), so the NIC never builds a deep local
-  queue and the fabric, not the veth, sees the link rate.  A control frame waits at most for
+  queue (2 ms of the link rate, at most ``pacing.MAX_DATA_FRAMES``) and the fabric, not the
+  veth, sees the link rate.  A control frame waits at most for
   the token debt of the data frame before it (one frame's serialisation), never for queued
   data: the rule the simulator's host port follows too (``mrcnic.sim.fabric.HostPort``);
 - **one timer**: at min(device timer, earliest pacer wake-up), a *timerfd* read as a loop
@@ -72,6 +76,9 @@ from mrcnic.verbs import Device
 _NETDOWN = NETDOWN_ERRNOS
 LINK_POLL_S = 1.0  # fallback link check (netlink is the fast path)
 RX_BATCHES_PER_WAKE = 8  # bound the time one busy port can hold the loop
+#: pulls of the transport per pump while each goes out at once (a pump's bound: the
+#: receive path and timers get the loop back after at most this many queue-fulls)
+PULL_ROUNDS = 8
 PACE_TICK_S = 0.001  # a port with only data queued wakes at most this often (bursts: burst_s)
 
 
@@ -382,7 +389,12 @@ class AioNic:
                 self.timer_late_sum_s += late
                 if late > self.timer_late_max_s:
                     self.timer_late_max_s = late
-        self._pump()
+        # Not at once: after the receive callbacks of the same poll. A process that was late
+        # finds its timer and its sockets ready together; the acknowledgments waiting in its
+        # sockets must reach the transport before the retransmission timers run, or packets
+        # the peer has acknowledged are timed out (spurious timeouts, probes, EVs retired).
+        # The timerfd is a reader like the sockets, so call_soon runs the pump after them.
+        self.kick()
 
     def _on_netlink(self) -> None:
         assert self._links is not None
@@ -483,24 +495,42 @@ class AioNic:
         if ctrl:
             self._queue(ctrl)
         # Pull data from the transport only when every live port's data queue has room: the
-        # QPs rotate over the planes, so one pull fills them evenly.
-        room = True
-        for p in ports:
-            if p.up and p.pacer.blocking_len(now) >= p.pacer.data_limit:
-                room = False
-                break
-        if room:
-            frames = dev.frames_to_send(now)
-            if frames:
-                self._queue(frames)
+        # QPs rotate over the planes, so one pull fills them evenly. A pull that filled the
+        # queues and went out at once is followed by another (up to PULL_ROUNDS), each with
+        # the clock read again: a frame is built just before it leaves, while it is still in
+        # the cache, and stamped with about the time it left (one pull of a whole window
+        # stamped every frame with the pump's start, and the last ones' RTT samples carried
+        # the time the process took to send the ones before them).
+        for _ in range(PULL_ROUNDS):
+            room = True
+            for p in ports:
+                if p.up and p.pacer.blocking_len(now) >= p.pacer.data_limit:
+                    room = False
+                    break
+            full = False
+            if room:
+                frames = dev.frames_to_send(now)
+                if frames:
+                    self._queue(frames)
+                full = True
+                for p in ports:
+                    if p.up and p.pacer.blocking_len(now) < p.pacer.data_limit:
+                        full = False
+                        break
+            for p in ports:
+                pacer = p.pacer
+                if len(pacer):
+                    for batch in pacer.due(now):  # control first, then data
+                        self._send(p, batch, now)
+            if not full or any(p.pacer.data_len() for p in ports):
+                break  # the transport had no more, or the pacers hold the rest back
+            now = self.clock()
         nxt = self._dev_due = dev.get_timer()
         tick = now + self.pace_tick_s
         for p in ports:
             pacer = p.pacer
             if not len(pacer):
                 continue
-            for batch in pacer.due(now):  # control first, then data
-                self._send(p, batch, now)
             d = pacer.next_due(now)
             if d is None:
                 continue

@@ -5,16 +5,20 @@ parser itself is tests/unit/test_linkstate.py."""
 
 from __future__ import annotations
 
+import asyncio
 import heapq
+import socket
+import time
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mrcnic.io import pacing
-from mrcnic.io.aio import AioNic
+from mrcnic.io.aio import PULL_ROUNDS, AioNic, run
 from mrcnic.io.linkstate import IFF_RUNNING, IFF_UP, LinkEvent
 from mrcnic.io.pacing import PacerConfig, PortPacer
+from mrcnic.io.timer import FdTimer
 from mrcnic.transport.qp_types import NetConfig, PortAddr, QpConfig
 from mrcnic.verbs import Device, RemoteBuffer, WcStatus
 from mrcnic.wire.usid import ClosShape
@@ -400,3 +404,129 @@ def test_control_frames_take_the_high_class_even_when_a_port_is_full():
     # the high class is served first: the control frame is the next to leave either port
     t = nic.ports[0].pacer.next_due(loop.now)
     assert t is not None and pacing.is_control_frame(nic.ports[0].pacer.take(t)[0])
+
+
+# --- a pump pulls again while what it pulled leaves at once ----------------------------------
+
+
+class Pulls:
+    """A fake device with ``backlog`` data frames for port 0, a queue's worth per pull, and
+    the calls the shell makes, in their order, with the clock each was given."""
+
+    qps: dict = {}
+    on_work = None
+
+    def __init__(self, rate_bps: float, backlog: int, due: float | None = None) -> None:
+        self.port_rates_bps = [rate_bps]
+        self.backlog = backlog
+        self.due = due
+        self.limit = 0
+        self.calls: list[tuple[str, float]] = []
+
+    def get_timer(self) -> float | None:
+        return self.due
+
+    def handle_timer(self, now: float) -> None:
+        self.calls.append(("timer", now))
+        self.due = None
+
+    def control_frames_to_send(self) -> list[tuple[int, bytes]]:
+        return []
+
+    def frames_to_send(self, now: float) -> list[tuple[int, bytes]]:
+        self.calls.append(("pull", now))
+        n = min(self.backlog, self.limit)
+        self.backlog -= n
+        return [(0, data_frame())] * n
+
+    def receive_batch(self, ring, n: int, now: float, port: int) -> int:
+        self.calls.append(("rx", now))
+        return 0
+
+
+def _pump_nic(dev: Pulls) -> tuple[AioNic, list[int]]:
+    ticks = [0]
+
+    def clock() -> float:  # every read a microsecond later: the rounds' stamps differ
+        ticks[0] += 1
+        return ticks[0] * 1e-6
+
+    nic = AioNic(dev, ["a"], clock=clock)  # type: ignore[arg-type]
+    nic._loop = FakeLoop()  # type: ignore[assignment]
+    nic._open = True
+    nic._link_poll_at = 1e9  # no link poll (no sockets to poll)
+    nic.ports[0].up = True
+    dev.limit = nic.ports[0].pacer.data_limit
+    sent: list[int] = []
+
+    def send(p, batch, now) -> None:
+        sent.append(len(batch))
+
+    nic._send = send  # type: ignore[method-assign]
+    return nic, sent
+
+
+def test_a_pump_pulls_again_while_a_full_queue_leaves_at_once():
+    """At 20 Gb/s a port's queue would hold 2 ms (1,189 frames); it holds MAX_DATA_FRAMES,
+    and the pump pulls again, with the clock read again, as long as the whole queue left:
+    frames are built just before they leave, and stamped with about that time."""
+    dev = Pulls(20e9, backlog=10_000)
+    nic, sent = _pump_nic(dev)
+    assert nic.ports[0].pacer.data_limit == pacing.MAX_DATA_FRAMES
+    nic._pump()
+    pulls = [t for what, t in dev.calls if what == "pull"]
+    assert len(pulls) == PULL_ROUNDS  # the bound: then the loop serves receive and timers
+    assert pulls == sorted(set(pulls))  # a fresh clock each round
+    assert sent == [pacing.MAX_DATA_FRAMES] * PULL_ROUNDS
+
+
+def test_a_pump_stops_pulling_when_the_transport_or_the_pacer_stops():
+    dev = Pulls(20e9, backlog=2 * pacing.MAX_DATA_FRAMES + 5)  # the transport runs out
+    nic, sent = _pump_nic(dev)
+    nic._pump()
+    assert sent == [pacing.MAX_DATA_FRAMES, pacing.MAX_DATA_FRAMES, 5]
+    lab = Pulls(RATE, backlog=10_000)  # a lab port: the bucket holds the second pull back
+    nic, sent = _pump_nic(lab)
+    nic._pump()
+    limit = nic.ports[0].pacer.data_limit
+    assert [w for w, _ in lab.calls].count("pull") == 2
+    assert sum(sent) + len(nic.ports[0].pacer) == 2 * limit and len(nic.ports[0].pacer) > 0
+
+
+def test_a_late_process_reads_its_sockets_before_its_timers_run():
+    """A process that was late finds its timer and its sockets ready in the same poll. The
+    acknowledgments waiting in its sockets reach the transport before the retransmission
+    timers run (the process, not the network, was late: nothing may be timed out for it).
+    A real loop, a real timerfd and a real socket; the deadline and the frame are both
+    waiting before the loop polls."""
+    dev = Pulls(RATE, backlog=0)
+    clock = time.monotonic
+    nic = AioNic(dev, ["a"], clock=clock)  # type: ignore[arg-type]
+    nic._open = True
+    nic._link_poll_at = 1e18
+    nic.ports[0].up = True
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        nic._loop = loop
+        timer = FdTimer.open(loop, nic._on_timer, clock)
+        if timer is None:
+            pytest.skip("no timerfd on this kernel")  # (Linux has one: the lab needs it)
+        nic._timer = timer
+        a.setblocking(False)
+        nic.ports[0].rx_fd = a.fileno()
+        loop.add_reader(a.fileno(), nic._on_readable, nic.ports[0])
+        now = clock()
+        dev.due = nic._dev_due = now  # a retransmission timer is due...
+        timer.arm(now, now)
+        time.sleep(0.005)
+        b.send(ctrl_frame())  # ...and an acknowledgment waits: both ready at the next poll
+        await asyncio.sleep(0.02)
+        loop.remove_reader(a.fileno())
+        timer.close()
+
+    with a, b:
+        run(main())
+    assert [w for w, _ in dev.calls if w != "pull"] == ["rx", "timer"]
+    assert nic.timer_fires == 1 and nic.rx_wakeups == 1 and nic.pumps == 1
