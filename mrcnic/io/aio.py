@@ -9,10 +9,11 @@ port (one veth per plane, in the host's network namespace), and then only moves 
 - **pump**: once per loop iteration with something new (frames in, a timer, a posted write):
   ``Device.handle_timer`` when due, ``Device.control_frames_to_send`` *always* (control never
   waits behind data), ``Device.frames_to_send`` *only when the ports' data queues have room*,
-  then every port sends what its pacer allows; a pull that filled the queues and left at once
-  is followed by another, with the clock read again (at most ``PULL_ROUNDS``). A timer's
-  firing pumps after the receive callbacks of the same poll, so what a late process finds in
-  its sockets reaches the transport before its retransmission timers run;
+  then every port sends what its pacer allows; a pull that stopped at a full queue, which
+  then left at once, is followed by another, with the clock read again (at most
+  ``PULL_ROUNDS``). The timerfd's firing pumps after the receive callbacks of the same poll,
+  so what a late process finds in its sockets reaches the transport before its
+  retransmission timers run;
 - **pacing**: :class:`PortPacer`, a token bucket at the port's link rate over a small two-class
   queue (control frames first), so the NIC never builds a deep local
   queue (2 ms of the link rate, at most ``pacing.MAX_DATA_FRAMES``) and the fabric, not the
@@ -393,7 +394,9 @@ class AioNic:
         # finds its timer and its sockets ready together; the acknowledgments waiting in its
         # sockets must reach the transport before the retransmission timers run, or packets
         # the peer has acknowledged are timed out (spurious timeouts, probes, EVs retired).
-        # The timerfd is a reader like the sockets, so call_soon runs the pump after them.
+        # The timerfd is a reader like the sockets, so call_soon runs the pump after them
+        # (the twin, LoopTimer, fires before the poll: no such order). The lateness counted
+        # above is the timer's; the pump follows that poll's receive callbacks.
         self.kick()
 
     def _on_netlink(self) -> None:
@@ -495,36 +498,29 @@ class AioNic:
         if ctrl:
             self._queue(ctrl)
         # Pull data from the transport only when every live port's data queue has room: the
-        # QPs rotate over the planes, so one pull fills them evenly. A pull that filled the
-        # queues and went out at once is followed by another (up to PULL_ROUNDS), each with
-        # the clock read again: a frame is built just before it leaves, while it is still in
-        # the cache, and stamped with about the time it left (one pull of a whole window
-        # stamped every frame with the pump's start, and the last ones' RTT samples carried
-        # the time the process took to send the ones before them).
+        # QPs rotate over the planes, so one pull fills them evenly. A pull that stopped at a
+        # full queue, all of which then left at once, is followed by another (up to
+        # PULL_ROUNDS), with the clock read again: a frame is built just before it leaves,
+        # while it is still in the cache, and stamped with about the time it left (one pull of
+        # a whole window stamped every frame with the pump's start, and the last ones' RTT
+        # samples carried the time the process took to send the ones before them).
         for _ in range(PULL_ROUNDS):
-            room = True
-            for p in ports:
-                if p.up and p.pacer.blocking_len(now) >= p.pacer.data_limit:
-                    room = False
-                    break
-            full = False
-            if room:
+            filled = False
+            if self._data_room(now):  # (no live port: one pull, as ever; its frames drop)
                 frames = dev.frames_to_send(now)
                 if frames:
                     self._queue(frames)
-                full = True
-                for p in ports:
-                    if p.up and p.pacer.blocking_len(now) < p.pacer.data_limit:
-                        full = False
-                        break
+                filled = self._data_room(now) == 0  # the queue, not the transport, stopped it
             for p in ports:
                 pacer = p.pacer
                 if len(pacer):
                     for batch in pacer.due(now):  # control first, then data
                         self._send(p, batch, now)
-            if not full or any(p.pacer.data_len() for p in ports):
+            if not filled or any(p.pacer.blocking_len(now) for p in ports):
                 break  # the transport had no more, or the pacers hold the rest back
             now = self.clock()
+        else:
+            self.kick()  # the bound, not the transport, ended the rounds: go on after the poll
         nxt = self._dev_due = dev.get_timer()
         tick = now + self.pace_tick_s
         for p in ports:
@@ -541,6 +537,17 @@ class AioNic:
         if nxt is None or self._link_poll_at < nxt:
             nxt = self._link_poll_at  # an idle NIC still checks its links once a second
         self._arm(nxt, now)
+
+    def _data_room(self, now: float) -> int:
+        """1: every live port's data queue has room (pull); 0: a live port's queue is full
+        (the last pull stopped there); -1: no live port (nothing to pull for)."""
+        live = False
+        for p in self.ports:
+            if p.up:
+                live = True
+                if p.pacer.blocking_len(now) >= p.pacer.data_limit:
+                    return 0
+        return 1 if live else -1
 
     def _queue(self, frames: list[tuple[int, bytes]]) -> None:
         ports = self.ports

@@ -88,12 +88,12 @@ class QueueBatch:
 
 
 _DEFAULT_CONFIG = PacerConfig()
-#: the most data frames a port's queue holds here, whatever its rate (above ~1 Gb/s, where
-#: queue_s of line rate is more): about what one sendmmsg moves, and what a pump builds
-#: before it sends (the AioNic pump pulls again when they left at once). 128 frames of
-#: 4 KiB (540 KB) stay in a 1 MiB L2 cache between being built and being copied into the
-#: kernel; 2 ms of 20 Gb/s (1,189 frames, 5 MB) did not, and stamped every frame of a
-#: pump with its start.
+#: the most data frames a port's queue holds here, whatever its rate (it binds above ~2.15
+#: Gb/s, where queue_s of line rate is more): what a pump builds before it sends, half of
+#: what one sendmmsg may take (256), and the C engines stop at it (a Python engine's pull
+#: may bring a window more). 128 frames of 4 KiB (540 KB) stay in a 1 MiB L2 cache between
+#: being built and being copied into the kernel; 2 ms of 20 Gb/s (1,189 frames, 5 MB) did
+#: not, and a pump stamped them all with its start (the AioNic pump pulls again instead).
 MAX_DATA_FRAMES = 128
 
 

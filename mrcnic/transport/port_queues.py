@@ -17,8 +17,9 @@ class PacerConfig:
     """Per-port pacing: ``burst_s`` of line rate is the token bucket depth (at least two
     frames); the data queue holds ``queue_s`` of line rate (at least ``min_queue_frames``)
     before the NIC stops pulling frames from the transport (:func:`data_limit_frames`).
-    The I/O shell's pacer (``mrcnic.io.pacing``) and the simulator's NIC
-    (``mrcnic.sim.fabric.HostPort``) both size their ports by it."""
+    The I/O shell's pacer (``mrcnic.io.pacing``, which caps the data queue at
+    ``pacing.MAX_DATA_FRAMES``) and the simulator's NIC (``mrcnic.sim.fabric.HostPort``) both
+    size their ports by it."""
 
     burst_s: float = 0.002
     queue_s: float = 0.002

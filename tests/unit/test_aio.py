@@ -416,8 +416,10 @@ class Pulls:
     qps: dict = {}
     on_work = None
 
-    def __init__(self, rate_bps: float, backlog: int, due: float | None = None) -> None:
-        self.port_rates_bps = [rate_bps]
+    def __init__(
+        self, rate_bps: float, backlog: int, due: float | None = None, ports: int = 1
+    ) -> None:
+        self.port_rates_bps = [rate_bps] * ports
         self.backlog = backlog
         self.due = due
         self.limit = 0
@@ -434,10 +436,13 @@ class Pulls:
         return []
 
     def frames_to_send(self, now: float) -> list[tuple[int, bytes]]:
+        """Round-robin over the ports, stopping when one is full, as the C engine does (one
+        port a frame ahead of the others)."""
         self.calls.append(("pull", now))
-        n = min(self.backlog, self.limit)
+        nports = len(self.port_rates_bps)
+        n = min(self.backlog, (self.limit - 1) * nports + 1)
         self.backlog -= n
-        return [(0, data_frame())] * n
+        return [(i % nports, data_frame()) for i in range(n)]
 
     def receive_batch(self, ring, n: int, now: float, port: int) -> int:
         self.calls.append(("rx", now))
@@ -451,11 +456,13 @@ def _pump_nic(dev: Pulls) -> tuple[AioNic, list[int]]:
         ticks[0] += 1
         return ticks[0] * 1e-6
 
-    nic = AioNic(dev, ["a"], clock=clock)  # type: ignore[arg-type]
+    names = [f"p{i}" for i in range(len(dev.port_rates_bps))]
+    nic = AioNic(dev, names, clock=clock)  # type: ignore[arg-type]
     nic._loop = FakeLoop()  # type: ignore[assignment]
     nic._open = True
     nic._link_poll_at = 1e9  # no link poll (no sockets to poll)
-    nic.ports[0].up = True
+    for p in nic.ports:
+        p.up = True
     dev.limit = nic.ports[0].pacer.data_limit
     sent: list[int] = []
 
@@ -478,6 +485,23 @@ def test_a_pump_pulls_again_while_a_full_queue_leaves_at_once():
     assert len(pulls) == PULL_ROUNDS  # the bound: then the loop serves receive and timers
     assert pulls == sorted(set(pulls))  # a fresh clock each round
     assert sent == [pacing.MAX_DATA_FRAMES] * PULL_ROUNDS
+
+
+def test_a_pump_pulls_again_when_one_of_several_ports_filled():
+    """The C engine stops at the first full port, the others a frame short: that is a full
+    queue too, and the pump pulls again; a pump that used up its rounds pumps again after
+    the next poll. With no live port it pulls once, as it always did."""
+    dev = Pulls(20e9, backlog=100_000, ports=4)
+    nic, sent = _pump_nic(dev)
+    nic._pump()
+    assert [w for w, _ in dev.calls].count("pull") == PULL_ROUNDS
+    assert nic._pump_scheduled  # the rounds ran out, the transport did not: another pump
+    idle = Pulls(20e9, backlog=100_000, ports=2)
+    nic, sent = _pump_nic(idle)
+    for p in nic.ports:
+        p.up = False
+    nic._pump()
+    assert [w for w, _ in idle.calls].count("pull") == 1 and not nic._pump_scheduled
 
 
 def test_a_pump_stops_pulling_when_the_transport_or_the_pacer_stops():
@@ -514,6 +538,8 @@ def test_a_late_process_reads_its_sockets_before_its_timers_run():
         if timer is None:
             pytest.skip("no timerfd on this kernel")  # (Linux has one: the lab needs it)
         nic._timer = timer
+        on_timer = nic._on_timer
+        timer.fire = lambda: (dev.calls.append(("fire", clock())), on_timer())
         a.setblocking(False)
         nic.ports[0].rx_fd = a.fileno()
         loop.add_reader(a.fileno(), nic._on_readable, nic.ports[0])
@@ -528,5 +554,7 @@ def test_a_late_process_reads_its_sockets_before_its_timers_run():
 
     with a, b:
         run(main())
-    assert [w for w, _ in dev.calls if w != "pull"] == ["rx", "timer"]
+    # the timer's callback ran first (the order the bug needs), yet the frame reached the
+    # device before the timers were handled
+    assert [w for w, _ in dev.calls if w != "pull"] == ["fire", "rx", "timer"]
     assert nic.timer_fires == 1 and nic.rx_wakeups == 1 and nic.pumps == 1
