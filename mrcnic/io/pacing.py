@@ -88,13 +88,14 @@ class QueueBatch:
 
 
 _DEFAULT_CONFIG = PacerConfig()
-#: the most data frames a port's queue holds here, whatever its rate (it binds above ~2.15
-#: Gb/s, where queue_s of line rate is more): what a pump builds before it sends, half of
-#: what one sendmmsg may take (256), and the C engines stop at it (a Python engine's pull
-#: may bring a window more). 128 frames of 4 KiB (540 KB) stay in a 1 MiB L2 cache between
-#: being built and being copied into the kernel; 2 ms of 20 Gb/s (1,189 frames, 5 MB) did
-#: not, and a pump stamped them all with its start (the AioNic pump pulls again instead).
-MAX_DATA_FRAMES = 128
+#: the most data frames a port's queue holds here, whatever its rate (it binds above ~4.3
+#: Gb/s, where queue_s of line rate is more): what a pump builds before it sends, what one
+#: sendmmsg may take (256), and where the C engines stop (a Python engine's pull may bring a
+#: window more). 256 frames of 4 KiB (1.1 MB) are about the 1 MiB L2 cache; 2 ms of 20 Gb/s
+#: (1,189 frames, 5 MB) were not, and a pump stamped them all with its start (the AioNic
+#: pump pulls again instead). 128 cost the receivers more per frame (smaller batches):
+#: docs/design/core.md, "Spurious timeouts at full speed".
+MAX_DATA_FRAMES = 256
 
 
 class PortPacer:

@@ -24,6 +24,7 @@ from mrcnic.verbs import Device, RemoteBuffer, WcStatus
 from mrcnic.wire.usid import ClosShape
 
 RATE = 100e6
+FAST = 100e9  # a port whose bucket lets PULL_ROUNDS full queues go at once
 FRAME = 4202
 
 
@@ -474,10 +475,10 @@ def _pump_nic(dev: Pulls) -> tuple[AioNic, list[int]]:
 
 
 def test_a_pump_pulls_again_while_a_full_queue_leaves_at_once():
-    """At 20 Gb/s a port's queue would hold 2 ms (1,189 frames); it holds MAX_DATA_FRAMES,
+    """At 100 Gb/s a port's queue would hold 2 ms (5,949 frames); it holds MAX_DATA_FRAMES,
     and the pump pulls again, with the clock read again, as long as the whole queue left:
     frames are built just before they leave, and stamped with about that time."""
-    dev = Pulls(20e9, backlog=10_000)
+    dev = Pulls(FAST, backlog=100_000)
     nic, sent = _pump_nic(dev)
     assert nic.ports[0].pacer.data_limit == pacing.MAX_DATA_FRAMES
     nic._pump()
@@ -491,12 +492,12 @@ def test_a_pump_pulls_again_when_one_of_several_ports_filled():
     """The C engine stops at the first full port, the others a frame short: that is a full
     queue too, and the pump pulls again; a pump that used up its rounds pumps again after
     the next poll. With no live port it pulls once, as it always did."""
-    dev = Pulls(20e9, backlog=100_000, ports=4)
+    dev = Pulls(FAST, backlog=100_000, ports=4)
     nic, sent = _pump_nic(dev)
     nic._pump()
     assert [w for w, _ in dev.calls].count("pull") == PULL_ROUNDS
     assert nic._pump_scheduled  # the rounds ran out, the transport did not: another pump
-    idle = Pulls(20e9, backlog=100_000, ports=2)
+    idle = Pulls(FAST, backlog=100_000, ports=2)
     nic, sent = _pump_nic(idle)
     for p in nic.ports:
         p.up = False
@@ -505,7 +506,7 @@ def test_a_pump_pulls_again_when_one_of_several_ports_filled():
 
 
 def test_a_pump_stops_pulling_when_the_transport_or_the_pacer_stops():
-    dev = Pulls(20e9, backlog=2 * pacing.MAX_DATA_FRAMES + 5)  # the transport runs out
+    dev = Pulls(FAST, backlog=2 * pacing.MAX_DATA_FRAMES + 5)  # the transport runs out
     nic, sent = _pump_nic(dev)
     nic._pump()
     assert sent == [pacing.MAX_DATA_FRAMES, pacing.MAX_DATA_FRAMES, 5]
