@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mrcnic.io.aio import RX_SLOT_BYTES as SLOT_BYTES
 from mrcnic.io.batch import RecvRing
 from mrcnic.verbs import Device
-
-SLOT_BYTES = 9216  # the shell's default slot (AioNic frame_cap)
 
 
 def fill(ring: RecvRing, frames: Sequence[bytes]) -> None:

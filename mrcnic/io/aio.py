@@ -77,6 +77,7 @@ from mrcnic.verbs import Device
 _NETDOWN = NETDOWN_ERRNOS
 LINK_POLL_S = 1.0  # fallback link check (netlink is the fast path)
 RX_BATCHES_PER_WAKE = 8  # bound the time one busy port can hold the loop
+RX_SLOT_BYTES = 9216  # a receive slot: a jumbo frame (a longer one is cut and counted)
 #: pulls of the transport per pump while each goes out at once (a pump's bound: the
 #: receive path and timers get the loop back after at most this many queue-fulls)
 PULL_ROUNDS = 8
@@ -199,7 +200,7 @@ class AioNic:
         *,
         netns: str | None = None,
         pacer: PacerConfig | None = None,
-        frame_cap: int = 9216,
+        frame_cap: int = RX_SLOT_BYTES,
         rx_batch: int = 64,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

@@ -260,11 +260,7 @@ class RxEngines:
                 dev, ptr, offs + start, lens + start, n - start, slot_len, now_s, done + start
             )
             rest += dev.n_rest
-            # only the engines the batch names have output (the rest produce nothing in a
-            # batch)
-            self.drain_out()
-            for eng in named:
-                eng.flush()
+            self.flush(named)  # (the engines the batch does not name produced nothing)
             if dev.grow:  # an engine's table was too small for the frame it stopped at
                 entries[dev.grow - 1].grow()
                 dev.grow = 0
@@ -280,10 +276,11 @@ class RxEngines:
             return None
         return memoryview(self._ffi.buffer(done, n)).cast("b")
 
-    def flush(self) -> None:
-        """Hand everything the engines produced to their QPs and the shell."""
+    def flush(self, engines: Iterable[Any] | None = None) -> None:
+        """Hand everything the engines produced (of ``engines``; default: every engine) to
+        their QPs and the shell."""
         self.drain_out()
-        for eng in self.engines.values():
+        for eng in self.engines.values() if engines is None else engines:
             eng.flush()
 
     def sync(self) -> None:

@@ -31,6 +31,7 @@ from mrcnic.transport.qp_types import QpAttributes, QpConfig, QpState
 from mrcnic.transport.rx_engine import c_module as _c_module
 from mrcnic.verbs import Device, RemoteBuffer
 from mrcnic.wire import layout, usid
+from tests.batches import SLOT_BYTES, fill
 
 needs_c = pytest.mark.skipif(_c_module() is None, reason="the C module is not built")
 SHAPE = usid.ClosShape(planes=2, t0=2, t1=2, hosts_per_t0=2)
@@ -156,7 +157,7 @@ def _run(
     assert (qa.core._txe is not None) == (engine == "c")
     mr = b.register(bytearray(REGION))
     rb = RemoteBuffer.of(mr)
-    ring = RecvRing(9216, 64)
+    ring = RecvRing(SLOT_BYTES, 64)
     t = 1.0
     q: list = []  # (arrival, seq, to_sender, frame)
     seq = 0
@@ -186,9 +187,7 @@ def _run(
                 b.receive_frame(f, arr)
         if batch:
             if rng.random() < 0.5:  # a receive batch, as the shell hands it over
-                for i, (_arr, f) in enumerate(batch[:64]):
-                    ring.view[i * 9216 : i * 9216 + len(f)] = f
-                    ring.lens[i] = len(f)
+                fill(ring, [f for _arr, f in batch[:64]])
                 a.receive_batch(ring, min(64, len(batch)), t)
                 for _arr, f in batch[64:]:
                     a.receive_frame(f, t)
