@@ -40,6 +40,7 @@ enum {
 };
 static const double RTT_PEAK_RELEASE = 1.0 / 64;
 static const double RTO_PEAK_GAIN = 1.5;
+static const double RTO_PEAK_RELEASE = 1.0 / 8;
 static const double SPURIOUS_RTT_FRACTION = 0.5;
 
 #include "mrc_bytes.inc"
@@ -399,6 +400,13 @@ static inline uint64_t ts_of(double now_s) {
     return ts ? ts : 1; /* 0 means "no timestamp" in a SACK */
 }
 
+/* Requester.rtx_rto_s: the retransmission timer's RTO */
+static inline double rtx_rto(const struct mrc_txe_qp *q) {
+    double b = RTO_PEAK_GAIN * q->rto_peak;
+    b = b < q->max_rto_s ? b : q->max_rto_s;
+    return q->rto > b ? q->rto : b;
+}
+
 /* Requester._send_record with rtx=True: 1 sent, 0 no EV (the caller re-queues), -2 release */
 static int send_record(struct mrc_txe_qp *q, struct mrc_txe_rec *r, double now_s,
                        struct mrc_txe_out *out) {
@@ -430,7 +438,7 @@ static int send_record(struct mrc_txe_qp *q, struct mrc_txe_rec *r, double now_s
     r->ever_rtx = 1;
     q->st.retransmissions++;
     uint32_t sh = r->retries < 30 ? r->retries : 30;
-    double rto = q->rto * (double)(1u << sh);
+    double rto = rtx_rto(q) * (double)(1u << sh);
     arm(q, r, now_s + (rto < q->max_rto_s ? rto : q->max_rto_s));
     return 1;
 }
@@ -489,7 +497,7 @@ int mrc_txe_send(struct mrc_txe_qp *q, double now_s, double cwnd_bytes,
         limit = q->rec_cap - 1; /* the C engine's own bound on PSNs outstanding */
     }
     uint64_t ts_ns = ts_of(now_s);
-    double deadline = now_s + (q->rto < q->max_rto_s ? q->rto : q->max_rto_s);
+    double deadline = now_s + rtx_rto(q);
     int in_order;
     if (q->resume_new) {
         in_order = q->resume_in_order;
@@ -603,7 +611,7 @@ static void update_rto(struct mrc_txe_qp *q) {
 }
 
 /* Requester._rtt_sample */
-static void rtt_sample(struct mrc_txe_qp *q, double r) {
+static void rtt_sample(struct mrc_txe_qp *q, double r, double now_s) {
     if (!q->has_srtt) {
         q->srtt = r;
         q->rttvar = r / 2;
@@ -619,6 +627,15 @@ static void rtt_sample(struct mrc_txe_qp *q, double r) {
     }
     double peak = q->rtt_peak;
     q->rtt_peak = r > peak ? r : peak + (r - peak) * RTT_PEAK_RELEASE;
+    peak = q->rto_peak;
+    if (r > peak) {
+        q->rto_peak = r;
+    } else {
+        /* released per smoothed RTT of time, not per sample (see requester.py) */
+        double f = (now_s - q->rto_peak_at) / q->srtt;
+        q->rto_peak = peak + (r - peak) * RTO_PEAK_RELEASE * (f < 1.0 ? (f > 0 ? f : 0) : 1.0);
+    }
+    q->rto_peak_at = now_s;
     update_rto(q);
 }
 
@@ -654,8 +671,12 @@ static int spurious(struct mrc_txe_qp *q, struct mrc_txe_rec *r, uint32_t ev, ui
     double delay = now_s - r->to_sent_s;
     if (delay > q->rtt_peak) {
         q->rtt_peak = delay;
-        update_rto(q);
     }
+    if (delay > q->rto_peak) {
+        q->rto_peak = delay;
+        q->rto_peak_at = now_s;
+    }
+    update_rto(q);
     return 1;
 }
 
@@ -888,7 +909,7 @@ int mrc_txe_sack(struct mrc_txe_qp *q, uint32_t cack, uint32_t offset, uint64_t 
     if (ts_ns && !probe_answer) {
         double r = now_s - (double)ts_ns * 1e-9;
         if (r > 0) {
-            rtt_sample(q, r);
+            rtt_sample(q, r, now_s);
             rtt = r;
         }
     }
@@ -1099,7 +1120,7 @@ int mrc_txe_expire(struct mrc_txe_qp *q, double now_s) {
     for (uint32_t i = 0; i < ne; i++) {
         struct mrc_txe_rec *r = rec_at(q, exp[i]);
         uint32_t sh = r->retries < 30 ? r->retries : 30;
-        double rto = q->rto * (double)(1u << sh);
+        double rto = rtx_rto(q) * (double)(1u << sh);
         double deadline = r->sent_s + (rto < q->max_rto_s ? rto : q->max_rto_s);
         if (deadline > now_s) {
             arm(q, r, deadline); /* the RTO grew since it was sent */

@@ -79,6 +79,14 @@ if TYPE_CHECKING:
 RTT_PEAK_RELEASE = 1 / 64
 #: the RTO is at least this multiple of the recent RTT peak
 RTO_PEAK_GAIN = 1.5
+#: the retransmission timer's own peak tracker (rtx_rto_s) releases this fraction per
+#: smoothed RTT of time (halved in ~5 RTTs), not per sample. The per-sample rule forgot a
+#: peak within one RTT when a QP hears ~100 SACKs an RTT, and every scheduling stall of its
+#: peer became a burst of spurious timeouts (thousands a second in bench-nic), each retiring
+#: an EV. The RTO that paces probes and the reordering window keep the per-sample peak: in
+#: the simulator, with nothing stalling, a slower probe or a wider window only found failed
+#: paths later.
+RTO_PEAK_RELEASE = 1 / 8
 #: an acknowledgment this soon (x min RTT) after a retransmission was caused by the original
 SPURIOUS_RTT_FRACTION = 0.5
 #: the reordering window grows by a quarter min RTT per spurious retransmission, up to this
@@ -227,7 +235,7 @@ class PySendEngine:
         for rec in sb.expired(now_s):
             # the deadline was set with the RTO of its send time: if the RTO has grown since
             # (the queues grew), the packet gets the current one
-            rto = qp._rto * (1 << min(rec.retries, 30))  # (capped: max_rto_s caps the result)
+            rto = self.rtx_rto_s() * (1 << min(rec.retries, 30))  # (max_rto_s caps the result)
             deadline = rec.sent_s + (rto if rto < max_rto else max_rto)
             if deadline > now_s:
                 sb.arm(rec, deadline)
@@ -374,7 +382,7 @@ class PySendEngine:
             rec.first_sent_s = now_s
             st.tx_data_packets += 1
             st.tx_data_bytes += rec.length
-        rto = qp._rto * (1 << min(rec.retries, 30))
+        rto = self.rtx_rto_s() * (1 << min(rec.retries, 30))
         max_rto = qp.config.max_rto_s
         sb.arm(rec, now_s + (rto if rto < max_rto else max_rto))
         return (evs.plane_of[slot], frame)
@@ -494,7 +502,7 @@ class PySendEngine:
         if reflected_ts_ns and not is_probe_answer:
             rtt = now_s - reflected_ts_ns * 1e-9
             if rtt > 0:
-                self._rtt_sample(rtt)
+                self._rtt_sample(rtt, now_s)
             else:
                 rtt = None
         slot = evs.slot_of.get(ev, -1)  # the EV of the packet that triggered this SACK
@@ -518,7 +526,7 @@ class PySendEngine:
         if acked:
             self._complete_messages(now_s)
 
-    def _rtt_sample(self, r: float) -> None:
+    def _rtt_sample(self, r: float, now_s: float) -> None:
         # RFC 6298 estimator; the reflected timestamp names one transmission, so no Karn issue.
         if self.qp._srtt is None:
             self.qp._srtt = r
@@ -529,9 +537,25 @@ class PySendEngine:
         if r < self.qp._min_rtt or not self.qp._rtt_measured:
             self.qp._min_rtt = r
             self.qp._rtt_measured = True
-        peak = self.qp._rtt_peak
-        self.qp._rtt_peak = r if r > peak else peak + (r - peak) * RTT_PEAK_RELEASE
+        qp = self.qp
+        peak = qp._rtt_peak
+        qp._rtt_peak = r if r > peak else peak + (r - peak) * RTT_PEAK_RELEASE
+        peak = qp._rto_peak
+        if r > peak:
+            qp._rto_peak = r
+        else:
+            f = (now_s - qp._rto_peak_at) / qp._srtt
+            qp._rto_peak = peak + (r - peak) * RTO_PEAK_RELEASE * (min(f, 1.0) if f > 0 else 0.0)
+        qp._rto_peak_at = now_s
         self._update_rto()
+
+    def rtx_rto_s(self) -> float:
+        """The retransmission timer's RTO: the QP's RTO, or the RTO peak's when higher."""
+        qp = self.qp
+        b = RTO_PEAK_GAIN * qp._rto_peak
+        max_rto = qp.config.max_rto_s
+        b = b if b < max_rto else max_rto
+        return qp._rto if qp._rto > b else b
 
     def _update_rto(self) -> None:
         # Spraying makes RTTs heavy-tailed (each packet sees its own path's queue): srtt +
@@ -574,9 +598,13 @@ class PySendEngine:
             return True
         self.qp.stats.spurious_timeouts += 1
         delay = now_s - rec.to_sent_s
-        if delay > self.qp._rtt_peak:
-            self.qp._rtt_peak = delay
-            self._update_rto()
+        qp = self.qp
+        if delay > qp._rtt_peak:
+            qp._rtt_peak = delay
+        if delay > qp._rto_peak:
+            qp._rto_peak = delay
+            qp._rto_peak_at = now_s
+        self._update_rto()
         return True
 
     def _find_losses(

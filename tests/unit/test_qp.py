@@ -27,6 +27,7 @@ from mrcnic.transport.qp_types import (
     WcStatus,
     WriteCompleted,
 )
+from mrcnic.transport.requester import PySendEngine
 from mrcnic.wire import usid
 
 MASK = 0xFFFFFF
@@ -601,6 +602,34 @@ def test_spurious_timeout_is_detected_and_the_rto_learns_from_it(qp_pair):
     assert st.rto_s >= 1.5 * 0.95e-3  # the missed RTT is now covered
     slot = w.qa.evs.slot_of[held["ev"]]
     assert w.qa.evs.acked_packets[slot] >= 1  # the original's EV got the credit
+
+
+def test_the_retransmission_timer_remembers_a_stall_for_rtts_not_for_acks(qp_pair):
+    """100 SACKs an RTT of 1 ms, then one 10 ms sample (the peer stalled), then three RTTs of
+    1 ms samples: the retransmission timer still covers most of the stall (its peak is
+    released by 1/8 per smoothed RTT of time), while the RTO that paces probes has let it go
+    (released per SACK: 300 SACKs). Until 2026-11-30 the timer used the per-SACK peak too,
+    and a QP that heard many SACKs an RTT timed out at every stall of its peer. Sixty RTTs
+    later the timer has let it go as well. (The C engine: tests/unit/test_tx_engine.py.)"""
+    w = qp_pair("mrc")
+    tx = w.qa.tx
+    assert isinstance(tx, PySendEngine)
+    t = 1.0
+
+    def samples(n: int, rtt_s: float) -> None:
+        nonlocal t
+        for _ in range(n):
+            t += 1e-5
+            tx._rtt_sample(rtt_s, t)
+
+    samples(1000, 1e-3)
+    assert tx.rtx_rto_s() == pytest.approx(w.qa._rto) and w.qa._rto < 2e-3
+    samples(1, 10e-3)
+    samples(300, 1e-3)
+    assert w.qa._rto < 2e-3
+    assert tx.rtx_rto_s() > 1.5 * (1e-3 + 9e-3 * (7 / 8) ** 3 * 0.95)
+    samples(6000, 1e-3)
+    assert tx.rtx_rto_s() < 1.1 * 1.5e-3
 
 
 @pytest.mark.parametrize(("planes", "spray"), [(1, "bag"), (1, "random"), (2, "bag")])

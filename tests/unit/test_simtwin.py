@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import subprocess
+import time
 
 import pytest
 
@@ -96,8 +97,14 @@ def test_sched_wait_reads_this_process() -> None:
     a = sched_wait([os.getpid()])
     if a is None:
         pytest.skip("this kernel keeps no /proc/PID/schedstat (CONFIG_SCHED_INFO)")
-    sum(range(200_000))  # some CPU time
-    d = sched_wait([os.getpid()]) - a
+    # some CPU time: the kernel adds a task's run time to schedstat at a tick or a switch, so
+    # burn until one came (a few ms of CPU were not always enough under a parallel suite)
+    end = time.monotonic() + 2.0
+    while True:
+        sum(range(200_000))
+        d = sched_wait([os.getpid()]) - a
+        if d.run_s > 0 or time.monotonic() > end:
+            break
     assert d.run_s > 0 and d.slices >= 0 and d.wait_s >= 0
     assert SchedWait(0.0, 0.2, 4).wait_per_slice_s == 0.05
     assert SchedWait(0.0, 0.0, 0).wait_per_slice_s is None
