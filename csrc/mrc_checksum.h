@@ -9,6 +9,11 @@
  * of the whole message). */
 uint32_t mrc_csum_partial(const uint8_t *data, size_t len, uint32_t sum);
 
+/* Whether mrc_csum_partial sums 32 bytes a step with AVX2 (1, when the CPU has it: the
+ * default) or with 64-bit words (0). `on` 0 or 1 sets it (no AVX2: stays 0), -1 only asks;
+ * returns the setting in force. Both give the same sum: the tests run each. */
+int mrc_csum_simd(int on);
+
 /* Fold a 32-bit accumulator to 16 bits and complement it. */
 uint16_t mrc_csum_fold(uint32_t sum);
 

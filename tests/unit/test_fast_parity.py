@@ -238,11 +238,31 @@ def _as(kind: str, data: bytes) -> Any:
     data=DATA,
     initial=st.one_of(U32, st.just(0)),
     kind=st.sampled_from(["bytes", "bytearray", "memoryview"]),
+    simd=st.booleans(),
 )
-def test_csum_partial_parity(data: bytes, initial: int, kind: str) -> None:
-    got = fast.csum_partial(_as(kind, data), initial)
+def test_csum_partial_parity(data: bytes, initial: int, kind: str, simd: bool) -> None:
+    """Both of the C sum's loops (AVX2 and 64-bit words) against the twin."""
+    before = lib.mrc_csum_simd(-1)
+    lib.mrc_csum_simd(int(simd))
+    try:
+        got = fast.csum_partial(_as(kind, data), initial)
+    finally:
+        lib.mrc_csum_simd(before)
     assert got == twin.csum_partial(data, initial)
     assert 0 <= got <= 0xFFFF
+
+
+def test_the_csum_uses_avx2_where_the_cpu_has_it() -> None:
+    """So the parity test above runs the AVX2 loop on a machine of the project's kind (all
+    have AVX2), and a CPU without it gets the 64-bit loop instead of an illegal instruction."""
+    with open("/proc/cpuinfo") as f:
+        has = " avx2" in f.read()
+    before = lib.mrc_csum_simd(-1)
+    try:
+        assert lib.mrc_csum_simd(1) == int(has)
+        assert lib.mrc_csum_simd(0) == 0
+    finally:
+        lib.mrc_csum_simd(before)
 
 
 @SETTINGS
