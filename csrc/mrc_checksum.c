@@ -10,6 +10,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define MRC_CSUM_X86 1
+#include "mrc_simd.inc"
 #endif
 
 #include "mrc_wire.h"
@@ -51,11 +52,7 @@ static int simd_on = -1; /* -1: not yet asked of the CPU */
 
 int mrc_csum_simd(int on) {
 #ifdef MRC_CSUM_X86
-    if (simd_on < 0 || on >= 0) {
-        int have = __builtin_cpu_supports("avx2") ? 1 : 0;
-        simd_on = on < 0 ? have : (on && have);
-    }
-    return simd_on;
+    return simd_switch(&simd_on, on, __builtin_cpu_supports("avx2") ? 1 : 0);
 #else
     (void)on;
     return 0;

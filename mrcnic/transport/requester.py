@@ -528,23 +528,25 @@ class PySendEngine:
 
     def _rtt_sample(self, r: float, now_s: float) -> None:
         # RFC 6298 estimator; the reflected timestamp names one transmission, so no Karn issue.
-        if self.qp._srtt is None:
-            self.qp._srtt = r
-            self.qp._rttvar = r / 2
-        else:
-            self.qp._rttvar = 0.75 * self.qp._rttvar + 0.25 * abs(self.qp._srtt - r)
-            self.qp._srtt = 0.875 * self.qp._srtt + 0.125 * r
-        if r < self.qp._min_rtt or not self.qp._rtt_measured:
-            self.qp._min_rtt = r
-            self.qp._rtt_measured = True
         qp = self.qp
+        srtt = qp._srtt
+        if srtt is None:
+            srtt = r
+            qp._rttvar = r / 2
+        else:
+            qp._rttvar = 0.75 * qp._rttvar + 0.25 * abs(srtt - r)
+            srtt = 0.875 * srtt + 0.125 * r
+        qp._srtt = srtt
+        if r < qp._min_rtt or not qp._rtt_measured:
+            qp._min_rtt = r
+            qp._rtt_measured = True
         peak = qp._rtt_peak
         qp._rtt_peak = r if r > peak else peak + (r - peak) * RTT_PEAK_RELEASE
         peak = qp._rto_peak
         if r > peak:
             qp._rto_peak = r
         else:
-            f = (now_s - qp._rto_peak_at) / qp._srtt
+            f = (now_s - qp._rto_peak_at) / srtt
             qp._rto_peak = peak + (r - peak) * RTO_PEAK_RELEASE * (min(f, 1.0) if f > 0 else 0.0)
         qp._rto_peak_at = now_s
         self._update_rto()

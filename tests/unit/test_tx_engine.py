@@ -8,6 +8,7 @@ import heapq
 import random
 import zlib
 from dataclasses import asdict, replace
+from pathlib import Path
 
 import pytest
 
@@ -373,15 +374,55 @@ def test_the_parity_cases_reach_every_path() -> None:
 
 
 @needs_c
-def test_the_icrc_is_zlibs_crc32() -> None:
-    """csrc/mrc_crc.c (libdeflate's CRC-32 when the build found it, else zlib's) computes
-    what Python's zlib.crc32 does: the two engines' frames carry the same ICRC."""
+@pytest.mark.parametrize("simd", [1, 0])
+def test_the_icrc_is_zlibs_crc32(simd: int) -> None:
+    """csrc/mrc_crc.c (AVX-512 folding where the CPU has it, then libdeflate's CRC-32 when
+    the build found it, else zlib's) computes what Python's zlib.crc32 does, on every length
+    around the folding loop's steps: the two engines' frames carry the same ICRC."""
     lib = _c_module().lib
     rng = random.Random(1)
-    for n in (0, 1, 7, 64, 4136, 9000):
-        b = bytes(rng.randrange(256) for _ in range(n))
-        assert lib.mrc_crc32(0, b, n) == zlib.crc32(b)
-        assert lib.mrc_crc32(zlib.crc32(b[:3]), b[3:], max(0, n - 3)) == zlib.crc32(b)
+    before = lib.mrc_crc32_simd(-1)
+    lib.mrc_crc32_simd(simd)
+    try:
+        for n in [*range(0, 700), 4136, 4150, 9000, 65537]:
+            b = rng.randbytes(n)
+            start = rng.randrange(1 << 32)
+            assert lib.mrc_crc32(0, b, n) == zlib.crc32(b)
+            assert lib.mrc_crc32(start, b, n) == zlib.crc32(b, start)
+            assert lib.mrc_crc32(zlib.crc32(b[:3]), b[3:], max(0, n - 3)) == zlib.crc32(b)
+    finally:
+        lib.mrc_crc32_simd(before)
+
+
+@needs_c
+def test_the_icrc_folds_with_avx512_where_the_cpu_has_it() -> None:
+    """So the test above runs the folding loop on a machine of the project's kind, and a CPU
+    without AVX-512 VPCLMULQDQ gets the library's CRC instead of an illegal instruction. The
+    loop's constants are x^n mod P, bit-reflected and shifted left by one: derived here again."""
+    lib = _c_module().lib
+    with open("/proc/cpuinfo") as f:
+        flags = set(f.read().split())
+    has = {"avx512f", "vpclmulqdq", "pclmulqdq", "sse4_1"} <= flags
+    before = lib.mrc_crc32_simd(-1)
+    try:
+        assert lib.mrc_crc32_simd(1) == int(has)
+        assert lib.mrc_crc32_simd(0) == 0
+    finally:
+        lib.mrc_crc32_simd(before)
+
+    def k(n: int) -> int:
+        r = 1
+        for _ in range(n):
+            r <<= 1
+            if r & (1 << 32):
+                r ^= 0x104C11DB7
+        return int(f"{r:032b}"[::-1], 2) << 1
+
+    with open(Path(__file__).resolve().parents[2] / "csrc" / "mrc_crc.c") as f:
+        src = f.read()
+    for d in (2048, 512, 384, 256, 128):
+        assert f"K{d + 32} = {k(d + 32):#x}" in src and f"K{d - 32} = {k(d - 32):#x}" in src
+    assert f"K64 = {k(64):#x}" in src
 
 
 @pytest.mark.parametrize("engine", ["py", pytest.param("c", marks=needs_c)])
