@@ -223,9 +223,10 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
                 statistics.median(r["recv"]["frames"] / w for r, w in zip(rs, wakes, strict=True)),
                 2,
             )
-        timeouts = [r["send"].get("timeouts") for r in rs]
-        if all(t is not None for t in timeouts):  # (the NIC's runs: spurious ones mostly)
-            out[cfg]["send_timeouts_runs"] = timeouts
+        for key in ("timeouts", "spurious_timeouts"):  # (the NIC's runs; RoCEv2 has no spurious)
+            counts = [r["send"].get(key) for r in rs]
+            if all(c is not None for c in counts):
+                out[cfg][f"send_{key}_runs"] = counts
     return out
 
 

@@ -31,7 +31,7 @@ static inline uint32_t fold64_to16(uint64_t s) {
 
 #ifdef MRC_CSUM_X86
 /* The 32-byte steps of sum_be16 with AVX2: each 32-bit word is zero-extended into a 64-bit
- * lane and added (a lane overflows only after 2^32 words: 16 GiB), so the carries are kept
+ * lane and added (the lanes overflow only past 64 GiB), so the carries are kept
  * and folded at the end, as the one's-complement sum allows. A frame's payload is summed
  * about 3x as fast as with 64-bit words (make bench-nic's sender spent ~7% of its CPU here). */
 __attribute__((target("avx2"))) static uint64_t sum_avx2(const uint8_t *data, size_t n32) {
@@ -64,7 +64,8 @@ static uint32_t sum_be16(const uint8_t *data, size_t len) {
     uint64_t s0 = 0, s1 = 0;
     size_t i = 0;
 #ifdef MRC_CSUM_X86
-    if (len >= 64 && (simd_on > 0 || (simd_on < 0 && mrc_csum_simd(-1)))) {
+    int simd = __atomic_load_n(&simd_on, __ATOMIC_RELAXED);
+    if (len >= 64 && (simd > 0 || (simd < 0 && mrc_csum_simd(-1)))) {
         size_t n32 = len / 32;
         s0 = sum_avx2(data, n32);
         i = n32 * 32;

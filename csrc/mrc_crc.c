@@ -109,7 +109,8 @@ int mrc_crc32_simd(int on) {
 
 uint32_t mrc_crc32(uint32_t crc, const uint8_t *buf, size_t len) {
 #ifdef MRC_CRC_X86
-    if (len >= 256 && (simd_on > 0 || (simd_on < 0 && mrc_crc32_simd(-1)))) {
+    int simd = __atomic_load_n(&simd_on, __ATOMIC_RELAXED);
+    if (len >= 256 && (simd > 0 || (simd < 0 && mrc_crc32_simd(-1)))) {
         size_t n = len & ~(size_t)63;
         crc = ~crc32_vpclmul(~crc, buf, n);
         buf += n;

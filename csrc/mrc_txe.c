@@ -400,8 +400,8 @@ static inline uint64_t ts_of(double now_s) {
     return ts ? ts : 1; /* 0 means "no timestamp" in a SACK */
 }
 
-/* Requester.rtx_rto_s: the retransmission timer's RTO */
-static inline double rtx_rto(const struct mrc_txe_qp *q) {
+/* requester.rtx_rto_s: the retransmission timer's RTO */
+static inline double rtx_rto_s(const struct mrc_txe_qp *q) {
     double b = RTO_PEAK_GAIN * q->rto_peak;
     b = b < q->max_rto_s ? b : q->max_rto_s;
     return q->rto > b ? q->rto : b;
@@ -438,7 +438,7 @@ static int send_record(struct mrc_txe_qp *q, struct mrc_txe_rec *r, double now_s
     r->ever_rtx = 1;
     q->st.retransmissions++;
     uint32_t sh = r->retries < 30 ? r->retries : 30;
-    double rto = rtx_rto(q) * (double)(1u << sh);
+    double rto = rtx_rto_s(q) * (double)(1u << sh);
     arm(q, r, now_s + (rto < q->max_rto_s ? rto : q->max_rto_s));
     return 1;
 }
@@ -497,7 +497,7 @@ int mrc_txe_send(struct mrc_txe_qp *q, double now_s, double cwnd_bytes,
         limit = q->rec_cap - 1; /* the C engine's own bound on PSNs outstanding */
     }
     uint64_t ts_ns = ts_of(now_s);
-    double deadline = now_s + rtx_rto(q);
+    double deadline = now_s + rtx_rto_s(q);
     int in_order;
     if (q->resume_new) {
         in_order = q->resume_in_order;
@@ -632,10 +632,10 @@ static void rtt_sample(struct mrc_txe_qp *q, double r, double now_s) {
         q->rto_peak = r;
     } else {
         /* released per smoothed RTT of time, not per sample (see requester.py) */
-        double f = (now_s - q->rto_peak_at) / q->srtt;
+        double f = (now_s - q->rto_peak_at_s) / q->srtt;
         q->rto_peak = peak + (r - peak) * RTO_PEAK_RELEASE * (f < 1.0 ? (f > 0 ? f : 0) : 1.0);
     }
-    q->rto_peak_at = now_s;
+    q->rto_peak_at_s = now_s;
     update_rto(q);
 }
 
@@ -674,7 +674,7 @@ static int spurious(struct mrc_txe_qp *q, struct mrc_txe_rec *r, uint32_t ev, ui
     }
     if (delay > q->rto_peak) {
         q->rto_peak = delay;
-        q->rto_peak_at = now_s;
+        q->rto_peak_at_s = now_s;
     }
     update_rto(q);
     return 1;
@@ -1120,7 +1120,7 @@ int mrc_txe_expire(struct mrc_txe_qp *q, double now_s) {
     for (uint32_t i = 0; i < ne; i++) {
         struct mrc_txe_rec *r = rec_at(q, exp[i]);
         uint32_t sh = r->retries < 30 ? r->retries : 30;
-        double rto = rtx_rto(q) * (double)(1u << sh);
+        double rto = rtx_rto_s(q) * (double)(1u << sh);
         double deadline = r->sent_s + (rto < q->max_rto_s ? rto : q->max_rto_s);
         if (deadline > now_s) {
             arm(q, r, deadline); /* the RTO grew since it was sent */

@@ -66,7 +66,7 @@ class SendHost(Protocol):
     _rttvar: float
     _rtt_peak: float
     _rto_peak: float
-    _rto_peak_at: float
+    _rto_peak_at_s: float
     _min_rtt: float
     _rtt_measured: bool
 
@@ -163,9 +163,6 @@ class SendEngine(Protocol):
 
     def reo_window_s(self) -> float: ...
 
-    def rtx_rto_s(self) -> float:
-        """The retransmission timer's RTO (the QP's RTO, or its peak's when higher)."""
-
     def state_bytes(self) -> int: ...
 
     def release(self) -> None:
@@ -261,9 +258,6 @@ class Detached:
         return []
 
     def reo_window_s(self) -> float:
-        return 0.0
-
-    def rtx_rto_s(self) -> float:
         return 0.0
 
     def state_bytes(self) -> int:

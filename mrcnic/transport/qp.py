@@ -153,9 +153,9 @@ class QueuePair(Outbox):
         self._min_rto = cfg.min_rto_s if cfg.min_rto_s is not None else 2 * cfg.base_rtt_s
         self._srtt: float | None = None
         self._rttvar = 0.0
-        self._rtt_peak = 0.0  # recent RTT tail (fast attack, slow release): the RACK window's
-        self._rto_peak = 0.0  # the same, released per RTT of time: the RTO's
-        self._rto_peak_at = 0.0  # when _rto_peak last moved
+        self._rtt_peak = 0.0  # recent RTT tail (fast attack, slow release per SACK): _rto's
+        self._rto_peak = 0.0  # the same, released per RTT of time: the retransmission timer's
+        self._rto_peak_at_s = 0.0  # when _rto_peak was last updated (its release is per time)
         self._min_rtt = cfg.base_rtt_s  # smallest data RTT measured (configured until then)
         self._rtt_measured = False
         self._rto = max(self._min_rto, INITIAL_RTO_RTTS * cfg.base_rtt_s)

@@ -105,6 +105,16 @@ _RECORD_BYTES = TxRecord.__basicsize__ + 100
 _MESSAGE_BYTES = TxMessage.__basicsize__
 
 
+def rtx_rto_s(qp: SendHost) -> float:
+    """The retransmission timer's RTO: the QP's RTO, or RTO_PEAK_GAIN x its timer peak when
+    that is higher (never above max_rto_s). Either engine's QP (the C engine's state is
+    read back into the QP per batch)."""
+    b = RTO_PEAK_GAIN * qp._rto_peak
+    max_rto = qp.config.max_rto_s
+    b = b if b < max_rto else max_rto
+    return qp._rto if qp._rto > b else b
+
+
 class PySendEngine:
     """One connected MRC QP's send side in Python (see the module docstring).
 
@@ -235,7 +245,7 @@ class PySendEngine:
         for rec in sb.expired(now_s):
             # the deadline was set with the RTO of its send time: if the RTO has grown since
             # (the queues grew), the packet gets the current one
-            rto = self.rtx_rto_s() * (1 << min(rec.retries, 30))  # (max_rto_s caps the result)
+            rto = rtx_rto_s(qp) * (1 << min(rec.retries, 30))  # (max_rto_s caps the result)
             deadline = rec.sent_s + (rto if rto < max_rto else max_rto)
             if deadline > now_s:
                 sb.arm(rec, deadline)
@@ -382,7 +392,7 @@ class PySendEngine:
             rec.first_sent_s = now_s
             st.tx_data_packets += 1
             st.tx_data_bytes += rec.length
-        rto = self.rtx_rto_s() * (1 << min(rec.retries, 30))
+        rto = rtx_rto_s(qp) * (1 << min(rec.retries, 30))
         max_rto = qp.config.max_rto_s
         sb.arm(rec, now_s + (rto if rto < max_rto else max_rto))
         return (evs.plane_of[slot], frame)
@@ -546,18 +556,10 @@ class PySendEngine:
         if r > peak:
             qp._rto_peak = r
         else:
-            f = (now_s - qp._rto_peak_at) / srtt
+            f = (now_s - qp._rto_peak_at_s) / srtt
             qp._rto_peak = peak + (r - peak) * RTO_PEAK_RELEASE * (min(f, 1.0) if f > 0 else 0.0)
-        qp._rto_peak_at = now_s
+        qp._rto_peak_at_s = now_s
         self._update_rto()
-
-    def rtx_rto_s(self) -> float:
-        """The retransmission timer's RTO: the QP's RTO, or the RTO peak's when higher."""
-        qp = self.qp
-        b = RTO_PEAK_GAIN * qp._rto_peak
-        max_rto = qp.config.max_rto_s
-        b = b if b < max_rto else max_rto
-        return qp._rto if qp._rto > b else b
 
     def _update_rto(self) -> None:
         # Spraying makes RTTs heavy-tailed (each packet sees its own path's queue): srtt +
@@ -605,7 +607,7 @@ class PySendEngine:
             qp._rtt_peak = delay
         if delay > qp._rto_peak:
             qp._rto_peak = delay
-            qp._rto_peak_at = now_s
+            qp._rto_peak_at_s = now_s
         self._update_rto()
         return True
 

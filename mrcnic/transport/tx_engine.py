@@ -47,7 +47,6 @@ from mrcnic.transport.qp_types import (
     WcStatus,
     WriteCompleted,
 )
-from mrcnic.transport.requester import RTO_PEAK_GAIN
 from mrcnic.transport.rx_engine import CounterSink, RxEngines, raw_pointer, zeroed
 
 if TYPE_CHECKING:
@@ -62,13 +61,13 @@ FIRST_RECOVERY_LOG = 16
 _HDR = struct.Struct(">6s6sHIHBB16s16sHHHH")  # Ethernet, IPv6, UDP: a template's 62 bytes
 
 
-# struct mrc_txe_qp's srtt, rttvar, min_rtt, rtt_peak, rto, rto_peak, rto_peak_at, has_srtt,
+# struct mrc_txe_qp's srtt, rttvar, min_rtt, rtt_peak, rto, rto_peak, rto_peak_at_s, has_srtt,
 # rtt_measured (in order)
 _RTT = struct.Struct("=7d2B")
 
 
 _RTT_FIELDS = (
-    "srtt", "rttvar", "min_rtt", "rtt_peak", "rto", "rto_peak", "rto_peak_at", "has_srtt",
+    "srtt", "rttvar", "min_rtt", "rtt_peak", "rto", "rto_peak", "rto_peak_at_s", "has_srtt",
     "rtt_measured",
 )  # fmt: skip
 
@@ -186,7 +185,7 @@ class CTxEngine:
         q.snd_una = q.snd_nxt = sb.snd_nxt
         q.rto, q.min_rtt, q.rtt_peak = qp._rto, qp._min_rtt, qp._rtt_peak
         q.rttvar, q.rtt_measured = qp._rttvar, qp._rtt_measured
-        q.rto_peak, q.rto_peak_at = qp._rto_peak, qp._rto_peak_at
+        q.rto_peak, q.rto_peak_at_s = qp._rto_peak, qp._rto_peak_at_s
         q.has_srtt = qp._srtt is not None
         q.srtt = qp._srtt or 0.0
         q.ev_order_ok, q.reo_mult, q.rack_sent_s = 1, 1, -1.0  # (PySendEngine's first values)
@@ -482,13 +481,6 @@ class CTxEngine:
         w = q.reo_mult * q.min_rtt * 0.25 + (spread if spread > 0 else 0.0)
         return w if w < q.rto else q.rto
 
-    def rtx_rto_s(self) -> float:
-        """PySendEngine.rtx_rto_s, from the C state."""
-        q = self.q
-        b = RTO_PEAK_GAIN * q.rto_peak
-        b = b if b < q.max_rto_s else q.max_rto_s
-        return q.rto if q.rto > b else b
-
     def loss_recovery_s(self) -> list[float]:
         q = self.q
         cap = q.recov_cap
@@ -587,7 +579,7 @@ class CTxEngine:
     def _stats(self) -> None:
         qp = self.qp
         self._counters.add_buffer(self._st_buf, qp.stats)
-        (srtt, qp._rttvar, qp._min_rtt, qp._rtt_peak, rto, qp._rto_peak, qp._rto_peak_at,
+        (srtt, qp._rttvar, qp._min_rtt, qp._rtt_peak, rto, qp._rto_peak, qp._rto_peak_at_s,
          has_srtt, measured) = _RTT.unpack(self._rtt_buf)  # fmt: skip
         qp._rto = rto
         qp.evs.path_quiet_s = 0.5 * rto

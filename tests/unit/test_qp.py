@@ -27,7 +27,7 @@ from mrcnic.transport.qp_types import (
     WcStatus,
     WriteCompleted,
 )
-from mrcnic.transport.requester import PySendEngine
+from mrcnic.transport.requester import PySendEngine, rtx_rto_s
 from mrcnic.wire import usid
 
 MASK = 0xFFFFFF
@@ -600,21 +600,24 @@ def test_spurious_timeout_is_detected_and_the_rto_learns_from_it(qp_pair):
     assert [e.wr_id for e in w.of(0, WriteCompleted)] == [1, 2]
     assert st.timeouts >= 1 and st.spurious_timeouts == 1
     assert st.rto_s >= 1.5 * 0.95e-3  # the missed RTT is now covered
+    assert rtx_rto_s(w.qa) >= 1.5 * 0.95e-3 and w.qa._rto_peak >= 0.95e-3  # the timer's too
     slot = w.qa.evs.slot_of[held["ev"]]
     assert w.qa.evs.acked_packets[slot] >= 1  # the original's EV got the credit
 
 
 def test_the_retransmission_timer_remembers_a_stall_for_rtts_not_for_acks(qp_pair):
     """100 SACKs an RTT of 1 ms, then one 10 ms sample (the peer stalled), then three RTTs of
-    1 ms samples: the retransmission timer still covers most of the stall (its peak is
+    1 ms samples: a packet sent now is timed with most of the stall (the timer's peak is
     released by 1/8 per smoothed RTT of time), while the RTO that paces probes has let it go
     (released per SACK: 300 SACKs). Until 2026-11-30 the timer used the per-SACK peak too,
     and a QP that heard many SACKs an RTT timed out at every stall of its peer. Sixty RTTs
-    later the timer has let it go as well. (The C engine: tests/unit/test_tx_engine.py.)"""
+    later the timer has let it go as well. (The C engine is held to this one by the parity
+    runs of tests/unit/test_tx_engine.py, which compare the timer's peak and deadlines.)"""
     w = qp_pair("mrc")
-    tx = w.qa.tx
+    qa = w.qa
+    tx = qa.tx
     assert isinstance(tx, PySendEngine)
-    t = 1.0
+    t = w.now
 
     def samples(n: int, rtt_s: float) -> None:
         nonlocal t
@@ -623,13 +626,19 @@ def test_the_retransmission_timer_remembers_a_stall_for_rtts_not_for_acks(qp_pai
             tx._rtt_sample(rtt_s, t)
 
     samples(1000, 1e-3)
-    assert tx.rtx_rto_s() == pytest.approx(w.qa._rto) and w.qa._rto < 2e-3
+    assert rtx_rto_s(qa) == pytest.approx(qa._rto) and qa._rto < 2e-3
     samples(1, 10e-3)
     samples(300, 1e-3)
-    assert w.qa._rto < 2e-3
-    assert tx.rtx_rto_s() > 1.5 * (1e-3 + 9e-3 * (7 / 8) ** 3 * 0.95)
+    assert qa._rto < 2e-3
+    stall_rto_s = 1.5 * (1e-3 + 9e-3 * (7 / 8) ** 3 * 0.95)
+    assert rtx_rto_s(qa) > stall_rto_s
+    _, mr = w.region(256)
+    qa.post_write(1, payload(256), mr.base_va, mr.rkey)
+    w.pump(0)  # the packet leaves now (the wire's clock): its timer is the timer's RTO
+    assert qa.tx.next_deadline() == pytest.approx(w.now + rtx_rto_s(qa))
+    assert qa.tx.next_deadline() > w.now + stall_rto_s
     samples(6000, 1e-3)
-    assert tx.rtx_rto_s() < 1.1 * 1.5e-3
+    assert rtx_rto_s(qa) < 1.1 * 1.5e-3
 
 
 @pytest.mark.parametrize(("planes", "spray"), [(1, "bag"), (1, "random"), (2, "bag")])

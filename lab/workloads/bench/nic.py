@@ -223,8 +223,8 @@ async def engine_send(
         "elapsed_s": t1 - t0,
         "retransmissions": st.retransmissions,
         "probes_sent": st.probes_sent,
-        "timeouts": getattr(st, "timeouts", 0),
-        "spurious_timeouts": getattr(st, "spurious_timeouts", 0),
+        "timeouts": st.timeouts,
+        "spurious_timeouts": getattr(st, "spurious_timeouts", None),  # (MRC's QP counts them)
         "transport": transport,
         "sacks_received": st.rx_sacks + getattr(st, "rx_acks", 0),
         "ev_states": qp.ev_states(),
