@@ -41,6 +41,7 @@ enum {
 static const double RTT_PEAK_RELEASE = 1.0 / 64;
 static const double RTO_PEAK_GAIN = 1.5;
 static const double RTO_PEAK_RELEASE = 1.0 / 8;
+static const double STALL_MEMORY_S = 10.0;
 static const double SPURIOUS_RTT_FRACTION = 0.5;
 
 #include "mrc_bytes.inc"
@@ -402,7 +403,7 @@ static inline uint64_t ts_of(double now_s) {
 
 /* requester.rtx_rto_s: the retransmission timer's RTO */
 static inline double rtx_rto_s(const struct mrc_txe_qp *q) {
-    double b = RTO_PEAK_GAIN * q->rto_peak;
+    double b = RTO_PEAK_GAIN * (q->rto_peak > q->stall_s ? q->rto_peak : q->stall_s);
     b = b < q->max_rto_s ? b : q->max_rto_s;
     return q->rto > b ? q->rto : b;
 }
@@ -636,6 +637,11 @@ static void rtt_sample(struct mrc_txe_qp *q, double r, double now_s) {
         q->rto_peak = peak + (r - peak) * RTO_PEAK_RELEASE * (f < 1.0 ? (f > 0 ? f : 0) : 1.0);
     }
     q->rto_peak_at_s = now_s;
+    if (q->stall_s > 0) { /* fades with the time constant STALL_MEMORY_S */
+        double g = (now_s - q->stall_at_s) / STALL_MEMORY_S;
+        q->stall_s = g >= 1.0 ? 0.0 : q->stall_s * (1.0 - (g > 0 ? g : 0));
+        q->stall_at_s = now_s;
+    }
     update_rto(q);
 }
 
@@ -675,6 +681,10 @@ static int spurious(struct mrc_txe_qp *q, struct mrc_txe_rec *r, uint32_t ev, ui
     if (delay > q->rto_peak) {
         q->rto_peak = delay;
         q->rto_peak_at_s = now_s;
+    }
+    if (delay > q->stall_s) {
+        q->stall_s = delay;
+        q->stall_at_s = now_s;
     }
     update_rto(q);
     return 1;

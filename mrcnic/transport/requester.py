@@ -87,6 +87,12 @@ RTO_PEAK_GAIN = 1.5
 #: the simulator, with nothing stalling, a slower probe or a wider window only found failed
 #: paths later.
 RTO_PEAK_RELEASE = 1 / 8
+#: the longest delay a spurious timeout revealed (``_stall_s``) also floors the retransmission
+#: timer (x RTO_PEAK_GAIN), fading with this time constant: the stall of a busy host (a
+#: process, or the softirq delivering its frames, waiting for a CPU) recurs on the
+#: scheduler's time scale, seconds apart, not the RTT's. A fabric without stalls never sets
+#: it; RACK, trims and probes find failed paths without the timer.
+STALL_MEMORY_S = 10.0
 #: an acknowledgment this soon (x min RTT) after a retransmission was caused by the original
 SPURIOUS_RTT_FRACTION = 0.5
 #: the reordering window grows by a quarter min RTT per spurious retransmission, up to this
@@ -109,7 +115,9 @@ def rtx_rto_s(qp: SendHost) -> float:
     """The retransmission timer's RTO: the QP's RTO, or RTO_PEAK_GAIN x its timer peak when
     that is higher (never above max_rto_s). Either engine's QP (the C engine's state is
     read back into the QP per batch)."""
-    b = RTO_PEAK_GAIN * qp._rto_peak
+    peak = qp._rto_peak
+    stall = qp._stall_s
+    b = RTO_PEAK_GAIN * (peak if peak > stall else stall)
     max_rto = qp.config.max_rto_s
     b = b if b < max_rto else max_rto
     return qp._rto if qp._rto > b else b
@@ -559,6 +567,10 @@ class PySendEngine:
             f = (now_s - qp._rto_peak_at_s) / srtt
             qp._rto_peak = peak + (r - peak) * RTO_PEAK_RELEASE * (min(f, 1.0) if f > 0 else 0.0)
         qp._rto_peak_at_s = now_s
+        if qp._stall_s > 0:  # fades with the time constant STALL_MEMORY_S
+            g = (now_s - qp._stall_at_s) / STALL_MEMORY_S
+            qp._stall_s = 0.0 if g >= 1.0 else qp._stall_s * (1.0 - (g if g > 0 else 0.0))
+            qp._stall_at_s = now_s
         self._update_rto()
 
     def _update_rto(self) -> None:
@@ -608,6 +620,9 @@ class PySendEngine:
         if delay > qp._rto_peak:
             qp._rto_peak = delay
             qp._rto_peak_at_s = now_s
+        if delay > qp._stall_s:
+            qp._stall_s = delay
+            qp._stall_at_s = now_s
         self._update_rto()
         return True
 

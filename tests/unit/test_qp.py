@@ -600,7 +600,19 @@ def test_spurious_timeout_is_detected_and_the_rto_learns_from_it(qp_pair):
     assert [e.wr_id for e in w.of(0, WriteCompleted)] == [1, 2]
     assert st.timeouts >= 1 and st.spurious_timeouts == 1
     assert st.rto_s >= 1.5 * 0.95e-3  # the missed RTT is now covered
-    assert rtx_rto_s(w.qa) >= 1.5 * 0.95e-3 and w.qa._rto_peak >= 0.95e-3  # the timer's too
+    assert rtx_rto_s(w.qa) >= 1.5 * 0.95e-3 and w.qa._stall_s >= 0.95e-3  # the timer's too
+    # The stall stays in the timer for seconds of 0.2 ms RTTs (the scheduler's time scale),
+    # while the RTT peaks let it go within milliseconds; after a minute it is gone too.
+    tx, t = w.qa.tx, w.now
+    for _ in range(1000):  # 100 ms
+        t += 1e-4
+        tx._rtt_sample(0.2e-3, t)
+    assert w.qa._rto_peak < 0.3e-3 and w.qa._rto < 0.5e-3
+    assert rtx_rto_s(w.qa) >= 1.5 * 0.95e-3 * 0.98
+    for _ in range(600):  # a minute, a sample each 0.1 s
+        t += 0.1
+        tx._rtt_sample(0.2e-3, t)
+    assert rtx_rto_s(w.qa) < 0.5e-3
     slot = w.qa.evs.slot_of[held["ev"]]
     assert w.qa.evs.acked_packets[slot] >= 1  # the original's EV got the credit
 
