@@ -3,6 +3,7 @@
 #include "mrc_txe.h"
 
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 #include "mrc_checksum.h"
@@ -401,9 +402,19 @@ static inline uint64_t ts_of(double now_s) {
     return ts ? ts : 1; /* 0 means "no timestamp" in a SACK */
 }
 
+/* requester.host_stall_s: the stall memory faded to now_s */
+static inline double host_stall_s(const struct mrc_txe_qp *q, double now_s) {
+    if (q->host_stall_s <= 0) {
+        return 0.0;
+    }
+    double dt = now_s - q->host_stall_at_s;
+    return dt > 0 ? q->host_stall_s * exp(-dt / STALL_MEMORY_S) : q->host_stall_s;
+}
+
 /* requester.rtx_rto_s: the retransmission timer's RTO */
-static inline double rtx_rto_s(const struct mrc_txe_qp *q) {
-    double b = RTO_PEAK_GAIN * (q->rto_peak > q->stall_s ? q->rto_peak : q->stall_s);
+static inline double rtx_rto_s(const struct mrc_txe_qp *q, double now_s) {
+    double stall = host_stall_s(q, now_s);
+    double b = RTO_PEAK_GAIN * (q->rto_peak > stall ? q->rto_peak : stall);
     b = b < q->max_rto_s ? b : q->max_rto_s;
     return q->rto > b ? q->rto : b;
 }
@@ -439,7 +450,7 @@ static int send_record(struct mrc_txe_qp *q, struct mrc_txe_rec *r, double now_s
     r->ever_rtx = 1;
     q->st.retransmissions++;
     uint32_t sh = r->retries < 30 ? r->retries : 30;
-    double rto = rtx_rto_s(q) * (double)(1u << sh);
+    double rto = rtx_rto_s(q, now_s) * (double)(1u << sh);
     arm(q, r, now_s + (rto < q->max_rto_s ? rto : q->max_rto_s));
     return 1;
 }
@@ -498,7 +509,7 @@ int mrc_txe_send(struct mrc_txe_qp *q, double now_s, double cwnd_bytes,
         limit = q->rec_cap - 1; /* the C engine's own bound on PSNs outstanding */
     }
     uint64_t ts_ns = ts_of(now_s);
-    double deadline = now_s + rtx_rto_s(q);
+    double deadline = now_s + rtx_rto_s(q, now_s);
     int in_order;
     if (q->resume_new) {
         in_order = q->resume_in_order;
@@ -637,11 +648,6 @@ static void rtt_sample(struct mrc_txe_qp *q, double r, double now_s) {
         q->rto_peak = peak + (r - peak) * RTO_PEAK_RELEASE * (f < 1.0 ? (f > 0 ? f : 0) : 1.0);
     }
     q->rto_peak_at_s = now_s;
-    if (q->stall_s > 0) { /* fades with the time constant STALL_MEMORY_S */
-        double g = (now_s - q->stall_at_s) / STALL_MEMORY_S;
-        q->stall_s = g >= 1.0 ? 0.0 : q->stall_s * (1.0 - (g > 0 ? g : 0));
-        q->stall_at_s = now_s;
-    }
     update_rto(q);
 }
 
@@ -682,9 +688,9 @@ static int spurious(struct mrc_txe_qp *q, struct mrc_txe_rec *r, uint32_t ev, ui
         q->rto_peak = delay;
         q->rto_peak_at_s = now_s;
     }
-    if (delay > q->stall_s) {
-        q->stall_s = delay;
-        q->stall_at_s = now_s;
+    if (delay > host_stall_s(q, now_s)) { /* note_host_stall */
+        q->host_stall_s = delay;
+        q->host_stall_at_s = now_s;
     }
     update_rto(q);
     return 1;
@@ -1130,7 +1136,7 @@ int mrc_txe_expire(struct mrc_txe_qp *q, double now_s) {
     for (uint32_t i = 0; i < ne; i++) {
         struct mrc_txe_rec *r = rec_at(q, exp[i]);
         uint32_t sh = r->retries < 30 ? r->retries : 30;
-        double rto = rtx_rto_s(q) * (double)(1u << sh);
+        double rto = rtx_rto_s(q, now_s) * (double)(1u << sh);
         double deadline = r->sent_s + (rto < q->max_rto_s ? rto : q->max_rto_s);
         if (deadline > now_s) {
             arm(q, r, deadline); /* the RTO grew since it was sent */

@@ -210,7 +210,7 @@ struct mrc_txe_qp {
     uint32_t recov_cap;
     uint64_t recov_count;
     /* RTT and RTO (Requester._rtt_sample, _update_rto) */
-    double srtt, rttvar, min_rtt, rtt_peak, rto, rto_peak, rto_peak_at_s, stall_s, stall_at_s;
+    double srtt, rttvar, min_rtt, rtt_peak, rto, rto_peak, rto_peak_at_s, host_stall_s, host_stall_at_s;
     uint8_t has_srtt, rtt_measured;
     /* loss detection (Requester._find_losses) */
     uint8_t ev_order_ok;

@@ -67,8 +67,8 @@ class SendHost(Protocol):
     _rtt_peak: float
     _rto_peak: float
     _rto_peak_at_s: float
-    _stall_s: float
-    _stall_at_s: float
+    _host_stall_s: float
+    _host_stall_at_s: float
     _min_rtt: float
     _rtt_measured: bool
 

@@ -156,8 +156,8 @@ class QueuePair(Outbox):
         self._rtt_peak = 0.0  # recent RTT tail (fast attack, slow release per SACK): _rto's
         self._rto_peak = 0.0  # the same, released per RTT of time: the retransmission timer's
         self._rto_peak_at_s = 0.0  # when _rto_peak was last updated (its release is per time)
-        self._stall_s = 0.0  # the longest delay a spurious timeout revealed (fading): the timer's
-        self._stall_at_s = 0.0  # when _stall_s was last updated
+        self._host_stall_s = 0.0  # the longest delay a spurious timeout revealed: the timer's
+        self._host_stall_at_s = 0.0  # when it was set (it fades from then: host_stall_s)
         self._min_rtt = cfg.base_rtt_s  # smallest data RTT measured (configured until then)
         self._rtt_measured = False
         self._rto = max(self._min_rto, INITIAL_RTO_RTTS * cfg.base_rtt_s)

@@ -10,6 +10,7 @@ both to that. It is also the protocol's reference, and what the simulator runs."
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import asdict
 from typing import TYPE_CHECKING
@@ -87,11 +88,11 @@ RTO_PEAK_GAIN = 1.5
 #: the simulator, with nothing stalling, a slower probe or a wider window only found failed
 #: paths later.
 RTO_PEAK_RELEASE = 1 / 8
-#: the longest delay a spurious timeout revealed (``_stall_s``) also floors the retransmission
-#: timer (x RTO_PEAK_GAIN), fading with this time constant: the stall of a busy host (a
-#: process, or the softirq delivering its frames, waiting for a CPU) recurs on the
-#: scheduler's time scale, seconds apart, not the RTT's. A fabric without stalls never sets
-#: it; RACK, trims and probes find failed paths without the timer.
+#: the longest delay a spurious timeout revealed (``host_stall_s``) also floors the
+#: retransmission timer (x RTO_PEAK_GAIN), fading by exp(-elapsed / this): the stall of a
+#: busy host (a process, or the softirq delivering its frames, waiting for a CPU) recurs on
+#: the scheduler's time scale, seconds apart, not the RTT's. Only spurious timeouts set it
+#: (a slow path's too); RACK, trims and probes find failed paths without the timer.
 STALL_MEMORY_S = 10.0
 #: an acknowledgment this soon (x min RTT) after a retransmission was caused by the original
 SPURIOUS_RTT_FRACTION = 0.5
@@ -111,12 +112,30 @@ _RECORD_BYTES = TxRecord.__basicsize__ + 100
 _MESSAGE_BYTES = TxMessage.__basicsize__
 
 
-def rtx_rto_s(qp: SendHost) -> float:
-    """The retransmission timer's RTO: the QP's RTO, or RTO_PEAK_GAIN x its timer peak when
-    that is higher (never above max_rto_s). Either engine's QP (the C engine's state is
-    read back into the QP per batch)."""
+def host_stall_s(qp: SendHost, now_s: float) -> float:
+    """The longest delay a spurious timeout revealed, faded to ``now_s`` (by
+    exp(-elapsed / STALL_MEMORY_S): it covers a like stall, x RTO_PEAK_GAIN, for about 4 s)."""
+    s = qp._host_stall_s
+    if s <= 0.0:
+        return 0.0
+    dt = now_s - qp._host_stall_at_s
+    return s * math.exp(-dt / STALL_MEMORY_S) if dt > 0.0 else s
+
+
+def note_host_stall(qp: SendHost, delay_s: float, now_s: float) -> None:
+    """A spurious timeout showed a delay of ``delay_s``: the stall memory keeps the larger of
+    it and what it holds, faded to now."""
+    if delay_s > host_stall_s(qp, now_s):
+        qp._host_stall_s = delay_s
+        qp._host_stall_at_s = now_s
+
+
+def rtx_rto_s(qp: SendHost, now_s: float) -> float:
+    """The retransmission timer's RTO at ``now_s``: the QP's RTO, or RTO_PEAK_GAIN x the
+    larger of its timer peak and its host stall when that is higher (never above max_rto_s).
+    Either engine's QP (the C engine's state is read back into the QP per batch)."""
     peak = qp._rto_peak
-    stall = qp._stall_s
+    stall = host_stall_s(qp, now_s)
     b = RTO_PEAK_GAIN * (peak if peak > stall else stall)
     max_rto = qp.config.max_rto_s
     b = b if b < max_rto else max_rto
@@ -253,7 +272,7 @@ class PySendEngine:
         for rec in sb.expired(now_s):
             # the deadline was set with the RTO of its send time: if the RTO has grown since
             # (the queues grew), the packet gets the current one
-            rto = rtx_rto_s(qp) * (1 << min(rec.retries, 30))  # (max_rto_s caps the result)
+            rto = rtx_rto_s(qp, now_s) * (1 << min(rec.retries, 30))  # (max_rto_s caps it)
             deadline = rec.sent_s + (rto if rto < max_rto else max_rto)
             if deadline > now_s:
                 sb.arm(rec, deadline)
@@ -400,7 +419,7 @@ class PySendEngine:
             rec.first_sent_s = now_s
             st.tx_data_packets += 1
             st.tx_data_bytes += rec.length
-        rto = rtx_rto_s(qp) * (1 << min(rec.retries, 30))
+        rto = rtx_rto_s(qp, now_s) * (1 << min(rec.retries, 30))
         max_rto = qp.config.max_rto_s
         sb.arm(rec, now_s + (rto if rto < max_rto else max_rto))
         return (evs.plane_of[slot], frame)
@@ -567,10 +586,6 @@ class PySendEngine:
             f = (now_s - qp._rto_peak_at_s) / srtt
             qp._rto_peak = peak + (r - peak) * RTO_PEAK_RELEASE * (min(f, 1.0) if f > 0 else 0.0)
         qp._rto_peak_at_s = now_s
-        if qp._stall_s > 0:  # fades with the time constant STALL_MEMORY_S
-            g = (now_s - qp._stall_at_s) / STALL_MEMORY_S
-            qp._stall_s = 0.0 if g >= 1.0 else qp._stall_s * (1.0 - (g if g > 0 else 0.0))
-            qp._stall_at_s = now_s
         self._update_rto()
 
     def _update_rto(self) -> None:
@@ -620,9 +635,7 @@ class PySendEngine:
         if delay > qp._rto_peak:
             qp._rto_peak = delay
             qp._rto_peak_at_s = now_s
-        if delay > qp._stall_s:
-            qp._stall_s = delay
-            qp._stall_at_s = now_s
+        note_host_stall(qp, delay, now_s)
         self._update_rto()
         return True
 

@@ -61,14 +61,14 @@ FIRST_RECOVERY_LOG = 16
 _HDR = struct.Struct(">6s6sHIHBB16s16sHHHH")  # Ethernet, IPv6, UDP: a template's 62 bytes
 
 
-# struct mrc_txe_qp's srtt, rttvar, min_rtt, rtt_peak, rto, rto_peak, rto_peak_at_s, stall_s,
-# stall_at_s, has_srtt, rtt_measured (in order)
+# struct mrc_txe_qp's srtt, rttvar, min_rtt, rtt_peak, rto, rto_peak, rto_peak_at_s, host_stall_s,
+# host_stall_at_s, has_srtt, rtt_measured (in order)
 _RTT = struct.Struct("=9d2B")
 
 
 _RTT_FIELDS = (
-    "srtt", "rttvar", "min_rtt", "rtt_peak", "rto", "rto_peak", "rto_peak_at_s", "stall_s",
-    "stall_at_s", "has_srtt", "rtt_measured",
+    "srtt", "rttvar", "min_rtt", "rtt_peak", "rto", "rto_peak", "rto_peak_at_s", "host_stall_s",
+    "host_stall_at_s", "has_srtt", "rtt_measured",
 )  # fmt: skip
 
 
@@ -186,7 +186,7 @@ class CTxEngine:
         q.rto, q.min_rtt, q.rtt_peak = qp._rto, qp._min_rtt, qp._rtt_peak
         q.rttvar, q.rtt_measured = qp._rttvar, qp._rtt_measured
         q.rto_peak, q.rto_peak_at_s = qp._rto_peak, qp._rto_peak_at_s
-        q.stall_s, q.stall_at_s = qp._stall_s, qp._stall_at_s
+        q.host_stall_s, q.host_stall_at_s = qp._host_stall_s, qp._host_stall_at_s
         q.has_srtt = qp._srtt is not None
         q.srtt = qp._srtt or 0.0
         q.ev_order_ok, q.reo_mult, q.rack_sent_s = 1, 1, -1.0  # (PySendEngine's first values)
@@ -581,7 +581,7 @@ class CTxEngine:
         qp = self.qp
         self._counters.add_buffer(self._st_buf, qp.stats)
         (srtt, qp._rttvar, qp._min_rtt, qp._rtt_peak, rto, qp._rto_peak, qp._rto_peak_at_s,
-         qp._stall_s, qp._stall_at_s, has_srtt, measured) = _RTT.unpack(self._rtt_buf)  # fmt: skip
+         qp._host_stall_s, qp._host_stall_at_s, has_srtt, measured) = _RTT.unpack(self._rtt_buf)  # fmt: skip
         qp._rto = rto
         qp.evs.path_quiet_s = 0.5 * rto
         qp._srtt = srtt if has_srtt else None

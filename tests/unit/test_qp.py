@@ -4,6 +4,7 @@ of loss, reordering, duplication, trimming, ECN marks and path failures."""
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import replace
 
@@ -27,7 +28,7 @@ from mrcnic.transport.qp_types import (
     WcStatus,
     WriteCompleted,
 )
-from mrcnic.transport.requester import PySendEngine, rtx_rto_s
+from mrcnic.transport.requester import PySendEngine, note_host_stall, rtx_rto_s
 from mrcnic.wire import usid
 
 MASK = 0xFFFFFF
@@ -600,7 +601,7 @@ def test_spurious_timeout_is_detected_and_the_rto_learns_from_it(qp_pair):
     assert [e.wr_id for e in w.of(0, WriteCompleted)] == [1, 2]
     assert st.timeouts >= 1 and st.spurious_timeouts == 1
     assert st.rto_s >= 1.5 * 0.95e-3  # the missed RTT is now covered
-    assert rtx_rto_s(w.qa) >= 1.5 * 0.95e-3 and w.qa._stall_s >= 0.95e-3  # the timer's too
+    assert rtx_rto_s(w.qa, w.now) >= 1.5 * 0.95e-3 and w.qa._host_stall_s >= 0.95e-3  # the timer's
     # The stall stays in the timer for seconds of 0.2 ms RTTs (the scheduler's time scale),
     # while the RTT peaks let it go within milliseconds; after a minute it is gone too.
     tx, t = w.qa.tx, w.now
@@ -608,13 +609,28 @@ def test_spurious_timeout_is_detected_and_the_rto_learns_from_it(qp_pair):
         t += 1e-4
         tx._rtt_sample(0.2e-3, t)
     assert w.qa._rto_peak < 0.3e-3 and w.qa._rto < 0.5e-3
-    assert rtx_rto_s(w.qa) >= 1.5 * 0.95e-3 * 0.98
-    for _ in range(600):  # a minute, a sample each 0.1 s
-        t += 0.1
-        tx._rtt_sample(0.2e-3, t)
-    assert rtx_rto_s(w.qa) < 0.5e-3
+    assert rtx_rto_s(w.qa, t) >= 1.5 * 0.95e-3 * 0.98
+    assert rtx_rto_s(w.qa, t + 60.0) < 0.5e-3  # a minute later, samples or not
     slot = w.qa.evs.slot_of[held["ev"]]
     assert w.qa.evs.acked_packets[slot] >= 1  # the original's EV got the credit
+
+
+def test_the_host_stall_memory_fades_by_time_and_takes_a_new_stall_against_the_faded_one(qp_pair):
+    """A 20 ms stall, then a 15 ms one a minute later: the timer takes the new one (the old
+    one has faded to almost nothing, and is compared faded, not as it was); then a 15 ms
+    stall 5 s after a 20 ms one: the faded 20 ms (12 ms) is below it, so 15 ms it is. A
+    stall the memory still covers leaves it as it was."""
+    qa = qp_pair("mrc").qa
+    note_host_stall(qa, 20e-3, 1.0)
+    assert rtx_rto_s(qa, 1.0) == pytest.approx(1.5 * 20e-3)
+    assert rtx_rto_s(qa, 1.0 + 10.0) == pytest.approx(1.5 * 20e-3 * math.exp(-1.0))
+    note_host_stall(qa, 15e-3, 61.0)
+    assert rtx_rto_s(qa, 61.0) == pytest.approx(1.5 * 15e-3)
+    note_host_stall(qa, 20e-3, 100.0)
+    note_host_stall(qa, 15e-3, 105.0)
+    assert rtx_rto_s(qa, 105.0) == pytest.approx(1.5 * 15e-3)
+    note_host_stall(qa, 5e-3, 106.0)  # covered: no change
+    assert (qa._host_stall_s, qa._host_stall_at_s) == (15e-3, 105.0)
 
 
 def test_the_retransmission_timer_remembers_a_stall_for_rtts_not_for_acks(qp_pair):
@@ -638,19 +654,19 @@ def test_the_retransmission_timer_remembers_a_stall_for_rtts_not_for_acks(qp_pai
             tx._rtt_sample(rtt_s, t)
 
     samples(1000, 1e-3)
-    assert rtx_rto_s(qa) == pytest.approx(qa._rto) and qa._rto < 2e-3
+    assert rtx_rto_s(qa, t) == pytest.approx(qa._rto) and qa._rto < 2e-3
     samples(1, 10e-3)
     samples(300, 1e-3)
     assert qa._rto < 2e-3
     stall_rto_s = 1.5 * (1e-3 + 9e-3 * (7 / 8) ** 3 * 0.95)
-    assert rtx_rto_s(qa) > stall_rto_s
+    assert rtx_rto_s(qa, t) > stall_rto_s
     _, mr = w.region(256)
     qa.post_write(1, payload(256), mr.base_va, mr.rkey)
     w.pump(0)  # the packet leaves now (the wire's clock): its timer is the timer's RTO
-    assert qa.tx.next_deadline() == pytest.approx(w.now + rtx_rto_s(qa))
+    assert qa.tx.next_deadline() == pytest.approx(w.now + rtx_rto_s(qa, w.now))
     assert qa.tx.next_deadline() > w.now + stall_rto_s
     samples(6000, 1e-3)
-    assert rtx_rto_s(qa) < 1.1 * 1.5e-3
+    assert rtx_rto_s(qa, t) < 1.1 * 1.5e-3
 
 
 @pytest.mark.parametrize(("planes", "spray"), [(1, "bag"), (1, "random"), (2, "bag")])

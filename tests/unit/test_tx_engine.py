@@ -219,7 +219,8 @@ def _run(
         st = asdict(qa.core.get_stats())
         st.pop("state_bytes")  # what each engine allocates: differs by design
         # the retransmission timer's peak (the stats name the QP's RTO, not the timer's)
-        st["rto_peak"] = (qa.core._rto_peak, qa.core._rto_peak_at_s, qa.core._stall_s)
+        st["rto_peak"] = (qa.core._rto_peak, qa.core._rto_peak_at_s, qa.core._host_stall_s,
+                          qa.core._host_stall_at_s)  # fmt: skip
         trace.append(("stats", step, st))
         calls = getattr(qa.core.cc, "calls", None)
         if calls is not None:  # a recording algorithm: what it was told this step
