@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from mrcnic import fast
 from mrcnic.fast import twin
+from tests.simd import cpu_flags, simd_loop
 
 pytestmark = pytest.mark.skipif(
     fast.BACKEND != "c", reason="C core not loaded (MRC_PURE_PYTHON=1 or mrcnic._mrcfast missing)"
@@ -242,12 +243,8 @@ def _as(kind: str, data: bytes) -> Any:
 )
 def test_csum_partial_parity(data: bytes, initial: int, kind: str, simd: bool) -> None:
     """Both of the C sum's loops (AVX2 and 64-bit words) against the twin."""
-    before = lib.mrc_csum_simd(-1)
-    lib.mrc_csum_simd(int(simd))
-    try:
+    with simd_loop(lib.mrc_csum_simd, int(simd)):
         got = fast.csum_partial(_as(kind, data), initial)
-    finally:
-        lib.mrc_csum_simd(before)
     assert got == twin.csum_partial(data, initial)
     assert 0 <= got <= 0xFFFF
 
@@ -255,14 +252,11 @@ def test_csum_partial_parity(data: bytes, initial: int, kind: str, simd: bool) -
 def test_the_csum_uses_avx2_where_the_cpu_has_it() -> None:
     """So the parity test above runs the AVX2 loop on a machine of the project's kind (all
     have AVX2), and a CPU without it gets the 64-bit loop instead of an illegal instruction."""
-    with open("/proc/cpuinfo") as f:
-        has = " avx2" in f.read()
-    before = lib.mrc_csum_simd(-1)
-    try:
-        assert lib.mrc_csum_simd(1) == int(has)
-        assert lib.mrc_csum_simd(0) == 0
-    finally:
-        lib.mrc_csum_simd(before)
+    has = "avx2" in cpu_flags()
+    with simd_loop(lib.mrc_csum_simd, 1) as on:
+        assert on == int(has)
+    with simd_loop(lib.mrc_csum_simd, 0) as on:
+        assert on == 0
 
 
 @SETTINGS

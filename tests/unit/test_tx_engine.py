@@ -33,6 +33,7 @@ from mrcnic.transport.rx_engine import c_module as _c_module
 from mrcnic.verbs import Device, RemoteBuffer
 from mrcnic.wire import layout, usid
 from tests.batches import SLOT_BYTES, fill
+from tests.simd import cpu_flags, simd_loop
 
 needs_c = pytest.mark.skipif(_c_module() is None, reason="the C module is not built")
 SHAPE = usid.ClosShape(planes=2, t0=2, t1=2, hosts_per_t0=2)
@@ -384,17 +385,13 @@ def test_the_icrc_is_zlibs_crc32(simd: int) -> None:
     around the folding loop's steps: the two engines' frames carry the same ICRC."""
     lib = _c_module().lib
     rng = random.Random(1)
-    before = lib.mrc_crc32_simd(-1)
-    lib.mrc_crc32_simd(simd)
-    try:
+    with simd_loop(lib.mrc_crc32_simd, simd):
         for n in [*range(0, 700), 4136, 4150, 9000, 65537]:
             b = rng.randbytes(n)
             start = rng.randrange(1 << 32)
             assert lib.mrc_crc32(0, b, n) == zlib.crc32(b)
             assert lib.mrc_crc32(start, b, n) == zlib.crc32(b, start)
             assert lib.mrc_crc32(zlib.crc32(b[:3]), b[3:], max(0, n - 3)) == zlib.crc32(b)
-    finally:
-        lib.mrc_crc32_simd(before)
 
 
 @needs_c
@@ -403,15 +400,11 @@ def test_the_icrc_folds_with_avx512_where_the_cpu_has_it() -> None:
     without AVX-512 VPCLMULQDQ gets the library's CRC instead of an illegal instruction. The
     loop's constants are x^n mod P, bit-reflected and shifted left by one: derived here again."""
     lib = _c_module().lib
-    with open("/proc/cpuinfo") as f:
-        flags = set(f.read().split())
-    has = {"avx512f", "vpclmulqdq", "pclmulqdq", "sse4_1"} <= flags
-    before = lib.mrc_crc32_simd(-1)
-    try:
-        assert lib.mrc_crc32_simd(1) == int(has)
-        assert lib.mrc_crc32_simd(0) == 0
-    finally:
-        lib.mrc_crc32_simd(before)
+    has = {"avx512f", "vpclmulqdq", "pclmulqdq", "sse4_1"} <= cpu_flags()
+    with simd_loop(lib.mrc_crc32_simd, 1) as on:
+        assert on == int(has)
+    with simd_loop(lib.mrc_crc32_simd, 0) as on:
+        assert on == 0
 
     def k(n: int) -> int:
         r = 1
