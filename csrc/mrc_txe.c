@@ -461,6 +461,9 @@ int mrc_txe_send(struct mrc_txe_qp *q, double now_s, double cwnd_bytes,
     if (q->dead) {
         return MRC_TXE_SENT;
     }
+    if (q->cc) {
+        cwnd_bytes = q->cc->cwnd_bytes; /* (the caller's is the Python algorithm's) */
+    }
     uint32_t window = q->window_psns;
     if (q->rtxq_n && !q->resume_new) {
         uint32_t m = q->rtxq_cap - 1, head = q->rtxq_head, n = q->rtxq_n;
@@ -943,10 +946,18 @@ int mrc_txe_sack(struct mrc_txe_qp *q, uint32_t cack, uint32_t offset, uint64_t 
         }
     }
     if (acked_bytes || ece) {
-        fb(q, MRC_TXE_FB_ACK, slot, (uint32_t)acked_bytes, ece != 0, (uint64_t)q->inflight_bytes,
-           rtt);
+        if (q->cc) {
+            int32_t plane = slot >= 0 ? (int32_t)q->plane_of[slot] : -1;
+            mrc_nscc_on_ack(q->cc, acked_bytes, rtt >= 0, rtt, ece != 0, plane, now_s);
+        } else {
+            fb(q, MRC_TXE_FB_ACK, slot, (uint32_t)acked_bytes, ece != 0,
+               (uint64_t)q->inflight_bytes, rtt);
+        }
     }
     if (pen) {
+        if (q->cc) {
+            mrc_nscc_on_rcv_penalty(q->cc, pen, now_s);
+        }
         fb(q, MRC_TXE_FB_PENALTY, -1, pen, 0, 0, 0.0);
     }
     if (na) {
@@ -1007,6 +1018,9 @@ int mrc_txe_nack(struct mrc_txe_qp *q, uint32_t reason, uint32_t psn, uint32_t c
         r->to_sent_s = -1.0;
         mark_lost(q, r);
         rtxq_prepend(q, psn); /* repair at once, on another EV */
+        if (q->cc) {
+            mrc_nscc_on_trim(q->cc, reason == MRC_WIRE_NACK_TRIMMED_LASTHOP, now_s);
+        }
         fb(q, MRC_TXE_FB_TRIM, slot, r->length, reason == MRC_WIRE_NACK_TRIMMED_LASTHOP,
            (uint64_t)q->inflight_bytes, 0.0);
     } else {
@@ -1164,6 +1178,9 @@ int mrc_txe_expire(struct mrc_txe_qp *q, double now_s) {
         r->retries++;
         mark_lost(q, r);
         rtxq_append(q, r->psn);
+        if (q->cc) {
+            mrc_nscc_on_timeout(q->cc, now_s);
+        }
         fb(q, MRC_TXE_FB_TIMEOUT, slot, r->length, 0, (uint64_t)q->inflight_bytes, 0.0);
     }
     return 0;

@@ -1,6 +1,8 @@
 #ifndef MRC_TXE_H
 #define MRC_TXE_H
 #include <stdint.h>
+
+#include "mrc_nscc.h"
 /* The send engine: an MRC requester's data path in C (docs/design/core.md, make bench-nic).
  *
  * Per packet: segmenting posted writes, the EV each packet sprays on (EvTable.pick, bag
@@ -219,6 +221,9 @@ struct mrc_txe_qp {
     uint32_t *work; /* 2 * rec_cap entries of scratch: acknowledged, lost, expired PSNs */
     uint8_t resume_new;      /* a release stopped the new-data loop: go on there */
     uint8_t resume_in_order; /* and whether its timers went to the FIFO */
+    /* the congestion control when it runs here (UET NSCC, mrc_nscc.c): its inputs are applied
+     * where they arise and the feedback lists no MRC_TXE_FB_ACK; NULL: Python's, per record */
+    struct mrc_nscc *cc;
     /* feedback for Python, in order */
     struct mrc_txe_fb *fb;
     uint32_t fb_cap, n_fb;
@@ -263,7 +268,8 @@ int mrc_txe_move(struct mrc_txe_qp *q, const struct mrc_txe_mem *to);
 void mrc_txe_mt_load(struct mrc_txe_qp *q, const uint32_t *state, uint32_t index);
 
 /* Everything that may leave now: retransmissions, then new data, while the congestion
- * window (cwnd_bytes) and the peer's window allow (Requester.frames_to_send). Returns one of
+ * window (cwnd_bytes; q->cc's own when it runs here) and the peer's window allow
+ * (Requester.frames_to_send). Returns one of
  * MRC_TXE_SENT, _OUT_FULL, _RELEASE, _NO_EV. */
 int mrc_txe_send(struct mrc_txe_qp *q, double now_s, double cwnd_bytes,
                  struct mrc_txe_out *out);

@@ -4,9 +4,10 @@ With the C engine (``MRC_NIC_ENGINE=c``, the default when the C module is built)
 MRC QP segments its writes, sprays them over its EVs, builds the data frames, keeps its
 scoreboard and timers and reads SACKs in C, called per batch (``mrc_txe_send``, the receive
 batch's ``mrc_rxe_dispatch``, ``mrc_txe_expire``). Python keeps the policy: the EV state
-machine (``EvTable.apply``, probes, the active set), NSCC (``cc.on_ack`` per SACK), errors and
-completions, which the C side lists in its feedback array in the order the Python requester
-would have made those calls; :meth:`CTxEngine.flush` makes them.
+machine (``EvTable.apply``, probes, the active set), a congestion control of its own
+(``cc.on_ack`` per SACK), errors and completions, which the C side lists in its feedback array
+in the order the Python requester would have made those calls; :meth:`CTxEngine.flush` makes
+them. UET's NSCC, the default, runs in C (``csrc/mrc_nscc.c``, ``mrcnic.transport.nscc_c``).
 
 The Python requester (``mrcnic.transport.requester``) is the twin: tests/unit/test_tx_engine.py
 drives both with the same writes, SACKs, NACKs, losses and timers and compares the frames,
@@ -39,6 +40,7 @@ from mrcnic.transport.cc import (
     new_loss_sample,
 )
 from mrcnic.transport.ev import EvInput
+from mrcnic.transport.nscc_c import CNscc, runs_in_c
 from mrcnic.transport.qp_types import (
     MAX_OUTSTANDING_WRITES,
     QpAttributes,
@@ -199,6 +201,9 @@ class CTxEngine:
         #: ``sink.engine_out(out_struct)`` per batch, each frame copied once, no Python object)
         self.sink: Any = None
         evs.picker = self
+        # UET's NSCC runs in C, per SACK; another algorithm hears each input from _replay
+        self._ncc = CNscc(ffi, qp.cc) if runs_in_c(qp.cc) else None  # type: ignore[arg-type]
+        q.cc = self._ncc.n if self._ncc is not None else ffi.NULL
 
     # -- the EV table's spraying state ------------------------------------------------------
 
@@ -510,6 +515,7 @@ class CTxEngine:
         qp = self.qp
         evs = qp.evs
         cc = qp.cc
+        c_cc = self._ncc  # (None: the algorithm is Python's and hears every input here)
         lib = self._lib
         inputs = self._inputs
         in_lost = lib.MRC_TXE_IN_LOST
@@ -543,14 +549,17 @@ class CTxEngine:
                 if a == in_lost:
                     self._loss(cc, LOSS_SACK, f, now_s)
             elif k == lib.MRC_TXE_FB_PENALTY:
-                cc.on_rcv_penalty(f.a, now_s)
+                if c_cc is None:
+                    cc.on_rcv_penalty(f.a, now_s)
             elif k == lib.MRC_TXE_FB_PROBE:
                 evs.on_probe_answer(f.slot, f.ts, bool(f.b), now_s)
             elif k == lib.MRC_TXE_FB_TRIM:
-                cc.on_trim(bool(f.b), now_s)
+                if c_cc is None:
+                    cc.on_trim(bool(f.b), now_s)
                 self._loss(cc, LOSS_TRIM_LAST_HOP if f.b else LOSS_TRIM, f, now_s)
             elif k == lib.MRC_TXE_FB_TIMEOUT:
-                cc.on_timeout(now_s)
+                if c_cc is None:
+                    cc.on_timeout(now_s)
                 self._loss(cc, LOSS_TIMEOUT, f, now_s)
             elif k == lib.MRC_TXE_FB_WINDOW:
                 qp.peer = QpAttributes(**{**asdict(qp.peer), "window_psns": f.a})  # type: ignore[arg-type]  # connected
@@ -580,6 +589,8 @@ class CTxEngine:
     def _stats(self) -> None:
         qp = self.qp
         self._counters.add_buffer(self._st_buf, qp.stats)
+        if self._ncc is not None:
+            self._ncc.pull()
         (srtt, qp._rttvar, qp._min_rtt, qp._rtt_peak, rto, qp._rto_peak, qp._rto_peak_at_s,
          qp._host_stall_s, qp._host_stall_at_s, has_srtt, measured) = _RTT.unpack(self._rtt_buf)  # fmt: skip
         qp._rto = rto

@@ -1,0 +1,127 @@
+"""UET NSCC run by the C send engine (``csrc/mrc_nscc.c``): the shell that fills its parameters
+from a :class:`~mrcnic.transport.cc.UetNscc` and copies the state between the two.
+
+When a QP's algorithm is exactly ``UetNscc`` (the default, ``"nscc"``; not a subclass, which
+may override what it reacts to) the C send engine calls NSCC itself per acknowledgment, trim,
+timeout and receiver penalty, instead of listing each for a Python call: per SACK that call
+was the send path's largest Python cost (docs/design/core.md). The Python object stays the
+algorithm's face: its attributes are copied from C after each batch that moved the state
+(:meth:`CNscc.pull`), so statistics, ``mrc-lab top`` and tests read it as before. It is the
+C code's twin: tests/unit/test_nscc_c.py drives both with the same inputs and compares every
+attribute, bit for bit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mrcnic.transport import cc as cc_mod
+from mrcnic.transport.cc import UetNscc
+
+# (UetNscc attribute, struct mrc_nscc_params field): set once
+_PARAMS = (
+    ("mtu", "mtu"), ("_line_Bps", "line_Bps"), ("configured_base_rtt_s", "configured_base_rtt_s"),
+    ("min_cwnd", "min_cwnd"), ("_alpha", "alpha"), ("_fi", "fi"), ("_fi_scale", "fi_scale"),
+    ("_eta", "eta"), ("_gamma", "gamma"), ("_keep_min", "keep_min"),
+    ("_qa_gate_div", "qa_gate_div"), ("_qa_threshold", "qa_threshold_s"),
+    ("_adj_bytes", "adj_bytes"), ("_adj_period", "adj_period_s"),
+    ("_delay_alpha", "delay_alpha"), ("_fast_delay", "fast_delay_s"),
+    ("_half_window", "half_window_s"), ("_plain_target_s", "plain_target_s"),
+)  # fmt: skip
+_CONSTANTS = (
+    ("PLANE_SLOW_GAIN", "plane_slow_gain"), ("PLANE_ENGAGE_TARGETS", "plane_engage_targets"),
+    ("PLANE_RELEASE_TARGETS", "plane_release_targets"),
+    ("PLANE_TARGET_SCALE", "plane_target_scale"), ("PLANE_REVIEW_RTTS", "plane_review_rtts"),
+)  # fmt: skip
+_FLAGS = (("_qa", "qa"), ("_delay_md", "delay_md"), ("_max_cwnd_fixed", "max_cwnd_fixed"))
+# (UetNscc attribute, struct mrc_nscc field, Python type): the state, copied both ways
+_FLOATS = (
+    "cwnd_bytes", "base_rtt_s", "target_delay_s", "max_cwnd", "avg_delay_s", "delay_s",
+    ("_inc", "inc"), ("_last_adjust_s", "last_adjust_s"), ("_last_dec_s", "last_dec_s"),
+    ("_win_min_delay", "win_min_delay"), ("_to_ignore", "to_ignore"), ("_ignored", "ignored"),
+    ("_rtt_min_cur", "rtt_min_cur"), ("_rtt_min_prev", "rtt_min_prev"),
+    ("_dec_extra_s", "dec_extra_s"),
+)  # fmt: skip
+_INTS = (
+    ("_received", "received"), ("_achieved", "achieved"), ("_fi_count", "fi_count"),
+    "fast_increases", "ecn_decreases", "delay_decreases", "quick_adapts", "trims", "timeouts",
+    "penalty_cuts", "plane_engagements",
+)  # fmt: skip
+_BOOLS = (("_fast", "fast"), ("_trigger_qa", "trigger_qa"), "standing_queue")
+# optional times: None in Python, a has_ flag in C
+_OPTIONAL = (("_win_end_s", "win_end_s", "has_win_end"),
+             ("_rtt_epoch_end_s", "rtt_epoch_end_s", "has_epoch_end"))  # fmt: skip
+
+
+def _pairs(names: tuple) -> tuple[tuple[str, str], ...]:
+    return tuple((n, n) if isinstance(n, str) else n for n in names)
+
+
+_FLOAT_PAIRS, _INT_PAIRS, _BOOL_PAIRS = _pairs(_FLOATS), _pairs(_INTS), _pairs(_BOOLS)
+
+
+def runs_in_c(algorithm: object) -> bool:
+    """Whether the C engine runs ``algorithm`` itself: UET's NSCC, not a subclass of it."""
+    return type(algorithm) is UetNscc
+
+
+class CNscc:
+    """One QP's NSCC state in C (``struct mrc_nscc``), filled from ``algorithm``."""
+
+    def __init__(self, ffi: Any, algorithm: UetNscc) -> None:
+        n = self.n = ffi.new("struct mrc_nscc *")
+        self.algorithm = algorithm
+        p = n.p
+        for attr, field in _PARAMS:
+            setattr(p, field, getattr(algorithm, attr))
+        for name, field in _CONSTANTS:
+            setattr(p, field, getattr(cc_mod, name))
+        for attr, field in _FLAGS:
+            setattr(p, field, bool(getattr(algorithm, attr)))
+        self.push()
+
+    def push(self) -> None:
+        """The Python object's state into C."""
+        a, n = self.algorithm, self.n
+        for attr, field in _FLOAT_PAIRS:
+            setattr(n, field, getattr(a, attr))
+        for attr, field in _INT_PAIRS:
+            setattr(n, field, getattr(a, attr))
+        for attr, field in _BOOL_PAIRS:
+            setattr(n, field, bool(getattr(a, attr)))
+        for attr, field, has in _OPTIONAL:
+            v = getattr(a, attr)
+            setattr(n, has, v is not None)
+            setattr(n, field, 0.0 if v is None else v)
+        pl = a._planes
+        n.planes_on = pl is not None
+        if pl is not None:
+            if pl.n > 16:
+                raise ValueError(f"uet-1.0-nscc in C: at most 16 planes, got {pl.n}")
+            n.n_planes, n.engaged, n.slowest = pl.n, pl.engaged, pl.slowest
+            n.window, n.ratio, n.review_s = pl.window, pl.ratio, pl.review_s
+            for i in range(pl.n):
+                n.last_s[i], n.slow_s[i], n.seen_s[i] = pl.last_s[i], pl.slow_s[i], pl.seen_s[i]
+        self._gen = n.gen
+
+    def pull(self) -> None:
+        """C's state into the Python object, when an input moved it since the last copy."""
+        n = self.n
+        if n.gen == self._gen:
+            return
+        self._gen = n.gen
+        a = self.algorithm
+        for attr, field in _FLOAT_PAIRS:
+            setattr(a, attr, getattr(n, field))
+        for attr, field in _INT_PAIRS:
+            setattr(a, attr, getattr(n, field))
+        for attr, field in _BOOL_PAIRS:
+            setattr(a, attr, bool(getattr(n, field)))
+        for attr, field, has in _OPTIONAL:
+            setattr(a, attr, getattr(n, field) if getattr(n, has) else None)
+        pl = a._planes
+        if pl is not None:
+            pl.engaged, pl.slowest = bool(n.engaged), n.slowest
+            pl.window, pl.ratio, pl.review_s = n.window, n.ratio, n.review_s
+            for i in range(pl.n):
+                pl.last_s[i], pl.slow_s[i], pl.seen_s[i] = n.last_s[i], n.slow_s[i], n.seen_s[i]
