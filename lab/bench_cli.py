@@ -6,7 +6,7 @@
     mrc-bench alltoall --lab mrc --hosts h0,h1,h2,h3 --sizes 1M,4M,16M
     mrc-bench forge --lab mrc --writer h0 --target h1 --forger h2
     mrc-bench incast --lab mrc --senders h3,h4 --dst h0 --qps 8 --victim auto
-    mrc-bench pause-storm --lab mrc --stuck h3 --seconds 5
+    mrc-bench pause-storm --lab mrc --stuck h3 --duration 5s
 
 Without ``--server``/``--client`` (and for ``allreduce``/``alltoall`` without ``--rank``), mrc-bench runs
 every side itself: it starts ``ip netns exec <host namespace> mrc-bench ...`` for each side

@@ -430,8 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
         "capture",
         "record frames on lab ports (both directions, ns timestamps) into a pcapng file "
         "that Wireshark opens with contrib/wireshark/mrc.lua (docs/observe.md)",
-        "examples:\n  mrc-lab capture h0 --seconds 5 -w h0.pcapng          # all 8 NIC ports\n"
-        "  mrc-lab capture h0:p0,p3 p0-t1-0 --seconds 2 -w x.pcapng\n"
+        "examples:\n  mrc-lab capture h0 --duration 5s -w h0.pcapng          # all 8 NIC ports\n"
+        "  mrc-lab capture h0:p0,p3 p0-t1-0 --duration 2s -w x.pcapng\n"
         "  mrc-lab capture p0-t0-0:u1 -c 1000 -w uplink.pcapng\n"
         "  tshark -X lua_script:contrib/wireshark/mrc.lua -r h0.pcapng\n",
     )
@@ -450,8 +450,8 @@ def build_parser() -> argparse.ArgumentParser:
         "probe",
         "SRv6 self-probes host -> T0 -> host and host -> T0 -> T1 -> T0 -> host on every "
         "plane: a health table per link; names a link that is down or lossy (docs/observe.md)",
-        "examples:\n  mrc-lab probe --seconds 10\n  mrc-lab probe --hosts h0,h3 --interval 50ms\n"
-        "  mrc-lab probe --seconds 5 --json | jq '.not_up'\n",
+        "examples:\n  mrc-lab probe --duration 10s\n  mrc-lab probe --hosts h0,h3 --interval 50ms\n"
+        "  mrc-lab probe --duration 5s --json | jq '.not_up'\n",
     )
     _name_flag(p)
     p.add_argument("--hosts", default=None, help="probing hosts, e.g. h0,h3 [all]")

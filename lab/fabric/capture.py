@@ -1,4 +1,4 @@
-"""``mrc-lab capture NODE[:PORT...] --seconds S -w FILE.pcapng``: record frames on a lab's ports.
+"""``mrc-lab capture NODE[:PORT...] --duration S -w FILE.pcapng``: record frames on a lab's ports.
 
 One AF_PACKET socket per port, opened inside the node's namespace (ETH_P_ALL: both
 directions; the kernel's receive timestamp in nanoseconds, SO_TIMESTAMPNS; the packet type

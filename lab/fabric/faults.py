@@ -140,20 +140,33 @@ class Faults:
             sleep_until(t + 2 * half)
 
     # --- loss (nft) ----------------------------------------------------------------------
-    def _ends(self, a: str, b: str) -> tuple[Port, Port]:
-        """Both ends of a link, each checked to be on this machine before either is touched
-        (a split lab: a fault is never left half applied)."""
+    def _ends(self, a: str, b: str, verb: str, opts: str) -> tuple[tuple[Port, Port], list[Port]]:
+        """A link's ends (for the journal) and those this machine sets. Both, on one machine;
+        of a link between two machines of a split lab (a host's link to a plane elsewhere),
+        each machine sets its own end's egress, and this says so and what the other runs
+        (the same command, so either order works); a link with no end here is refused,
+        naming its machine, before anything is touched."""
         link = self.link(a, b)
-        for end in (link.a, link.b):
-            self.state.require_local(end.node)
-        return link.a, link.b
+        ends = (link.a, link.b)
+        local = [e for e in ends if self.state.is_local(e.node)]
+        if not local:
+            self.state.require_local(link.a.node)
+        if len(local) == 1:
+            far = link.b if local[0] is link.a else link.a
+            k = self.state.partition.machine_of(far.node)  # type: ignore[union-attr]
+            self.echo(
+                f"# {link.a.node} -- {link.b.node} crosses machines: this machine sets "
+                f"{local[0].node}'s end; for {far.node}'s, run on machine {k}: "
+                f"mrc-lab {verb} --lab {self.state.name} {a} {b} {opts}"
+            )
+        return ends, local
 
     def loss(self, a: str, b: str, percent: float) -> None:
         if not 0 < percent <= 100:
             raise ParamError("--loss must be above 0 and at most 100% (--clear removes it)")
         ensure_nft()
-        ends = self._ends(a, b)
-        for end in ends:
+        ends, local = self._ends(a, b, "loss", f"--loss {percent:g}%")
+        for end in local:
             table = loss_table(self.plan, end.ifname)
             chain = (
                 f"add chain netdev {table} loss {{ type filter hook egress device "
@@ -171,8 +184,8 @@ class Faults:
         if not shutil.which("nft"):
             self.echo("# nft is not installed: there can be no loss rule to clear")
             return
-        ends = self._ends(a, b)
-        for end in ends:
+        ends, local = self._ends(a, b, "loss", "--clear")
+        for end in local:
             table = loss_table(self.plan, end.ifname)
             script = f"add table netdev {table}; delete table netdev {table}"
             self._run(["ip", "netns", "exec", self.state.namespace(end.node), "nft", script])
@@ -181,15 +194,15 @@ class Faults:
     # --- shaping (tc tbf) ----------------------------------------------------------------
     def shape(self, a: str, b: str, rate: str | int) -> None:
         rate_bps = parse_rate(rate)
-        ends = self._ends(a, b)
-        for end in ends:
+        ends, local = self._ends(a, b, "shape", f"--rate {rate_bps}bit")
+        for end in local:
             line = kernel_switch.tbf_line(self.plan, end.ifname, rate_bps)
             self._run(["tc", "-n", self.state.namespace(end.node), *line.split()])
         self._note(f"shape {self._name(ends)}", True)
 
     def shape_clear(self, a: str, b: str) -> None:
-        ends = self._ends(a, b)
-        for end in ends:
+        ends, local = self._ends(a, b, "shape", "--clear")
+        for end in local:
             ns = self.state.namespace(end.node)
             kind = self.plan.parse_node(end.node).kind
             line = (

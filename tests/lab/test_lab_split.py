@@ -4,16 +4,19 @@ stitched to kernel VXLAN devices by tc mirred.
 
 - ``mrc-lab up --machines 2``: both parts in one state file; a verified write h0 -> h3 (every
   frame crosses once) and an all-to-all over the four hosts; a link down on a crossing link
-  takes the host's carrier as on a local link, shows in ``status`` and ``top`` and recovers;
+  during a write takes the host's carrier as on a local link, shows in ``status`` and ``top``,
+  and the write completes verified, ``top`` showing no fault after;
   ``down --machine K`` removes exactly part K.
 - ``mrc-lab up --machine K --underlay ...`` twice, each part with its own state directory
-  (as on two machines), and the write's two sides started one per part.
+  (as on two machines), and the write's two sides started one per part; loss on a crossing
+  link set by each part on its own end.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -66,19 +69,37 @@ def test_split_over_two_machines_on_one() -> None:
         a2a = _bench("alltoall", "--lab", name, "--size", "256K", "--iters", "1", "--warmup", "0")
         assert a2a["verified"] and not a2a["errors"] and a2a["qp_errors"] == 0, a2a
 
-        # a crossing link: h0's plane-4 port (machine 0) to p4-t0-0 (machine 1)
-        down = _cli("link", "down", "h0", "p4-t0-0", "--lab", name)
-        assert f"-n {name}-m0 link set dev {name}-x0 down" in down.stdout
-        assert not _carrier(plan.namespace("h0"), plan.ifname("p4"))
-        status = json.loads(_cli("status", "--lab", name, "--json").stdout)
-        (link,) = [lk for lk in status["links"] if lk["a"] == "h0" and lk["b"] == "p4-t0-0"]
-        assert link["state"] == "down"
-        top = _cli("top", "--lab", name, "--once", "--width", "120").stdout
-        assert "link DOWN h0 -- p4-t0-0" in top
-        _cli("link", "up", "h0", "p4-t0-0", "--lab", name)
+        # a crossing link, h0's plane-4 port (machine 0) to p4-t0-0 (machine 1), down and up
+        # again while a write h0 -> h3 runs over it
+        writer = subprocess.Popen(
+            [sys.executable, "-m", "lab.bench_cli", "write", "--lab", name, "--src", "h0",
+             "--dst", "h3", "--size", "16M", "--iters", "1", "--json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            time.sleep(1.5)
+            down = _cli("link", "down", "h0", "p4-t0-0", "--lab", name)
+            assert f"-n {name}-m0 link set dev {name}-x0 down" in down.stdout
+            assert not _carrier(plan.namespace("h0"), plan.ifname("p4"))
+            status = json.loads(_cli("status", "--lab", name, "--json").stdout)
+            (link,) = [lk for lk in status["links"] if lk["a"] == "h0" and lk["b"] == "p4-t0-0"]
+            assert link["state"] == "down"
+            top = _cli("top", "--lab", name, "--once", "--width", "120").stdout
+            assert "link DOWN h0 -- p4-t0-0" in top, top
+            time.sleep(1.0)
+            _cli("link", "up", "h0", "p4-t0-0", "--lab", name)
+            out, err = writer.communicate(timeout=240)
+        finally:
+            if writer.poll() is None:
+                writer.kill()
+        assert writer.returncode == 0, err[-2000:]
+        w = json.loads(out)
+        assert w["verified"] and not w["errors"] and w["qp_errors"] == 0, w
         assert _carrier(plan.namespace("h0"), plan.ifname("p4"))
         status = json.loads(_cli("status", "--lab", name, "--json").stdout)
         assert status["counts"]["links_up"] == status["counts"]["links"]
+        top = _cli("top", "--lab", name, "--once", "--width", "120").stdout
+        assert re.search(r"^FAULTS\s+none", top, re.M) and "link DOWN" not in top, top
 
         # down, part by part: exactly that part each time
         part1 = set(part.namespaces_on(1)) | {name + "-m1"}
@@ -137,6 +158,20 @@ def test_two_parts_built_apart_as_on_two_machines(tmp_path: Path) -> None:
         # a node of the other part: refused, naming the machine to run it on
         far = _cli("link", "down", "p0-t0-1", "p0-t1-0", "--lab", name, env=envs[1], check=False)
         assert far.returncode == 2 and "run the command on machine 0" in far.stderr
+        # loss on a crossing link (h0 on machine 0, p4-t0-0 on machine 1): each machine sets
+        # its own end and names the other's command; --clear likewise
+        for k, (mine, other) in enumerate((("h0", "p4-t0-0"), ("p4-t0-0", "h0"))):
+            out = _cli("loss", "h0", "p4-t0-0", "--loss", "1%", "--lab", name, env=envs[k]).stdout
+            assert f"sets {mine}'s end; for {other}'s, run on machine {1 - k}" in out, out
+            assert out.count(" nft ") == 1, out  # (its own end only)
+        tables = [run(["ip", "netns", "exec", f"{name}-{n}", "nft", "list", "tables"])
+                  for n in ("h0", "p4-t0-0")]  # fmt: skip
+        assert all("netdev" in t for t in tables), tables
+        for k in (0, 1):
+            _cli("loss", "h0", "p4-t0-0", "--clear", "--lab", name, env=envs[k])
+        tables = [run(["ip", "netns", "exec", f"{name}-{n}", "nft", "list", "tables"])
+                  for n in ("h0", "p4-t0-0")]  # fmt: skip
+        assert not any("netdev" in t for t in tables), tables
 
         srv = subprocess.Popen(
             ["ip", "netns", "exec", f"{name}-h3", sys.executable, "-m", "lab.bench_cli", "write",

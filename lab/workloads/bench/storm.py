@@ -1,6 +1,6 @@
 """mrc-bench pause-storm: a host whose NIC stopped draining and keeps sending PFC PAUSE.
 
-    mrc-bench pause-storm --lab mrc --stuck h3 --seconds 5 [--interval 10ms] [--flow h0:h3]
+    mrc-bench pause-storm --lab mrc --stuck h3 --duration 5s [--interval 10ms] [--flow h0:h3]
 
 From the stuck host's namespace, on every one of its ports, an AF_PACKET socket sends an
 802.1Qbb PAUSE frame for the lossless priority (``mrcnic.io.pfc.DEFAULT_PRIORITY``, the
