@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -36,10 +37,11 @@ from lab.workloads.bench.orchestrate import PORT_SLOT, Side, listen_port, orches
 from lab.workloads.bench.screen import format_allreduce, format_alltoall, format_pair
 from lab.workloads.bench.write import WriteParams
 from mrcnic import plugins
-from mrcnic.cliflags import EXIT_FAILED, EXIT_OK, EXIT_USAGE, deprecated
+from mrcnic.cliflags import EXIT_FAILED, EXIT_OK, EXIT_USAGE, deprecated, renamed, within
 from mrcnic.errors import MrcError
 from mrcnic.io import aio
 from mrcnic.optional import MissingExtra
+from mrcnic.transport.qp_types import MAX_OUTSTANDING_WRITES
 from mrcnic.units import size_arg, time_arg, time_in
 from mrcnic.verbs import _core_class
 
@@ -49,6 +51,16 @@ class UsageError(MrcError):
 
 
 # --- argument parsing ----------------------------------------------------------------------------
+
+_HOSTS = re.compile(r"h\d+(\s*,\s*h\d+)*")  # --hosts, --senders: h0,h1,...
+MAX_DEPTH = MAX_OUTSTANDING_WRITES  # --depth, at most: a QP's writes posted, not completed
+
+
+def _png_path(text: str) -> str:
+    """``--plot``: a .png file name (checked before the run, not after it)."""
+    if not text.lower().endswith(".png"):
+        raise argparse.ArgumentTypeError(f"{text!r}: a file name ending in .png")
+    return text
 
 
 def _add_lab_json_transport(sp: argparse.ArgumentParser) -> None:
@@ -74,16 +86,13 @@ def _add_common(sp: argparse.ArgumentParser) -> None:
     _add_lab_json_transport(sp)
     sp.add_argument(
         "--port",
-        type=int,
+        type=within(int, 1, 65535),
         default=control.DEFAULT_PORT,
         help=f"TCP control port (default {control.DEFAULT_PORT})",
     )
-    sp.add_argument(
-        "--timeout-s",
-        type=time_arg,
-        default=None,
-        help="give up after this long (seconds, or 500ms...)",
-    )
+    renamed(sp, "--timeout", "--timeout-s", dest="timeout_s",
+            type=within(time_arg, 0, above=True, unit=" s"), default=None, metavar="TIME",
+            help="give up after this long: 60s, 500ms (default: from the run's size)")  # fmt: skip
     sp.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
 
 
@@ -137,7 +146,7 @@ def _add_pair(sp: argparse.ArgumentParser, size_default: str, iters_default: int
     sp.add_argument("--seed", type=int, default=None, help="data pattern seed (default random)")
     sp.add_argument(
         "--region",
-        type=size_arg,
+        type=within(size_arg, 1),
         default="32M",
         metavar="BYTES",
         help="server region size cap; messages cycle over it (default 32M)",
@@ -158,29 +167,26 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument(
         "--depth",
         "-t",
-        type=int,
+        type=within(int, 1, MAX_DEPTH),
         default=None,
         help="outstanding writes over all QPs (default: 2 MiB worth, 16..1024)",
     )
     w.add_argument(
         "--timeline",
-        type=time_in(1e-3),
+        type=within(time_in(1e-3), 1, unit=" ms"),
         dest="timeline_ms",
         metavar="BIN",
         default=None,
         help="add a goodput timeline with this bin width to the JSON: 10ms, 0.1s",
     )
-    deprecated(w, "--timeline-ms", "--timeline", dest="timeline_ms", type=time_in(1e-3))
-    w.add_argument(
-        "--progress-s",
-        type=time_arg,
-        metavar="SECONDS",
-        default=1.0,
-        help="seconds between progress lines (default 1; runs over 2 s)",
-    )
+    deprecated(w, "--timeline-ms", "--timeline", dest="timeline_ms",
+               type=within(time_in(1e-3), 1, unit=" ms"))  # fmt: skip
+    renamed(w, "--progress", "--progress-s", dest="progress_s",
+            type=within(time_arg, 0, above=True, unit=" s"), metavar="TIME", default=1.0,
+            help="time between progress lines: 1s, 500ms (default 1s; runs over 2 s)")  # fmt: skip
     w.add_argument(
         "--ev-log",
-        type=int,
+        type=within(int, 0, 1_000_000),
         metavar="N",
         default=0,
         help="add the first N EV state changes (time, EV, plane, T1, old, new, cause, active "
@@ -189,15 +195,17 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument(
         "--plot",
         metavar="FILE.png",
+        type=_png_path,
         default=None,
-        help="also write a PNG of goodput over time with the capacity and its faults (NIC "
-        "ports down); implies --timeline 100ms unless given",
+        help="also write a PNG of goodput over time with the capacity and every fault of the "
+        "lab's journal; implies --timeline 100ms unless given",
     )
 
     lat = sub.add_parser("lat", help="latency, like ib_write_lat")
     _add_common(lat)
     _add_pair(lat, "64", 1000)
-    lat.add_argument("--warmup", type=int, default=10, help="writes before measuring (default 10)")
+    lat.add_argument("--warmup", type=within(int, 0), default=10,
+                     help="writes before measuring (default 10)")  # fmt: skip
 
     ar = sub.add_parser("allreduce", help="ring all-reduce (reduce-scatter + all-gather)")
     _add_common(ar)
@@ -387,6 +395,18 @@ def _check_values(args: argparse.Namespace) -> None:
     src, dst = getattr(args, "src", None), getattr(args, "dst", None)
     if src is not None and src == dst:
         raise UsageError(f"--src and --dst are both {src}: they must be different hosts")
+    region = getattr(args, "region", None)
+    if isinstance(size, int) and isinstance(region, int) and region < size:
+        raise UsageError(
+            f"--region {region}: below --size {size} (each message is written into the region)"
+        )
+    for flag in ("hosts", "senders"):
+        text = getattr(args, flag, None)
+        if isinstance(text, str) and not _HOSTS.fullmatch(text.strip()):
+            raise UsageError(f"--{flag} {text!r}: host names with commas, e.g. h0,h1,h2,h3")
+    rank = getattr(args, "rank", None)
+    if isinstance(rank, int) and rank < 0:
+        raise UsageError(f"--rank {rank}: 0 or more (rank 0 coordinates)")
     plot = getattr(args, "plot", None)
     if plot and not Path(plot).resolve().parent.is_dir():
         raise UsageError(f"--plot {plot}: directory {Path(plot).resolve().parent} does not exist")
@@ -667,14 +687,14 @@ def _forward(args: argparse.Namespace) -> list[str]:
     if args.seed is not None:
         out += ["--seed", str(args.seed)]
     if args.timeout_s is not None:
-        out += ["--timeout-s", str(args.timeout_s)]
+        out += ["--timeout", f"{args.timeout_s}s"]
     if args.quiet:
         out.append("--quiet")
     if args.test == "write":
         out += ["--qps", str(args.qps)]
         if args.depth is not None:
             out += ["--depth", str(args.depth)]
-        out += ["--progress-s", str(args.progress_s)]
+        out += ["--progress", f"{args.progress_s}s"]
         if args.timeline_ms is not None:
             out += ["--timeline", f"{args.timeline_ms:g}ms"]
         if args.ev_log:
@@ -731,7 +751,7 @@ def _collective(st: Any, args: argparse.Namespace, p: Any, run_rank: Any, sizes:
     common += ["--iters", str(args.iters), "--warmup", str(args.warmup)]
     common += ["--seed", str(args.seed), "--transport", args.transport]
     if args.timeout_s is not None:
-        common += ["--timeout-s", str(args.timeout_s)]
+        common += ["--timeout", f"{args.timeout_s}s"]
     rank0 = [*common, "--port", listen_port(args.port), "--rank", "0", "--json"]
     sides = [Side(hosts[0], rank0, listens=True, result=True)]
     sides += [

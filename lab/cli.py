@@ -19,11 +19,22 @@ from lab.fabric.progress import Progress
 from lab.fabric.state import NoSuchLab, list_labs, load
 from lab.fabric.status import format_stats, format_status, status, switch_stats
 from lab.fabric.topology import Plan
+from lab.proc import children
 from lab.workloads import calibrate
 from mrcnic import plugins
-from mrcnic.cliflags import EXIT_FAILED, EXIT_USAGE, deprecated, loss_arg, renamed, size_kib
+from mrcnic.cliflags import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    deprecated,
+    loss_arg,
+    renamed,
+    size_kib,
+    within,
+)
 from mrcnic.optional import MissingExtra
 from mrcnic.units import size_in, time_arg, time_in
+
+MAX_DOWN_MS = 600_000.0  # reboot --down and flap --period, at most (10 minutes)
 
 MAIN_EPILOG = """\
 examples:
@@ -339,12 +350,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--period",
         dest="period_ms",
-        type=time_in(1e-3),
+        type=within(time_in(1e-3), 0, MAX_DOWN_MS, above=True, unit=" ms"),
         metavar="TIME",
         help="one down+up cycle: 400ms, 2s (required)",
     )
-    deprecated(p, "--period-ms", "--period", dest="period_ms", type=time_in(1e-3))
-    p.add_argument("--count", type=int, default=1, help="cycles [1]")
+    deprecated(p, "--period-ms", "--period", dest="period_ms",
+               type=within(time_in(1e-3), 0, MAX_DOWN_MS, above=True, unit=" ms"))  # fmt: skip
+    p.add_argument("--count", type=within(int, 1, 100_000), default=1, help="cycles [1]")
 
     p = cmd(
         "loss",
@@ -358,7 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--loss", type=loss_arg(allow_all=True), dest="loss_fraction",
                    metavar="X%|P", help="a percent (1%%) or a probability (0.01), up to 100%%")  # fmt: skip
-    deprecated(g, "--percent", "--loss", dest="loss_fraction", type=_percent)
+    deprecated(g, "--percent", "--loss", dest="loss_fraction",
+               type=within(_percent, 0, 1, above=True))  # fmt: skip
     g.add_argument("--clear", action="store_true", help="remove the loss rule")
 
     p = cmd(
@@ -409,12 +422,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--down",
         dest="down_ms",
-        type=time_in(1e-3),
+        type=within(time_in(1e-3), 0, MAX_DOWN_MS, above=True, unit=" ms"),
         default=1000.0,
         metavar="TIME",
         help="time it stays down: 2s, 500ms [1s]",
     )
-    deprecated(p, "--down-ms", "--down", dest="down_ms", type=time_in(1e-3))
+    deprecated(p, "--down-ms", "--down", dest="down_ms",
+               type=within(time_in(1e-3), 0, MAX_DOWN_MS, above=True, unit=" ms"))  # fmt: skip
 
     p = cmd(
         "port",
@@ -507,10 +521,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="link rate of every lab; auto: calibrated per lab shape [auto]",
     )
     deprecated(p, "--rate-mbit", "--rate", dest="rate_mbit", type=calibrate.rate_arg)
-    p.add_argument("--reps", type=int, default=None, help="repetitions [the experiment's]")
+    p.add_argument("--reps", type=within(int, 1), default=None,
+                   help="repetitions [the experiment's]")  # fmt: skip
     p.add_argument(
         "--cpu-bound-repeats",
-        type=int,
+        type=within(int, 0, 10),
         default=None,
         metavar="N",
         help="when a result has CPU-bound runs, run the experiment again at half the link "
@@ -743,7 +758,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
     elif command and command[0].startswith("-") and "--" in command:
         cut = command.index("--")
         extra = argparse.ArgumentParser(prog="mrc-lab exec", add_help=False)
-        extra.add_argument("--lab", "--name", dest="name", default=args.name)
+        extra.add_argument("--lab", dest="name", default=args.name)
+        deprecated(extra, "--name", "--lab", dest="name")
         try:
             mine, rest = extra.parse_known_args(command[:cut])
         except SystemExit:
@@ -780,7 +796,7 @@ def cmd_top(args: argparse.Namespace) -> int:
     from lab.views import top  # 0.09 s to import (python -X importtime, 2026-11-27)
 
     if args.interval <= 0 or args.faults_s <= 0:
-        raise ParamError("--interval and --faults-s must be > 0")
+        raise ParamError("--interval and --faults-every must be > 0")
     state = load(args.name)
     return top.run(state, args.interval, args.faults_s, once=args.once, width=args.width)
 
@@ -840,9 +856,16 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def cmd_capture(args: argparse.Namespace) -> int:
     if args.seconds <= 0 or (args.count is not None and args.count < 1):
         raise ParamError("--duration must be > 0 and --count >= 1")
-    out_dir = Path(args.write).resolve().parent
+    w = Path(args.write)
+    out_dir = w.resolve().parent
+    if not args.write.strip() or w.is_dir():
+        raise ParamError(f"-w {args.write!r}: a file name to write the capture to (FILE.pcapng)")
     if not out_dir.is_dir():
         raise ParamError(f"-w {args.write}: directory {out_dir} does not exist")
+    kernel_fs = out_dir.parts[1:2] in (("proc",), ("sys",), ("dev",))
+    if (w.exists() and not w.is_file()) or kernel_fs or not os.access(out_dir, os.W_OK):
+        raise ParamError(f"-w {args.write}: cannot be written (not a regular file, or no write "
+                         "permission there)")  # fmt: skip
     state = load(args.name)
     targets = capture.resolve(state, args.targets)
     say = None if args.json else _stderr
@@ -919,6 +942,11 @@ def cmd_experiment(args: argparse.Namespace) -> int:
                   f"{sim}: {s.claim}")  # fmt: skip
         return 0
     out = Path(args.out)
+    if not out.is_dir() and not out.resolve().parent.is_dir():
+        raise ParamError(f"--out {args.out}: its parent directory {out.resolve().parent} does "
+                         "not exist (the results directory is made, not its parents)")  # fmt: skip
+    if out.exists() and not out.is_dir():
+        raise ParamError(f"--out {args.out} exists and is not a directory")
     if which == "report":
         print(f"wrote {report.write(out)}")
         return 0
@@ -932,7 +960,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     try:
         todo = registry.specs() if which == "all" else [registry.find(which)]
     except KeyError as e:
-        raise LabError(str(e.args[0])) from None
+        raise ParamError(str(e.args[0])) from None
     if args.sim:
         missing = [s.name for s in todo if s.sim is None]
         if missing and which != "all":
@@ -974,6 +1002,7 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    children.sigterm_as_interrupt()  # a killed experiment or up stops its runs, takes labs down
     try:
         return COMMANDS[args.cmd](args)
     except (NoSuchLab, ParamError) as e:  # the command line cannot be used (docs/cli.md)

@@ -96,7 +96,8 @@ def loss_arg(allow_all: bool = False) -> Callable[[str], float]:
     """argparse ``type=`` for ``--loss``: a probability below 1 (``0.001``) or a percent
     (``0.1%``), as a probability. A bare 1 or 50 is refused, not read as "everything lost"
     (the old ``mrc-lab loss --percent`` took a percent: the two are easy to mix up).
-    ``allow_all``: up to 100% (a link that loses every frame, as a fault)."""
+    ``allow_all``: up to 100% (a link that loses every frame, as a fault), written as a
+    percent: a bare 1 is refused there too."""
 
     def loss(text: str) -> float:
         t = text.strip()
@@ -106,13 +107,13 @@ def loss_arg(allow_all: bool = False) -> Callable[[str], float]:
             raise argparse.ArgumentTypeError(
                 f"{text!r} is not a loss: a probability (0.001) or a percent (0.1%)"
             ) from None
-        top = 1.0 if allow_all else 1.0 - 1e-12
+        top = 1.0 if allow_all and t.endswith("%") else 1.0 - 1e-12
         if not 0.0 <= value <= top:
             hint = ""
             if not t.endswith("%"):
                 hint = f"; for {t}% write {t}% or {float(t) / 100:g}" if value == value else ""
             most = (
-                "up to 1, or a percent up to 100%"
+                "below 1, or a percent up to 100%"
                 if allow_all
                 else "below 1, or a percent below 100%"
             )
@@ -120,3 +121,28 @@ def loss_arg(allow_all: bool = False) -> Callable[[str], float]:
         return value
 
     return loss
+
+
+def within(
+    convert: Callable[[str], Any],
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    above: bool = False,
+    unit: str = "",
+) -> Callable[[str], Any]:
+    """argparse ``type=``: ``convert``'s value, refused (naming the range) unless ``low <=``
+    it (``low <`` it with ``above``) and it ``<= high``; ``unit`` names how the range reads
+    (``ms``). So a value is checked when the command line is read, before any work."""
+
+    def check(text: str) -> Any:
+        v = convert(text)
+        ok = v == v and (low is None or (v > low if above else v >= low))
+        ok = ok and (high is None or v <= high)
+        if not ok:
+            lo = "" if low is None else f"{'above' if above else 'at least'} {low:g}{unit}"
+            hi = "" if high is None else f"at most {high:g}{unit}"
+            raise argparse.ArgumentTypeError(f"{text!r}: {' and '.join(x for x in (lo, hi) if x)}")
+        return v
+
+    return check

@@ -49,6 +49,7 @@ from mrcnic.transport.memory import Access, MemoryRegion, MemoryTable
 from mrcnic.transport.port_queues import PortQueues
 from mrcnic.transport.qp import QueuePair
 from mrcnic.transport.qp_types import (
+    DEFAULT_MAX_QPS,
     MAX_OUTSTANDING_WRITES,
     Event,
     ImmReceived,
@@ -298,7 +299,7 @@ class DeviceLimits:
     """What one device holds at most; beyond, the call raises ResourceLimitError and changes
     nothing (docs/api.md, "Limits")."""
 
-    max_qps: int = 1024
+    max_qps: int = DEFAULT_MAX_QPS
     max_regions: int = MAX_REGIONS  # the C engines' memory table: both engines agree
     #: per QP, both engines (MAX_OUTSTANDING_WRITES: the C send engine's message ring)
     max_outstanding_writes: int = MAX_OUTSTANDING_WRITES

@@ -127,7 +127,13 @@ def capture(
     next_note = t_start + 1.0
     total = 0
     try:
-        with open(path, "wb") as fh:
+        out = open(path, "wb")  # noqa: SIM115 (closed by the with below)
+    except OSError as e:
+        for s in socks:
+            s.close()
+        raise LabError(f"cannot write {path}: {e.strerror}") from None
+    try:
+        with out as fh:
             w = PcapngWriter(fh)
             for t in targets:
                 w.add_interface(t.label, f"{state.name} {t.ifname} in {t.namespace}")

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
+import sys
 import time
 from collections.abc import Callable, Sequence
 
@@ -312,11 +313,16 @@ def parse_rate(text: str | float) -> int:
 
 
 def tc_rate_arg(text: str) -> int:
-    """argparse ``type=`` for ``mrc-lab shape --rate``."""
+    """argparse ``type=`` for ``mrc-lab shape --rate``. A bare number is bit/s, as tc reads
+    it; taken (scripts use it) with one line asking for the unit, as every other rate has."""
     try:
-        return parse_rate(text)
+        value = parse_rate(text)
     except LabError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+    if text.strip().replace(".", "", 1).isdigit():
+        print(f"mrc-lab shape: --rate {text.strip()} read as bit/s, as tc reads it; write "
+              f"{text.strip()}bit or with k/M/G (docs/cli.md)", file=sys.stderr)  # fmt: skip
+    return value
 
 
 def ensure_nft() -> None:

@@ -53,6 +53,9 @@ class ParamError(LabError, ValueError):
     exit 2 for it, 1 for other lab errors (docs/cli.md)."""
 
 
+MIN_RATE_MBIT = 0.5  # a lab's link rate, at least (rate_mbit)
+
+
 @dataclass(frozen=True, slots=True)
 class LabParams:
     name: str = DEFAULT_NAME
@@ -93,8 +96,12 @@ class LabParams:
                 raise ParamError(f"{key} must be 1..{MAX_INDEX + 1}, not {value}")
         if isinstance(self.rate_mbit, bool) or not isinstance(self.rate_mbit, int | float):
             raise ParamError(f"rate_mbit must be a number, not {self.rate_mbit!r}")
-        if not 0 < self.rate_mbit <= 100_000:
-            raise ParamError(f"rate_mbit must be in (0, 100000], not {self.rate_mbit}")
+        if not MIN_RATE_MBIT <= self.rate_mbit <= 100_000:
+            raise ParamError(
+                f"link rate {self.rate_mbit:g} Mb/s (--rate, rate_mbit): must be in "
+                f"[{MIN_RATE_MBIT:g}, 100000] Mb/s (below, a 4 KiB frame takes over "
+                f"{frame_time_s(MIN_RATE_MBIT) * 1e3:.0f} ms a hop); k is 1,000 bit/s, M 1,000,000"
+            )
         if _as_int("mtu", self.mtu) < MIN_MTU or self.mtu > 65535:
             raise ParamError(
                 f"mtu {self.mtu}: must be {MIN_MTU}..65535 (a 4096-byte payload plus "

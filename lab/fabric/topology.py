@@ -161,7 +161,7 @@ class Plan:
         if len(longest) > IFNAME_MAX:
             raise ParamError(
                 f"interface name {longest!r} would be {len(longest)} characters (Linux allows "
-                f"{IFNAME_MAX}): use a shorter lab name (--name) for a lab this large"
+                f"{IFNAME_MAX}): use a shorter lab name (--lab) for a lab this large"
             )
         digest = hashlib.sha256(params.name.encode()).digest()
         # RFC 4193 style ULA /64 for the management network, stable per lab name.

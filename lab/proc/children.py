@@ -8,6 +8,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -77,3 +78,15 @@ def stop_one(
 ) -> None:
     """:func:`stop` for one process."""
     stop([proc], steps, group=group)
+
+
+def _interrupt(_signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt  # the clean-up of Ctrl-C: children stopped, lab down
+
+
+def sigterm_as_interrupt() -> None:
+    """A SIGTERM (``kill PID``, a CI timeout) cleans up as Ctrl-C does: the finally blocks
+    that stop this process's children and take its labs down run, where the default action
+    would end it at once and leave them (in the main thread only: Python's rule)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)

@@ -488,7 +488,7 @@ def cpu_warning(res: dict[str, Any]) -> str | None:
         " WARNING: CPU-bound run: "
         + ", ".join(parts)
         + ": this machine's CPU, not the fabric, may have limited the result; lower the link "
-        "rate (mrc-lab up --rate-mbit auto)"
+        "rate (mrc-lab up --rate auto)"
     )
 
 

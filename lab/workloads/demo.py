@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import sys
 import textwrap
 import time
@@ -32,6 +33,7 @@ from lab.fabric.paths import RESULTS
 from lab.fabric.progress import Progress
 from lab.fabric.state import LabState, exists
 from lab.proc import analysis as an
+from lab.proc import children
 from lab.proc.benchrun import WriteRun, WriteSpec, bench_available, run_write
 from lab.proc.cpu import CPU_BOUND_LABEL, cpu_verdict
 from lab.proc.schedule import Step
@@ -434,8 +436,36 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Every value that needs no lab, before anything is built (a usage error, status 2)."""
+    if not 0 < args.duration <= 3600:
+        ap.error(f"--duration {args.duration:g}: above 0 and at most 1 hour (e.g. 30s)")
+    if not 0 < args.timeline_ms < args.duration * 1000:
+        ap.error(f"--timeline {args.timeline_ms} ms: above 0 and below --duration (e.g. 250ms)")
+    if not args.budget_s > 0:
+        ap.error(f"--budget {args.budget_s:g}: a time above 0 (e.g. 5min)")
+    if args.size is not None and not 1 <= args.size < 1 << 32:
+        ap.error(f"--size {args.size}: 1 byte .. 4 GiB - 1 (one RDMA Write)")
+    if args.planes is not None and not 1 <= args.planes <= 16:
+        ap.error(f"--planes {args.planes}: 1..16")
+    for flag, host in (("--src", args.src), ("--dst", args.dst)):
+        if host is not None and not re.fullmatch(r"h\d+", host):
+            ap.error(f"{flag} {host!r}: a host name, e.g. h0")
+    if args.src == args.dst:
+        ap.error(f"--src and --dst are both {args.src}: they must be different hosts")
+    if not args.png.lower().endswith(".png"):
+        ap.error(f"--png {args.png!r}: a file name ending in .png")
+    for flag, path in (("--out", args.out), ("--png", args.png)):
+        parent = Path(path).resolve().parent
+        if not parent.is_dir():
+            ap.error(f"{flag} {path}: directory {parent} does not exist")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    _check_args(ap, args)
+    children.sigterm_as_interrupt()  # killed, it tears its lab down as on Ctrl-C
     t_start = time.monotonic()
     if not have_net_admin():
         print(
@@ -454,16 +484,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"make demo: {why}; run `make setup` first.", file=sys.stderr)
         return 2
     auto = args.rate_mbit == calibrate.AUTO
-    params = resolve(
-        None,
-        name=args.name,
-        switch=args.switch,
-        planes=args.planes,
-        rate_mbit=None if auto else args.rate_mbit,
-    )
+    try:
+        params = resolve(
+            None,
+            name=args.name,
+            switch=args.switch,
+            planes=args.planes,
+            rate_mbit=None if auto else args.rate_mbit,
+        )
+    except (LabError, ValueError) as e:  # (ParamError is a LabError)
+        ap.error(str(e))
     plan_hosts = params.host_count
     dst = args.dst or f"h{plan_hosts - 1}"
     src_i, dst_i = int(args.src[1:]), int(dst[1:])
+    for flag, i in (("--src", src_i), ("--dst", dst_i)):
+        if i >= plan_hosts:
+            ap.error(f"{flag} h{i}: the lab has hosts h0 .. h{plan_hosts - 1}")
+    if src_i == dst_i:
+        ap.error(f"--src and --dst are both h{src_i}: they must be different hosts")
     say = _printer()
     try:
         params, rate_choice = choose_rate(params, auto, (src_i, dst_i), args.recalibrate, say)

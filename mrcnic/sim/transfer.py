@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
+import math
 import random
 import re
 import statistics
@@ -45,6 +46,7 @@ from mrcnic.transport.evprobe import EvProbeDesk
 from mrcnic.transport.memory import MemoryTable
 from mrcnic.transport.qp import QueuePair
 from mrcnic.transport.qp_types import (
+    DEFAULT_MAX_QPS,
     ImmReceived,
     QpConfig,
     QpErrorEvent,
@@ -122,13 +124,33 @@ def rocev2_auto_timeout(spec: FabricSpec, mtu: int) -> int:
 def rocev2_config(base: RoceConfig, options: Sequence[tuple[str, object]]) -> RoceConfig:
     """``base`` with RoceConfig fields set by name (``--rocev2-option``); an unknown name is
     a ValueError."""
-    names = {f.name for f in fields(RoceConfig)}
-    for k, _ in options:
-        if k not in names:
+    types = {f.name: str(f.type) for f in fields(RoceConfig)}
+    for k, v in options:
+        if k not in types:
             raise ValueError(
                 f"unknown RoCEv2 option {k!r} (a RoceConfig field, docs/design/rocev2.md)"
             )
+        _check_option_type(k, v, types[k])
     return replace(base, **dict(options))  # type: ignore[arg-type]
+
+
+def _check_option_type(name: str, value: object, annotation: str) -> None:
+    """A ValueError when ``value`` is not of the kind RoceConfig's field ``name`` holds."""
+    kinds = {k.strip() for k in annotation.split("|")}
+    if "bool" in kinds:
+        ok, want = isinstance(value, bool), "true or false"
+    elif "int" in kinds:
+        ok, want = isinstance(value, int) and not isinstance(value, bool), "an integer"
+    elif "float" in kinds:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        ok = ok and math.isfinite(value)  # type: ignore[arg-type]
+        want = "a finite number"
+    elif "str" in kinds:
+        ok, want = isinstance(value, str), "a word"
+    else:
+        ok, want = False, "set from Python (it is not a plain value)"
+    if not ok:
+        raise ValueError(f"--rocev2-option {name}={value!r}: {name} is {want}")
 
 
 def parse_rocev2_option(text: str) -> tuple[str, object]:
@@ -418,6 +440,7 @@ class Simulation:
             "faults": [
                 f"{'heal' if f.up else 'fail'} {f.kind}:{f.index}@{f.time_s}s" for f in cfg.faults
             ],
+            "stopped": None if ok else self._why_stopped(end),
             "wall_s": round(wall_s, 3),
             "cpu_s": round(cpu_s, 3),
             "sim_pps": round((packets + retrans) / cpu_s) if cpu_s > 0 else None,
@@ -434,6 +457,16 @@ class Simulation:
                 t += step
             result["timeline"] = tl
         return result
+
+    def _why_stopped(self, end_s: float) -> str:
+        """Why a run that did not complete stopped, for the summary and ``stopped``."""
+        if self.qp_errors:
+            return f"a QP error: {self.qp_errors[0]}"
+        placed = self._placed_at(end_s)
+        return (
+            f"--max-time {self.cfg.max_time_s:g}s of virtual time ran out with {placed:,} of "
+            f"{self.cfg.size:,} bytes placed (raise --max-time, or give a smaller --size)"
+        )
 
     def _rocev2_summary(self) -> dict:
         """What only the baseline has: its paths, go-back-N and DCQCN counters."""
@@ -471,7 +504,11 @@ def summary(r: dict) -> str:
     gp = r["goodput_bps"] / 1e6
     cap = r["capacity_bps"] / 1e6
     rec = "n/a (no failure)" if r["recovery_s"] is None else f"{r['recovery_s'] * 1e3:.2f} ms"
-    comp = "did not complete" if r["completion_s"] is None else f"{r['completion_s'] * 1e3:.2f} ms"
+    comp = (
+        f"did not complete: {r['stopped']}"
+        if r["completion_s"] is None
+        else f"{r['completion_s'] * 1e3:.2f} ms"
+    )
     lines = [
         f"mrc-sim: {r['transport']} over {r['planes']} planes x {r['paths_per_plane']} paths, "
         f"{r['qps']} QP(s), {r['bytes']} bytes, loss {r['loss']}, seed {r['seed']}",
@@ -684,12 +721,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--rocev2-ports",
         choices=ROCEV2_PORT_POLICIES,
-        default="rail",
+        default=None,
         help="rocev2: QP i bound to port i %% planes (rail, as deployed) or ports by hash",
     )
     p.add_argument(
         "--rocev2-timeout",
-        default="auto",
+        default=None,
         metavar="N|auto",
         help="rocev2: IB local ACK timeout 4.096us x 2^N of hardware time, scaled to the lab; "
         "auto (default): the smallest N above the fabric's worst-case RTT (deployments: 14-20)",
@@ -727,6 +764,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 DEFAULT_MSG_SIZE = 1 << 20
+MAX_SIM_QPS = DEFAULT_MAX_QPS  # --qps, at most: a device's QPs
+MAX_LINK_DELAY_S = 0.1  # --delay, at most (4 crossings a round trip, under max_rto_s 1 s)
+MAX_TIMELINE_BINS = 1_000_000  # a goodput timeline's bins, at most (each a JSON pair)
 
 
 def memory_available_bytes() -> int | None:
@@ -756,10 +796,22 @@ def check_args(a: argparse.Namespace, workload: str) -> None:
             raise ValueError(f"{flag} {value:g}: a rate above 0 (e.g. 100Mbit)")
     if a.delay is not None and a.delay < 0:
         raise ValueError(f"--delay {a.delay:g}: a time of 0 or more (e.g. 20us)")
+    if a.delay is not None and a.delay > MAX_LINK_DELAY_S:
+        raise ValueError(
+            f"--delay {a.delay:g}s: a link's one-way delay of at most {MAX_LINK_DELAY_S:g}s "
+            "(a round trip crosses it four times, and the QPs' retransmission timer stops "
+            "growing at 1 s: a longer one could only time out); data-centre links are us"
+        )
     if not a.max_time > 0:
         raise ValueError(f"--max-time {a.max_time:g}: a time above 0 (e.g. 60s)")
     if a.timeline is not None and not a.timeline > 0:
         raise ValueError(f"--timeline {a.timeline:g}: a bin width above 0 (e.g. 10ms)")
+    if a.timeline is not None and a.max_time / a.timeline > MAX_TIMELINE_BINS:
+        raise ValueError(
+            f"--timeline {a.timeline:g}s: up to --max-time {a.max_time:g}s that is "
+            f"{a.max_time / a.timeline:.3g} bins, more than {MAX_TIMELINE_BINS:,}: give a bin of "
+            f"at least {a.max_time / MAX_TIMELINE_BINS:.3g}s, or a shorter --max-time"
+        )
     if a.mtu < 256 or a.mtu > 9000:
         raise ValueError(f"--mtu {a.mtu}: payload bytes per packet, 256..9000 (default 4096)")
     frame = a.mtu + DATA_OVERHEAD_BYTES
@@ -775,7 +827,7 @@ def check_args(a: argparse.Namespace, workload: str) -> None:
             )
         if a.queue is not None and a.ecn >= a.queue:
             raise ValueError(
-                f"--ecn {size_text(a.ecn)} is not below --queue {size_text(a.queue)}: nothing would ever be marked; "
+                f"--ecn {size_text(a.ecn)} is not below --buffer {size_text(a.queue)}: nothing would ever be marked; "
                 "give a threshold below the queue, or --no-ecn"
             )
     if a.evs < a.planes or a.evs % a.planes:
@@ -791,11 +843,15 @@ def check_args(a: argparse.Namespace, workload: str) -> None:
             "the whole transfer"
         )
     if a.transport != "rocev2":
-        for flag, given in (("--rocev2-ports", a.rocev2_ports != "rail"),
-                            ("--rocev2-timeout", a.rocev2_timeout != "auto"),
+        for flag, given in (("--rocev2-ports", a.rocev2_ports is not None),
+                            ("--rocev2-timeout", a.rocev2_timeout is not None),
                             ("--rocev2-option", bool(a.rocev2_option))):  # fmt: skip
             if given:
                 raise ValueError(f"{flag}: for --transport rocev2 only (this run is {a.transport})")
+    if a.rocev2_ports is None:  # (None until here: given, even as the default, is checked)
+        a.rocev2_ports = "rail"
+    if a.rocev2_timeout is None:
+        a.rocev2_timeout = "auto"
     hosts = 2 if workload == "p2p" else a.t0 * a.hosts_per_t0
     need = a.size * (2 if workload == "p2p" else 2 * hosts)
     have = memory_available_bytes()
@@ -859,6 +915,12 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
         path_loss=tuple(parse_path_loss(t, a.planes * a.paths_per_plane) for t in a.path_loss),
         seed=a.seed,
     )
+    if workload == "p2p" and a.size * 8 / fabric.capacity_bps() > a.max_time:
+        raise ValueError(
+            f"--size {size_text(a.size)} takes at least {a.size * 8 / fabric.capacity_bps():.3g}s "
+            f"at the fabric's {fabric.capacity_bps() / 1e6:g} Mb/s (--rate x --planes), more than "
+            f"--max-time {a.max_time:g}s: raise --max-time or --rate, or give a smaller --size"
+        )
     if a.transport == "gbn":
         raise ValueError(
             "--transport gbn was retired: use --transport rocev2, the full RoCEv2 baseline "
@@ -894,6 +956,10 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
         )
     if getattr(a, "iters", 1) != 1 and getattr(a, "workload", "p2p") != "allreduce":
         raise ValueError("--iters: --workload allreduce only")
+    if hasattr(a, "senders"):  # (the incast flags: mrc-sim's parser has them)
+        workload_cli.check_workload_flags(a, workload)
+    if a.qps is not None and a.qps > MAX_SIM_QPS:
+        raise ValueError(f"--qps {a.qps}: at most {MAX_SIM_QPS} (a device's QPs by default)")
     choice = plugins.choice_from_args(a)
     faults = [Fault.parse(s, up=False) for s in a.fail] + [Fault.parse(s, up=True) for s in a.heal]
     for f in faults:

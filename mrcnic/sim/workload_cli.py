@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument(
         "--senders",
-        default="4",
+        default=None,
         metavar="N|HOSTS",
         help="incast: how many hosts write to --dst (spread over the other T0s), or which "
         "(h3,h4); default 4",
@@ -50,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--duration",
         type=time_arg,
-        default=DEFAULT_DURATION_S,
+        default=None,
         metavar="TIME",
         help=f"incast: virtual time per phase (default {DEFAULT_DURATION_S:g}s)",
     )
@@ -69,7 +69,7 @@ def incast_params(a: argparse.Namespace, spec: ClosSpec, qps: int | None) -> Any
 
     H = spec.hosts
     dst = parse_host(a.dst, H) if a.dst is not None else H - 1
-    text = a.senders.strip()
+    text = (a.senders if a.senders is not None else "4").strip()
     if text.isdigit():
         senders = wl.incast_senders(spec.shape, int(text), dst)
     else:
@@ -89,7 +89,20 @@ def incast_params(a: argparse.Namespace, spec: ClosSpec, qps: int | None) -> Any
                 raise ValueError(f"--victim {a.victim!r}: SRC:DST (e.g. h1:h6) or auto")
             victim = (parse_host(src, H), parse_host(vdst, H))
     default_qps = 1 if spec.transport == "mrc" else spec.planes
-    return IncastParams(tuple(senders), dst, victim, qps or default_qps, a.duration)
+    duration = a.duration if a.duration is not None else DEFAULT_DURATION_S
+    return IncastParams(tuple(senders), dst, victim, qps or default_qps, duration)
+
+
+def check_workload_flags(a: argparse.Namespace, workload: str) -> None:
+    """A ValueError for an incast flag given to another workload (it would do nothing)."""
+    if workload == "incast":
+        if a.duration is not None and not a.duration > 0:
+            raise ValueError(f"--duration {a.duration:g}: a time above 0 (e.g. 200ms)")
+        return
+    for flag, value in (("--senders", a.senders), ("--dst", a.dst), ("--victim", a.victim),
+                        ("--duration", a.duration)):  # fmt: skip
+        if value is not None:
+            raise ValueError(f"{flag}: --workload incast only (this run is {workload})")
 
 
 def run(a: argparse.Namespace, spec: ClosSpec, qps: int | None) -> dict[str, Any]:

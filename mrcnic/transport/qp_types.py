@@ -58,6 +58,8 @@ class ResourceLimitError(MrcError, RuntimeError):
 #: writes posted and not completed per QP, on both engines (the C send engine's ring of
 #: messages is this long: a power of two, more than the responder's MSN window)
 MAX_OUTSTANDING_WRITES = 32768
+#: QPs a device holds by default (verbs.DeviceLimits.max_qps; mrc-sim's --qps at most)
+DEFAULT_MAX_QPS = 1024
 
 
 # -- events -----------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ def soak_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict]:
     argv = [sys.executable, "-m", "lab.soak", "--name", NAME, "--minutes", str(MINUTES)]
     # a forced rate: the test checks the machinery, not this machine's calibrated figures
     argv += ["--seed", "3", "--events-per-min", "15", "--rate-mbit", "20", "--size", "2M"]
-    argv += ["--out", str(out), "--progress-s", "10"]
+    argv += ["--out", str(out), "--progress", "10s"]
     try:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     finally:

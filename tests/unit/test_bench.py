@@ -245,9 +245,9 @@ def test_allreduce_table():
     for col in (
         "size(B)",
         "count",
-        "algbw(MB/s)",  # nccl-tests' bytes (GB/s at its rates), not bits
-        "busbw(MB/s)",
-        "125.000",  # busbw 1.0e9 bit/s = 125 MB/s
+        "algbw(GB/s)",  # nccl-tests' names and unit, at any rate (not bits, not MB/s)
+        "busbw(GB/s)",
+        "0.12500",  # busbw 1.0e9 bit/s = 0.125 GB/s
         "#wrong",
         "RS 0 10.00",
         "AG 0 20.00",

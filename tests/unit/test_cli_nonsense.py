@@ -13,6 +13,7 @@ failure naming the argv.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import random
@@ -94,6 +95,18 @@ def test_mrc_sim_refuses_nonsense_clearly(flag: str) -> None:
         (["--fail", "3@2s", "--heal", "3@1s"], "was not failed before"),
         (["--size", "1M", "--msg-size", "2M"], "one write is at most the whole transfer"),
         (["--rocev2-ports", "hash"], "--transport rocev2 only"),
+        (["--rocev2-ports", "rail"], "--transport rocev2 only"),  # the default, but given
+        (["--rocev2-timeout", "auto"], "--transport rocev2 only"),
+        (["--transport", "rocev2", "--rocev2-option", "nak_retries=maybe"], "is true or false"),
+        (["--transport", "rocev2", "--rocev2-option", "retry_cnt=1.5"], "is an integer"),
+        (["--timeline", "1ns"], "more than 1,000,000"),
+        (["--rate", "100k"], "more than --max-time"),
+        (["--max-time", "1ms"], "more than --max-time"),
+        (["--delay", "1000s"], "at most 0.1s"),
+        (["--qps", "100000"], "at most 1024"),
+        (["--duration", "1s"], "--workload incast only"),
+        (["--senders", "3"], "--workload incast only"),
+        (["--workload", "incast", "--duration", "0"], "a time above 0"),
     ],
 )
 def test_mrc_sim_names_the_problem(argv: list[str], words: str) -> None:
@@ -106,6 +119,12 @@ def test_mrc_sim_still_takes_good_values() -> None:
                  ["--fail", "3@1ms", "--heal", "3@2ms"], ["--evs", "64"],
                  ["--transport", "rocev2", "--rocev2-ports", "hash"]):  # fmt: skip
         assert _sim_check(argv) == (0, ""), argv
+
+
+def test_mrc_sim_says_why_a_run_did_not_complete() -> None:
+    code, text = _call(transfer.main, ["--size", "256K", "--loss", "0.9", "--max-time", "20ms",
+                                       "--planes", "2", "--t1", "2"])  # fmt: skip
+    assert code == 1 and "did not complete: --max-time 0.02s of virtual time ran out" in text, text
 
 
 def test_mrc_sim_nonsense_mixes() -> None:
@@ -127,6 +146,13 @@ BENCH_CASES = [
     ["write", "--plot", "/no/such/dir/x.png"], ["lat", "--size", "0"],
     ["incast", "--senders", "h1,h2", "--dst", "h0", "--qps", "0"],
     ["incast", "--senders", "h1", "--dst", "h0", "--duration", "0"],
+    ["write", "--timeline", "1ns"], ["write", "--region", "0"],
+    ["write", "--region", "1K", "--size", "64K"], ["write", "--port", "0"],
+    ["write", "--port", "70000"], ["write", "--ev-log", "-1"], ["write", "--depth", "1000000"],
+    ["write", "--progress", "0"], ["lat", "--warmup", "-1"], ["write", "--timeout", "0"],
+    ["allreduce", "--timeout", "0"], ["write", "--plot", "x.txt"],
+    ["allreduce", "--hosts", "foo"], ["incast", "--senders", "h1;h2", "--dst", "h0"],
+    ["allreduce", "--rank", "-1"],
 ]  # fmt: skip
 
 
@@ -165,6 +191,54 @@ def test_mrc_lab_up_refuses_a_plan_too_large_before_building() -> None:
     code, text = _call(lab_cli.main, ["up", "--name", "mrcbig", "--planes", "8", "--t0", "512",
                                       "--t1", "256", "--hosts-per-t0", "256", "-q"])  # fmt: skip
     assert code in (1, 2) and ("at most 2,048" in text or "root" in text), text
+
+
+LAB_CASES = [
+    (["flap", "a", "b", "--period", "0"], "above 0"),
+    (["reboot", "p0-t1-0", "--down", "1e9"], "at most 600000"),
+    (["loss", "a", "b", "--percent", "500"], "at most 1"),
+    (["loss", "a", "b", "--loss", "1"], "for 1% write 1%"),
+    (["probe", "--lossy", "1"], "for 1% write 1%"),
+    (["capture", "h0", "-w", ""], "a file name"),
+    (["capture", "h0", "-w", "/tmp"], "a file name"),
+    (["capture", "h0", "-w", "/proc/version"], "cannot be written"),
+    (["experiment", "p2p", "--reps", "0"], "at least 1"),
+    (["experiment", "p2p", "--cpu-bound-repeats", "-1"], "at least 0"),
+    (["experiment", "p2p", "--out", "/no/such/dir/sub"], "does not exist"),
+    (["experiment", "nosuch"], "nosuch"),
+]
+
+
+@pytest.mark.parametrize(("argv", "words"), LAB_CASES)
+def test_mrc_lab_checks_values_before_the_lab(argv: list[str], words: str) -> None:
+    code, text = _call(lab_cli.main, [*argv, "--lab", "mrcnolab"])
+    assert code == 2 and words in text and "Traceback" not in text, text
+    assert "no lab named" not in text, f"{argv}: the lab was looked for first: {text}"
+
+
+def test_make_demo_checks_values_before_the_lab(tmp_path: Path) -> None:
+    from lab.workloads import demo
+
+    for argv, words in (
+        (["--duration", "0"], "above 0"), (["--planes", "0"], "1..16"),
+        (["--lab", "X"], "lab name"), (["--size", "0"], "1 byte"),
+        (["--src", "h0", "--dst", "h0"], "different hosts"), (["--timeline", "0"], "above 0"),
+        (["--png", str(tmp_path / "no" / "x.png")], "does not exist"),
+        (["--out", str(tmp_path / "no" / "x.json")], "does not exist"),
+        (["--png", "x.jpg"], "ending in .png"), (["--dst", "h99"], "hosts h0 .."),
+    ):  # fmt: skip
+        code, text = _call(demo.main, argv)
+        assert code == 2 and words in text and "Traceback" not in text, (argv, text)
+        assert "bringing the lab up" not in text and "calibrating" not in text, (argv, text)
+
+
+def test_the_soak_checks_values_before_the_lab() -> None:
+    soak = importlib.import_module("lab.workloads.soak.main")
+
+    for argv in (["--minutes", "nan"], ["--minutes", "0"], ["--events-per-min", "0"],
+                 ["--step-timeout", "0"], ["--progress", "-1s"]):  # fmt: skip
+        code, text = _call(soak.main, argv)
+        assert code == 2 and "Traceback" not in text, (argv, text)
 
 
 def test_mrc_lab_exec_keeps_its_own_flags() -> None:

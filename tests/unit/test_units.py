@@ -329,7 +329,7 @@ def test_every_cli_reads_a_time_alike(text):
     assert _sim("--max-time", text).max_time == want
     assert incast.build_parser().parse_args(["--stagger", text]).stagger == want
     assert _bench("write", "--duration", text).duration == want
-    assert _bench("write", "--timeout-s", text).timeout_s == want
+    assert _bench("write", "--timeout", text).timeout_s == want
     assert lab_demo.build_parser().parse_args(["--duration", text]).duration == want
     # the ms flags: a plain number is ms, a spelled-out time is converted
     ms = _lab("flap", "a", "b", "--period-ms", text).period_ms

@@ -337,7 +337,7 @@ class WriteGroup:
                 qps=self.qps,
                 transport=self.transport,
                 timeline_ms=TIMELINE_MS,
-                extra=("--progress-s", "1"),
+                extra=("--progress", "1s"),
             )
             for f in self.flows
         ]

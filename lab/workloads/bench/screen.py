@@ -20,6 +20,14 @@ def bytes_rate_unit(*bps: float) -> tuple[str, float]:
     return "MB/s", 8e6
 
 
+def nccl_bw(bps: float) -> str:
+    """A bandwidth as nccl-tests prints algbw and busbw: GB/s (1e9 bytes/s) always, whatever
+    the magnitude, so a lab's figures sit beside a real log's; below 1 GB/s (lab rates) with
+    five decimals instead of two, so they are not all 0.00."""
+    v = bps / 8e9
+    return f"{v:.2f}" if v >= 1 else f"{v:.5f}"
+
+
 def msg_rate_unit(pps: float) -> tuple[str, float]:
     """perftest's Mpps, or kpps below 0.01 Mpps (lab rates): -> (name, packets per unit)."""
     return ("Mpps", 1e6) if pps >= 1e4 else ("kpps", 1e3)
@@ -119,15 +127,14 @@ def format_allreduce(res: dict[str, Any]) -> str:
         f" ranks {res['ranks']}: {','.join(res['hosts'])}   capacity per NIC {res['capacity_bps'] / 1e6:.1f} Mb/s"
     )
     out.append(_LINE)
-    bw, per = bytes_rate_unit(res["algbw_bps"], res["busbw_bps"])
     out.append(
-        f" {'size(B)':>12}{'count':>12}{'type':>8}{'redop':>7}{'time(us)':>12}{f'algbw({bw})':>13}"
-        f"{f'busbw({bw})':>13}{'#wrong':>8}"
+        f" {'size(B)':>12}{'count':>12}{'type':>8}{'redop':>7}{'time(us)':>12}{'algbw(GB/s)':>13}"
+        f"{'busbw(GB/s)':>13}{'#wrong':>8}"
     )
     wrong = 0 if res["verified"] else "yes"
     out.append(
         f" {res['size']:>12}{res['elements']:>12}{res['type']:>8}{res['redop']:>7}"
-        f"{res['time_s'] * 1e6:>12.0f}{res['algbw_bps'] / per:>13.3f}{res['busbw_bps'] / per:>13.3f}{wrong!s:>8}"
+        f"{res['time_s'] * 1e6:>12.0f}{nccl_bw(res['algbw_bps']):>13}{nccl_bw(res['busbw_bps']):>13}{wrong!s:>8}"
     )
     out.append(_LINE)
     out.append(
@@ -157,21 +164,20 @@ def format_alltoall(res: dict[str, Any]) -> str:
         f"   capacity per NIC {res['capacity_bps'] / 1e6:.1f} Mb/s"
     )
     out.append(_LINE)
-    bw, per = bytes_rate_unit(*(x for r in res["rows"] for x in (r["algbw_bps"], r["busbw_bps"])))
     out.append(
-        f" {'size(B)':>12}{'count':>12}{'type':>8}{'redop':>7}{'time(us)':>12}{f'algbw({bw})':>13}"
-        f"{f'busbw({bw})':>13}{'#wrong':>8}"
+        f" {'size(B)':>12}{'count':>12}{'type':>8}{'redop':>7}{'time(us)':>12}{'algbw(GB/s)':>13}"
+        f"{'busbw(GB/s)':>13}{'#wrong':>8}"
     )
     for r in res["rows"]:
         wrong = 0 if r["verified"] else "yes"
         out.append(
             f" {r['size']:>12}{r['elements']:>12}{res['type']:>8}{res['redop']:>7}"
-            f"{r['time_s'] * 1e6:>12.0f}{r['algbw_bps'] / per:>13.3f}"
-            f"{r['busbw_bps'] / per:>13.3f}{wrong!s:>8}"
+            f"{r['time_s'] * 1e6:>12.0f}{nccl_bw(r['algbw_bps']):>13}"
+            f"{nccl_bw(r['busbw_bps']):>13}{wrong!s:>8}"
         )
     out.append(_LINE)
     out.append(
-        f" Avg bus bandwidth {res['avg_busbw_bps'] / per:.3f} {bw}   largest size: busbw = "
+        f" Avg bus bandwidth {nccl_bw(res['avg_busbw_bps'])} GB/s   largest size: busbw = "
         f"{res['goodput_fraction']:.3f} of capacity   retransmissions {res['retransmissions']}"
         f"   timeouts {res['timeouts']}"
     )

@@ -273,7 +273,7 @@ def explain(
 
 def _args(coll: str, hosts: str, size: str, iters: int, t: str, timeout_s: float) -> tuple:
     return (coll, "--hosts", hosts, "--size", size, "--iters", str(iters), "--warmup",
-            str(WARMUP), "--transport", t, "--timeout-s", f"{timeout_s:.0f}")  # fmt: skip
+            str(WARMUP), "--transport", t, "--timeout", f"{timeout_s:.0f}s")  # fmt: skip
 
 
 def run(ctx: Context, res: Result) -> None:

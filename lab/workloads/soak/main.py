@@ -7,7 +7,6 @@ import argparse
 import json
 import os
 import re
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +18,7 @@ from lab.fabric.params import LabParams, ParamError, resolve
 from lab.fabric.paths import RESULTS
 from lab.fabric.progress import Progress
 from lab.fabric.state import LabState, exists
+from lab.proc import children
 from lab.proc.schedule import Printer, Step, say_to_stdout
 from lab.workloads import calibrate
 from lab.workloads.soak.config import (
@@ -39,7 +39,7 @@ from lab.workloads.soak.report import (
 )
 from lab.workloads.soak.runner import TransportSoak
 from lab.workloads.soak.schedule import MAX_EVENTS_PER_MIN, fault_kind, make_schedule
-from mrcnic.cliflags import deprecated
+from mrcnic.cliflags import deprecated, renamed, within
 from mrcnic.optional import first_missing
 from mrcnic.units import size_arg, time_arg
 
@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
         "switches, downs NIC ports and adds loss; every step verified. Needs root. Manual: "
         "docs/design/reliability.md.",
     )
-    ap.add_argument("--minutes", type=float, default=30.0, help="per transport [30]")
+    ap.add_argument("--minutes", type=within(float, 0, 7 * 24 * 60, above=True), default=30.0,
+                    help="per transport [30]")  # fmt: skip
     ap.add_argument("--seed", type=int, default=1, help="seed of the schedule and data [1]")
     ap.add_argument("--lab", dest="name", metavar="NAME", default=DEFAULT_NAME,
                     help=f"lab name [{DEFAULT_NAME}]")  # fmt: skip
@@ -62,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--events-per-min",
-        type=float,
+        type=within(float, 0, MAX_EVENTS_PER_MIN, above=True),
         default=4.0,
         help=f"faults per minute, at most {MAX_EVENTS_PER_MIN:g} [4]",
     )
@@ -76,32 +77,22 @@ def build_parser() -> argparse.ArgumentParser:
         type=calibrate.rate_flag,
         default=calibrate.AUTO,
         metavar="R",
-        help="link rate in Mb/s; auto: calibrated for the ring's flows, cached per boot [auto]",
+        help="link rate with its unit (50Mbit); auto: calibrated for the ring's flows, cached "
+        "per boot [auto]",
     )
     deprecated(ap, "--rate-mbit", "--rate", dest="rate_mbit", type=calibrate.rate_arg)
     ap.add_argument("--recalibrate", action="store_true", help="with auto: measure again")
     ap.add_argument("--switch", choices=("python", "kernel"), default="python")
-    ap.add_argument(
-        "--step-timeout-s",
-        type=time_arg,
-        default=STEP_TIMEOUT_S,
-        metavar="S",
-        help=f"a step stuck this long fails [{STEP_TIMEOUT_S:g}]",
-    )
-    ap.add_argument(
-        "--settle-s",
-        type=time_arg,
-        default=SETTLE_S,
-        metavar="S",
-        help=f"steps this soon after a fault's undo count as fault steps [{SETTLE_S:g}]",
-    )
-    ap.add_argument(
-        "--progress-s",
-        type=time_arg,
-        default=None,
-        metavar="S",
-        help="seconds between progress lines [30; 10 for runs under 5 minutes]",
-    )
+    positive_time = within(time_arg, 0, above=True, unit=" s")
+    renamed(ap, "--step-timeout", "--step-timeout-s", dest="step_timeout_s", type=positive_time,
+            default=STEP_TIMEOUT_S, metavar="TIME",
+            help=f"a step stuck this long fails [{STEP_TIMEOUT_S:g}s]")  # fmt: skip
+    renamed(ap, "--settle", "--settle-s", dest="settle_s", type=within(time_arg, 0, unit=" s"),
+            default=SETTLE_S, metavar="TIME",
+            help=f"steps this soon after a fault's undo count as fault steps [{SETTLE_S:g}s]")  # fmt: skip
+    renamed(ap, "--progress", "--progress-s", dest="progress_s", type=positive_time,
+            default=None, metavar="TIME",
+            help="time between progress lines [30s; 10s for runs under 5 minutes]")  # fmt: skip
     ap.add_argument("--out", default=str(RESULTS / "soak.json"), help="[results/soak.json]")
     ap.add_argument("--png", default=None, help="the plot [--out with .png]; 'none': no plot")
     ap.add_argument("--keep-lab", action="store_true", help="leave the lab up at the end")
@@ -181,10 +172,6 @@ def choose_rate(
     }
 
 
-def _sigterm(_signum: int, _frame: Any) -> None:
-    raise KeyboardInterrupt  # the same clean-up as Ctrl-C: faults undone, lab down
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["rank"]:
@@ -204,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, ParamError) as e:
         say(f"lab.workloads.soak: {e}")
         return 2
-    signal.signal(signal.SIGTERM, _sigterm)
+    children.sigterm_as_interrupt()  # the same clean-up as Ctrl-C: faults undone, lab down
     try:
         return _soak(args, params, cfg, transports, say)
     except KeyboardInterrupt:
