@@ -86,9 +86,10 @@ def _add_common(sp: argparse.ArgumentParser) -> None:
     _add_lab_json_transport(sp)
     sp.add_argument(
         "--port",
-        type=within(int, 1, 65535),
+        type=within(int, 0, 65535),
         default=control.DEFAULT_PORT,
-        help=f"TCP control port (default {control.DEFAULT_PORT})",
+        help=f"TCP control port; 0: any free one, for a side that listens (default "
+        f"{control.DEFAULT_PORT})",
     )
     renamed(sp, "--timeout", "--timeout-s", dest="timeout_s",
             type=within(time_arg, 0, above=True, unit=" s"), default=None, metavar="TIME",

@@ -1,7 +1,7 @@
 """`mrc-lab capture` on a real lab (root): a verified write h0 -> h3 captured on h0's ports
 and on a T1 port, both directions, nanosecond timestamps, every frame of it dissected by
 tshark with contrib/wireshark/mrc.lua without a malformed frame, every ICRC correct; and
-the usage errors."""
+examples/read_capture.py reading it with scapy; the usage errors."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import io
 import json
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import pytest
 from lab.fabric import pcapng
 
 LUA = Path(__file__).resolve().parents[2] / "contrib" / "wireshark" / "mrc.lua"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "read_capture.py"
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +63,12 @@ def test_capture_of_a_write_dissects_cleanly(clab, tmp_path):
     assert {"0xc6", "0xc7"} <= seen or {"0xca"} <= seen, seen  # data
     assert "0xdc" in seen or "0xd1" in seen, seen  # SACK / ACK
     assert not any(line.endswith("\t0") for line in ops)  # every ICRC correct
+    # examples/read_capture.py on the real capture: scapy's layers dissect what the lab sent
+    ex = subprocess.run([sys.executable, str(EXAMPLE), str(out)], capture_output=True,
+                        text=True, timeout=120)  # fmt: skip
+    assert ex.returncode == 0, ex.stderr[-2000:]
+    assert "SACK" in ex.stdout and "flow labels (paths)" in ex.stdout, ex.stdout
+    assert "not MRC" not in ex.stdout, ex.stdout  # every frame on those ports is MRC's
 
 
 def test_capture_usage_errors(clab, tmp_path):

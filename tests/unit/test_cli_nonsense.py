@@ -147,7 +147,7 @@ BENCH_CASES = [
     ["incast", "--senders", "h1,h2", "--dst", "h0", "--qps", "0"],
     ["incast", "--senders", "h1", "--dst", "h0", "--duration", "0"],
     ["write", "--timeline", "1ns"], ["write", "--region", "0"],
-    ["write", "--region", "1K", "--size", "64K"], ["write", "--port", "0"],
+    ["write", "--region", "1K", "--size", "64K"], ["write", "--port", "-1"],
     ["write", "--port", "70000"], ["write", "--ev-log", "-1"], ["write", "--depth", "1000000"],
     ["write", "--progress", "0"], ["lat", "--warmup", "-1"], ["write", "--timeout", "0"],
     ["allreduce", "--timeout", "0"], ["write", "--plot", "x.txt"],
