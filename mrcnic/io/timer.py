@@ -19,6 +19,7 @@ from mrcnic.io import batch as batch_io
 MIN_TIMER_S = 0.001  # LoopTimer: libuv timers are in ms, a shorter delay would spin the loop
 FINE_MIN_S = 20e-6  # FdTimer: a deadline is at least this far after the pump (a spin guard)
 TIMER_SLACK_S = 10e-6  # a new deadline this close to the armed one keeps the armed one
+EARLY_S = 1e-6  # FdTimer: going off this much before the deadline is on time (clock rounding)
 
 
 class LoopTimer:
@@ -129,6 +130,9 @@ class FdTimer:
     """A timerfd (CLOCK_MONOTONIC, non-blocking) registered as a reader of the loop: wakes the
     loop at the deadline to tens of microseconds, where the loop's own timers are in ms.
     Arming is one system call (absolute time, so it needs no "now"); idle costs nothing.
+    A deadline that moves later (a delayed ACK pushed back by every receive batch) costs no
+    call: the timerfd goes off at the earlier one and is set again then, without ``fire``;
+    a disarm likewise only forgets the deadline.
     ``open(loop, fire, clock)`` returns None when no timerfd can be had."""
 
     kind = "timerfd"
@@ -150,7 +154,10 @@ class FdTimer:
         # time.monotonic() is CLOCK_MONOTONIC: its deadlines are the timerfd's; another clock's
         # deadlines become CLOCK_MONOTONIC ones through the delay
         self._absolute = clock is time.monotonic
+        self._clock = clock
         self.at: float | None = None  # the deadline asked for (None: disarmed)
+        self._fd_at: float | None = None  # the deadline the timerfd is set to (None: not set)
+        self.rearms = 0  # times the timerfd went off early and was set again (tests, stats)
         self.fired_at: float | None = None  # the deadline of the last firing
         self.errors = 0
         loop.add_reader(fd, self._on_readable)
@@ -179,21 +186,36 @@ class FdTimer:
         if armed is not None and abs(at - armed) < TIMER_SLACK_S:
             return
         self.at = at
+        fd_at = self._fd_at
+        if fd_at is not None and fd_at <= at:
+            return  # the timerfd goes off first; _on_readable sets it to this then
+        self._set(at, now)
+
+    def _set(self, at: float, now: float) -> None:
         if at < now + FINE_MIN_S:
             at = now + FINE_MIN_S
+        self._fd_at = at
         mono = at if self._absolute else time.monotonic() + (at - now)
         if self._arm_abs(self.fd, mono) < 0:  # never seen: fire from the loop, coarsely
             self.errors += 1
+            self._fd_at = None
             self.loop.call_later(max(at - now, MIN_TIMER_S), self._fire)
 
     def disarm(self) -> None:
-        if self.at is not None:
-            self.ops.disarm(self.fd)
-            self.at = None
+        self.at = None  # (a timerfd still set goes off once, for nothing: cheaper than a call)
 
     def _on_readable(self) -> None:
         if self._ack(self.fd) == 0:
-            return  # re-armed (or disarmed) after the expiry was signalled: not due
+            return  # re-armed after the expiry was signalled: not due
+        self._fd_at = None
+        at = self.at
+        if at is None:
+            return  # disarmed since it was set
+        now = self._clock()
+        if now < at - EARLY_S:  # the deadline moved later since: set it there, no fire
+            self.rearms += 1
+            self._set(at, now)
+            return
         self._fire()
 
     def _fire(self) -> None:
@@ -206,4 +228,4 @@ class FdTimer:
                 self.loop.remove_reader(self.fd)
             os.close(self.fd)
             self.fd = -1
-        self.at = None
+        self.at = self._fd_at = None
