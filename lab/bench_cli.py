@@ -52,8 +52,7 @@ class UsageError(MrcError):
 
 # --- argument parsing ----------------------------------------------------------------------------
 
-_HOSTS = re.compile(r"h\d+(\s*,\s*h\d+)*")  # --hosts, --senders: h0,h1,...
-MAX_DEPTH = MAX_OUTSTANDING_WRITES  # --depth, at most: a QP's writes posted, not completed
+_HOST = re.compile(r"h\d+|\d+|[0-9A-Fa-f:.]+")  # a host: h3, 3, or its management address
 
 
 def _png_path(text: str) -> str:
@@ -168,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument(
         "--depth",
         "-t",
-        type=within(int, 1, MAX_DEPTH),
+        type=within(int, 1),
         default=None,
         help="outstanding writes over all QPs (default: 2 MiB worth, 16..1024)",
     )
@@ -396,15 +395,20 @@ def _check_values(args: argparse.Namespace) -> None:
     src, dst = getattr(args, "src", None), getattr(args, "dst", None)
     if src is not None and src == dst:
         raise UsageError(f"--src and --dst are both {src}: they must be different hosts")
-    region = getattr(args, "region", None)
-    if isinstance(size, int) and isinstance(region, int) and region < size:
-        raise UsageError(
-            f"--region {region}: below --size {size} (each message is written into the region)"
-        )
     for flag in ("hosts", "senders"):
         text = getattr(args, flag, None)
-        if isinstance(text, str) and not _HOSTS.fullmatch(text.strip()):
-            raise UsageError(f"--{flag} {text!r}: host names with commas, e.g. h0,h1,h2,h3")
+        tokens = [t.strip() for t in text.split(",") if t.strip()] if isinstance(text, str) else []
+        if isinstance(text, str) and (not tokens or not all(map(_HOST.fullmatch, tokens))):
+            raise UsageError(
+                f"--{flag} {text!r}: hosts with commas, each h3, 3 or a management address "
+                "(e.g. h0,h1,h2,h3)"
+            )
+    depth, qps = getattr(args, "depth", None), getattr(args, "qps", None) or 1
+    if isinstance(depth, int) and depth > MAX_OUTSTANDING_WRITES * qps:
+        raise UsageError(
+            f"--depth {depth}: at most {MAX_OUTSTANDING_WRITES} writes outstanding per QP "
+            f"({MAX_OUTSTANDING_WRITES * qps} over {qps})"
+        )
     rank = getattr(args, "rank", None)
     if isinstance(rank, int) and rank < 0:
         raise UsageError(f"--rank {rank}: 0 or more (rank 0 coordinates)")

@@ -449,6 +449,11 @@ class Simulation:
             result["rocev2"] = self._rocev2_summary()
         if cfg.timeline_s:
             step = cfg.timeline_s
+            if end / step > MAX_TIMELINE_BINS:  # a run far longer than the transfer at line rate
+                step = end / MAX_TIMELINE_BINS
+                print(f"mrc-sim: the timeline's bin widened to {step:.3g}s (the run lasted "
+                      f"{end:.3g}s; at most {MAX_TIMELINE_BINS:,} bins)", file=sys.stderr)  # fmt: skip
+            result["timeline_bin_s"] = step
             tl = []
             t = 0.0
             while t < end:
@@ -766,6 +771,7 @@ def build_parser() -> argparse.ArgumentParser:
 DEFAULT_MSG_SIZE = 1 << 20
 MAX_SIM_QPS = DEFAULT_MAX_QPS  # --qps, at most: a device's QPs
 MAX_LINK_DELAY_S = 0.1  # --delay, at most (4 crossings a round trip, under max_rto_s 1 s)
+MIN_TIMELINE_S = 1e-6  # --timeline, at least
 MAX_TIMELINE_BINS = 1_000_000  # a goodput timeline's bins, at most (each a JSON pair)
 
 
@@ -806,11 +812,10 @@ def check_args(a: argparse.Namespace, workload: str) -> None:
         raise ValueError(f"--max-time {a.max_time:g}: a time above 0 (e.g. 60s)")
     if a.timeline is not None and not a.timeline > 0:
         raise ValueError(f"--timeline {a.timeline:g}: a bin width above 0 (e.g. 10ms)")
-    if a.timeline is not None and a.max_time / a.timeline > MAX_TIMELINE_BINS:
+    if a.timeline is not None and a.timeline < MIN_TIMELINE_S:
         raise ValueError(
-            f"--timeline {a.timeline:g}s: up to --max-time {a.max_time:g}s that is "
-            f"{a.max_time / a.timeline:.3g} bins, more than {MAX_TIMELINE_BINS:,}: give a bin of "
-            f"at least {a.max_time / MAX_TIMELINE_BINS:.3g}s, or a shorter --max-time"
+            f"--timeline {a.timeline:g}s: a bin of at least {MIN_TIMELINE_S:g}s (a few packets' "
+            "time at the simulator's rates; e.g. 10us, 10ms)"
         )
     if a.mtu < 256 or a.mtu > 9000:
         raise ValueError(f"--mtu {a.mtu}: payload bytes per packet, 256..9000 (default 4096)")
@@ -915,7 +920,13 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
         path_loss=tuple(parse_path_loss(t, a.planes * a.paths_per_plane) for t in a.path_loss),
         seed=a.seed,
     )
-    if workload == "p2p" and a.size * 8 / fabric.capacity_bps() > a.max_time:
+    least_s = a.size * 8 / fabric.capacity_bps()  # (p2p: the transfer at line rate)
+    if workload == "p2p" and a.timeline is not None and least_s / a.timeline > MAX_TIMELINE_BINS:
+        raise ValueError(
+            f"--timeline {a.timeline:g}s: the transfer takes at least {least_s:.3g}s, more than "
+            f"{MAX_TIMELINE_BINS:,} bins: give a bin of at least {least_s / MAX_TIMELINE_BINS:.3g}s"
+        )
+    if workload == "p2p" and least_s > a.max_time:
         raise ValueError(
             f"--size {size_text(a.size)} takes at least {a.size * 8 / fabric.capacity_bps():.3g}s "
             f"at the fabric's {fabric.capacity_bps() / 1e6:g} Mb/s (--rate x --planes), more than "

@@ -600,7 +600,10 @@ class UetNscc:
         q = last[pl.slowest]
         # at one rate per plane, each plane holds rate x its RTT: the QP's share of
         # planes x the slowest plane's is the mean RTT over the slowest's
-        mean = sum(last[i] for i in live) / len(live)
+        total = 0.0  # a plain running sum (sum() of floats compensates from Python 3.12; the
+        for i in live:  # C twin, csrc/mrc_nscc.c, adds in this order and must match it)
+            total += last[i]
+        mean = total / len(live)
         pl.ratio = min(1.0, (base + mean) / (base + q))
 
     def _share_out(self, pl: _PlaneDelays) -> None:

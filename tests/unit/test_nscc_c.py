@@ -12,25 +12,9 @@ import pytest
 from mrcnic.transport.cc import AckSample, CcParams, UetNscc
 from mrcnic.transport.nscc_c import CNscc, runs_in_c
 from mrcnic.transport.rx_engine import c_module
+from tests.nscc_state import nscc_state
 
 needs_c = pytest.mark.skipif(c_module() is None, reason="the C module is not built")
-
-_PLAIN = ("cwnd_bytes", "base_rtt_s", "target_delay_s", "max_cwnd", "avg_delay_s", "delay_s",
-          "_inc", "_received", "_last_adjust_s", "_last_dec_s", "_fi_count", "_fast",
-          "_win_end_s", "_achieved", "_win_min_delay", "_trigger_qa", "_to_ignore", "_ignored",
-          "standing_queue", "_rtt_min_cur", "_rtt_min_prev", "_rtt_epoch_end_s",
-          "_dec_extra_s", "fast_increases", "ecn_decreases", "delay_decreases",
-          "quick_adapts", "trims", "timeouts", "penalty_cuts", "plane_engagements")  # fmt: skip
-_PLANES = ("engaged", "window", "ratio", "slowest", "review_s", "last_s", "slow_s", "seen_s")
-
-
-def _state(a: UetNscc) -> dict:
-    s = {k: getattr(a, k) for k in _PLAIN}
-    pl = a._planes
-    if pl is not None:
-        s.update({f"planes.{k}": getattr(pl, k) for k in _PLANES})
-    # bit for bit: the float's bytes (NaN == NaN, and -0.0 != 0.0)
-    return {k: (v.hex() if isinstance(v, float) else v) for k, v in s.items()}
 
 
 def _params(rng: random.Random) -> tuple[CcParams, dict]:
@@ -48,25 +32,42 @@ def _params(rng: random.Random) -> tuple[CcParams, dict]:
     return p, options
 
 
-def _drive(seed: int, steps: int = 600) -> None:
+GRID_BASE_S = 2.0**-10  # a base RTT whose multiples by eighths are exact: see _drive's grid
+
+
+def _drive(seed: int, steps: int = 600, grid: bool = False) -> None:
+    """Random inputs into both; with ``grid``, times and RTTs on a grid of exact binary
+    fractions of the base RTT, so that a delay equals the target, an ACK lands on an epoch's
+    or a window's end, and planes tie, exactly (each comparison's boundary is tested)."""
     ffi = c_module().ffi
     lib = c_module().lib
     rng = random.Random(seed)
     p, options = _params(rng)
+    if grid:
+        p = CcParams(mtu_bytes=4096, line_rate_bps=2.0**27, base_rtt_s=GRID_BASE_S,
+                     planes=p.planes, equal_shares=p.equal_shares)  # fmt: skip
+        options = {k: v for k, v in options.items() if k != "max_cwnd"}
     py = UetNscc(p, **options)
     twin = UetNscc(p, **options)
     c = CNscc(ffi, twin)
-    assert _state(twin) == _state(py)
+    assert nscc_state(twin) == nscc_state(py)
     base = p.base_rtt_s
     now = 1.0
     slow_plane = rng.randrange(p.planes)
     for step in range(steps):
-        now += rng.choice([0.0, base / 50, base / 4, base, 5 * base])
+        steps_s = (
+            [0.0, base / 8, base / 4, base, 2 * base]
+            if grid
+            else [0.0, base / 50, base / 4, base, 5 * base]
+        )
+        now += rng.choice(steps_s)
         r = rng.random()
         if r < 0.8:
             plane = rng.choice([-1, rng.randrange(p.planes), rng.randrange(p.planes)])
             if rng.random() < 0.1:
                 rtt = None
+            elif grid:  # delays of whole eighths of the base RTT: the target is six of them
+                rtt = base + rng.randrange(0, 40 if plane == slow_plane else 12) * base / 8
             else:
                 q = rng.expovariate(1 / base) * (4 if plane == slow_plane else 1)
                 rtt = base * rng.uniform(0.6, 1.05) + q
@@ -86,7 +87,7 @@ def _drive(seed: int, steps: int = 600) -> None:
             py.on_rcv_penalty(pen, now)
             lib.mrc_nscc_on_rcv_penalty(c.n, pen, now)
         c.pull()
-        a, b = _state(py), _state(twin)
+        a, b = nscc_state(py), nscc_state(twin)
         assert a == b, f"seed {seed} step {step}: " + ", ".join(
             f"{k} py={a[k]} c={b[k]}" for k in a if a[k] != b[k]
         )
@@ -96,6 +97,12 @@ def _drive(seed: int, steps: int = 600) -> None:
 @pytest.mark.parametrize("seed", range(60))
 def test_c_nscc_holds_the_twins_state_bit_for_bit(seed: int) -> None:
     _drive(seed)
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(60))
+def test_c_nscc_matches_the_twin_on_every_boundary(seed: int) -> None:
+    _drive(seed, grid=True)
 
 
 @needs_c

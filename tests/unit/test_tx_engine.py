@@ -33,6 +33,7 @@ from mrcnic.transport.rx_engine import c_module as _c_module
 from mrcnic.verbs import Device, RemoteBuffer
 from mrcnic.wire import layout, usid
 from tests.batches import SLOT_BYTES, fill
+from tests.nscc_state import nscc_state
 from tests.simd import cpu_flags, simd_loop
 
 needs_c = pytest.mark.skipif(_c_module() is None, reason="the C module is not built")
@@ -222,6 +223,8 @@ def _run(
         # the retransmission timer's peak (the stats name the QP's RTO, not the timer's)
         st["rto_peak"] = (qa.core._rto_peak, qa.core._rto_peak_at_s, qa.core._host_stall_s,
                           qa.core._host_stall_at_s)  # fmt: skip
+        if type(qa.core.cc) is UetNscc:  # NSCC's whole state: C's (copied out) and Python's
+            st["nscc"] = nscc_state(qa.core.cc)
         trace.append(("stats", step, st))
         calls = getattr(qa.core.cc, "calls", None)
         if calls is not None:  # a recording algorithm: what it was told this step
