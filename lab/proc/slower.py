@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from lab.fabric.params import MIN_RATE_MBIT
+
 T = TypeVar("T")
 
 #: each repeat runs at this share of the link rate of the attempt before
@@ -56,6 +58,10 @@ def repeat_slower(
         if len(tries) > 1 and n >= tries[-2][1]:
             break  # a lower rate did not help: the lab's fixed cost binds, not its rate
         slower = round(rate * SLOWER, 3)
+        if slower < MIN_RATE_MBIT:
+            echo(f"  {n} CPU-bound run(s) at {rate:g} Mb/s: no lower rate to try (a lab's "
+                 f"links run at {MIN_RATE_MBIT:g} Mb/s or more)")  # fmt: skip
+            break
         echo(f"  {n} CPU-bound run(s) at {rate:g} Mb/s: again at {slower:g} Mb/s")
         res = run(slower)
         tries.append((res, count(res)))
