@@ -241,7 +241,9 @@ def render_screen(doc: dict[str, Any], width: int = 56, unicode: bool = True) ->
     lab_w = 34
 
     def row(label: str, cells: list[str]) -> str:
-        return f"{label:<{lab_w}}" + "".join(f"{c:<{col}}" for c in cells).rstrip()
+        # (a cell longer than its column keeps two spaces before the next: no run-together)
+        text = "".join(f"{c:<{col}}" if len(c) < col - 1 else f"{c}  " for c in cells)
+        return f"{label:<{lab_w}}" + text.rstrip()
 
     lines.append(row("", [TRANSPORT_TITLES.get(k, k) for k in keys]))
     cells_gp, cells_b, cells_qp, cells_cpu, cells_bound = [], [], [], [], []
