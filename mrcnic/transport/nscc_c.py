@@ -57,7 +57,17 @@ def _pairs(names: tuple) -> tuple[tuple[str, str], ...]:
     return tuple((n, n) if isinstance(n, str) else n for n in names)
 
 
-_FLOAT_PAIRS, _INT_PAIRS, _BOOL_PAIRS = _pairs(_FLOATS), _pairs(_INTS), _pairs(_BOOLS)
+_PLAIN = _pairs(_FLOATS + _INTS)  # copied as they are, both ways
+_BOOL_PAIRS = _pairs(_BOOLS)  # uint8 in C: bool() on the way out
+_PLANE_SCALARS = ("window", "ratio", "review_s", "slowest")  # _PlaneDelays' names = C's
+_PLANE_ARRAYS = ("last_s", "slow_s", "seen_s")
+
+
+def _copy(src: Any, dst: Any, pairs: tuple[tuple[str, str], ...], to_c: bool) -> None:
+    """Each (Python attribute, C field) of ``pairs`` from ``src`` to ``dst``."""
+    for attr, field in pairs:
+        a, b = (attr, field) if to_c else (field, attr)
+        setattr(dst, b, getattr(src, a))
 
 
 def runs_in_c(algorithm: object) -> bool:
@@ -83,12 +93,7 @@ class CNscc:
     def push(self) -> None:
         """The Python object's state into C."""
         a, n = self.algorithm, self.n
-        for attr, field in _FLOAT_PAIRS:
-            setattr(n, field, getattr(a, attr))
-        for attr, field in _INT_PAIRS:
-            setattr(n, field, getattr(a, attr))
-        for attr, field in _BOOL_PAIRS:
-            setattr(n, field, bool(getattr(a, attr)))
+        _copy(a, n, _PLAIN + _BOOL_PAIRS, to_c=True)
         for attr, field, has in _OPTIONAL:
             v = getattr(a, attr)
             setattr(n, has, v is not None)
@@ -98,10 +103,8 @@ class CNscc:
         if pl is not None:
             if pl.n > 16:
                 raise ValueError(f"uet-1.0-nscc in C: at most 16 planes, got {pl.n}")
-            n.n_planes, n.engaged, n.slowest = pl.n, pl.engaged, pl.slowest
-            n.window, n.ratio, n.review_s = pl.window, pl.ratio, pl.review_s
-            for i in range(pl.n):
-                n.last_s[i], n.slow_s[i], n.seen_s[i] = pl.last_s[i], pl.slow_s[i], pl.seen_s[i]
+            n.n_planes, n.engaged = pl.n, pl.engaged
+            self._planes(pl, n, to_c=True)
         self._gen = n.gen
 
     def pull(self) -> None:
@@ -111,17 +114,23 @@ class CNscc:
             return
         self._gen = n.gen
         a = self.algorithm
-        for attr, field in _FLOAT_PAIRS:
-            setattr(a, attr, getattr(n, field))
-        for attr, field in _INT_PAIRS:
-            setattr(a, attr, getattr(n, field))
+        _copy(n, a, _PLAIN, to_c=False)
         for attr, field in _BOOL_PAIRS:
             setattr(a, attr, bool(getattr(n, field)))
         for attr, field, has in _OPTIONAL:
             setattr(a, attr, getattr(n, field) if getattr(n, has) else None)
         pl = a._planes
         if pl is not None:
-            pl.engaged, pl.slowest = bool(n.engaged), n.slowest
-            pl.window, pl.ratio, pl.review_s = n.window, n.ratio, n.review_s
+            pl.engaged = bool(n.engaged)
+            self._planes(pl, n, to_c=False)
+
+    @staticmethod
+    def _planes(pl: Any, n: Any, to_c: bool) -> None:
+        """The plane-aware mode's scalars and per-plane arrays, one way or the other."""
+        src, dst = (pl, n) if to_c else (n, pl)
+        for name in _PLANE_SCALARS:
+            setattr(dst, name, getattr(src, name))
+        for name in _PLANE_ARRAYS:
+            s_arr, d_arr = getattr(src, name), getattr(dst, name)
             for i in range(pl.n):
-                pl.last_s[i], pl.slow_s[i], pl.seen_s[i] = n.last_s[i], n.slow_s[i], n.seen_s[i]
+                d_arr[i] = s_arr[i]
