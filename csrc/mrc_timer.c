@@ -35,11 +35,6 @@ int mrc_timer_arm(int fd, double deadline_s) {
     return timerfd_settime(fd, TFD_TIMER_ABSTIME, &its, NULL) < 0 ? -errno : 0;
 }
 
-int mrc_timer_disarm(int fd) {
-    struct itimerspec its = {0};
-    return timerfd_settime(fd, 0, &its, NULL) < 0 ? -errno : 0;
-}
-
 int64_t mrc_timer_ack(int fd) {
     uint64_t n = 0;
     ssize_t r = read(fd, &n, sizeof n);

@@ -14,9 +14,6 @@ int mrc_timer_open(void);
  * Returns 0, or -errno (-EINVAL for a deadline that is not a finite number). */
 int mrc_timer_arm(int fd, double deadline_s);
 
-/* Disarm the timer. Returns 0, or -errno. */
-int mrc_timer_disarm(int fd);
-
 /* Consume the expirations: how many since the last arm or read (0 when none, the fd is
  * non-blocking), or -errno. */
 int64_t mrc_timer_ack(int fd);

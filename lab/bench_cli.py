@@ -37,7 +37,7 @@ from lab.workloads.bench.orchestrate import PORT_SLOT, Side, listen_port, orches
 from lab.workloads.bench.screen import format_allreduce, format_alltoall, format_pair
 from lab.workloads.bench.write import WriteParams
 from mrcnic import plugins
-from mrcnic.cliflags import EXIT_FAILED, EXIT_OK, EXIT_USAGE, deprecated, renamed, within
+from mrcnic.cliflags import EXIT_FAILED, EXIT_OK, EXIT_USAGE, deprecated, png_path, renamed, within
 from mrcnic.errors import MrcError
 from mrcnic.io import aio
 from mrcnic.optional import MissingExtra
@@ -53,13 +53,6 @@ class UsageError(MrcError):
 # --- argument parsing ----------------------------------------------------------------------------
 
 _HOST = re.compile(r"h\d+|\d+|[0-9A-Fa-f:.]+")  # a host: h3, 3, or its management address
-
-
-def _png_path(text: str) -> str:
-    """``--plot``: a .png file name (checked before the run, not after it)."""
-    if not text.lower().endswith(".png"):
-        raise argparse.ArgumentTypeError(f"{text!r}: a file name ending in .png")
-    return text
 
 
 def _add_lab_json_transport(sp: argparse.ArgumentParser) -> None:
@@ -195,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument(
         "--plot",
         metavar="FILE.png",
-        type=_png_path,
+        type=png_path,
         default=None,
         help="also write a PNG of goodput over time with the capacity and every fault of the "
         "lab's journal; implies --timeline 100ms unless given",

@@ -123,6 +123,13 @@ def loss_arg(allow_all: bool = False) -> Callable[[str], float]:
     return loss
 
 
+def png_path(text: str) -> str:
+    """argparse ``type=`` for a plot's file: a name ending in .png, checked before the run."""
+    if not text.lower().endswith(".png"):
+        raise argparse.ArgumentTypeError(f"{text!r}: a file name ending in .png")
+    return text
+
+
 def within(
     convert: Callable[[str], Any],
     low: float | None = None,

@@ -38,7 +38,7 @@ from lab.proc.benchrun import WriteRun, WriteSpec, bench_available, run_write
 from lab.proc.cpu import CPU_BOUND_LABEL, cpu_verdict
 from lab.proc.schedule import Step
 from lab.workloads import calibrate
-from mrcnic.cliflags import deprecated, renamed
+from mrcnic.cliflags import deprecated, png_path, renamed
 from mrcnic.optional import first_missing
 from mrcnic.units import size_arg, time_arg, time_in
 
@@ -433,7 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --rate auto: measure this machine again, even if this boot has a result",
     )
     ap.add_argument("--out", default=str(RESULTS / "demo.json"))
-    ap.add_argument("--png", default=str(RESULTS / "demo-timeline.png"))
+    ap.add_argument("--png", type=png_path, default=str(RESULTS / "demo-timeline.png"))
     ap.add_argument("--ascii", action="store_true", help="no Unicode block characters")
     return ap
 
@@ -455,8 +455,6 @@ def _check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             ap.error(f"{flag} {host!r}: a host name, e.g. h0")
     if args.src == args.dst:
         ap.error(f"--src and --dst are both {args.src}: they must be different hosts")
-    if not args.png.lower().endswith(".png"):
-        ap.error(f"--png {args.png!r}: a file name ending in .png")
     for flag, path in (("--out", args.out), ("--png", args.png)):
         parent = Path(path).resolve().parent
         if not parent.is_dir():

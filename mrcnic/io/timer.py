@@ -71,13 +71,12 @@ class LoopTimer:
 @dataclass(frozen=True, slots=True)
 class TimerfdOps:
     """A CLOCK_MONOTONIC timerfd's operations, each returning a status (-errno on failure):
-    ``open()`` -> fd, ``arm(fd, deadline_s)`` (absolute), ``disarm(fd)``, ``ack(fd)`` ->
-    expirations read."""
+    ``open()`` -> fd, ``arm(fd, deadline_s)`` (absolute), ``ack(fd)`` -> expirations read.
+    (No disarm: :class:`FdTimer` lets a timerfd it no longer needs go off once, unseen.)"""
 
     source: str
     open: Callable[[], int]
     arm: Callable[[int, float], int]
-    disarm: Callable[[int], int]
     ack: Callable[[int], int]
 
 
@@ -87,9 +86,7 @@ def timerfd_ops() -> TimerfdOps | None:
     mod = batch_io.c_module_with("mrc_timer_arm")
     if mod is not None:
         lib = mod.lib
-        return TimerfdOps(
-            "c", lib.mrc_timer_open, lib.mrc_timer_arm, lib.mrc_timer_disarm, lib.mrc_timer_ack
-        )
+        return TimerfdOps("c", lib.mrc_timer_open, lib.mrc_timer_arm, lib.mrc_timer_ack)
     if sys.version_info < (3, 13) or not hasattr(os, "timerfd_create"):  # pragma: no cover
         return None
 
@@ -108,13 +105,6 @@ def timerfd_ops() -> TimerfdOps | None:
             return -(e.errno or 1)
         return 0
 
-    def _disarm(fd: int) -> int:  # pragma: no cover
-        try:
-            os.timerfd_settime(fd, initial=0)
-        except OSError as e:
-            return -(e.errno or 1)
-        return 0
-
     def _ack(fd: int) -> int:  # pragma: no cover
         try:
             return int.from_bytes(os.read(fd, 8), "little")
@@ -123,7 +113,7 @@ def timerfd_ops() -> TimerfdOps | None:
         except OSError as e:
             return -(e.errno or 1)
 
-    return TimerfdOps("os", _open, _arm, _disarm, _ack)
+    return TimerfdOps("os", _open, _arm, _ack)
 
 
 class FdTimer:

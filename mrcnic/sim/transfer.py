@@ -769,7 +769,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 DEFAULT_MSG_SIZE = 1 << 20
-MAX_SIM_QPS = DEFAULT_MAX_QPS  # --qps, at most: a device's QPs
 MAX_LINK_DELAY_S = 0.1  # --delay, at most (4 crossings a round trip, under max_rto_s 1 s)
 MIN_TIMELINE_S = 1e-6  # --timeline, at least
 MAX_TIMELINE_BINS = 1_000_000  # a goodput timeline's bins, at most (each a JSON pair)
@@ -969,8 +968,8 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
         raise ValueError("--iters: --workload allreduce only")
     if hasattr(a, "senders"):  # (the incast flags: mrc-sim's parser has them)
         workload_cli.check_workload_flags(a, workload)
-    if a.qps is not None and a.qps > MAX_SIM_QPS:
-        raise ValueError(f"--qps {a.qps}: at most {MAX_SIM_QPS} (a device's QPs by default)")
+    if a.qps is not None and a.qps > DEFAULT_MAX_QPS:
+        raise ValueError(f"--qps {a.qps}: at most {DEFAULT_MAX_QPS} (a device's QPs by default)")
     choice = plugins.choice_from_args(a)
     faults = [Fault.parse(s, up=False) for s in a.fail] + [Fault.parse(s, up=True) for s in a.heal]
     for f in faults:
