@@ -67,6 +67,7 @@ from typing import Any
 
 from mrcnic.io import batch as batch_io
 from mrcnic.io.afpacket import NETDOWN_ERRNOS, open_rx_socket, open_tx_socket
+from mrcnic.io.cpacing import CPacers
 from mrcnic.io.linkstate import LinkWatcher, link_up
 from mrcnic.io.netns import in_netns
 from mrcnic.io.pacing import OutBatch, PacerConfig, PortPacer
@@ -115,11 +116,12 @@ class NicPort:
         "rx_frames",
         "rx_bytes",
         "rx_too_big",
-        "tx_frames",
-        "tx_bytes",
-        "tx_lost",
-        "tx_down_drops",
-        "last_errno",
+        "py_tx_frames",
+        "py_tx_bytes",
+        "py_tx_lost",
+        "py_tx_down_drops",
+        "py_last_errno",
+        "c",
     )
 
     def __init__(self, index: int, ifname: str, rate_bps: float, pacer: PortPacer) -> None:
@@ -134,8 +136,24 @@ class NicPort:
         self.up = False
         self.link_changes = 0
         self.rx_frames = self.rx_bytes = self.rx_too_big = 0
-        self.tx_frames = self.tx_bytes = self.tx_lost = self.tx_down_drops = 0
-        self.last_errno = 0
+        # what the Python path sent; the C pacers count theirs in ``c`` (mrcnic.io.cpacing)
+        self.py_tx_frames = self.py_tx_bytes = self.py_tx_lost = self.py_tx_down_drops = 0
+        self.py_last_errno = 0
+        self.c: Any = None  # the port's struct mrc_pace_port while the C pacers serve it
+
+    def _count(self, name: str) -> int:
+        c = self.c
+        return getattr(self, "py_" + name) + (getattr(c, name) if c is not None else 0)
+
+    tx_frames = property(lambda self: self._count("tx_frames"))
+    tx_bytes = property(lambda self: self._count("tx_bytes"))
+    tx_lost = property(lambda self: self._count("tx_lost"))
+    tx_down_drops = property(lambda self: self._count("tx_down_drops"))
+
+    @property
+    def last_errno(self) -> int:
+        c = self.c
+        return c.last_errno if c is not None and c.last_errno else self.py_last_errno
 
     def open(self) -> None:
         tx = open_tx_socket(self.ifname)  # sends only: it receives nothing, so no wake-ups
@@ -243,6 +261,10 @@ class AioNic:
         self._dev_due: float | None = None
         self._waiters: list[tuple[Callable[[], bool], asyncio.Future[bool]]] = []
         self._open = False
+        #: the ports' pacers served in C (mrcnic.io.cpacing), with the C engines' queues
+        self._cpace: CPacers | None = None
+        #: a pacer may hold Python frames: the pump serves the ports in Python (the twin)
+        self._py_queued = False
         self.pumps = 0
         self.rx_wakeups = 0
 
@@ -284,6 +306,13 @@ class AioNic:
         if pq is not None:
             for p, cq, chq in zip(self.ports, pq.queues, pq.high_queues, strict=True):
                 p.pacer.cq, p.pacer.chq = cq, chq
+            if os.environ.get("MRC_NIC_C_PACE", "1") != "0":  # 0: the Python twin serves
+                self._cpace = CPacers.make([p.pacer for p in self.ports])
+        cp = self._cpace
+        if cp is not None:
+            for p in self.ports:
+                c = p.c = cp.port(p.index)
+                c.fd, c.up = p.tx_fd, int(p.up)
         now = self.clock()
         self._link_poll_at = now + LINK_POLL_S
         for p in self.ports:  # tell the core about ports that are already down
@@ -315,6 +344,18 @@ class AioNic:
         if self.device.on_pfc == self._on_pfc:
             self.device.on_pfc = None
         self.device.attach_port_queues(None)
+        cp, self._cpace = self._cpace, None
+        for p in self.ports:
+            c = p.c
+            if c is not None:  # the C pacers' counts stay with the port
+                p.py_tx_frames += c.tx_frames
+                p.py_tx_bytes += c.tx_bytes
+                p.py_tx_lost += c.tx_lost
+                p.py_tx_down_drops += c.tx_down_drops
+                p.py_last_errno = c.last_errno or p.py_last_errno
+                p.c = None
+        if cp is not None:
+            cp.detach()
         for p in self.ports:
             p.pacer.flush()
             p.pacer.cq = p.pacer.chq = None
@@ -439,9 +480,11 @@ class AioNic:
         if up and not self._reopen_rx(p):
             return  # not usable yet: the next link event or check tries again
         p.up = up
+        if p.c is not None:
+            p.c.up = int(up)
         p.link_changes += 1
         if not up:
-            p.tx_down_drops += p.pacer.flush()
+            p.py_tx_down_drops += p.pacer.flush()
         self.device.port_status(p.index, up, now)
         self.kick()
 
@@ -505,39 +548,74 @@ class AioNic:
         # while it is still in the cache, and stamped with about the time it left (one pull of
         # a whole window stamped every frame with the pump's start, and the last ones' RTT
         # samples carried the time the process took to send the ones before them).
+        cp = self._cpace
         for _ in range(PULL_ROUNDS):
             filled = False
-            if self._data_room(now):  # (no live port: one pull, as ever; its frames drop)
+            # every frame waits in a C queue: the ports are served in C, all in one call
+            fast = cp if cp is not None and not self._py_queued else None
+            if fast.room() if fast is not None else self._data_room(now):
+                # (no live port: one pull, as ever; its frames drop)
                 frames = dev.frames_to_send(now)
                 if frames:
                     self._queue(frames)
-                filled = self._data_room(now) == 0  # the queue, not the transport, stopped it
-            for p in ports:
-                pacer = p.pacer
-                if len(pacer):
-                    for batch in pacer.due(now):  # control first, then data
-                        self._send(p, batch, now)
-            if not filled or any(p.pacer.blocking_len(now) for p in ports):
+                    fast = None
+                # the queue, not the transport, stopped it
+                filled = (fast.room() if fast is not None else self._data_room(now)) == 0
+            if fast is not None:
+                blocking = fast.serve(now)
+                if fast.ps.errs:
+                    self._c_send_errors(now)
+            else:
+                blocking = self._serve_py(now)
+            if not filled or blocking:
                 break  # the transport had no more, or the pacers hold the rest back
             now = self.clock()
         else:
             self.kick()  # the bound, not the transport, ended the rounds: go on after the poll
         nxt = self._dev_due = dev.get_timer()
-        tick = now + self.pace_tick_s
-        for p in ports:
-            pacer = p.pacer
-            if not len(pacer):
-                continue
-            d = pacer.next_due(now)
-            if d is None:
-                continue
-            if d < tick and not pacer.has_control():
-                d = tick  # only data waits: the next pacing tick (the bucket bounds the burst)
-            if nxt is None or d < nxt:
+        if cp is not None and not self._py_queued:
+            d = cp.next_due(now, self.pace_tick_s)
+            if d >= 0 and (nxt is None or d < nxt):
                 nxt = d
+        else:
+            tick = now + self.pace_tick_s
+            for p in ports:
+                pacer = p.pacer
+                if not len(pacer):
+                    continue
+                d = pacer.next_due(now)
+                if d is None:
+                    continue
+                if d < tick and not pacer.has_control():
+                    d = tick  # only data waits: the next pacing tick (the bucket bounds the burst)
+                if nxt is None or d < nxt:
+                    nxt = d
         if nxt is None or self._link_poll_at < nxt:
             nxt = self._link_poll_at  # an idle NIC still checks its links once a second
         self._arm(nxt, now)
+
+    def _serve_py(self, now: float) -> bool:
+        """Every port's pacer in Python (the twin of ``CPacers.serve``, which serves the C
+        queues alone): True when a port still holds data frames."""
+        ports = self.ports
+        for p in ports:
+            pacer = p.pacer
+            if len(pacer):
+                for batch in pacer.due(now):  # control first, then data
+                    self._send(p, batch, now)
+        self._py_queued = any(p.pacer.py_len() for p in ports)
+        return any(p.pacer.blocking_len(now) for p in ports)
+
+    def _c_send_errors(self, now: float) -> None:
+        """A send of the C pacers failed or dropped frames: a port that said it is down is
+        down (its frames counted in its struct)."""
+        assert self._cpace is not None
+        self._cpace.errors()
+        for p in self.ports:
+            c = p.c
+            if c is not None and c.netdown:
+                c.netdown = 0
+                self._set_port(p, False, now)
 
     def _data_room(self, now: float) -> int:
         """1: every live port's data queue has room (pull); 0: a live port's queue is full
@@ -551,30 +629,31 @@ class AioNic:
         return 1 if live else -1
 
     def _queue(self, frames: list[tuple[int, bytes]]) -> None:
+        self._py_queued = True
         ports = self.ports
         for port, frame in frames:
             p = ports[port]
             if p.up:
                 p.pacer.push(frame)
             else:
-                p.tx_down_drops += 1  # the core learns of the port at once anyway
+                p.py_tx_down_drops += 1  # the core learns of the port at once anyway
 
     def _send(self, p: NicPort, batch: OutBatch, now: float) -> None:
         """Send what the pacer let go (Python frames, or the first frames of a C queue)."""
         if p.tx_fd < 0:
-            p.tx_down_drops += batch.drop()
+            p.py_tx_down_drops += batch.drop()
             return
         sent, failed, err, nbytes = batch.send(self.sender, p.tx_fd)
         if failed:
-            p.last_errno = err
+            p.py_last_errno = err
             if err in _NETDOWN:
                 # which frames went is not reported; the failed ones are the last ones
-                p.tx_down_drops += failed
+                p.py_tx_down_drops += failed
                 self._set_port(p, False, now)
             else:  # ENOBUFS (tc/nft dropped it), EAGAIN...: a loss the transport repairs
-                p.tx_lost += failed
-        p.tx_frames += sent
-        p.tx_bytes += nbytes
+                p.py_tx_lost += failed
+        p.py_tx_frames += sent
+        p.py_tx_bytes += nbytes
 
     def _arm(self, at: float | None, now: float) -> None:
         timer = self._timer

@@ -98,6 +98,19 @@ _DEFAULT_CONFIG = PacerConfig()
 MAX_DATA_FRAMES = 256
 
 
+class Bucket:
+    """A port's token bucket as Python keeps it: the twin of the first fields of ``struct
+    mrc_pace_port`` (``csrc/mrc_pace.h``), where :class:`PortPacer` moves it when the ports'
+    pacers are served in C (``mrcnic.io.cpacing``)."""
+
+    __slots__ = ("rate_Bps", "burst_bytes", "tokens", "last_s", "max_data_frames")
+    rate_Bps: float
+    burst_bytes: float
+    tokens: float
+    last_s: float
+    max_data_frames: int
+
+
 class PortPacer:
     """A token bucket at the port's link rate over a two-class queue (control, then data).
 
@@ -111,16 +124,13 @@ class PortPacer:
     """
 
     __slots__ = (
-        "rate_Bps",
-        "burst_bytes",
-        "tokens",
-        "last_s",
+        "b",
+        "_b_owner",
         "high",
         "data",
         "data_limit",
         "high_limit",
         "high_drops",
-        "max_data_frames",
         "cq",
         "c_take",
         "chq",
@@ -138,17 +148,20 @@ class PortPacer:
     ):
         if rate_bps <= 0:
             raise ValueError("a port rate must be > 0")
-        self.rate_Bps = rate_bps / 8.0
+        b = Bucket()
+        self.b: Any = b  # a Bucket, or its C twin (move_bucket)
+        self._b_owner: Any = None  # what keeps a bucket in C memory alive (move_bucket)
+        b.rate_Bps = rate_bps / 8.0
         fb = config.frame_bytes
-        self.burst_bytes = max(2.0 * fb, config.burst_s * self.rate_Bps)
-        self.tokens = self.burst_bytes  # an idle port may send a burst at once
-        self.last_s = now_s
+        b.burst_bytes = max(2.0 * fb, config.burst_s * b.rate_Bps)
+        b.tokens = b.burst_bytes  # an idle port may send a burst at once
+        b.last_s = now_s
+        b.max_data_frames = 0
         self.high: deque[bytes] = deque()
         self.data: deque[bytes] = deque()
         self.data_limit = min(data_limit_frames(rate_bps, config), MAX_DATA_FRAMES)
         self.high_limit = config.high_queue_frames
         self.high_drops = 0
-        self.max_data_frames = 0
         #: the port's queue of data frames built in C (mrcnic.transport.port_queues.PortQueue), served
         #: after the Python data queue; c_take: how many of them the last take() let go
         self.cq: Any = None
@@ -159,6 +172,34 @@ class PortPacer:
         self.c_high_take = 0
         self.lossless: deque[bytes] = deque()
         self.pause: Any = pause  # a PortPause when the port honours PFC
+
+    # the bucket's fields, wherever it lives (tests and stats read them here)
+    rate_Bps = property(lambda self: self.b.rate_Bps)
+    burst_bytes = property(lambda self: self.b.burst_bytes)
+    last_s = property(lambda self: self.b.last_s)
+    max_data_frames = property(lambda self: self.b.max_data_frames)
+
+    @property
+    def tokens(self) -> float:
+        return self.b.tokens
+
+    @tokens.setter
+    def tokens(self, value: float) -> None:
+        self.b.tokens = value
+
+    def move_bucket(self, b: Any, owner: Any = None) -> None:
+        """Keep the bucket in ``b`` from now on (a ``struct mrc_pace_port`` of
+        ``mrcnic.io.cpacing``, or a fresh :class:`Bucket`), its values carried over;
+        ``owner`` keeps C memory alive while the pacer points into it."""
+        old = self.b
+        for name in Bucket.__slots__:
+            setattr(b, name, getattr(old, name))
+        self.b = b
+        self._b_owner = owner
+
+    def py_len(self) -> int:
+        """Frames in the Python queues (what only this object, not C, can serve)."""
+        return len(self.high) + len(self.data) + len(self.lossless)
 
     def __len__(self) -> int:
         chq = self.chq
@@ -194,15 +235,16 @@ class PortPacer:
                 self.lossless if self.pause is not None and is_lossless_frame(frame) else self.data
             )
             data.append(frame)
-            if len(data) > self.max_data_frames:
-                self.max_data_frames = len(data)
+            if len(data) > self.b.max_data_frames:
+                self.b.max_data_frames = len(data)
 
     def _refill(self, now_s: float) -> None:
-        dt = now_s - self.last_s
+        b = self.b
+        dt = now_s - b.last_s
         if dt > 0:
-            t = self.tokens + dt * self.rate_Bps
-            self.tokens = t if t < self.burst_bytes else self.burst_bytes
-            self.last_s = now_s
+            t = b.tokens + dt * b.rate_Bps
+            b.tokens = t if t < b.burst_bytes else b.burst_bytes
+            b.last_s = now_s
 
     def take(self, now_s: float) -> list[bytes]:
         """The frames that may leave now, control first: the Python control frames, then
@@ -210,7 +252,8 @@ class PortPacer:
         the control frames), then ``c_take`` of the C data queue's."""
         self._refill(now_s)
         self.c_take = self.c_high_take = 0
-        tokens = self.tokens
+        b = self.b
+        tokens = b.tokens
         if tokens <= 0:
             return []
         out = []
@@ -236,9 +279,9 @@ class PortPacer:
         if tokens > 0 and cq is not None and len(cq):
             self.c_take, tokens = cq.take(tokens)
             n = len(cq)
-            if n > self.max_data_frames:
-                self.max_data_frames = n
-        self.tokens = tokens
+            if n > b.max_data_frames:
+                b.max_data_frames = n
+        b.tokens = tokens
         return out
 
     def due(self, now_s: float) -> list[OutBatch]:
@@ -261,9 +304,10 @@ class PortPacer:
         if self.lossless and len(self) == len(self.lossless) and self.pause.paused(now_s):
             return self.pause.paused_until  # only paused frames wait: when the pause ends
         self._refill(now_s)
-        if self.tokens > 0:
+        b = self.b
+        if b.tokens > 0:
             return now_s
-        return now_s + (1e-9 - self.tokens) / self.rate_Bps
+        return now_s + (1e-9 - b.tokens) / b.rate_Bps
 
     def flush(self) -> int:
         n = len(self.high) + len(self.data) + len(self.lossless)

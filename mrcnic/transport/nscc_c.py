@@ -13,6 +13,7 @@ attribute, bit for bit.
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from mrcnic.transport import cc as cc_mod
@@ -58,6 +59,23 @@ def _pairs(names: tuple) -> tuple[tuple[str, str], ...]:
 
 
 _PLAIN = _pairs(_FLOATS + _INTS)  # copied as they are, both ways
+_CODES = {"double": "d", "int64_t": "q", "uint8_t": "B", "uint32_t": "I", "uint64_t": "Q"}
+
+
+def _reader(ffi: Any, fields: tuple[str, ...]) -> struct.Struct:
+    """A Struct that reads ``fields`` of ``struct mrc_nscc`` from its buffer in one call (a
+    getattr per field was most of the copy's cost, once per receive batch)."""
+    layout = dict(ffi.typeof("struct mrc_nscc").fields)
+    fmt, at = "=", 0
+    for name in fields:
+        f = layout[name]
+        if f.offset < at:
+            raise ValueError(f"struct mrc_nscc: {name} out of order")
+        fmt += "x" * (f.offset - at) + _CODES[f.type.cname]
+        at = f.offset + ffi.sizeof(f.type)
+    return struct.Struct(fmt)
+
+
 _BOOL_PAIRS = _pairs(_BOOLS)  # uint8 in C: bool() on the way out
 _PLANE_SCALARS = ("window", "ratio", "review_s", "slowest")  # _PlaneDelays' names = C's
 _PLANE_ARRAYS = ("last_s", "slow_s", "seen_s")
@@ -81,6 +99,20 @@ class CNscc:
     def __init__(self, ffi: Any, algorithm: UetNscc) -> None:
         n = self.n = ffi.new("struct mrc_nscc *")
         self.algorithm = algorithm
+        # pull()'s one read: the plain fields, the bools, the optional times and their flags,
+        # in the struct's order (each name's index in the tuple it unpacks)
+        fields = [f for _a, f in _PLAIN + _BOOL_PAIRS] + [
+            x for _a, f, has in _OPTIONAL for x in (f, has)
+        ]
+        offs = dict((name, f.offset) for name, f in ffi.typeof("struct mrc_nscc").fields)
+        order = sorted(fields, key=offs.__getitem__)
+        at = {name: i for i, name in enumerate(order)}
+        self._read = _reader(ffi, tuple(order)).unpack_from
+        self._buf = ffi.buffer(n)
+        self._plain_names = tuple(a for a, _f in _PLAIN)
+        self._plain_at = tuple(at[f] for _a, f in _PLAIN)
+        self._bool_at = tuple((a, at[f]) for a, f in _BOOL_PAIRS)
+        self._opt_at = tuple((a, at[f], at[has]) for a, f, has in _OPTIONAL)
         p = n.p
         for attr, field in _PARAMS:
             setattr(p, field, getattr(algorithm, attr))
@@ -114,11 +146,13 @@ class CNscc:
             return
         self._gen = n.gen
         a = self.algorithm
-        _copy(n, a, _PLAIN, to_c=False)
-        for attr, field in _BOOL_PAIRS:
-            setattr(a, attr, bool(getattr(n, field)))
-        for attr, field, has in _OPTIONAL:
-            setattr(a, attr, getattr(n, field) if getattr(n, has) else None)
+        v = self._read(self._buf)
+        d = a.__dict__  # (UetNscc keeps its state in its __dict__: one update for the lot)
+        d.update(zip(self._plain_names, map(v.__getitem__, self._plain_at), strict=True))
+        for attr, i in self._bool_at:
+            d[attr] = bool(v[i])
+        for attr, i, has in self._opt_at:
+            d[attr] = v[i] if v[has] else None
         pl = a._planes
         if pl is not None:
             pl.engaged = bool(n.engaged)

@@ -172,8 +172,8 @@ def _nic_pair(loop: FakeLoop, delay_s: float = 200e-6, drop=lambda port, frame: 
             other = nics[1 - h]
             for f in frames:
                 sent[h].append((now, p.index, len(f)))
-                p.tx_frames += 1
-                p.tx_bytes += len(f)
+                p.py_tx_frames += 1
+                p.py_tx_bytes += len(f)
                 if drop(p.index, f):
                     continue
 
