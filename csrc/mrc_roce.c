@@ -117,6 +117,39 @@ static void send_ack(struct mrc_roce_qp *q, uint32_t syndrome, uint32_t psn,
     }
 }
 
+int mrc_roce_next_timer(const struct mrc_roce_qp *q, double *at) {
+    int any = q->deadline_armed;
+    double t = q->deadline_s;
+    if (q->ack_armed && (!any || q->ack_deadline_s < t)) {
+        t = q->ack_deadline_s;
+        any = 1;
+    }
+    if (q->pace_blocked) {
+        double p = q->next_tx_s + q->pace_burst_s; /* (a burst's worth of time at once) */
+        if (!any || p < t) {
+            t = p;
+            any = 1;
+        }
+    }
+    *at = t;
+    return any;
+}
+
+int mrc_roce_ack_timer(struct mrc_roce_qp *q, double now_s, struct mrc_rxe_out *out) {
+    if (!q->ack_armed || q->ack_deadline_s > now_s) {
+        return 0;
+    }
+    if (out->n + 1 > out->cap) {
+        return -1;
+    }
+    q->ack_armed = 0;
+    if (q->unacked == 0) {
+        return 0;
+    }
+    send_ack(q, MRC_ROCE_SYN_ACK, (q->epsn - 1) & MASK, out);
+    return 1;
+}
+
 /* RoceQueuePair._maybe_cnp */
 static void maybe_cnp(struct mrc_roce_qp *q, double now_s, struct mrc_rxe_out *out) {
     if (now_s - q->last_cnp_s < q->cnp_interval_s) {

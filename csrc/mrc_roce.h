@@ -114,6 +114,16 @@ int mrc_roce_send(struct mrc_roce_qp *q, double now_s, double rate_bps,
 int mrc_roce_frame(struct mrc_roce_qp *q, struct mrc_rxe_regions *mem, const uint8_t *f,
                    uint32_t n, double now_s, struct mrc_rxe_out *out);
 
+/* RoceQueuePair.get_timer of a READY QP: the earliest of the ACK timeout, the delayed ACK and
+ * the pacing (next_tx_s + pace_burst_s while pace_blocked). Returns 0 when none is armed, else 1
+ * with the time in *at. */
+int mrc_roce_next_timer(const struct mrc_roce_qp *q, double *at);
+
+/* The delayed ACK's deadline (RoceQueuePair.handle_timer's first clause): when it has passed,
+ * disarm it and acknowledge what arrived since the last ACK. Returns 1 when an ACK went into
+ * out, 0 when none was due, -1 when out has no room (drain it and call again). */
+int mrc_roce_ack_timer(struct mrc_roce_qp *q, double now_s, struct mrc_rxe_out *out);
+
 /* Cumulative acknowledgment of every PSN up to psn (RoceQueuePair._ack_to): returns 0 when it
  * acknowledges nothing new, else 1. positive 0: a NAK's implicit acknowledgment. */
 int mrc_roce_ack_to(struct mrc_roce_qp *q, uint32_t psn, double now_s, int positive);

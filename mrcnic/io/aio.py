@@ -33,7 +33,10 @@ port (one veth per plane, in the host's network namespace), and then only moves 
   (``Device.attach_port_queues``, ``csrc/mrc_txq.c``) that each pacer serves by the same
   token rule (Python control, C control, Python data, C data) and sends with ``sendmmsg``
   from their slots: no Python object per frame. The send engine builds data only while every
-  port's C data queue is below the pacer's data limit;
+  port's C data queue is below the pacer's data limit. While no port holds a Python frame,
+  one C call serves every port's C queues by the same rule (``mrcnic.io.cpacing.CPacers``,
+  ``csrc/mrc_pace.c``; the pacers keep their token buckets in its structs, so the Python
+  pacers, its twin, take over whenever a Python frame waits; ``MRC_NIC_C_PACE=0``: always);
 - **send**: ``sendmmsg`` per port and wake-up (``batch_io.Sender``); ``ENOBUFS`` (a tc/nft
   fault dropped the frame) and other per-frame refusals count as losses, which the transport
   repairs; ``ENETDOWN`` means the port is down;

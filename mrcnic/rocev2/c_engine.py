@@ -128,6 +128,7 @@ class CRoceQueuePair(RoceQueuePair):
         if m is None:
             raise ValueError("the C module mrcnic._mrcfast is not built: run `make setup`")
         self._ffi, self._lib = m.ffi, m.lib
+        self._at = self._ffi.new("double[1]")  # (get_timer's answer)
         self._c = self._ffi.new("struct mrc_roce_qp *")
         self._c.nak_rewound = -1
         self._c.last_cnp_s = _NONE
@@ -260,6 +261,26 @@ class CRoceQueuePair(RoceQueuePair):
         self._flush_all()
         if r == 0:
             super().receive_frame(data, now_s)  # NAKs, CNPs: the twin's path
+
+    def get_timer(self) -> float | None:
+        # the twin's rule in one C call: the shell asks every QP on every pump
+        if self.state is not QpState.READY:
+            return None
+        at = self._at
+        return at[0] if self._lib.mrc_roce_next_timer(self._c, at) else None
+
+    def handle_timer(self, now_s: float) -> None:
+        c = self._c
+        if c.ack_armed and c.ack_deadline_s <= now_s:
+            # the delayed ACK, built in C into the device's control output (the twin builds it
+            # in Python: at the lab's rates nearly every ACK is a delayed one, and each was a
+            # Python frame through the shell's Python send path)
+            eng = self._engines
+            while self._lib.mrc_roce_ack_timer(c, now_s, eng.out_struct) < 0:
+                eng.drain_out()
+            eng.drain_out()  # (an ACK: this QP's counters move, no other engine's state)
+            self.fold_counters()
+        super().handle_timer(now_s)  # (the ACK's deadline is disarmed: the rest of it)
 
     def _flush_all(self) -> None:
         if self._registered:
