@@ -98,6 +98,7 @@ class CNscc:
 
     def __init__(self, ffi: Any, algorithm: UetNscc) -> None:
         n = self.n = ffi.new("struct mrc_nscc *")
+        self._ffi = ffi
         self.algorithm = algorithm
         # pull()'s one read: the plain fields, the bools, the optional times and their flags,
         # in the struct's order (each name's index in the tuple it unpacks)
@@ -158,13 +159,16 @@ class CNscc:
             pl.engaged = bool(n.engaged)
             self._planes(pl, n, to_c=False)
 
-    @staticmethod
-    def _planes(pl: Any, n: Any, to_c: bool) -> None:
+    def _planes(self, pl: Any, n: Any, to_c: bool) -> None:
         """The plane-aware mode's scalars and per-plane arrays, one way or the other."""
+        unpack = self._ffi.unpack
         src, dst = (pl, n) if to_c else (n, pl)
         for name in _PLANE_SCALARS:
             setattr(dst, name, getattr(src, name))
         for name in _PLANE_ARRAYS:
             s_arr, d_arr = getattr(src, name), getattr(dst, name)
-            for i in range(pl.n):
-                d_arr[i] = s_arr[i]
+            if to_c:
+                for i in range(pl.n):
+                    d_arr[i] = s_arr[i]
+            else:  # (one call for the array: the pull runs once per receive batch)
+                d_arr[:] = unpack(s_arr, pl.n)
