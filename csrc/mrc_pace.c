@@ -3,7 +3,6 @@
  * parity tests hold the two to the same tokens bit for bit. */
 #include "mrc_pace.h"
 
-#include <errno.h>
 #include <stddef.h>
 
 void mrc_pace_refill(struct mrc_pace_port *p, double now_s) {
@@ -17,13 +16,13 @@ void mrc_pace_refill(struct mrc_pace_port *p, double now_s) {
 
 static uint32_t qlen(const struct mrc_txq *q) { return q != NULL ? q->n : 0; }
 
-int mrc_pace_room(const struct mrc_pace *ps, const uint32_t *limit) {
+int mrc_pace_room(const struct mrc_pace *ps) {
     int live = 0;
     for (uint32_t i = 0; i < ps->n; i++) {
         const struct mrc_pace_port *p = &ps->port[i];
         if (p->up) {
             live = 1;
-            if (qlen(p->cq) >= limit[i]) {
+            if (qlen(p->cq) >= p->data_limit) {
                 return 0;
             }
         }
@@ -42,12 +41,16 @@ static void send_some(struct mrc_pace *ps, struct mrc_pace_port *p, struct mrc_t
         return;
     }
     struct mrc_txq_sent r;
-    mrc_txq_send(q, p->fd, k, &r); /* k <= q->n: mrc_txq_take counted it from the queue */
+    if (mrc_txq_send(q, p->fd, k, &r) < 0) { /* never: k came from mrc_txq_take on q */
+        p->tx_down_drops += mrc_txq_clear(q);
+        ps->errs++;
+        return;
+    }
     p->tx_frames += r.sent;
     p->tx_bytes += r.bytes;
     if (r.failed) {
         p->last_errno = r.err;
-        if (r.err == ENETDOWN || r.err == ENXIO || r.err == ENODEV) {
+        if (r.down) {
             p->tx_down_drops += r.failed;
             p->netdown = 1;
         } else {
@@ -79,7 +82,9 @@ uint32_t mrc_pace_serve(struct mrc_pace *ps, double now_s) {
                 p->tokens = tokens;
             }
             send_some(ps, p, p->chq, kh);
-            send_some(ps, p, p->cq, kd);
+            if (!p->netdown) { /* (down: its data is the shell's to flush, not to send) */
+                send_some(ps, p, p->cq, kd);
+            }
         }
         if (qlen(p->cq)) { /* (every port, as the shell's test: a down port's queue is empty) */
             blocking++;
@@ -88,8 +93,9 @@ uint32_t mrc_pace_serve(struct mrc_pace *ps, double now_s) {
     return blocking;
 }
 
-double mrc_pace_next(struct mrc_pace *ps, double now_s, double tick_s) {
-    double nxt = -1.0;
+int mrc_pace_next(struct mrc_pace *ps, double now_s, double tick_s, double *at) {
+    int any = 0;
+    double nxt = 0.0;
     double tick = now_s + tick_s;
     for (uint32_t i = 0; i < ps->n; i++) {
         struct mrc_pace_port *p = &ps->port[i];
@@ -102,9 +108,11 @@ double mrc_pace_next(struct mrc_pace *ps, double now_s, double tick_s) {
         if (d < tick && nh == 0) {
             d = tick; /* only data waits: the next pacing tick (the bucket bounds the burst) */
         }
-        if (nxt < 0 || d < nxt) {
+        if (!any || d < nxt) {
             nxt = d;
+            any = 1;
         }
     }
-    return nxt;
+    *at = nxt;
+    return any;
 }

@@ -18,6 +18,7 @@ struct mrc_pace_port {
     int32_t fd;          /* the port's send socket; < 0: it cannot send (frames are dropped) */
     int32_t up;          /* the shell's view of the link: only live ports hold the pull back */
     uint32_t max_data_frames; /* the longest the data queue was when served */
+    uint32_t data_limit;      /* data frames the queue holds before the pull stops (room) */
     int32_t last_errno;       /* the last send error, 0 if none */
     /* counted by mrc_pace_serve since the port was set up (the shell's counters add them) */
     int64_t tx_frames;
@@ -25,7 +26,6 @@ struct mrc_pace_port {
     int64_t tx_lost;       /* refused by the kernel (ENOBUFS from a tc/nft fault, ...) */
     int64_t tx_down_drops; /* dropped: no socket, or the port is down */
     int32_t netdown;       /* a send said the port is down (ENETDOWN, ENXIO, ENODEV) */
-    int32_t pad;
 };
 
 struct mrc_pace {
@@ -37,17 +37,18 @@ struct mrc_pace {
 /* PortPacer._refill: tokens += elapsed x rate, at most burst_bytes. */
 void mrc_pace_refill(struct mrc_pace_port *p, double now_s);
 
-/* AioNic._data_room over the C data queues: 1 every live port's queue has room (below
- * limit[i] frames), 0 a live port's queue is full, -1 no live port. */
-int mrc_pace_room(const struct mrc_pace *ps, const uint32_t *limit);
+/* AioNic._data_room over the C data queues: 1 every live port's queue has room (below its
+ * data_limit), 0 a live port's queue is full, -1 no live port. */
+int mrc_pace_room(const struct mrc_pace *ps);
 
 /* For every port holding frames: refill, let go what the tokens allow (control queue, then
- * data queue: PortPacer.take) and send it (mrc_txq_send), or drop it all when fd < 0.
+ * data queue: PortPacer.take) and send it (mrc_txq_send), or drop it all when fd < 0; a
+ * port whose control send found it down sends no data (the shell flushes it).
  * Returns how many ports still hold data frames (AioNic's blocking_len test). */
 uint32_t mrc_pace_serve(struct mrc_pace *ps, double now_s);
 
 /* When the pacers next want the loop (AioNic._pump's tail): the earliest port's due time
- * (PortPacer.next_due), where a port with only data waits at least until now_s + tick_s;
- * -1.0 when no port holds a frame. */
-double mrc_pace_next(struct mrc_pace *ps, double now_s, double tick_s);
+ * (PortPacer.next_due), where a port with only data waits at least until now_s + tick_s.
+ * Returns 0 when no port holds a frame, else 1 with the time in *at. */
+int mrc_pace_next(struct mrc_pace *ps, double now_s, double tick_s, double *at);
 #endif

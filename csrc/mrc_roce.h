@@ -8,9 +8,10 @@
  * rate the shell gives (DCQCN's, decided in Python), go-back-N from snd_nxt after a rewind;
  * the responder's in-order acceptance, placement into registered memory, the coalesced ACK,
  * the one NAK per gap, the CNP on CE (at most one per interval); and the requester's
- * cumulative ACK with the writes it completes. Python keeps the policy and the rare paths:
- * NAKs and CNPs received, the timers (local ACK timeout, delayed ACK), retries and errors,
- * DCQCN (the shell hands it the bytes sent per batch). Its twin is the Python QP
+ * cumulative ACK with the writes it completes; the delayed ACK when its deadline passes, and
+ * the QP's next deadline. Python keeps the policy and the rare paths: NAKs and CNPs received,
+ * the local ACK timeout, retries and errors, DCQCN (the shell hands it the bytes sent per
+ * batch). Its twin is the Python QP
  * (mrcnic/rocev2/qp.py RoceQueuePair); for the same inputs both produce the same frames,
  * events and counters (tests/unit/test_rocev2_engine.py).
  *

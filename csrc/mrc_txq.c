@@ -59,6 +59,7 @@ int mrc_txq_send(struct mrc_txq *q, int fd, uint32_t n, struct mrc_txq_sent *res
         }
         res->err = e;
         if (e == ENETDOWN || e == ENXIO || e == ENODEV) {
+            res->down = 1;
             res->failed += n;
             pop(q, n);
             break;

@@ -23,6 +23,7 @@ struct mrc_txq_sent {
     int64_t failed; /* frames refused (ENOBUFS from a tc/nft fault, ...) or not sent (port down) */
     int64_t bytes;  /* bytes of the frames sent */
     int32_t err;    /* the last errno, 0 if none */
+    int32_t down;   /* 1: err says the port is down (ENETDOWN, ENXIO, ENODEV: the rest failed) */
 };
 
 /* The pacer's rule over the queue: while *tokens > 0 and frames are left, one more frame

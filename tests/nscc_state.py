@@ -1,4 +1,5 @@
-"""UetNscc's whole state as a dict, every float by its bits (NaN == NaN, -0.0 != 0.0): what
+"""UetNscc's whole state as a dict, every float by its bits (NaN == NaN, -0.0 != 0.0) and
+every other value with its type (True != 1): what
 the C NSCC (csrc/mrc_nscc.c) is held to, alone (tests/unit/test_nscc_c.py) and in the
 engines (tests/unit/test_tx_engine.py)."""
 
@@ -20,7 +21,7 @@ def _bits(v: Any) -> Any:
         return v.hex()
     if isinstance(v, list):
         return [_bits(x) for x in v]
-    return v
+    return (type(v).__name__, v)  # (a bool copied out of C as an int is a difference)
 
 
 def nscc_state(a: Any) -> dict[str, Any]:

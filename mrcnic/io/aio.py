@@ -73,7 +73,7 @@ from mrcnic.io.afpacket import NETDOWN_ERRNOS, open_rx_socket, open_tx_socket
 from mrcnic.io.cpacing import CPacers
 from mrcnic.io.linkstate import LinkWatcher, link_up
 from mrcnic.io.netns import in_netns
-from mrcnic.io.pacing import OutBatch, PacerConfig, PortPacer
+from mrcnic.io.pacing import OutBatch, PacerConfig, PortPacer, earliest_due, pull_room
 from mrcnic.io.pfc import PortPause
 from mrcnic.io.timer import FdTimer, LoopTimer
 from mrcnic.verbs import Device
@@ -142,7 +142,9 @@ class NicPort:
         # what the Python path sent; the C pacers count theirs in ``c`` (mrcnic.io.cpacing)
         self.py_tx_frames = self.py_tx_bytes = self.py_tx_lost = self.py_tx_down_drops = 0
         self.py_last_errno = 0
-        self.c: Any = None  # the port's struct mrc_pace_port while the C pacers serve it
+        # the port's struct mrc_pace_port while the C pacers serve it (the CPacers object,
+        # which AioNic._cpace holds, owns its memory: a struct does not keep it alive)
+        self.c: Any = None
 
     def _count(self, name: str) -> int:
         c = self.c
@@ -155,6 +157,8 @@ class NicPort:
 
     @property
     def last_errno(self) -> int:
+        """An errno a send on this port met (0: none): the C pacers' last one if they met
+        any, else the Python path's (which of the two came later is not kept)."""
         c = self.c
         return c.last_errno if c is not None and c.last_errno else self.py_last_errno
 
@@ -578,21 +582,12 @@ class AioNic:
         nxt = self._dev_due = dev.get_timer()
         if cp is not None and not self._py_queued:
             d = cp.next_due(now, self.pace_tick_s)
-            if d >= 0 and (nxt is None or d < nxt):
+            if d is not None and (nxt is None or d < nxt):
                 nxt = d
         else:
-            tick = now + self.pace_tick_s
-            for p in ports:
-                pacer = p.pacer
-                if not len(pacer):
-                    continue
-                d = pacer.next_due(now)
-                if d is None:
-                    continue
-                if d < tick and not pacer.has_control():
-                    d = tick  # only data waits: the next pacing tick (the bucket bounds the burst)
-                if nxt is None or d < nxt:
-                    nxt = d
+            d = earliest_due((p.pacer for p in ports), now, self.pace_tick_s)
+            if d is not None and (nxt is None or d < nxt):
+                nxt = d
         if nxt is None or self._link_poll_at < nxt:
             nxt = self._link_poll_at  # an idle NIC still checks its links once a second
         self._arm(nxt, now)
@@ -604,7 +599,11 @@ class AioNic:
         for p in ports:
             pacer = p.pacer
             if len(pacer):
+                was_up = p.up
                 for batch in pacer.due(now):  # control first, then data
+                    if was_up and not p.up:  # a send found the port down (queues flushed)
+                        p.py_tx_down_drops += batch.drop()
+                        continue
                     self._send(p, batch, now)
         self._py_queued = any(p.pacer.py_len() for p in ports)
         return any(p.pacer.blocking_len(now) for p in ports)
@@ -623,13 +622,7 @@ class AioNic:
     def _data_room(self, now: float) -> int:
         """1: every live port's data queue has room (pull); 0: a live port's queue is full
         (the last pull stopped there); -1: no live port (nothing to pull for)."""
-        live = False
-        for p in self.ports:
-            if p.up:
-                live = True
-                if p.pacer.blocking_len(now) >= p.pacer.data_limit:
-                    return 0
-        return 1 if live else -1
+        return pull_room(((p.pacer, p.up) for p in self.ports), now)
 
     def _queue(self, frames: list[tuple[int, bytes]]) -> None:
         self._py_queued = True

@@ -23,33 +23,38 @@ from mrcnic.transport.rx_engine import c_module
 
 class CPacers:
     """The C side of ``pacers`` (each with its C queues attached): ``room``, ``serve`` and
-    ``next_due`` are the I/O shell's per-port loops, for the C queues only. Make it with :meth:`make` (None without the C module); :meth:`detach` gives the
-    buckets back to Python before the C memory goes."""
+    ``next_due`` are the I/O shell's per-port loops, for the C queues only. Make it with
+    :meth:`make` (None without the C module); :meth:`detach` gives the buckets back to
+    Python before the C memory goes.
 
-    __slots__ = ("pacers", "arr", "ps", "limit", "room", "serve", "next_due")
+    Ownership: the ports' structs (``arr``) belong to this object, which the pacers
+    (``PortPacer._b_owner``) and the shell keep alive; the structs point into the C queues,
+    which ``queues`` keeps alive (a pacer drops its queues when the shell closes)."""
+
+    __slots__ = ("pacers", "queues", "arr", "ps", "room", "serve", "_next", "_at")
 
     def __init__(self, pacers: Sequence[PortPacer], module: Any) -> None:
         ffi, lib = module.ffi, module.lib
         n = len(pacers)
         self.pacers = list(pacers)
+        self.queues = [(p.cq, p.chq) for p in pacers]
         self.arr = ffi.new("struct mrc_pace_port[]", n)
         self.ps = ffi.new("struct mrc_pace *", {"port": self.arr, "n": n})
-        self.limit = ffi.new("uint32_t[]", [p.data_limit for p in pacers])
         for i, p in enumerate(pacers):
             c = self.arr[i]
             p.move_bucket(c, owner=self)
             c.chq = p.chq.q if p.chq is not None else ffi.NULL
             c.cq = p.cq.q if p.cq is not None else ffi.NULL
+            c.data_limit = p.data_limit
             c.fd = -1
         # bound C functions (partial: no Python frame per call on the pump's path)
         #: room(): 1 every live port's C data queue has room, 0 one is full, -1 none is live
-        self.room = partial(lib.mrc_pace_room, self.ps, self.limit)
+        self.room = partial(lib.mrc_pace_room, self.ps)
         #: serve(now_s): let each port's C queues go as its tokens allow, and send them;
         #: how many ports still hold data frames (``errors()``: did a send fail)
         self.serve = partial(lib.mrc_pace_serve, self.ps)
-        #: next_due(now_s, tick_s): when a port next may send (a port with only data: not
-        #: before now_s + tick_s); -1.0 when every C queue is empty
-        self.next_due = partial(lib.mrc_pace_next, self.ps)
+        self._at = ffi.new("double[1]")
+        self._next = partial(lib.mrc_pace_next, self.ps)
 
     @classmethod
     def make(cls, pacers: Sequence[PortPacer]) -> CPacers | None:
@@ -61,6 +66,12 @@ class CPacers:
     def port(self, i: int) -> Any:
         """Port ``i``'s struct: ``fd``, ``up``, counters, ``netdown``, ``last_errno``."""
         return self.arr[i]
+
+    def next_due(self, now_s: float, tick_s: float) -> float | None:
+        """When a port next may send (a port with only data: not before ``now_s + tick_s``);
+        None when every C queue is empty."""
+        at = self._at
+        return at[0] if self._next(now_s, tick_s, at) else None
 
     def errors(self) -> int:
         """Failed sends and drops since the last call (then zero)."""

@@ -11,6 +11,7 @@ sent from its slots with no Python object per frame), so the shell has one send 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 # PacerConfig lives with the rule it sizes (the simulator's NIC follows it too)
@@ -99,9 +100,9 @@ MAX_DATA_FRAMES = 256
 
 
 class Bucket:
-    """A port's token bucket as Python keeps it: the twin of the first fields of ``struct
-    mrc_pace_port`` (``csrc/mrc_pace.h``), where :class:`PortPacer` moves it when the ports'
-    pacers are served in C (``mrcnic.io.cpacing``)."""
+    """A port's token bucket as Python keeps it: the twin of the bucket's fields of ``struct
+    mrc_pace_port`` (``csrc/mrc_pace.h``; the same names), where :class:`PortPacer` moves it
+    when the ports' pacers are served in C (``mrcnic.io.cpacing``)."""
 
     __slots__ = ("rate_Bps", "burst_bytes", "tokens", "last_s", "max_data_frames")
     rate_Bps: float
@@ -318,3 +319,38 @@ class PortPacer:
             if q is not None:
                 n += q.clear()
         return n
+
+
+# -- the shell's loops over its ports (mrcnic.io.aio.AioNic; csrc/mrc_pace.c is their twin) --
+
+
+def pull_room(ports: Iterable[tuple[PortPacer, bool]], now_s: float) -> int:
+    """Whether the shell may pull data from the transport, over ``(pacer, port up)`` pairs:
+    1 every live port's data queue has room, 0 a live port's queue is full (the last pull
+    stopped there), -1 no live port (nothing to pull for)."""
+    live = False
+    for pacer, up in ports:
+        if up:
+            live = True
+            if pacer.blocking_len(now_s) >= pacer.data_limit:
+                return 0
+    return 1 if live else -1
+
+
+def earliest_due(pacers: Iterable[PortPacer], now_s: float, tick_s: float) -> float | None:
+    """When the pacers next want the loop: the earliest due time of a port holding frames,
+    where a port with only data waits at least until ``now_s + tick_s`` (the token bucket
+    bounds the burst), so the shell does not wake once per data frame; None: all empty."""
+    nxt = None
+    tick = now_s + tick_s
+    for pacer in pacers:
+        if not len(pacer):
+            continue
+        d = pacer.next_due(now_s)
+        if d is None:
+            continue
+        if d < tick and not pacer.has_control():
+            d = tick
+        if nxt is None or d < nxt:
+            nxt = d
+    return nxt

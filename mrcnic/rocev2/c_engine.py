@@ -5,9 +5,9 @@ with the per-packet work in ``csrc/mrc_roce.c``: data frames built, paced and re
 data frames received, placed and acknowledged there, and the requester's cumulative ACKs
 applied there, whole receive batches at a time through the device's dispatch
 (:class:`mrcnic.transport.rx_engine.RxEngines`, where a RoCEv2 QP has an entry beside the MRC
-QPs). What stays in Python is what the twin decides rarely: NAKs and CNPs received, the local
-ACK timeout and the delayed ACK, retries and errors, and DCQCN, which gets the bytes each call
-sent. The QP's state lives in one C struct, and the twin's methods that run here read and write
+QPs); the delayed ACK is built there when its deadline passes, and the QP's next deadline is
+read there. What stays in Python is what the twin decides rarely: NAKs and CNPs received, the
+local ACK timeout, retries and errors, and DCQCN, which gets the bytes each call sent. The QP's state lives in one C struct, and the twin's methods that run here read and write
 it through properties of the same names, so there is one copy of each rule.
 tests/unit/test_rocev2_engine.py holds both to the same frames, events and counters.
 

@@ -13,6 +13,7 @@ attribute, bit for bit.
 
 from __future__ import annotations
 
+import functools
 import struct
 from typing import Any
 
@@ -59,24 +60,29 @@ def _pairs(names: tuple) -> tuple[tuple[str, str], ...]:
 
 
 _PLAIN = _pairs(_FLOATS + _INTS)  # copied as they are, both ways
+_BOOL_PAIRS = _pairs(_BOOLS)  # uint8 in C: bool() on the way out
 _CODES = {"double": "d", "int64_t": "q", "uint8_t": "B", "uint32_t": "I", "uint64_t": "Q"}
 
 
-def _reader(ffi: Any, fields: tuple[str, ...]) -> struct.Struct:
-    """A Struct that reads ``fields`` of ``struct mrc_nscc`` from its buffer in one call (a
-    getattr per field was most of the copy's cost, once per receive batch)."""
+@functools.cache
+def _reader(ffi: Any) -> tuple[struct.Struct, dict[str, int]]:
+    """The one read of :meth:`CNscc.pull`: a Struct over ``struct mrc_nscc``'s buffer that
+    unpacks the state's fields (plain, bools, optional times and their flags) in the struct's
+    order, and each field's index in the tuple it gives (a getattr per field was most of the
+    copy's cost, once per receive batch). One per module: every QP's struct has one layout."""
+    fields = [f for _a, f in _PLAIN + _BOOL_PAIRS] + [
+        x for _a, f, has in _OPTIONAL for x in (f, has)
+    ]
     layout = dict(ffi.typeof("struct mrc_nscc").fields)
-    fmt, at = "=", 0
-    for name in fields:
+    order = sorted(fields, key=lambda n: layout[n].offset)
+    fmt, end = "=", 0
+    for name in order:
         f = layout[name]
-        if f.offset < at:
-            raise ValueError(f"struct mrc_nscc: {name} out of order")
-        fmt += "x" * (f.offset - at) + _CODES[f.type.cname]
-        at = f.offset + ffi.sizeof(f.type)
-    return struct.Struct(fmt)
+        fmt += "x" * (f.offset - end) + _CODES[f.type.cname]
+        end = f.offset + ffi.sizeof(f.type)
+    return struct.Struct(fmt), {name: i for i, name in enumerate(order)}
 
 
-_BOOL_PAIRS = _pairs(_BOOLS)  # uint8 in C: bool() on the way out
 _PLANE_SCALARS = ("window", "ratio", "review_s", "slowest")  # _PlaneDelays' names = C's
 _PLANE_ARRAYS = ("last_s", "slow_s", "seen_s")
 
@@ -100,15 +106,8 @@ class CNscc:
         n = self.n = ffi.new("struct mrc_nscc *")
         self._ffi = ffi
         self.algorithm = algorithm
-        # pull()'s one read: the plain fields, the bools, the optional times and their flags,
-        # in the struct's order (each name's index in the tuple it unpacks)
-        fields = [f for _a, f in _PLAIN + _BOOL_PAIRS] + [
-            x for _a, f, has in _OPTIONAL for x in (f, has)
-        ]
-        offs = dict((name, f.offset) for name, f in ffi.typeof("struct mrc_nscc").fields)
-        order = sorted(fields, key=offs.__getitem__)
-        at = {name: i for i, name in enumerate(order)}
-        self._read = _reader(ffi, tuple(order)).unpack_from
+        reader, at = _reader(ffi)
+        self._read = reader.unpack_from
         self._buf = ffi.buffer(n)
         self._plain_names = tuple(a for a, _f in _PLAIN)
         self._plain_at = tuple(at[f] for _a, f in _PLAIN)

@@ -1,6 +1,8 @@
 """The ports' pacers in C (csrc/mrc_pace.c, mrcnic.io.cpacing) against their twin, the
-Python PortPacer serving the same C queues as the I/O shell's pump does: the same frames
-leave on the same sockets in the same order, with the same tokens bit for bit."""
+Python PortPacer serving C queues as the I/O shell's pump does (pacing.pull_room and
+pacing.earliest_due are the shell's own loops): two identical sets of queues, filled alike,
+send the same frames in the same order on their sockets, with the same tokens bit for
+bit."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import pytest
 
 from mrcnic.io.aio import PACE_TICK_S
 from mrcnic.io.cpacing import CPacers
-from mrcnic.io.pacing import Bucket, PacerConfig, PortPacer
+from mrcnic.io.pacing import Bucket, PacerConfig, PortPacer, earliest_due, pull_room
 from mrcnic.transport.port_queues import PortQueues
 from mrcnic.transport.rx_engine import c_module as _c_module
 
@@ -69,15 +71,10 @@ class Side:
             a.close()
             b.close()
 
-    # the twin: AioNic's Python loops over the ports (_data_room, _serve_py, next due)
+    # the twin: AioNic's loops over the ports in Python (pacing.pull_room, _serve_py's loop,
+    # pacing.earliest_due)
     def py_room(self) -> int:
-        live = False
-        for p, up in zip(self.pacers, self.up, strict=True):
-            if up:
-                live = True
-                if p.blocking_len(0.0) >= p.data_limit:
-                    return 0
-        return 1 if live else -1
+        return pull_room(zip(self.pacers, self.up, strict=True), 0.0)
 
     def py_serve(self, now: float) -> int:
         for i, p in enumerate(self.pacers):
@@ -87,18 +84,8 @@ class Side:
                     self.sent[i] += sent
         return sum(1 for p in self.pacers if p.blocking_len(now))
 
-    def py_next(self, now: float) -> float:
-        nxt = None
-        tick = now + PACE_TICK_S
-        for p in self.pacers:
-            if not len(p):
-                continue
-            d = p.next_due(now)
-            if d < tick and not p.has_control():
-                d = tick
-            if nxt is None or d < nxt:
-                nxt = d
-        return -1.0 if nxt is None else nxt
+    def py_next(self, now: float) -> float | None:
+        return earliest_due(self.pacers, now, PACE_TICK_S)
 
 
 class _Sender:  # a QueueBatch sends from its queue; the Sender is for Python frames
