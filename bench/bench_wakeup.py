@@ -175,7 +175,11 @@ def main(argv: list[str] | None = None) -> int:
             if us is not None:
                 arms[f"{d * 1e3:g}ms"].append(us)
     med = {
-        cfg: {k: round(statistics.median(r[k] for r in rs), 1) for k in rs[0] if k in rs[-1]}
+        cfg: {
+            k: round(statistics.median(r[k] for r in rs), 1)
+            for k in rs[0]
+            if all(k in r for r in rs)
+        }
         for cfg, rs in runs.items()
     }
     cross, same = med["cross_cpu"]["cpu_us_per_wakeup"], med["same_cpu"]["cpu_us_per_wakeup"]

@@ -5,7 +5,8 @@
 
 #include <stddef.h>
 
-void mrc_pace_refill(struct mrc_pace_port *p, double now_s) {
+/* PortPacer._refill: tokens += elapsed x rate, at most burst_bytes. */
+static void refill(struct mrc_pace_port *p, double now_s) {
     double dt = now_s - p->last_s;
     if (dt > 0) {
         double t = p->tokens + dt * p->rate_Bps;
@@ -35,13 +36,10 @@ static void send_some(struct mrc_pace *ps, struct mrc_pace_port *p, struct mrc_t
     if (k == 0) {
         return;
     }
-    if (p->fd < 0) { /* as the shell's OutBatch.drop: the queue goes, all of it */
-        p->tx_down_drops += mrc_txq_clear(q);
-        ps->errs++;
-        return;
-    }
     struct mrc_txq_sent r;
-    if (mrc_txq_send(q, p->fd, k, &r) < 0) { /* never: k came from mrc_txq_take on q */
+    /* no socket: as the shell's OutBatch.drop, the queue goes, all of it (a refused n
+     * never happens: k came from mrc_txq_take on q) */
+    if (p->fd < 0 || mrc_txq_send(q, p->fd, k, &r) < 0) {
         p->tx_down_drops += mrc_txq_clear(q);
         ps->errs++;
         return;
@@ -66,7 +64,7 @@ uint32_t mrc_pace_serve(struct mrc_pace *ps, double now_s) {
         struct mrc_pace_port *p = &ps->port[i];
         uint32_t nh = qlen(p->chq), nd = qlen(p->cq);
         if (nh + nd > 0) {
-            mrc_pace_refill(p, now_s);
+            refill(p, now_s);
             double tokens = p->tokens;
             uint32_t kh = 0, kd = 0;
             if (tokens > 0) {
@@ -86,7 +84,9 @@ uint32_t mrc_pace_serve(struct mrc_pace *ps, double now_s) {
                 send_some(ps, p, p->cq, kd);
             }
         }
-        if (qlen(p->cq)) { /* (every port, as the shell's test: a down port's queue is empty) */
+        /* every port, as the shell's test; a port a send found down is not (the shell
+         * flushes it next, as the Python path does inside its send) */
+        if (qlen(p->cq) && !p->netdown) {
             blocking++;
         }
     }
@@ -103,7 +103,7 @@ int mrc_pace_next(struct mrc_pace *ps, double now_s, double tick_s, double *at) 
         if (nh + qlen(p->cq) == 0) {
             continue;
         }
-        mrc_pace_refill(p, now_s);
+        refill(p, now_s);
         double d = p->tokens > 0 ? now_s : now_s + (1e-9 - p->tokens) / p->rate_Bps;
         if (d < tick && nh == 0) {
             d = tick; /* only data waits: the next pacing tick (the bucket bounds the burst) */

@@ -34,9 +34,6 @@ struct mrc_pace {
     uint32_t errs; /* sends refused or frames dropped since the shell last looked (it zeroes it) */
 };
 
-/* PortPacer._refill: tokens += elapsed x rate, at most burst_bytes. */
-void mrc_pace_refill(struct mrc_pace_port *p, double now_s);
-
 /* AioNic._data_room over the C data queues: 1 every live port's queue has room (below its
  * data_limit), 0 a live port's queue is full, -1 no live port. */
 int mrc_pace_room(const struct mrc_pace *ps);

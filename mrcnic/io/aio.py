@@ -79,6 +79,8 @@ from mrcnic.io.timer import FdTimer, LoopTimer
 from mrcnic.verbs import Device
 
 _NETDOWN = NETDOWN_ERRNOS
+#: a port's send counters: NicPort's Python part (py_<name>) plus its C pacer's (<name>)
+TX_COUNTERS = ("tx_frames", "tx_bytes", "tx_lost", "tx_down_drops")
 LINK_POLL_S = 1.0  # fallback link check (netlink is the fast path)
 RX_BATCHES_PER_WAKE = 8  # bound the time one busy port can hold the loop
 RX_SLOT_BYTES = 9216  # a receive slot: a jumbo frame (a longer one is cut and counted)
@@ -123,7 +125,7 @@ class NicPort:
         "py_tx_bytes",
         "py_tx_lost",
         "py_tx_down_drops",
-        "py_last_errno",
+        "last_errno",
         "c",
     )
 
@@ -141,7 +143,7 @@ class NicPort:
         self.rx_frames = self.rx_bytes = self.rx_too_big = 0
         # what the Python path sent; the C pacers count theirs in ``c`` (mrcnic.io.cpacing)
         self.py_tx_frames = self.py_tx_bytes = self.py_tx_lost = self.py_tx_down_drops = 0
-        self.py_last_errno = 0
+        self.last_errno = 0  # the Python path's last send error (the C pacers keep theirs)
         # the port's struct mrc_pace_port while the C pacers serve it (the CPacers object,
         # which AioNic._cpace holds, owns its memory: a struct does not keep it alive)
         self.c: Any = None
@@ -150,17 +152,18 @@ class NicPort:
         c = self.c
         return getattr(self, "py_" + name) + (getattr(c, name) if c is not None else 0)
 
+    def fold_c(self) -> None:
+        """Add what the C pacers counted to the Python counters and let the struct go."""
+        c = self.c
+        if c is not None:
+            for name in TX_COUNTERS:
+                setattr(self, "py_" + name, getattr(self, "py_" + name) + getattr(c, name))
+            self.c = None
+
     tx_frames = property(lambda self: self._count("tx_frames"))
     tx_bytes = property(lambda self: self._count("tx_bytes"))
     tx_lost = property(lambda self: self._count("tx_lost"))
     tx_down_drops = property(lambda self: self._count("tx_down_drops"))
-
-    @property
-    def last_errno(self) -> int:
-        """An errno a send on this port met (0: none): the C pacers' last one if they met
-        any, else the Python path's (which of the two came later is not kept)."""
-        c = self.c
-        return c.last_errno if c is not None and c.last_errno else self.py_last_errno
 
     def open(self) -> None:
         tx = open_tx_socket(self.ifname)  # sends only: it receives nothing, so no wake-ups
@@ -307,25 +310,29 @@ class AioNic:
         self._open = True
         self.device.on_work = self.kick
         self.device.on_pfc = self._on_pfc  # a port honours PFC for the lossless priority
-        # data frames of the C send engine go straight into per-port C queues the pacers
-        # drain with sendmmsg (no Python object per data frame)
-        pq = self.device.attach_port_queues([p.pacer.data_limit for p in self.ports])
-        if pq is not None:
-            for p, cq, chq in zip(self.ports, pq.queues, pq.high_queues, strict=True):
-                p.pacer.cq, p.pacer.chq = cq, chq
-            if os.environ.get("MRC_NIC_C_PACE", "1") != "0":  # 0: the Python twin serves
-                self._cpace = CPacers.make([p.pacer for p in self.ports])
-        cp = self._cpace
-        if cp is not None:
-            for p in self.ports:
-                c = p.c = cp.port(p.index)
-                c.fd, c.up = p.tx_fd, int(p.up)
+        self._attach_port_queues(os.environ.get("MRC_NIC_C_PACE", "1") != "0")
         now = self.clock()
         self._link_poll_at = now + LINK_POLL_S
         for p in self.ports:  # tell the core about ports that are already down
             if not p.up:
                 self.device.port_status(p.index, False, now)
         self.kick()
+
+    def _attach_port_queues(self, c_pace: bool) -> None:
+        """Data frames of the C send engine go straight into per-port C queues the pacers
+        drain with sendmmsg (no Python object per data frame); with ``c_pace`` (not
+        MRC_NIC_C_PACE=0) the ports are served in C while no Python frame waits. The ports'
+        sockets are open (their send fds go to C)."""
+        pq = self.device.attach_port_queues([p.pacer.data_limit for p in self.ports])
+        if pq is None:
+            return
+        for p, cq, chq in zip(self.ports, pq.queues, pq.high_queues, strict=True):
+            p.pacer.cq, p.pacer.chq = cq, chq
+        cp = self._cpace = CPacers.make([p.pacer for p in self.ports]) if c_pace else None
+        if cp is not None:
+            for p in self.ports:
+                c = p.c = cp.port(p.index)
+                c.fd, c.up = p.tx_fd, int(p.up)
 
     def close(self) -> None:
         if not self._open:
@@ -353,14 +360,7 @@ class AioNic:
         self.device.attach_port_queues(None)
         cp, self._cpace = self._cpace, None
         for p in self.ports:
-            c = p.c
-            if c is not None:  # the C pacers' counts stay with the port
-                p.py_tx_frames += c.tx_frames
-                p.py_tx_bytes += c.tx_bytes
-                p.py_tx_lost += c.tx_lost
-                p.py_tx_down_drops += c.tx_down_drops
-                p.py_last_errno = c.last_errno or p.py_last_errno
-                p.c = None
+            p.fold_c()  # (the C pacers' counts stay with the port)
         if cp is not None:
             cp.detach()
         for p in self.ports:
@@ -555,42 +555,41 @@ class AioNic:
         # while it is still in the cache, and stamped with about the time it left (one pull of
         # a whole window stamped every frame with the pump's start, and the last ones' RTT
         # samples carried the time the process took to send the ones before them).
-        cp = self._cpace
         for _ in range(PULL_ROUNDS):
             filled = False
-            # every frame waits in a C queue: the ports are served in C, all in one call
-            fast = cp if cp is not None and not self._py_queued else None
-            if fast.room() if fast is not None else self._data_room(now):
-                # (no live port: one pull, as ever; its frames drop)
+            if self._data_room(now):  # (no live port: one pull, as ever; its frames drop)
                 frames = dev.frames_to_send(now)
                 if frames:
                     self._queue(frames)
-                    fast = None
-                # the queue, not the transport, stopped it
-                filled = (fast.room() if fast is not None else self._data_room(now)) == 0
-            if fast is not None:
-                blocking = fast.serve(now)
-                if fast.ps.errs:
-                    self._c_send_errors(now)
-            else:
-                blocking = self._serve_py(now)
+                filled = self._data_room(now) == 0  # the queue, not the transport, stopped it
+            blocking = self._serve(now)  # (every round sends what the pacers allow)
             if not filled or blocking:
                 break  # the transport had no more, or the pacers hold the rest back
             now = self.clock()
         else:
             self.kick()  # the bound, not the transport, ended the rounds: go on after the poll
         nxt = self._dev_due = dev.get_timer()
-        if cp is not None and not self._py_queued:
+        cp = self._cpace
+        if cp is not None and not self._py_queued:  # every frame waits in a C queue
             d = cp.next_due(now, self.pace_tick_s)
-            if d is not None and (nxt is None or d < nxt):
-                nxt = d
         else:
             d = earliest_due((p.pacer for p in ports), now, self.pace_tick_s)
-            if d is not None and (nxt is None or d < nxt):
-                nxt = d
+        if d is not None and (nxt is None or d < nxt):
+            nxt = d
         if nxt is None or self._link_poll_at < nxt:
             nxt = self._link_poll_at  # an idle NIC still checks its links once a second
         self._arm(nxt, now)
+
+    def _serve(self, now: float) -> bool:
+        """Let each port send what its pacer allows: in one C call while every frame waits
+        in a C queue, else in Python. True when a port still holds data frames."""
+        cp = self._cpace
+        if cp is None or self._py_queued:
+            return self._serve_py(now)
+        blocking = cp.serve(now)
+        if cp.ps.errs:
+            self._c_send_errors(now)
+        return blocking > 0
 
     def _serve_py(self, now: float) -> bool:
         """Every port's pacer in Python (the twin of ``CPacers.serve``, which serves the C
@@ -621,7 +620,11 @@ class AioNic:
 
     def _data_room(self, now: float) -> int:
         """1: every live port's data queue has room (pull); 0: a live port's queue is full
-        (the last pull stopped there); -1: no live port (nothing to pull for)."""
+        (the last pull stopped there); -1: no live port (nothing to pull for). In C while
+        every frame waits in a C queue."""
+        cp = self._cpace
+        if cp is not None and not self._py_queued:
+            return cp.room()
         return pull_room(((p.pacer, p.up) for p in self.ports), now)
 
     def _queue(self, frames: list[tuple[int, bytes]]) -> None:
@@ -641,7 +644,7 @@ class AioNic:
             return
         sent, failed, err, nbytes = batch.send(self.sender, p.tx_fd)
         if failed:
-            p.py_last_errno = err
+            p.last_errno = err
             if err in _NETDOWN:
                 # which frames went is not reported; the failed ones are the last ones
                 p.py_tx_down_drops += failed

@@ -43,8 +43,7 @@ class CPacers:
         for i, p in enumerate(pacers):
             c = self.arr[i]
             p.move_bucket(c, owner=self)
-            c.chq = p.chq.q if p.chq is not None else ffi.NULL
-            c.cq = p.cq.q if p.cq is not None else ffi.NULL
+            c.chq, c.cq = p.chq.q, p.cq.q  # (make() takes only pacers with both)
             c.data_limit = p.data_limit
             c.fd = -1
         # bound C functions (partial: no Python frame per call on the pump's path)

@@ -175,9 +175,7 @@ class PortPacer:
         self.pause: Any = pause  # a PortPause when the port honours PFC
 
     # the bucket's fields, wherever it lives (tests and stats read them here)
-    rate_Bps = property(lambda self: self.b.rate_Bps)
     burst_bytes = property(lambda self: self.b.burst_bytes)
-    last_s = property(lambda self: self.b.last_s)
     max_data_frames = property(lambda self: self.b.max_data_frames)
 
     @property

@@ -147,7 +147,7 @@ class FdTimer:
         self._clock = clock
         self.at: float | None = None  # the deadline asked for (None: disarmed)
         self._fd_at: float | None = None  # the deadline the timerfd is set to (None: not set)
-        self.rearms = 0  # times the timerfd went off early and was set again (tests, stats)
+        self.rearms = 0  # times the timerfd went off early and was set again (for tests)
         self.fired_at: float | None = None  # the deadline of the last firing
         self.errors = 0
         loop.add_reader(fd, self._on_readable)

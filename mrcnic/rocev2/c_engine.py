@@ -270,14 +270,13 @@ class CRoceQueuePair(RoceQueuePair):
         return at[0] if self._lib.mrc_roce_next_timer(self._c, at) else None
 
     def handle_timer(self, now_s: float) -> None:
-        c = self._c
-        if c.ack_armed and c.ack_deadline_s <= now_s:
-            # the delayed ACK, built in C into the device's control output (the twin builds it
-            # in Python: at the lab's rates nearly every ACK is a delayed one, and each was a
-            # Python frame through the shell's Python send path)
-            eng = self._engines
-            while self._lib.mrc_roce_ack_timer(c, now_s, eng.out_struct) < 0:
-                eng.drain_out()
+        # the delayed ACK, built in C into the device's control output when its deadline has
+        # passed (the twin builds it in Python: at the lab's rates nearly every ACK is a
+        # delayed one, and each was a Python frame through the shell's Python send path)
+        eng = self._engines
+        while (r := self._lib.mrc_roce_ack_timer(self._c, now_s, eng.out_struct)) < 0:
+            eng.drain_out()
+        if r:
             eng.drain_out()  # (an ACK: this QP's counters move, no other engine's state)
             self.fold_counters()
         super().handle_timer(now_s)  # (the ACK's deadline is disarmed: the rest of it)

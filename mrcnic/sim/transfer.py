@@ -450,9 +450,7 @@ class Simulation:
         if cfg.timeline_s:
             step = cfg.timeline_s
             if end / step > MAX_TIMELINE_BINS:  # a run far longer than the transfer at line rate
-                step = end / MAX_TIMELINE_BINS
-                print(f"mrc-sim: the timeline's bin widened to {step:.3g}s (the run lasted "
-                      f"{end:.3g}s; at most {MAX_TIMELINE_BINS:,} bins)", file=sys.stderr)  # fmt: skip
+                step = end / MAX_TIMELINE_BINS  # (the CLI says so: widened_note)
             result["timeline_bin_s"] = step
             tl = []
             t = 0.0
@@ -503,6 +501,16 @@ class Simulation:
 def run(cfg: SimConfig) -> dict:
     """Run one simulation; returns the JSON-able result (keys in docs/sim.md)."""
     return Simulation(cfg).run()
+
+
+def widened_note(cfg: SimConfig, r: dict) -> str | None:
+    """The CLI's note when the run outlasted MAX_TIMELINE_BINS bins of ``cfg.timeline_s`` and
+    the timeline's bin was widened (None: it was not)."""
+    step = r.get("timeline_bin_s")
+    if not cfg.timeline_s or step is None or step == cfg.timeline_s:
+        return None
+    return (f"mrc-sim: the timeline's bin widened to {step:.3g}s (the run lasted "
+            f"{step * MAX_TIMELINE_BINS:.3g}s; at most {MAX_TIMELINE_BINS:,} bins)")  # fmt: skip
 
 
 def summary(r: dict) -> str:
@@ -927,7 +935,7 @@ def config_from_args(a: argparse.Namespace) -> SimConfig:
         )
     if workload == "p2p" and least_s > a.max_time:
         raise ValueError(
-            f"--size {size_text(a.size)} takes at least {a.size * 8 / fabric.capacity_bps():.3g}s "
+            f"--size {size_text(a.size)} takes at least {least_s:.3g}s "
             f"at the fabric's {fabric.capacity_bps() / 1e6:g} Mb/s (--rate x --planes), more than "
             f"--max-time {a.max_time:g}s: raise --max-time or --rate, or give a smaller --size"
         )
@@ -1125,6 +1133,9 @@ def _main(argv: Sequence[str] | None) -> int:
         result = run(cfg)
     except ValueError as e:
         parser.error(str(e))
+    note = widened_note(cfg, result)
+    if note:
+        print(note, file=sys.stderr)
     if a.json:
         print(json.dumps(result))
     else:

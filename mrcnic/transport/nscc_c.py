@@ -87,13 +87,6 @@ _PLANE_SCALARS = ("window", "ratio", "review_s", "slowest")  # _PlaneDelays' nam
 _PLANE_ARRAYS = ("last_s", "slow_s", "seen_s")
 
 
-def _copy(src: Any, dst: Any, pairs: tuple[tuple[str, str], ...], to_c: bool) -> None:
-    """Each (Python attribute, C field) of ``pairs`` from ``src`` to ``dst``."""
-    for attr, field in pairs:
-        a, b = (attr, field) if to_c else (field, attr)
-        setattr(dst, b, getattr(src, a))
-
-
 def runs_in_c(algorithm: object) -> bool:
     """Whether the C engine runs ``algorithm`` itself: UET's NSCC, not a subclass of it."""
     return type(algorithm) is UetNscc
@@ -125,7 +118,8 @@ class CNscc:
     def push(self) -> None:
         """The Python object's state into C."""
         a, n = self.algorithm, self.n
-        _copy(a, n, _PLAIN + _BOOL_PAIRS, to_c=True)
+        for attr, field in _PLAIN + _BOOL_PAIRS:
+            setattr(n, field, getattr(a, attr))
         for attr, field, has in _OPTIONAL:
             v = getattr(a, attr)
             setattr(n, has, v is not None)

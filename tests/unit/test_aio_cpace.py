@@ -13,7 +13,6 @@ import socket
 import pytest
 
 from mrcnic.io.aio import AioNic
-from mrcnic.io.cpacing import CPacers
 from mrcnic.transport.qp_types import NetConfig, PortAddr, QpConfig
 from mrcnic.transport.rx_engine import c_module
 from mrcnic.verbs import Device, RemoteBuffer, WcStatus
@@ -38,21 +37,15 @@ def _world(c_pace: bool, down_at_s: float | None, size: int):
         nic = AioNic(dev, [f"x{h}p0", f"x{h}p1"], clock=loop.clock)
         nic._loop = loop  # what open() does, without interfaces
         nic._open = True
-        pq = dev.attach_port_queues([p.pacer.data_limit for p in nic.ports])
         pairs = []
-        for p, cq, chq in zip(nic.ports, pq.queues, pq.high_queues, strict=True):
-            p.pacer.cq, p.pacer.chq = cq, chq
+        for p in nic.ports:  # each port's "socket": one end of a datagram pair
             a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
             a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 22)
             b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
             p.tx_fd, p.up = a.fileno(), True
             pairs.append((a, b))
-        if c_pace:
-            cp = nic._cpace = CPacers.make([p.pacer for p in nic.ports])
-            assert cp is not None
-            for p in nic.ports:
-                c = p.c = cp.port(p.index)
-                c.fd, c.up = p.tx_fd, 1
+        nic._attach_port_queues(c_pace)  # what open() does next
+        assert (nic._cpace is not None) is c_pace
         dev.on_work = nic.kick
         nics.append(nic)
         socks.append(pairs)

@@ -9,19 +9,14 @@ import pytest
 from mrcnic.io.pacing import PacerConfig, PortPacer
 from mrcnic.transport.port_queues import PortQueues
 from mrcnic.transport.rx_engine import c_module as _c_module
+from tests.batches import put_frame
 
 needs_c = pytest.mark.skipif(_c_module() is None, reason="the C module is not built")
 
 
 def _put(pq: PortQueues, port: int, frame: bytes) -> None:
     """What the send engine does: a frame into the port's next free slot."""
-    ffi = _c_module().ffi
-    q = pq.array[port]
-    slot = (q.head + q.n) % q.cap
-    ffi.memmove(q.buf + slot * q.slot_len, frame, len(frame))
-    q.len[slot] = len(frame)
-    q.n += 1
-    q.bytes += len(frame)
+    put_frame(pq.array[port], frame)
 
 
 @needs_c
