@@ -197,7 +197,10 @@ class QP:
     def poll_cq(self, max_entries: int = 64) -> list[WriteCompleted]:
         """Requester completions (in posting order), at most ``max_entries``."""
         self._dispatch()
-        return [self._cq.popleft() for _ in range(min(max_entries, len(self._cq)))]
+        cq = self._cq
+        if not cq:
+            return []
+        return [cq.popleft() for _ in range(min(max_entries, len(cq)))]
 
     def poll_recv(self, max_entries: int = 64) -> list[ImmReceived]:
         """Write-with-immediate completions at this (responder) side, in the sender's order."""
@@ -207,8 +210,11 @@ class QP:
     def poll_events(self) -> list[Event]:
         """Everything else: EV state changes, peer port status, QP errors."""
         self._dispatch()
-        out = list(self._other)
-        self._other.clear()
+        other = self._other
+        if not other:
+            return []
+        out = list(other)
+        other.clear()
         return out
 
     def completion(self, wr_id: int) -> asyncio.Future[WriteCompleted]:

@@ -21,6 +21,7 @@ from typing import Any
 
 from mrcnic import wire
 from mrcnic.rocev2.qp import RoceQueuePair, _Msg, refusal_why
+from mrcnic.transport.frames import PSN_MASK
 from mrcnic.transport.memory import MemoryTable, PlaceStatus
 from mrcnic.transport.qp_types import (
     ImmReceived,
@@ -224,8 +225,17 @@ class CRoceQueuePair(RoceQueuePair):
         if self.state is not QpState.READY:
             return out
         rate = self._pace_rate_bps(now_s)  # (DCQCN's increase timers run even when idle)
-        if c.snd_nxt == c.seg_psn and c.m_seg == c.m_tail:
+        nxt = c.snd_nxt
+        if nxt == c.seg_psn and c.m_seg == c.m_tail:
             return out  # nothing to resend and nothing posted left to cut: no C call
+        # mrc_roce_send's first pass when it would send nothing, without the call: a dead QP,
+        # a full window, or a packet already cut that the pacing holds back (the usual answer
+        # when the shell asks each of a device's QPs on every pump)
+        if c.dead or (nxt - c.snd_una) & PSN_MASK >= c.window_psns:
+            return out
+        if nxt != c.seg_psn and c.next_tx_s > now_s:
+            c.pace_blocked = 1
+            return out
         dc = self.dcqcn
         # (lossless data goes back as bytes: the pacer keeps it in the class PFC pauses, which
         # the ports' C queues do not know)
