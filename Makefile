@@ -15,7 +15,7 @@ DEMO_ARGS ?=
 demo: setup
 	$(PY) -m lab.demo $(DEMO_ARGS)
 
-.PHONY: reproduce fuzz soak soak-short demo bench setup test test-fast test-unit test-timing test-lab lint bench-core bench-transport bench-nscc bench-switch bench-nic bench-split bench-wakeup bench-sim lab-up lab-down lab-status clean help
+.PHONY: reproduce fuzz soak soak-short demo bench setup test test-fast test-unit test-timing test-lab lint bench-core bench-transport bench-nscc bench-switch bench-nic bench-split bench-wakeup bench-lab-wait bench-sim lab-up lab-down lab-status clean help
 
 help:
 	@echo "make demo        the main job: lab up, MRC write through a T1 reboot and a link flap, vs RoCEv2 (root)"
@@ -29,6 +29,7 @@ help:
 	@echo "make bench-nscc       NSCC on oversubscribed/lossy/incast sim fabrics -> results/bench-nscc.json"
 	@echo "make bench-switch     mrc-switch vs kernel seg6local forwarding -> results/bench-switch.json"
 	@echo "make bench-lab-cpu    machine CPU per delivered frame, python vs kernel switches, vs the floor -> results/bench-lab-cpu.json (root)"
+	@echo "make bench-lab-wait   the lab's wait for a CPU per wake-up at 2 and 27 Mb/s, as it runs and with real-time scheduling -> results/bench-lab-wait.json (root)"
 	@echo "make bench-wakeup     CPU per wake-up from sleep, across CPUs vs on one, and per timer arm -> results/bench-wakeup.json"
 	@echo "make bench-nic        NIC frames per CPU-second, C and Python engines and the RoCEv2 QP vs raw AF_PACKET -> results/bench-nic.json (root)"
 	@echo "make bench-split      a lab split over 2 machines (namespaces standing in) vs unsplit, one write -> results/bench-split.json (root)"
@@ -109,6 +110,9 @@ bench-split: setup
 # What a wake-up from sleep costs this machine, across CPUs and on one, and arming a timer (~10 s)
 bench-wakeup: setup
 	$(PY) bench/bench_wakeup.py --out results/bench-wakeup.json
+
+bench-lab-wait: setup
+	$(PY) bench/bench_lab_wait.py --out results/bench-lab-wait.json $(LAB_WAIT_ARGS)
 
 bench-sim: setup
 	$(PY) bench/bench_sim.py --out results/bench-sim.json $(if $(HTSIM),--htsim $(HTSIM))

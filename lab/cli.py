@@ -109,6 +109,14 @@ def _topology_flags(p: argparse.ArgumentParser) -> None:
         help="python switches: a lossless class with priority flow control for RoCEv2's "
         "data (PAUSE upstream above XOFF, a watchdog; docs/design/pfc.md) [off]",
     )
+    g.add_argument(
+        "--realtime",
+        action="store_true",
+        default=None,
+        help="python switches: the switch and NIC processes run real-time (SCHED_FIFO) and "
+        "idle CPUs poll while the lab is up: a frame's wake-ups wait ~5 us for a CPU, not "
+        "~25, for more CPU (docs/lab.md, Real-time) [off]",
+    )
 
 
 def _split_flags(p: argparse.ArgumentParser, up: bool = False) -> None:
@@ -170,6 +178,7 @@ def _params(args: argparse.Namespace):
         block=args.block,
         switch=args.switch,
         pfc=args.pfc,
+        realtime=args.realtime,
         delay_us=None if args.delay_s is None else args.delay_s * 1e6,
     )
     if auto and args.cmd != "calibrate":  # measured (root) or cached; `plan` only reads the cache

@@ -16,6 +16,7 @@ from lab.fabric.nicstats import PublishingNic
 from lab.fabric.params import frame_time_s
 from mrcnic import plugins
 from mrcnic.io.aio import AioNic
+from mrcnic.io.realtime import enter_realtime, is_realtime
 from mrcnic.transport.qp_types import NetConfig, PortAddr, QpConfig
 from mrcnic.verbs import Device
 
@@ -112,6 +113,9 @@ class LabHost:
             pub = {"run_dir": str(run_dir), "lab": getattr(self.lab, "name", None),
                    "host": f"h{self.host}", "planes": len(self.ifnames)}  # fmt: skip
         netns = None if in_namespace else self.namespace
+        params = getattr(self.lab, "params", None)
+        if getattr(params, "realtime", False) and not is_realtime():
+            enter_realtime()  # a real-time lab: its NICs as its switches (mrc-lab up --realtime)
         return PublishingNic(self.device, self.ifnames, netns=netns, publish=pub, **kw)
 
 

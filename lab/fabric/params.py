@@ -80,6 +80,10 @@ class LabParams:
     # directions (T0 -> T1 and T1 -> T0), in microseconds; a path's round trip gains 4x it.
     # The kernel here has no netem, so it is mrc-switch that holds frames (docs/lab.md)
     delay_us: float = 0.0
+    # python switches: the lab's switch and NIC processes run SCHED_FIFO and idle CPUs poll
+    # while it is up (mrcnic/io/realtime.py): a wake-up waits microseconds for a CPU, not
+    # tens, at a cost in CPU (docs/lab.md, "Real-time")
+    realtime: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_RE.match(self.name):
@@ -131,6 +135,14 @@ class LabParams:
             )
         if not isinstance(self.pfc, bool):
             raise ParamError(f"pfc must be true or false, not {self.pfc!r}")
+        if not isinstance(self.realtime, bool):
+            raise ParamError(f"realtime must be true or false, not {self.realtime!r}")
+        if self.realtime and self.switch == "kernel":
+            raise ParamError(
+                "realtime needs python switches: it is their processes (and the NICs') that "
+                "run real-time; the kernel's switches already forward in the sender's "
+                "context; drop --switch kernel or --realtime"
+            )
         if self.pfc and self.switch == "kernel":
             raise ParamError(
                 "pfc needs python switches: the kernel's veth has no priority flow control "

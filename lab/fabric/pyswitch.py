@@ -157,6 +157,8 @@ def start_switch(state: LabState, node: str, conf: Path, stats: Path, log: Path)
     with contextlib.suppress(FileNotFoundError):
         stats.unlink()
     argv = [*switch_command(), "--config", str(conf)]
+    if state.params.realtime:
+        argv.append("--realtime")
     full = ["ip", "netns", "exec", ns, *argv]
     with open(log, "ab") as logf:
         proc = subprocess.Popen(
@@ -213,6 +215,8 @@ def start_group(
     ctl = state.run_dir / f"switchproc{index}.sock"
     log = state.run_dir / "logs" / f"switchproc{index}.log"
     argv = [*switch_command(), "--control", str(ctl)]
+    if state.params.realtime:
+        argv.append("--realtime")
     for node in nodes:
         argv += ["--config", str(paths[node][0])]
         with contextlib.suppress(FileNotFoundError):

@@ -556,7 +556,7 @@ def cache_key(
         f"{params.switch}:{params.planes}p:{params.t0}x{params.t1}:{params.hosts_per_t0}h:"
         f"mtu{params.mtu}:buf{params.buffer_kb}:ecn{params.ecn_kb}:{flows}:size{size}:"
         f"cap{cap_mbit:g}:{'+'.join(transports)}:{knobs}:cores{lifecycle.cores_here()}:"
-        f"sp{lifecycle.switch_procs_default(params.planes)}"
+        f"sp{lifecycle.switch_procs_default(params.planes)}" + (":rt" if params.realtime else "")
     )
 
 
