@@ -5,9 +5,10 @@ mrc-bench's CPU-BOUND rule counts a run CPU-bound when the lab's processes waite
 >= 2.5% of a frame time per wake-up (schedstat; docs/bench.md). If that wait does not fall
 with the load, it is a floor of the machine and the rule caps the link rate by itself:
 ``rate_cap_mbit`` below. This measures it. For each rate in ``--rates``, each repetition and
-each config (alternating, in turn first) the default lab comes up anew, and each transport
+each config the default lab comes up anew, and each transport
 (``mrc``: one QP; ``rocev2``: one QP per plane, as the calibration runs it) runs one
-``mrc-bench write`` of 256 KiB messages h0 -> h3. The configs:
+``mrc-bench write`` of 256 KiB messages h0 -> h3 (a repetition's configs in turn first).
+The configs:
 
 - ``default``: the lab as ``mrc-lab up`` makes it;
 - ``realtime``: ``mrc-lab up --realtime`` (the switch and NIC processes SCHED_FIFO, idle CPUs
@@ -15,12 +16,13 @@ each config (alternating, in turn first) the default lab comes up anew, and each
 
 Per run: goodput, machine busy share, the NIC and switch processes' core shares, the wait per
 wake-up (mean and per process) and in frame times. Headline keys: ``wait_floor_us`` (the
-``default`` runs' median wait at the lowest rate), ``rate_cap_mbit`` (the rate at which that
-wait is the rule's 2.5% of a frame time) and, per config and rate, the medians.
+``default`` runs' median wait at the lowest rate; ``wait_floor_us_each`` per transport),
+``rate_cap_mbit`` (``_each``: the rate at which that wait is the rule's 2.5% of a frame time)
+and, per config and rate, the medians.
 
     make bench-lab-wait   # = .venv/bin/python bench/bench_lab_wait.py --out results/bench-lab-wait.json
 
-Needs root; about 3 minutes with the defaults (8 writes, 4 labs).
+Needs root; about 3 minutes with the defaults (16 writes, 8 labs).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from bench_lab_cpu import say, wait_quiet
 
 from lab.fabric import lifecycle
 from lab.fabric.netns import have_net_admin
-from lab.fabric.params import resolve
+from lab.fabric.params import frame_time_s, resolve
 from lab.fabric.state import LabState, exists
 from lab.proc.benchrun import WriteSpec, run_write
 from lab.proc.cpu import CPU_BOUND_WAIT
@@ -75,9 +77,6 @@ def one_write(state: LabState, transport: str, config: str, a: argparse.Namespac
     out.update({k: r.get(k) for k in KEYS})
     out["cpu_wait_us_per_wake_each"] = r.get("cpu_wait_us_per_wake_each")
     w, f = r.get("cpu_wait_us_per_wake"), r.get("cpu_wait_per_frame_time")
-    rate = r.get("port_rate_bps")
-    # the frame the rule's frame time is of, in bits (the wait over its share, at the rate)
-    out["frame_bits"] = round(w * 1e-6 / f * rate) if w and f and rate else None
     say(
         f"    {transport:6s} {config:6s}: wait {w} us/wake-up ({f} of a frame time), machine "
         f"{out['machine_busy_fraction']}, goodput {out['goodput_fraction']}"
@@ -88,6 +87,14 @@ def one_write(state: LabState, transport: str, config: str, a: argparse.Namespac
 def _median(xs: list[Any]) -> float | None:
     v = [x for x in xs if x is not None]
     return round(statistics.median(v), 4) if v else None
+
+
+def rate_cap_mbit(wait_us: float | None) -> float | None:
+    """The link rate at which a wait of ``wait_us`` per wake-up is the rule's share of a frame
+    time (the frame time of mrc-bench's rule: a full data frame, lab.fabric.params)."""
+    if not wait_us:
+        return None
+    return round(CPU_BOUND_WAIT * frame_time_s(1.0) / (wait_us * 1e-6), 1)
 
 
 def summarize(rows: list[dict], rates: list[float]) -> dict[str, Any]:
@@ -101,17 +108,20 @@ def summarize(rows: list[dict], rates: list[float]) -> dict[str, Any]:
                     per[f"{rate:g}Mbit/{cfg}/{tr}"] = {k: _median([r[k] for r in rs])
                                                        for k in KEYS if k != "cpu_bound"}  # fmt: skip
     low = min(rates)
-    floor = _median([r["cpu_wait_us_per_wake"] for r in rows
-                     if r["rate_mbit"] == low and r["config"] == "default"])  # fmt: skip
-    bits = _median([r["frame_bits"] for r in rows])
-    cap = CPU_BOUND_WAIT * bits / (floor * 1e-6) / 1e6 if floor and bits else None
+
+    def floor(tr: str | None) -> float | None:
+        return _median([r["cpu_wait_us_per_wake"] for r in rows if r["rate_mbit"] == low
+                        and r["config"] == "default" and tr in (None, r["transport"])])  # fmt: skip
+
+    each = {tr: floor(tr) for tr in TRANSPORTS}
     return {
         "medians": per,
-        "wait_floor_us": floor,
+        "wait_floor_us": floor(None),
+        "wait_floor_us_each": each,
         "wait_floor_rate_mbit": low,
-        "frame_bits": bits,
         "rule_wait_frame_times": CPU_BOUND_WAIT,
-        "rate_cap_mbit": round(cap, 1) if cap else None,
+        "rate_cap_mbit": rate_cap_mbit(floor(None)),
+        "rate_cap_mbit_each": {tr: rate_cap_mbit(w) for tr, w in each.items()},
     }
 
 
@@ -121,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rates", default="2Mbit,27Mbit",
                     help="link rates with their units, lowest first counts as the floor "
                     "[2Mbit,27Mbit]")  # fmt: skip
-    ap.add_argument("--reps", type=int, default=1, help="repetitions (>= 1) [1]")
+    ap.add_argument("--reps", type=int, default=2, help="repetitions (>= 1) [2]")
     ap.add_argument("--duration", type=float, default=4.0, help="seconds per write [4]")
     ap.add_argument("--size", type=int, default=256 << 10, help="message bytes [256 KiB]")
     ap.add_argument("--configs", default=",".join(CONFIGS), help=f"subset of {CONFIGS}")
@@ -170,12 +180,13 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
         "wall_s": round(time.monotonic() - t0, 1),
         "rates_mbit": rates,
+        "args": vars(a),
         "runs": rows,
         **summarize(rows, rates),
     }
-    say(f"wait floor: {out['wait_floor_us']} us per wake-up at {rates[0]:g} Mb/s (default); the "
-        f"rule ({CPU_BOUND_WAIT:.1%} of a frame time) then caps the links at "
-        f"{out['rate_cap_mbit']} Mb/s")  # fmt: skip
+    say(f"wait floor at {rates[0]:g} Mb/s (default): {out['wait_floor_us_each']} us per wake-up; "
+        f"the rule ({CPU_BOUND_WAIT:.1%} of a frame time) then caps the links at "
+        f"{out['rate_cap_mbit_each']} Mb/s")  # fmt: skip
     text = json.dumps(out, indent=2)
     if a.out:
         Path(a.out).write_text(text + "\n")

@@ -114,8 +114,8 @@ def _topology_flags(p: argparse.ArgumentParser) -> None:
         action="store_true",
         default=None,
         help="python switches: the switch and NIC processes run real-time (SCHED_FIFO) and "
-        "idle CPUs poll while the lab is up: a frame's wake-ups wait ~5 us for a CPU, not "
-        "~25, for more CPU (docs/lab.md, Real-time) [off]",
+        "idle CPUs poll while the lab is up: a woken process waits less for a CPU, for more "
+        "CPU (docs/lab.md, REAL-TIME) [off]",
     )
 
 
@@ -706,6 +706,11 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise ParamError(
             "export writes nodes that run mrc-switch: --switch kernel has no containerlab form "
             "yet (the kernel's seg6local tables would be each node's own exec lines)"
+        )
+    if plan.params.realtime:
+        raise ParamError(
+            "export has no --realtime: a container is seldom allowed real-time scheduling or "
+            "the host's PM QoS device; drop --realtime"
         )
     n = args.machines if args.machines is not None else len(args.underlay or []) or None
     if n is None:

@@ -6,6 +6,7 @@ one process (:class:`mrcswitch.host.SwitchHost`); ``python -m mrcswitch.main`` i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -20,7 +21,6 @@ from .switch import Switch
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 NETNS_DIR = "/run/netns"  # where `ip netns` names namespaces
-_HELD: list = []  # --realtime: the open PM QoS request (closed when the process exits)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--realtime", action="store_true",
         help="run SCHED_FIFO (priority 1) and keep idle CPUs polling (a PM QoS request of "
-        "0 us) while this process lives: a woken switch gets a CPU in microseconds instead "
-        "of tens (mrcnic/io/realtime.py; needs root)",
+        "0 us) while serving: a woken switch waits less for a CPU (docs/lab.md, REAL-TIME; "
+        "needs root)",
     )  # fmt: skip
     ap.add_argument(
         "--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
@@ -63,18 +63,24 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--config is required (or --control SOCK --request JSON)")
     if args.check:
         return _check(args.config)
-    if args.realtime:
-        try:
-            _HELD.append(hold_cpu_latency(0))  # the PM QoS request lasts as long as we do
-            enter_realtime()  # (before any thread starts: they inherit it)
-        except RealtimeError as exc:
-            print(f"mrc-switch: --realtime: {exc}", file=sys.stderr)
-            return 2
-    logging.basicConfig(
-        level=getattr(logging, args.log_level),
-        format="%(asctime)s mrc-switch %(levelname)s %(message)s",
-        stream=sys.stderr,
-    )
+    with contextlib.ExitStack() as held:
+        if args.realtime:
+            try:
+                enter_realtime()  # (first: a refusal leaves the machine as it was)
+                held.enter_context(hold_cpu_latency(0))  # the PM QoS request: while we serve
+            except RealtimeError as exc:
+                print(f"mrc-switch: --realtime: {exc}", file=sys.stderr)
+                return 2
+        logging.basicConfig(
+            level=getattr(logging, args.log_level),
+            format="%(asctime)s mrc-switch %(levelname)s %(message)s",
+            stream=sys.stderr,
+        )
+        return _serve(args)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    """The switch or switches of ``args.config``, until stopped."""
     if len(args.config) > 1 or args.control:
         return _main_host(args)
     path = args.config[0]

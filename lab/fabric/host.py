@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from lab.fabric import state as lab_state
+from lab.fabric.netns import LabError
 from lab.fabric.nicstats import PublishingNic
 from lab.fabric.params import frame_time_s
 from mrcnic import plugins
 from mrcnic.io.aio import AioNic
-from mrcnic.io.realtime import enter_realtime, is_realtime
+from mrcnic.io.realtime import RealtimeError, enter_realtime, is_realtime
 from mrcnic.transport.qp_types import NetConfig, PortAddr, QpConfig
 from mrcnic.verbs import Device
 
@@ -115,7 +116,10 @@ class LabHost:
         netns = None if in_namespace else self.namespace
         params = getattr(self.lab, "params", None)
         if getattr(params, "realtime", False) and not is_realtime():
-            enter_realtime()  # a real-time lab: its NICs as its switches (mrc-lab up --realtime)
+            try:
+                enter_realtime()  # a real-time lab: its NICs as its switches (up --realtime)
+            except RealtimeError as e:
+                raise LabError(f"lab {getattr(self.lab, 'name', '?')} is real-time: {e}") from e
         return PublishingNic(self.device, self.ifnames, netns=netns, publish=pub, **kw)
 
 

@@ -1,17 +1,13 @@
-"""Real-time scheduling for the processes that play hardware (a lab's switches and NICs).
+"""Real-time scheduling for processes that play hardware (a lab's switches and NICs): SCHED_FIFO
+for the calling process, and a PM QoS request that keeps idle CPUs polling instead of
+halting. What they change and cost on the project's machines: docs/lab.md (REAL-TIME) and
+docs/design/core.md ("2026-11-30: the wait is a floor").
 
-Under the kernel's default scheduler a frame's wake-ups wait for a CPU: on the project's
-2-core virtual machine the lab's processes waited 22-31 us per wake-up whether the machine was
-8% or 50% busy (``make bench-lab-wait``). Most of it is the scheduler putting a woken process
-on its waker's CPU (a socket's wake-up says the waker will sleep soon: the switch does not)
-and the time a halted virtual CPU takes to come back. SCHED_FIFO places a woken process on
-a CPU that runs no real-time work, and a PM QoS request of 0 us keeps idle CPUs polling
-instead of halting: together 2-6 us per wake-up. The costs: idle CPUs poll (the host sees them
-busy) while the request is held, and a process woken on another CPU loses its cache, so the
-RoCEv2 baseline's runs took up to a quarter more CPU (docs/design/core.md, "2026-11-30").
-
-Priority 1, the lowest real-time one: the kernel's own threads and real-time throttling
-(``kernel.sched_rt_runtime_us``, 95% by default) keep the machine usable if a process spins.
+Priority 1, the lowest real-time one, with SCHED_RESET_ON_FORK: threads and processes started
+afterwards (a switch's stats writers, an ``ip`` command) run as ordinary ones. A process that
+spins at real-time priority starves the ordinary ones on its CPU, kernel workers included,
+until real-time throttling (``kernel.sched_rt_runtime_us``, 95% of each second by default)
+stops it; the lab's processes sleep between batches.
 """
 
 from __future__ import annotations
@@ -29,15 +25,17 @@ class RealtimeError(RuntimeError):
 
 
 def enter_realtime(priority: int = RT_PRIORITY) -> None:
-    """Make every thread of this process SCHED_FIFO at ``priority`` (threads started later
-    inherit it). Raises RealtimeError when the kernel refuses."""
+    """Make every thread of this process SCHED_FIFO at ``priority`` (threads and processes it
+    starts later do not inherit it). Raises RealtimeError when the kernel refuses."""
     try:
         tids = [int(t) for t in os.listdir("/proc/self/task")]
     except OSError:
         tids = [0]
     for tid in tids:
         try:
-            os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(priority))
+            os.sched_setscheduler(
+                tid, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(priority)
+            )
         except ProcessLookupError:
             continue  # a thread that ended meanwhile
         except OSError as e:
@@ -49,7 +47,7 @@ def enter_realtime(priority: int = RT_PRIORITY) -> None:
 
 def is_realtime(pid: int = 0) -> bool:
     """Whether ``pid`` (0: this process) runs SCHED_FIFO or SCHED_RR."""
-    return os.sched_getscheduler(pid) in (os.SCHED_FIFO, os.SCHED_RR)
+    return os.sched_getscheduler(pid) & ~os.SCHED_RESET_ON_FORK in (os.SCHED_FIFO, os.SCHED_RR)
 
 
 def hold_cpu_latency(limit_us: int = 0) -> BinaryIO:

@@ -131,7 +131,9 @@ def _rep(it: int, start: float, end: float, n: int, ok: bool = True, rnd: int = 
 def _state(n: int):
     params = SimpleNamespace(planes=8, rate_mbit=10.0, t1=2, hosts_per_t0=2)
     plan = SimpleNamespace(params=params, host_name=lambda h: f"h{h}")
-    return SimpleNamespace(name="mrcx", params=SimpleNamespace(switch="python"), plan=plan)
+    return SimpleNamespace(
+        name="mrcx", params=SimpleNamespace(switch="python", realtime=False), plan=plan
+    )
 
 
 def test_result_busbw_is_nccl_tests_all_to_all(monkeypatch) -> None:

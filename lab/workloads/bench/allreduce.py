@@ -495,6 +495,7 @@ def result_head(test: str, st: Any, p: Any) -> dict[str, Any]:
         "test": test,
         "lab": st.name,
         "switch_mode": st.params.switch,
+        "realtime": st.params.realtime,
         "planes": plan.params.planes,
         "port_rate_bps": plan.params.rate_mbit * 1e6,
         "hosts": [plan.host_name(h) for h in p.hosts],

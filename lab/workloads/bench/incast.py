@@ -595,6 +595,7 @@ def run_incast(state: Any, p: IncastParams, echo: Echo = _stderr) -> dict[str, A
         "lab": state.name,
         "pfc": bool(getattr(state.params, "pfc", False)),
         "switch_mode": state.params.switch,
+        "realtime": state.params.realtime,
         "planes": plan.params.planes,
         "port_rate_bps": plan.params.rate_mbit * 1e6,
         "senders": [plan.host_name(s) for s in p.senders],

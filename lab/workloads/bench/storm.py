@@ -271,6 +271,7 @@ def storm_result(
         "lab": state.name,
         "pfc": bool(getattr(state.params, "pfc", False)),
         "switch_mode": state.params.switch,
+        "realtime": state.params.realtime,
         "planes": plan.params.planes,
         "port_rate_bps": rate,
         "transport": p.transport,

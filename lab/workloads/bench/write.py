@@ -562,6 +562,7 @@ def _result(
         "test": p.test,
         "lab": st.name,
         "switch_mode": st.params.switch,
+        "realtime": st.params.realtime,
         "planes": plan.params.planes,
         "port_rate_bps": plan.params.rate_mbit * 1e6,
         "src": plan.host_name(lh.host),

@@ -260,6 +260,7 @@ def setup_of(params: LabParams, base_rtt_s: float | None = None, **extra: Any) -
         "buffer_packets": round(params.buffer_bytes / FRAME_BYTES, 2),
         "switch": params.switch,
         "pfc": params.pfc,
+        "realtime": params.realtime,
         "paper_scale": PAPER_SCALE,
         **extra,
     }
