@@ -7,8 +7,9 @@ applied there, whole receive batches at a time through the device's dispatch
 (:class:`mrcnic.transport.rx_engine.RxEngines`, where a RoCEv2 QP has an entry beside the MRC
 QPs); the delayed ACK is built there when its deadline passes, and the QP's next deadline is
 read there. What stays in Python is what the twin decides rarely: NAKs and CNPs received, the
-local ACK timeout, retries and errors, and DCQCN, which gets the bytes each call sent. The QP's state lives in one C struct, and the twin's methods that run here read and write
-it through properties of the same names, so there is one copy of each rule.
+local ACK timeout, retries and errors, and DCQCN, which gets the bytes each call sent. The QP's
+state lives in one C struct, and the twin's methods that run here read and write it through
+properties of the same names, so there is one copy of each rule.
 tests/unit/test_rocev2_engine.py holds both to the same frames, events and counters.
 
 ``verbs.Device`` makes RoCEv2 QPs of this class when its engine is C (``MRC_NIC_ENGINE``).
